@@ -1,0 +1,6 @@
+//! Helpers for tests that run against the local stack (`e2e/local/stack`):
+//! where each component is, and how to wait for a condition with a deadline
+//! instead of sleeping.
+
+pub mod stack;
+pub mod wait;

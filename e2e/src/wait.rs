@@ -1,0 +1,88 @@
+//! Waiting for a condition with a deadline: poll, never sleep blindly.
+
+use std::{future::Future, time::Duration};
+
+/// The condition did not hold before the deadline.
+#[derive(Debug, thiserror::Error)]
+#[error("timed out after {waited:?} waiting for {what}; last observation: {last}")]
+pub struct Timeout {
+    /// What was waited for.
+    pub what: String,
+    /// How long.
+    pub waited: Duration,
+    /// The last thing the probe reported.
+    pub last: String,
+}
+
+/// Calls `probe` every `interval` until it returns `Ok(value)` or `deadline`
+/// passes. `Err(observation)` means "not yet" and is kept for the timeout
+/// message, so a failing test says what it last saw.
+pub async fn poll_until<T, F, Fut>(
+    what: &str,
+    deadline: Duration,
+    interval: Duration,
+    mut probe: F,
+) -> Result<T, Timeout>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let start = tokio::time::Instant::now();
+    loop {
+        let last = match probe().await {
+            Ok(value) => return Ok(value),
+            Err(observation) => observation,
+        };
+        if start.elapsed() >= deadline {
+            return Err(Timeout {
+                what: what.to_owned(),
+                waited: start.elapsed(),
+                last,
+            });
+        }
+        tokio::time::sleep(interval).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn returns_the_first_success() {
+        let mut calls = 0;
+        let value = poll_until(
+            "third call",
+            Duration::from_secs(5),
+            Duration::from_millis(10),
+            || {
+                calls += 1;
+                let n = calls;
+                async move {
+                    if n >= 3 {
+                        Ok(n)
+                    } else {
+                        Err(format!("call {n}"))
+                    }
+                }
+            },
+        )
+        .await;
+        assert_eq!(value.ok(), Some(3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn times_out_with_the_last_observation() {
+        let err = poll_until(
+            "never",
+            Duration::from_millis(100),
+            Duration::from_millis(10),
+            || async { Err::<(), _>("still pending".to_owned()) },
+        )
+        .await
+        .err();
+        let err = err.map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("waiting for never"), "{err}");
+        assert!(err.contains("still pending"), "{err}");
+    }
+}

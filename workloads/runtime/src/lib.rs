@@ -1,0 +1,20 @@
+//! The process runtime every flash-sale binary shares: command-line
+//! conventions, structured logging, the ops HTTP endpoints (`/healthz`,
+//! `/readyz`, `/metrics`) and graceful shutdown.
+//!
+//! Business logic lives in the binaries; this crate only gives them one way
+//! to be observed and stopped, so that an SRE sees the same surface on the
+//! gateway, the inventory, the order-writer and the operator.
+
+pub mod cli;
+pub mod ops;
+pub mod process;
+pub mod readiness;
+pub mod shutdown;
+pub mod telemetry;
+
+pub use cli::{LogArgs, LogFormat, OpsArgs, RuntimeArgs};
+pub use ops::{OpsServer, OpsServerError, register_build_info};
+pub use process::{Process, ProcessError};
+pub use readiness::{Readiness, ReadinessCheck, ReadinessReport};
+pub use shutdown::Shutdown;

@@ -1,0 +1,68 @@
+//! The life of one process: logging, metrics registry, shutdown signal and
+//! the ops server, set up the same way in every binary.
+
+use prometheus_client::registry::Registry;
+
+use crate::{
+    cli::{LogArgs, OpsArgs},
+    ops::{OpsServer, OpsServerError, register_build_info},
+    readiness::Readiness,
+    shutdown::Shutdown,
+    telemetry::{self, TelemetryError},
+};
+
+/// Errors starting or running a process.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    /// Logging could not be set up.
+    #[error(transparent)]
+    Telemetry(#[from] TelemetryError),
+    /// The ops server could not bind or failed.
+    #[error(transparent)]
+    Ops(#[from] OpsServerError),
+}
+
+/// A started process: logging is on, the registry holds the build info and
+/// SIGTERM/SIGINT trigger [`Process::shutdown`].
+pub struct Process {
+    component: &'static str,
+    registry: Registry,
+    shutdown: Shutdown,
+}
+
+impl Process {
+    /// Starts logging and the signal handler. Call once, inside the runtime.
+    pub fn start(
+        component: &'static str,
+        version: &'static str,
+        log: &LogArgs,
+    ) -> Result<Self, ProcessError> {
+        telemetry::init(log)?;
+        let mut registry = Registry::default();
+        register_build_info(&mut registry, component, version);
+        tracing::info!(component, version, "starting");
+        Ok(Self {
+            component,
+            registry,
+            shutdown: Shutdown::on_signals(),
+        })
+    }
+
+    /// The registry the process' own metrics go into.
+    pub fn registry_mut(&mut self) -> &mut Registry {
+        &mut self.registry
+    }
+
+    /// The process-wide shutdown handle.
+    pub fn shutdown(&self) -> Shutdown {
+        self.shutdown.clone()
+    }
+
+    /// Serves the ops endpoints until shutdown.
+    pub async fn serve_ops(self, ops: &OpsArgs, readiness: Readiness) -> Result<(), ProcessError> {
+        let server = OpsServer::bind(ops.ops_addr, self.registry, readiness).await?;
+        server.serve(self.shutdown).await?;
+        tracing::info!(component = self.component, "stopped");
+        Ok(())
+    }
+}
