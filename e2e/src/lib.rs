@@ -2,5 +2,6 @@
 //! where each component is, and how to wait for a condition with a deadline
 //! instead of sleeping.
 
+pub mod kube;
 pub mod stack;
 pub mod wait;

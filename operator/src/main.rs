@@ -1,7 +1,10 @@
 //! `flashsale-operator`: the Kubernetes operator that runs flash sales and
 //! proves they survive failure.
 
+use std::path::PathBuf;
+
 use clap::{Parser, Subcommand};
+use flashsale_operator::crdgen;
 use flashsale_runtime::{Process, Readiness, RuntimeArgs};
 
 /// Runs flash sales on Kubernetes: FlashSale, DegradationPolicy and ChaosDrill.
@@ -20,12 +23,33 @@ enum Command {
         #[command(flatten)]
         runtime: RuntimeArgs,
     },
+    /// Print the CustomResourceDefinitions (install with `| kubectl apply --server-side -f -`),
+    /// or write one file per CRD into a folder.
+    Crd {
+        /// Write `<group>_<plural>.yaml` files here instead of printing.
+        #[arg(long)]
+        output_dir: Option<PathBuf>,
+    },
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Run { runtime } => run(runtime).await,
+        Command::Crd {
+            output_dir: Some(dir),
+        } => {
+            for path in crdgen::write_all(&dir)? {
+                println!("wrote {}", path.display());
+            }
+            Ok(())
+        }
+        Command::Crd { output_dir: None } => {
+            for (_, yaml) in crdgen::render_all()? {
+                print!("---\n{yaml}");
+            }
+            Ok(())
+        }
     }
 }
 

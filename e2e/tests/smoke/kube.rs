@@ -3,56 +3,16 @@
 
 use std::time::Duration;
 
-use flashsale_e2e::{stack, wait::poll_until};
-use k8s_openapi::api::{
-    apps::v1::Deployment,
-    core::v1::{Namespace, Pod},
+use flashsale_e2e::{
+    kube::{TestNamespace, client},
+    wait::poll_until,
 };
+use k8s_openapi::api::{apps::v1::Deployment, core::v1::Pod};
 use kube::{
     Api, Client,
-    api::{DeleteParams, DynamicObject, ListParams, PostParams},
+    api::{DynamicObject, ListParams, PostParams},
     core::{ApiResource, GroupVersionKind},
 };
-
-async fn client() -> anyhow::Result<Client> {
-    stack::kubeconfig()?;
-    Ok(Client::try_default().await?)
-}
-
-/// A namespace for one test, deleted when the test ends.
-struct TestNamespace {
-    client: Client,
-    name: String,
-}
-
-impl TestNamespace {
-    async fn create(client: &Client) -> anyhow::Result<Self> {
-        let name = stack::unique_name("smoke");
-        let ns: Namespace = serde_json::from_value(serde_json::json!({
-            "metadata": { "name": name }
-        }))?;
-        Api::<Namespace>::all(client.clone())
-            .create(&PostParams::default(), &ns)
-            .await?;
-        Ok(Self {
-            client: client.clone(),
-            name,
-        })
-    }
-}
-
-impl Drop for TestNamespace {
-    fn drop(&mut self) {
-        let api = Api::<Namespace>::all(self.client.clone());
-        let name = self.name.clone();
-        // Best effort: the test's verdict is already decided.
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(async move {
-                let _ = api.delete(&name, &DeleteParams::background()).await;
-            });
-        }
-    }
-}
 
 #[tokio::test]
 async fn deployment_pods_reach_running_on_kwok_nodes() -> anyhow::Result<()> {
@@ -63,7 +23,7 @@ async fn deployment_pods_reach_running_on_kwok_nodes() -> anyhow::Result<()> {
         ("1", "37"),
         "{version:?}"
     );
-    let ns = TestNamespace::create(&client).await?;
+    let ns = TestNamespace::create(&client, "smoke").await?;
 
     let deployment: Deployment = serde_json::from_value(serde_json::json!({
         "metadata": { "name": "smoke" },
@@ -166,7 +126,7 @@ fn pod_chaos(name: &str, ns: &str, action: &str) -> anyhow::Result<DynamicObject
 async fn chaos_mesh_schema_accepts_a_valid_podchaos_and_rejects_an_invalid_one()
 -> anyhow::Result<()> {
     let client = client().await?;
-    let ns = TestNamespace::create(&client).await?;
+    let ns = TestNamespace::create(&client, "smoke").await?;
     let api = pod_chaos_api(&client, &ns.name);
 
     let created = api

@@ -1,0 +1,492 @@
+//! `ChaosDrill`: scheduled Chaos Mesh experiments against a sale, inside
+//! allowed windows and a blast-radius cap, under an SLO guard that aborts
+//! them, with an optional failover check.
+
+// Each `printcolumn(...)` repeats the same keys, which this lint mistakes for duplicates.
+#![allow(clippy::duplicated_attributes)]
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{common::SaleRef, duration::Duration};
+
+/// A recurring chaos drill against one FlashSale.
+#[derive(CustomResource, KubeSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[kube(
+    group = "flashsale.dev",
+    version = "v1alpha1",
+    kind = "ChaosDrill",
+    plural = "chaosdrills",
+    shortname = "drill",
+    category = "flashsale",
+    namespaced,
+    derive = "PartialEq",
+    status = "ChaosDrillStatus",
+    doc = "Scheduled Chaos Mesh experiments against a FlashSale under an SLO guard.",
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Next Run", type_ = "date", json_path = ".status.nextRunTime"),
+    printcolumn(
+        name = "Last Outcome",
+        type_ = "string",
+        json_path = ".status.lastOutcome"
+    ),
+    printcolumn(
+        name = "Abort Latency",
+        type_ = "string",
+        json_path = ".status.lastAbortLatency"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ChaosDrillSpec {
+    /// The sale under test.
+    pub sale_ref: SaleRef,
+    /// When runs start.
+    pub schedule: DrillSchedule,
+    /// Local-time windows in which injection is allowed; none means always.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 14))]
+    pub windows: Vec<Window>,
+    /// Explicit periods with no injection.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub blackouts: Vec<Blackout>,
+    /// Never inject while the target sale is Live.
+    #[serde(default = "default_true")]
+    pub avoid_live_sale: bool,
+    /// Stop scheduling new runs (a running one is not affected).
+    #[serde(default)]
+    pub suspend: bool,
+    /// Experiments of one run, injected in order. Names are unique.
+    #[schemars(length(min = 1, max = 10))]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
+    pub experiments: Vec<Experiment>,
+    /// Hard cap on the pods any experiment may touch.
+    pub blast_radius: BlastRadius,
+    /// The SLO guard (dead-man switch) that aborts a run.
+    pub slo_guard: SloGuard,
+    /// Check that the standby can take over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failover: Option<FailoverCheck>,
+    /// Finished runs kept in the status.
+    #[serde(default = "default_history_limit")]
+    #[schemars(range(min = 1, max = 50))]
+    pub history_limit: i32,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_history_limit() -> i32 {
+    10
+}
+
+/// A cron schedule in a named time zone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DrillSchedule {
+    /// Five-field cron expression (minute hour day-of-month month day-of-week).
+    #[schemars(length(min = 9, max = 128))]
+    pub cron: String,
+    /// IANA time zone of `cron`, `windows` and the printed times, e.g. Asia/Tokyo.
+    #[serde(default = "default_time_zone")]
+    #[schemars(length(min = 1, max = 64))]
+    pub time_zone: String,
+}
+
+fn default_time_zone() -> String {
+    "UTC".to_owned()
+}
+
+/// Days of the week.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum Weekday {
+    /// Monday.
+    Mon,
+    /// Tuesday.
+    Tue,
+    /// Wednesday.
+    Wed,
+    /// Thursday.
+    Thu,
+    /// Friday.
+    Fri,
+    /// Saturday.
+    Sat,
+    /// Sunday.
+    Sun,
+}
+
+/// Allowed days and a local time range (same day; windows do not cross midnight).
+#[derive(KubeSchema, Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.end > self.start").message("window end must be after window start (windows do not cross midnight)"))]
+pub struct Window {
+    /// Days the window opens on.
+    #[schemars(length(min = 1, max = 7))]
+    #[x_kube(merge_strategy = ListMerge::Set)]
+    pub days: Vec<Weekday>,
+    /// Opening local time, `HH:MM`.
+    #[schemars(regex(pattern = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"))]
+    pub start: String,
+    /// Closing local time, `HH:MM` (24:00 allowed).
+    #[schemars(regex(pattern = r"^(([01][0-9]|2[0-3]):[0-5][0-9]|24:00)$"))]
+    pub end: String,
+}
+
+/// A period with no injection.
+#[derive(KubeSchema, Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.end > self.start").message("blackout end must be after its start"))]
+pub struct Blackout {
+    /// Start (RFC 3339).
+    pub start: Time,
+    /// End (RFC 3339).
+    pub end: Time,
+    /// Why, e.g. "payment provider maintenance".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub reason: Option<String>,
+}
+
+/// The workload of the sale an experiment targets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum TargetWorkload {
+    /// The gateway pods.
+    Gateway,
+    /// The inventory pods.
+    Inventory,
+    /// The order-writer pods.
+    OrderWriter,
+}
+
+/// One Chaos Mesh experiment: exactly one of `podChaos`, `networkChaos`,
+/// `stressChaos`.
+#[derive(KubeSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(
+    "[has(self.podChaos), has(self.networkChaos), has(self.stressChaos)].filter(x, x).size() == 1"
+).message("an experiment needs exactly one of podChaos, networkChaos and stressChaos"))]
+pub struct Experiment {
+    /// Name, unique in the drill; part of the Chaos Mesh object's name.
+    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$"))]
+    pub name: String,
+    /// The workload whose pods are targeted.
+    pub target: TargetWorkload,
+    /// How long the fault stays injected (Chaos Mesh recovers it after).
+    #[x_kube(validation = Rule::new("duration(self) > duration('0s') && duration(self) <= duration('1h')").message("experiment duration must be positive and at most 1h"))]
+    pub duration: Duration,
+    /// Kill or fail pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_chaos: Option<PodChaosAction>,
+    /// Delay, lose or partition traffic.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_chaos: Option<NetworkChaosAction>,
+    /// Burn CPU or memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stress_chaos: Option<StressChaosAction>,
+}
+
+/// PodChaos parameters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodChaosAction {
+    /// What happens to the pods.
+    pub action: PodChaosKind,
+    /// Container to kill with `container-kill`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub container: Option<String>,
+}
+
+/// Chaos Mesh PodChaos actions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum PodChaosKind {
+    /// Delete pods (their controller recreates them).
+    PodKill,
+    /// Make pods unavailable for the duration.
+    PodFailure,
+    /// Kill one container.
+    ContainerKill,
+}
+
+/// NetworkChaos parameters.
+#[derive(KubeSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.action != 'delay' || has(self.latency)").message("networkChaos.latency is required for delay"))]
+#[x_kube(validation = Rule::new("self.action != 'loss' || has(self.lossPercent)").message("networkChaos.lossPercent is required for loss"))]
+pub struct NetworkChaosAction {
+    /// What happens to traffic.
+    pub action: NetworkChaosKind,
+    /// Added latency for `delay`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency: Option<Duration>,
+    /// Latency jitter for `delay`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter: Option<Duration>,
+    /// Percent of packets dropped for `loss`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0, max = 100.0))]
+    pub loss_percent: Option<f64>,
+    /// Only traffic to this workload of the sale (all traffic when empty).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<TargetWorkload>,
+}
+
+/// Chaos Mesh NetworkChaos actions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum NetworkChaosKind {
+    /// Add latency.
+    Delay,
+    /// Drop packets.
+    Loss,
+    /// Cut the targets off.
+    Partition,
+}
+
+/// StressChaos parameters.
+#[derive(KubeSchema, Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.cpuWorkers) || has(self.memoryWorkers)").message("stressChaos needs cpuWorkers or memoryWorkers"))]
+pub struct StressChaosAction {
+    /// CPU stressors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 64))]
+    pub cpu_workers: Option<i32>,
+    /// Load each CPU stressor applies, percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub cpu_load_percent: Option<i32>,
+    /// Memory stressors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 64))]
+    pub memory_workers: Option<i32>,
+    /// Memory each stressor holds, e.g. 256MB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]+(KB|MB|GB|%)$"))]
+    pub memory_size: Option<String>,
+}
+
+/// The most pods one experiment may touch: the smaller of the two bounds,
+/// computed from the live target pods at injection time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BlastRadius {
+    /// Percent of the target workload's live pods, in (0, 100].
+    #[schemars(range(min = 0.0, max = 100.0), extend("exclusiveMinimum" = true))]
+    pub max_percent: f64,
+    /// Absolute cap on pods.
+    #[schemars(range(min = 1))]
+    pub max_pods: i32,
+}
+
+/// The SLO guard: queries that must hold before and during injection.
+#[derive(KubeSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("duration(self.staleAfter) >= duration(self.interval)").message("sloGuard.staleAfter must be at least sloGuard.interval"))]
+pub struct SloGuard {
+    /// Prometheus base URL; the operator's `--prometheus-url` when unset.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "prometheusURL"
+    )]
+    #[schemars(regex(pattern = r"^https?://"), length(max = 512))]
+    pub prometheus_url: Option<String>,
+    /// Objectives; any breach aborts the run. Names are unique.
+    #[schemars(length(min = 1, max = 10))]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
+    pub objectives: Vec<SloObjective>,
+    /// How often every objective is evaluated.
+    #[serde(default = "default_guard_interval")]
+    #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("sloGuard.interval must be positive"))]
+    pub interval: Duration,
+    /// Dead-man bound: with no fresh answer for this long the guard counts
+    /// as blind and the run is aborted.
+    #[serde(default = "default_stale_after")]
+    pub stale_after: Duration,
+    /// How long every objective must hold before injection starts.
+    #[serde(default = "default_steady_state")]
+    pub steady_state: Duration,
+}
+
+fn default_guard_interval() -> Duration {
+    Duration::from_millis(250)
+}
+
+fn default_stale_after() -> Duration {
+    Duration::from_secs(2)
+}
+
+fn default_steady_state() -> Duration {
+    Duration::from_secs(60)
+}
+
+/// One SLO: a PromQL instant query and the threshold it must not cross.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SloObjective {
+    /// Name, e.g. `error-rate` or `checkout-p99`.
+    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"))]
+    pub name: String,
+    /// Instant query returning one sample.
+    #[schemars(length(min = 1, max = 4096))]
+    pub query: String,
+    /// The breach threshold.
+    pub threshold: f64,
+    /// A breach is a value above (default) or below the threshold.
+    #[serde(default)]
+    pub breach_when: BreachWhen,
+}
+
+/// Direction of a breach.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum BreachWhen {
+    /// Value > threshold breaches (error rates, latencies).
+    #[default]
+    Above,
+    /// Value < threshold breaches (success rates, throughput).
+    Below,
+}
+
+/// Checks that a standby can take the sale over.
+#[derive(KubeSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FailoverCheck {
+    /// Probe the standby only, or move traffic to it.
+    pub mode: FailoverMode,
+    /// Most time the standby may take to serve.
+    #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("failover.maxRTO must be positive"))]
+    #[serde(rename = "maxRTO")]
+    pub max_rto: Duration,
+    /// Most orders' worth of time that may be lost (0s = none).
+    #[serde(rename = "maxRPO", default)]
+    pub max_rpo: Duration,
+}
+
+/// How far a failover check goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum FailoverMode {
+    /// Probe that the standby is ready; no traffic moves.
+    ReadinessOnly,
+    /// Move traffic to the standby and measure RTO and RPO.
+    Active,
+}
+
+/// Where a drill is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum DrillPhase {
+    /// Waiting for the next allowed run.
+    Scheduled,
+    /// Waiting for the SLOs to hold for the steady-state period.
+    SteadyState,
+    /// Faults injected, guard watching.
+    Injecting,
+    /// Removing faults after a breach or a blind guard.
+    Aborting,
+    /// `spec.suspend` is set.
+    Suspended,
+    /// The spec cannot be run; the conditions say why.
+    Failed,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum RunOutcome {
+    /// Every experiment ran its duration with the SLOs held.
+    Succeeded,
+    /// The guard saw a breach, or went blind, and the faults were removed.
+    Aborted,
+    /// Not started: outside a window, in a blackout, sale Live, SLO already breaking.
+    Skipped,
+    /// The operator could not run it (API errors, missing CRDs).
+    Failed,
+}
+
+/// Observed state of a ChaosDrill.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ChaosDrillStatus {
+    /// Where the drill is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<DrillPhase>,
+    /// When the next run may start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_run_time: Option<Time>,
+    /// The run in progress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_run: Option<RunRecord>,
+    /// Finished runs, newest first, at most `historyLimit`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 50))]
+    pub history: Vec<RunRecord>,
+    /// Outcome of the latest finished run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_outcome: Option<RunOutcome>,
+    /// Abort latency of the latest aborted run, e.g. `180ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_abort_latency: Option<Duration>,
+    /// The generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Standard conditions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// One run of a drill.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunRecord {
+    /// Run id, used in the Chaos Mesh objects' labels.
+    pub id: String,
+    /// When it started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    /// When it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<Time>,
+    /// How it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<RunOutcome>,
+    /// Why, in a few words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Pods targeted after the blast-radius cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub targeted_pods: Option<i32>,
+    /// Breach in the SLO to the guard noticing it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detection_latency: Option<Duration>,
+    /// The guard noticing to the experiment being gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abort_latency: Option<Duration>,
+    /// Worst value of each objective during the run.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub slo_extremes: std::collections::BTreeMap<String, f64>,
+    /// Measured failover RTO.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "failoverRTO"
+    )]
+    pub failover_rto: Option<Duration>,
+    /// Measured failover RPO.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "failoverRPO"
+    )]
+    pub failover_rpo: Option<Duration>,
+}

@@ -1,0 +1,44 @@
+//! Small types every kind shares.
+
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A key of a Secret in the object's own namespace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeyRef {
+    /// Name of the Secret.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Key within the Secret.
+    #[schemars(length(min = 1, max = 253))]
+    pub key: String,
+}
+
+/// A FlashSale in the same namespace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SaleRef {
+    /// Name of the FlashSale.
+    #[schemars(length(min = 1, max = 63))]
+    pub name: String,
+}
+
+/// How one workload runs: size, image and resources. Every field is optional;
+/// the operator's defaults apply to what is left out.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadSpec {
+    /// Pod replicas while the sale is warming up or live.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 1000))]
+    pub replicas: Option<i32>,
+    /// Container image, overriding the operator's default for this workload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub image: Option<String>,
+    /// Container resources (requests and limits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+}

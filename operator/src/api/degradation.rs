@@ -1,0 +1,311 @@
+//! `DegradationPolicy`: tiers of non-core features switched off as load rises,
+//! with hysteresis, a hold-down, a signal-loss rule and an on-call override.
+
+// Each `printcolumn(...)` repeats the same keys, which this lint mistakes for duplicates.
+#![allow(clippy::duplicated_attributes)]
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{common::SaleRef, duration::Duration};
+
+/// Tiered degradation for one sale, driven by a Prometheus load ratio.
+#[derive(CustomResource, KubeSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[kube(
+    group = "flashsale.dev",
+    version = "v1alpha1",
+    kind = "DegradationPolicy",
+    plural = "degradationpolicies",
+    shortname = "dp",
+    category = "flashsale",
+    namespaced,
+    derive = "PartialEq",
+    status = "DegradationPolicyStatus",
+    doc = "Tiered degradation switches for a FlashSale, driven by a load signal.",
+    printcolumn(name = "Sale", type_ = "string", json_path = ".spec.saleRef.name"),
+    printcolumn(name = "Tier", type_ = "integer", json_path = ".status.tier"),
+    printcolumn(name = "Signal", type_ = "number", json_path = ".status.lastValue"),
+    printcolumn(
+        name = "Override",
+        type_ = "integer",
+        json_path = ".spec.override.tier"
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.tierReason",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct DegradationPolicySpec {
+    /// The sale whose gateways this policy switches.
+    pub sale_ref: SaleRef,
+    /// The load signal.
+    pub signal: LoadSignal,
+    /// Tiers above 0, each entered above its threshold. Higher tiers need
+    /// higher thresholds.
+    #[schemars(length(min = 1, max = 8))]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["tier".into()]))]
+    #[x_kube(validation = Rule::new(
+        "self.all(a, self.all(b, a.tier < b.tier ? a.enterAbove < b.enterAbove : true))"
+    ).message("a higher tier must have a higher enterAbove than every lower tier"))]
+    pub tiers: Vec<Tier>,
+    /// How long the signal must stay below a tier's `exitBelow` before the
+    /// policy steps down, so a dip does not flap the switches.
+    #[serde(default = "default_hold_down")]
+    pub hold_down: Duration,
+    /// What to do when the signal cannot be read.
+    #[serde(default)]
+    pub on_signal_loss: SignalLoss,
+    /// On-call's manual tier; wins over the signal until it expires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub r#override: Option<Override>,
+}
+
+fn default_hold_down() -> Duration {
+    Duration::from_secs(120)
+}
+
+/// A PromQL expression returning the load as a ratio (1.0 = capacity).
+#[derive(KubeSchema, Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LoadSignal {
+    /// Instant query returning one sample, e.g. checkout p99 over its budget.
+    #[schemars(length(min = 1, max = 4096))]
+    pub query: String,
+    /// Prometheus base URL; the operator's `--prometheus-url` when unset.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "prometheusURL"
+    )]
+    #[schemars(regex(pattern = r"^https?://"), length(max = 512))]
+    pub prometheus_url: Option<String>,
+    /// How often the query is evaluated.
+    #[serde(default = "default_interval")]
+    #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("signal.interval must be positive"))]
+    pub interval: Duration,
+}
+
+fn default_interval() -> Duration {
+    Duration::from_secs(5)
+}
+
+/// One degradation tier.
+#[derive(KubeSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.exitBelow < self.enterAbove").message("exitBelow must be below enterAbove (hysteresis)"))]
+pub struct Tier {
+    /// Tier number, 1 and up; tier 0 means "nothing degraded".
+    #[schemars(range(min = 1, max = 9))]
+    pub tier: i32,
+    /// Enter this tier when the signal rises above this ratio.
+    #[schemars(range(min = 0.0, max = 100.0))]
+    pub enter_above: f64,
+    /// Leave it when the signal falls below this ratio (after the hold-down).
+    #[schemars(range(min = 0.0, max = 100.0))]
+    pub exit_below: f64,
+    /// Features this tier switches, with their degraded mode. Tier-0 features
+    /// (checkout, stock reservation, payment callbacks) have no switch.
+    pub switches: Switches,
+}
+
+/// Degraded modes of the non-core features. A feature left out keeps the
+/// mode of the tier below (or runs normally at tier 0).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Switches {
+    /// Recommendations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recommendations: Option<RecommendationsMode>,
+    /// Order-history search.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order_history: Option<OrderHistoryMode>,
+    /// Voucher push notifications.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub voucher_push: Option<VoucherPushMode>,
+    /// Product reviews.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reviews: Option<ReviewsMode>,
+    /// Shop chat.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shop_chat: Option<ShopChatMode>,
+    /// Mini-games.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mini_games: Option<MiniGamesMode>,
+}
+
+/// Recommendations under load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum RecommendationsMode {
+    /// Computed per user.
+    Normal,
+    /// A static list, no per-user work.
+    Static,
+}
+
+/// Order history under load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum OrderHistoryMode {
+    /// Full history.
+    Normal,
+    /// The last 7 days only.
+    Last7Days,
+}
+
+/// Voucher push under load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum VoucherPushMode {
+    /// Sent at once.
+    Normal,
+    /// Accepted (202) and sent later.
+    Deferred,
+}
+
+/// Reviews under load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ReviewsMode {
+    /// Written at once.
+    Normal,
+    /// Queued and written later.
+    Queued,
+}
+
+/// Shop chat under load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ShopChatMode {
+    /// Unthrottled.
+    Normal,
+    /// One message per 5 s per user.
+    Throttled,
+}
+
+/// Mini-games under load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum MiniGamesMode {
+    /// Open.
+    Normal,
+    /// Closed with a maintenance notice (HTTP 200).
+    Closed,
+}
+
+/// What to do when the signal cannot be read (Prometheus down, empty result).
+#[derive(KubeSchema, Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.action != 'EnterTier' || has(self.tier)").message("onSignalLoss.tier is required when action is EnterTier"))]
+pub struct SignalLoss {
+    /// Keep the current tier, or enter `tier`.
+    pub action: SignalLossAction,
+    /// The tier to enter with `EnterTier`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 9))]
+    pub tier: Option<i32>,
+    /// How long the signal must be missing before this applies.
+    #[serde(default = "default_loss_after")]
+    pub after: Duration,
+}
+
+fn default_loss_after() -> Duration {
+    Duration::from_secs(30)
+}
+
+impl Default for SignalLoss {
+    fn default() -> Self {
+        Self {
+            action: SignalLossAction::Hold,
+            tier: None,
+            after: default_loss_after(),
+        }
+    }
+}
+
+/// Reaction to a lost signal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum SignalLossAction {
+    /// Keep the current tier.
+    Hold,
+    /// Enter the given tier (fail safe: degrade more).
+    EnterTier,
+}
+
+/// On-call's manual tier.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Override {
+    /// The tier to force (0 forces "nothing degraded").
+    #[schemars(range(min = 0, max = 9))]
+    pub tier: i32,
+    /// Why, for the audit trail and the status.
+    #[schemars(length(min = 1, max = 1024))]
+    pub reason: String,
+    /// When the override lapses and the signal takes over again (RFC 3339).
+    pub expires: Time,
+}
+
+/// Why the policy is at its tier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum TierReason {
+    /// The load signal.
+    Signal,
+    /// A manual override.
+    Override,
+    /// The signal is missing and `onSignalLoss` applies.
+    SignalLost,
+}
+
+/// Observed state of a DegradationPolicy.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DegradationPolicyStatus {
+    /// The tier in force.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<i32>,
+    /// Why that tier.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier_reason: Option<TierReason>,
+    /// The last value of the signal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_value: Option<f64>,
+    /// When the signal was last evaluated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_evaluation_time: Option<Time>,
+    /// When the tier last changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<Time>,
+    /// How far the current switches have reached the gateways.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub propagation: Option<Propagation>,
+    /// The generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Standard conditions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// Propagation of the switches ConfigMap to the gateways.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Propagation {
+    /// `generation` of the `<sale>-degradation` ConfigMap.
+    pub generation: i64,
+    /// Gateway replicas that report this generation.
+    pub applied_replicas: i32,
+    /// Gateway replicas in total.
+    pub desired_replicas: i32,
+}

@@ -1,0 +1,452 @@
+//! `FlashSale`: one sale, its items and the three workloads that run it.
+
+// Each `printcolumn(...)` repeats the same keys, which this lint mistakes for duplicates.
+#![allow(clippy::duplicated_attributes)]
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{
+    common::{SecretKeyRef, WorkloadSpec},
+    duration::Duration,
+};
+
+/// A flash sale: when it runs, what it sells, and how its gateway, inventory
+/// and order-writer are deployed. The operator warms the workloads up before
+/// `schedule.start`, opens the sale at `start` and closes it at `end`.
+#[derive(CustomResource, KubeSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[kube(
+    group = "flashsale.dev",
+    version = "v1alpha1",
+    kind = "FlashSale",
+    plural = "flashsales",
+    shortname = "fs",
+    category = "flashsale",
+    namespaced,
+    derive = "PartialEq",
+    status = "FlashSaleStatus",
+    doc = "A flash sale: its schedule, items and workloads.",
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Start", type_ = "date", json_path = ".spec.schedule.start"),
+    printcolumn(name = "End", type_ = "date", json_path = ".spec.schedule.end"),
+    printcolumn(name = "Stock Left", type_ = "integer", json_path = ".status.stockLeft"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.readyWorkloads"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    validation = Rule::new(
+        "!has(oldSelf.status) || !has(oldSelf.status.phase) || !(oldSelf.status.phase in ['Live', 'Ended']) || \
+         (self.spec.schedule.start == oldSelf.spec.schedule.start && \
+          self.spec.items.map(i, i.sku) == oldSelf.spec.items.map(i, i.sku))"
+    )
+    .message("spec.schedule.start and spec.items[*].sku cannot change once the sale is Live")
+    .reason(Reason::FieldValueForbidden)
+)]
+#[serde(rename_all = "camelCase")]
+pub struct FlashSaleSpec {
+    /// When the sale runs.
+    pub schedule: SaleSchedule,
+    /// What is sold. SKUs are unique.
+    #[schemars(length(min = 1, max = 200))]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["sku".into()]))]
+    pub items: Vec<SaleItem>,
+    /// ISO 4217 currency of every `priceMinor`.
+    #[serde(default = "default_currency")]
+    #[schemars(regex(pattern = r"^[A-Z]{3}$"))]
+    pub currency: String,
+    /// How long a reservation may stay unpaid before its stock returns.
+    #[serde(default = "default_reservation_ttl", rename = "reservationTTL")]
+    #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("reservationTTL must be positive"))]
+    pub reservation_ttl: Duration,
+    /// The region this sale runs in (a label for dashboards and failover).
+    #[schemars(length(min = 1, max = 63))]
+    pub region: String,
+    /// A warm-standby peer that can take the sale over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub standby: Option<StandbyPeer>,
+    /// The public entry: rate limit, waiting room, adaptive concurrency.
+    #[serde(default)]
+    pub gateway: GatewaySpec,
+    /// Stock reservations in Redis.
+    pub inventory: InventorySpec,
+    /// Kafka → SQL order persistence.
+    pub order_writer: OrderWriterSpec,
+}
+
+fn default_currency() -> String {
+    "USD".to_owned()
+}
+
+fn default_reservation_ttl() -> Duration {
+    Duration::from_secs(15 * 60)
+}
+
+/// When the sale runs.
+#[derive(KubeSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.end > self.start").message("schedule.end must be after schedule.start"))]
+pub struct SaleSchedule {
+    /// Opening time (RFC 3339).
+    pub start: Time,
+    /// Closing time (RFC 3339), after `start`.
+    pub end: Time,
+    /// How long before `start` the workloads scale to live size and the
+    /// inventory is loaded.
+    #[serde(default = "default_warm_up")]
+    pub warm_up: Duration,
+}
+
+fn default_warm_up() -> Duration {
+    Duration::from_secs(10 * 60)
+}
+
+/// One SKU on sale.
+#[derive(KubeSchema, Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SaleItem {
+    /// Stock-keeping unit, unique within the sale.
+    #[schemars(regex(pattern = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"))]
+    #[schemars(length(max = 64))]
+    pub sku: String,
+    /// Units for sale.
+    #[schemars(range(min = 0))]
+    pub stock: i64,
+    /// Most units one user may buy.
+    #[serde(default = "default_per_user_limit")]
+    #[schemars(range(min = 1))]
+    pub per_user_limit: i32,
+    /// Price in minor units of `currency` (cents, fen).
+    #[schemars(range(min = 0))]
+    pub price_minor: i64,
+    /// Redis keys the stock is split over, to spread a hot SKU's load.
+    #[serde(default = "default_shards")]
+    #[schemars(range(min = 1, max = 64))]
+    pub shards: i32,
+}
+
+fn default_per_user_limit() -> i32 {
+    1
+}
+
+fn default_shards() -> i32 {
+    1
+}
+
+/// A standby region that can take the sale over.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StandbyPeer {
+    /// Region of the standby.
+    #[schemars(length(min = 1, max = 63))]
+    pub region: String,
+    /// Base URL of the standby's gateway, probed for readiness.
+    #[serde(rename = "gatewayURL")]
+    #[schemars(length(min = 1, max = 512))]
+    pub gateway_url: String,
+}
+
+/// The gateway workload.
+#[derive(KubeSchema, Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewaySpec {
+    /// Replicas, image and resources.
+    #[serde(flatten)]
+    pub workload: WorkloadSpec,
+    /// Scale on CPU between bounds instead of a fixed `replicas`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscaling: Option<Autoscaling>,
+    /// Per-user GCRA rate limit.
+    #[serde(default)]
+    pub rate_limit: RateLimit,
+    /// Virtual waiting room in front of checkout.
+    #[serde(default)]
+    pub waiting_room: WaitingRoom,
+    /// Adaptive concurrency limit bounds.
+    #[serde(default)]
+    pub concurrency: ConcurrencyLimit,
+}
+
+/// Horizontal autoscaling of the gateway.
+#[derive(KubeSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.maxReplicas >= self.minReplicas").message("autoscaling.maxReplicas must be at least minReplicas"))]
+pub struct Autoscaling {
+    /// Fewest replicas.
+    #[schemars(range(min = 1))]
+    pub min_replicas: i32,
+    /// Most replicas.
+    #[schemars(range(min = 1))]
+    pub max_replicas: i32,
+    /// Target average CPU utilisation, percent of requests.
+    #[serde(default = "default_cpu_target", rename = "targetCPUUtilizationPercent")]
+    #[schemars(range(min = 1, max = 100))]
+    pub target_cpu_utilization_percent: i32,
+}
+
+fn default_cpu_target() -> i32 {
+    70
+}
+
+/// Per-user rate limit (GCRA): a sustained rate with a burst allowance.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RateLimit {
+    /// Sustained requests per second per user, above 0.
+    #[schemars(range(min = 0.0, max = 100000.0), extend("exclusiveMinimum" = true))]
+    pub per_user_per_second: f64,
+    /// Requests a user may send at once above the sustained rate.
+    #[schemars(range(min = 1, max = 100000))]
+    pub burst: i32,
+}
+
+impl Default for RateLimit {
+    fn default() -> Self {
+        Self {
+            per_user_per_second: 5.0,
+            burst: 10,
+        }
+    }
+}
+
+/// Virtual waiting room.
+#[derive(KubeSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!self.enabled || has(self.ticketSecretRef)").message("waitingRoom.ticketSecretRef is required when the waiting room is enabled"))]
+pub struct WaitingRoom {
+    /// Whether buyers queue before checkout.
+    #[serde(default)]
+    pub enabled: bool,
+    /// Users admitted per second, across all gateway replicas.
+    #[serde(default = "default_admit_per_second")]
+    #[schemars(range(min = 1, max = 1000000))]
+    pub admit_per_second: i32,
+    /// The HMAC key that signs queue tickets and passes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ticket_secret_ref: Option<SecretKeyRef>,
+    /// How long an admitted user's checkout pass stays valid.
+    #[serde(default = "default_pass_ttl", rename = "passTTL")]
+    #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("waitingRoom.passTTL must be positive"))]
+    pub pass_ttl: Duration,
+}
+
+fn default_admit_per_second() -> i32 {
+    500
+}
+
+fn default_pass_ttl() -> Duration {
+    Duration::from_secs(5 * 60)
+}
+
+impl Default for WaitingRoom {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            admit_per_second: default_admit_per_second(),
+            ticket_secret_ref: None,
+            pass_ttl: default_pass_ttl(),
+        }
+    }
+}
+
+/// Bounds of the adaptive concurrency limit.
+#[derive(KubeSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.maxLimit >= self.minLimit").message("concurrency.maxLimit must be at least minLimit"))]
+pub struct ConcurrencyLimit {
+    /// The limit never falls below this.
+    #[schemars(range(min = 1))]
+    pub min_limit: i32,
+    /// The limit never rises above this.
+    #[schemars(range(min = 1))]
+    pub max_limit: i32,
+    /// Percent of the limit kept for tier-0 (checkout) traffic.
+    #[serde(default = "default_reserved_percent")]
+    #[schemars(range(min = 0, max = 100))]
+    pub tier0_reserved_percent: i32,
+}
+
+fn default_reserved_percent() -> i32 {
+    30
+}
+
+impl Default for ConcurrencyLimit {
+    fn default() -> Self {
+        Self {
+            min_limit: 20,
+            max_limit: 1000,
+            tier0_reserved_percent: default_reserved_percent(),
+        }
+    }
+}
+
+/// The inventory workload and its Redis.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InventorySpec {
+    /// Replicas, image and resources.
+    #[serde(flatten)]
+    pub workload: WorkloadSpec,
+    /// Where stock lives.
+    pub redis: RedisSpec,
+}
+
+/// A Redis server, by URL or by a Secret holding the URL (with credentials).
+#[derive(KubeSchema, Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.url) != has(self.urlSecretRef)").message("redis needs exactly one of url and urlSecretRef"))]
+pub struct RedisSpec {
+    /// `redis://host:port/db` without credentials.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^rediss?://"), length(max = 512))]
+    pub url: Option<String>,
+    /// A Secret key holding the full URL, credentials included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url_secret_ref: Option<SecretKeyRef>,
+}
+
+/// The order-writer workload, its Kafka and its database.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OrderWriterSpec {
+    /// Replicas, image and resources.
+    #[serde(flatten)]
+    pub workload: WorkloadSpec,
+    /// Where order events flow.
+    pub kafka: KafkaSpec,
+    /// Where orders are stored.
+    pub database: DatabaseSpec,
+}
+
+/// Kafka connection and topics.
+#[derive(KubeSchema, Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.topic != self.dlqTopic").message("kafka.dlqTopic must differ from kafka.topic"))]
+pub struct KafkaSpec {
+    /// Bootstrap servers, `host:port`.
+    #[schemars(length(min = 1, max = 16))]
+    pub brokers: Vec<String>,
+    /// Topic of order events.
+    #[serde(default = "default_topic")]
+    #[schemars(regex(pattern = r"^[A-Za-z0-9._-]{1,249}$"))]
+    pub topic: String,
+    /// Dead-letter topic for events that cannot be stored.
+    #[serde(default = "default_dlq_topic")]
+    #[schemars(regex(pattern = r"^[A-Za-z0-9._-]{1,249}$"))]
+    pub dlq_topic: String,
+}
+
+fn default_topic() -> String {
+    "flashsale.orders".to_owned()
+}
+
+fn default_dlq_topic() -> String {
+    "flashsale.orders.dlq".to_owned()
+}
+
+/// The order database.
+#[derive(KubeSchema, Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DatabaseSpec {
+    /// Database family.
+    pub driver: DatabaseDriver,
+    /// A Secret key holding the connection URL.
+    pub url_secret_ref: SecretKeyRef,
+    /// Events written per transaction.
+    #[serde(default = "default_batch_size")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub batch_size: i32,
+    /// Longest wait before a partial batch is written.
+    #[serde(default = "default_flush_interval")]
+    #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("database.flushInterval must be positive"))]
+    pub flush_interval: Duration,
+}
+
+fn default_batch_size() -> i32 {
+    200
+}
+
+fn default_flush_interval() -> Duration {
+    Duration::from_millis(100)
+}
+
+/// Supported database families.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DatabaseDriver {
+    /// PostgreSQL.
+    Postgres,
+    /// MySQL protocol: MySQL, MariaDB, TiDB.
+    Mysql,
+}
+
+/// Where a sale is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum SalePhase {
+    /// Before warm-up.
+    Pending,
+    /// Scaled to live size, inventory loaded, not yet open.
+    WarmingUp,
+    /// Open.
+    Live,
+    /// Closed; the order-writer drains what is left.
+    Ended,
+    /// Cannot proceed; the conditions say why.
+    Failed,
+}
+
+/// Observed state of a FlashSale.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FlashSaleStatus {
+    /// Where the sale is in its life.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<SalePhase>,
+    /// When the next phase change is due.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_transition_time: Option<Time>,
+    /// The generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Standard conditions: Ready, Progressing, Stalled.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// Ready and desired replicas per workload.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub workloads: BTreeMap<String, WorkloadStatus>,
+    /// "ready/total" workloads, for `kubectl get`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_workloads: Option<String>,
+    /// Stock per SKU as the inventory reports it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub items: Vec<ItemStatus>,
+    /// Units still available over all SKUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stock_left: Option<i64>,
+}
+
+/// Replicas of one workload.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadStatus {
+    /// Ready replicas.
+    pub ready: i32,
+    /// Desired replicas.
+    pub desired: i32,
+}
+
+/// Stock of one SKU.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ItemStatus {
+    /// The SKU.
+    pub sku: String,
+    /// Units that can still be reserved.
+    pub available: i64,
+    /// Units reserved and not yet paid.
+    pub reserved: i64,
+    /// Units paid.
+    pub sold: i64,
+}

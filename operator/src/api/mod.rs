@@ -1,0 +1,173 @@
+//! The operator's API, group `flashsale.dev/v1alpha1`: the Rust types are the
+//! single source of truth for the CRDs in `crds/`.
+//!
+//! Validation happens at the apiserver wherever the schema or CEL can express
+//! it (every rule's message names the field); what they cannot express (cron
+//! syntax, time-zone names, PromQL) is checked by the operator and reported in
+//! a status condition.
+
+pub mod chaosdrill;
+pub mod common;
+pub mod conditions;
+pub mod degradation;
+pub mod duration;
+pub mod flashsale;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+
+pub use chaosdrill::{ChaosDrill, ChaosDrillSpec, ChaosDrillStatus};
+pub use degradation::{DegradationPolicy, DegradationPolicySpec, DegradationPolicyStatus};
+pub use duration::Duration;
+pub use flashsale::{FlashSale, FlashSaleSpec, FlashSaleStatus};
+
+/// The API group of every kind here.
+pub const GROUP: &str = "flashsale.dev";
+
+/// Every CRD the operator serves, in a stable order.
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    vec![
+        FlashSale::crd(),
+        DegradationPolicy::crd(),
+        ChaosDrill::crd(),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::de::DeserializeOwned;
+
+    fn parse<T: DeserializeOwned>(yaml: &str) -> T {
+        match serde_yaml_ng::from_str(yaml) {
+            Ok(value) => value,
+            Err(err) => panic!("example does not parse: {err}"),
+        }
+    }
+
+    fn round_trip<T: DeserializeOwned + Serialize + PartialEq + std::fmt::Debug>(value: &T) {
+        let json = serde_json::to_value(value).unwrap_or_default();
+        let back: T =
+            serde_json::from_value(json).unwrap_or_else(|err| panic!("round trip: {err}"));
+        assert_eq!(&back, value);
+    }
+
+    use serde::Serialize;
+
+    #[test]
+    fn examples_parse_and_round_trip() {
+        let sale: FlashSale = parse(include_str!(
+            "../../../crds/examples/flashsale-singles-day.yaml"
+        ));
+        assert_eq!(sale.spec.items.len(), 3);
+        assert_eq!(sale.spec.items[0].shards, 8);
+        assert_eq!(sale.spec.items[2].shards, 1, "shards defaults to 1");
+        assert_eq!(sale.spec.schedule.warm_up, Duration::from_secs(30 * 60));
+        round_trip(&sale);
+
+        let policy: DegradationPolicy = parse(include_str!(
+            "../../../crds/examples/degradationpolicy-two-tier.yaml"
+        ));
+        assert_eq!(policy.spec.tiers.len(), 2);
+        assert_eq!(
+            policy.spec.tiers[1].switches.mini_games,
+            Some(degradation::MiniGamesMode::Closed)
+        );
+        assert!(policy.spec.r#override.is_none());
+        round_trip(&policy);
+
+        let drill: ChaosDrill = parse(include_str!(
+            "../../../crds/examples/chaosdrill-pod-kill.yaml"
+        ));
+        assert_eq!(drill.spec.schedule.time_zone, "Asia/Tokyo");
+        assert_eq!(drill.spec.slo_guard.stale_after, Duration::from_secs(2));
+        round_trip(&drill);
+    }
+
+    #[test]
+    fn minimal_flashsale_gets_defaults() {
+        let sale: FlashSale = parse(
+            r#"
+apiVersion: flashsale.dev/v1alpha1
+kind: FlashSale
+metadata: {name: tiny}
+spec:
+  schedule: {start: "2026-11-11T00:00:00Z", end: "2026-11-11T01:00:00Z"}
+  region: local
+  items: [{sku: A, stock: 1, priceMinor: 100}]
+  inventory: {redis: {url: "redis://127.0.0.1:6379"}}
+  orderWriter:
+    kafka: {brokers: ["127.0.0.1:9092"]}
+    database: {driver: postgres, urlSecretRef: {name: db, key: url}}
+"#,
+        );
+        let spec = &sale.spec;
+        assert_eq!(spec.currency, "USD");
+        assert_eq!(spec.reservation_ttl, Duration::from_secs(900));
+        assert_eq!(spec.schedule.warm_up, Duration::from_secs(600));
+        assert_eq!(spec.items[0].per_user_limit, 1);
+        assert_eq!(spec.gateway.rate_limit.burst, 10);
+        assert!(!spec.gateway.waiting_room.enabled);
+        assert_eq!(spec.gateway.concurrency.min_limit, 20);
+        assert_eq!(spec.order_writer.kafka.topic, "flashsale.orders");
+        assert_eq!(spec.order_writer.kafka.dlq_topic, "flashsale.orders.dlq");
+        assert_eq!(spec.order_writer.database.batch_size, 200);
+        assert_eq!(
+            spec.order_writer.database.flush_interval,
+            Duration::from_millis(100)
+        );
+        assert!(sale.status.is_none());
+        round_trip(&sale);
+    }
+
+    #[test]
+    fn status_serialises_in_camel_case_without_empty_fields() {
+        let status = flashsale::FlashSaleStatus {
+            phase: Some(flashsale::SalePhase::WarmingUp),
+            stock_left: Some(42),
+            ready_workloads: Some("2/3".to_owned()),
+            ..Default::default()
+        };
+        let json = serde_json::to_value(&status).unwrap_or_default();
+        assert_eq!(
+            json,
+            serde_json::json!({"phase": "WarmingUp", "stockLeft": 42, "readyWorkloads": "2/3"})
+        );
+        round_trip(&status);
+    }
+
+    #[test]
+    fn crds_carry_names_short_names_and_category() {
+        let crds = crds();
+        let names: Vec<_> = crds
+            .iter()
+            .filter_map(|c| c.metadata.name.clone())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "flashsales.flashsale.dev",
+                "degradationpolicies.flashsale.dev",
+                "chaosdrills.flashsale.dev"
+            ]
+        );
+        for (crd, short) in crds.iter().zip(["fs", "dp", "drill"]) {
+            assert_eq!(
+                crd.spec.names.short_names.as_deref(),
+                Some(&[short.to_owned()][..])
+            );
+            assert_eq!(
+                crd.spec.names.categories.as_deref(),
+                Some(&["flashsale".to_owned()][..])
+            );
+            let version = &crd.spec.versions[0];
+            assert!(
+                version
+                    .subresources
+                    .as_ref()
+                    .is_some_and(|s| s.status.is_some()),
+                "status subresource"
+            );
+        }
+    }
+}

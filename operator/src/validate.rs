@@ -1,0 +1,234 @@
+//! Checks of what CEL cannot express: cron syntax, time-zone names and PromQL.
+//! Controllers report the outcome as the `Stalled` condition, so a bad spec
+//! waits for an edit instead of failing in a loop.
+
+use std::fmt;
+
+use croner::parser::{CronParser, Seconds, Year};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use crate::api::{
+    ChaosDrillSpec, DegradationPolicySpec,
+    conditions::{STALLED, reasons},
+};
+
+/// One problem in a spec, with the field it is in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpecProblem {
+    /// Path of the field, as the apiserver writes it (`spec.schedule.cron`).
+    pub field: String,
+    /// What is wrong, for a human.
+    pub message: String,
+}
+
+impl fmt::Display for SpecProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+fn problem(field: impl Into<String>, message: impl Into<String>) -> SpecProblem {
+    SpecProblem {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+/// A standard five-field cron expression (no seconds, no years).
+pub fn cron(field: &str, expression: &str) -> Option<SpecProblem> {
+    let parser = CronParser::builder()
+        .seconds(Seconds::Disallowed)
+        .year(Year::Disallowed)
+        .build();
+    parser.parse(expression).err().map(|err| {
+        problem(
+            field,
+            format!("invalid cron expression {expression:?}: {err}"),
+        )
+    })
+}
+
+/// An IANA time-zone name known to the bundled tz database.
+pub fn time_zone(field: &str, name: &str) -> Option<SpecProblem> {
+    jiff::tz::TimeZone::get(name).err().map(|_| {
+        problem(
+            field,
+            format!("unknown time zone {name:?} (use an IANA name such as Asia/Tokyo)"),
+        )
+    })
+}
+
+/// A PromQL expression.
+pub fn promql(field: &str, query: &str) -> Option<SpecProblem> {
+    promql_parser::parser::parse(query)
+        .err()
+        .map(|err| problem(field, format!("invalid PromQL: {}", err.trim())))
+}
+
+/// Problems of a DegradationPolicy spec.
+pub fn degradation_policy(spec: &DegradationPolicySpec) -> Vec<SpecProblem> {
+    promql("spec.signal.query", &spec.signal.query)
+        .into_iter()
+        .collect()
+}
+
+/// Problems of a ChaosDrill spec.
+pub fn chaos_drill(spec: &ChaosDrillSpec) -> Vec<SpecProblem> {
+    let mut problems: Vec<SpecProblem> = [
+        cron("spec.schedule.cron", &spec.schedule.cron),
+        time_zone("spec.schedule.timeZone", &spec.schedule.time_zone),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    for (i, objective) in spec.slo_guard.objectives.iter().enumerate() {
+        problems.extend(promql(
+            &format!("spec.sloGuard.objectives[{i}].query"),
+            &objective.query,
+        ));
+    }
+    problems
+}
+
+/// The `Stalled` condition for a spec's problems: `True` with reason
+/// `InvalidSpec` and every problem in the message, or `False` when none.
+pub fn stalled_condition(
+    problems: &[SpecProblem],
+    observed_generation: Option<i64>,
+    now: Time,
+) -> Condition {
+    let (status, reason, message) = if problems.is_empty() {
+        (
+            "False",
+            reasons::SPEC_VALID,
+            "the spec passed every check".to_owned(),
+        )
+    } else {
+        let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        ("True", reasons::INVALID_SPEC, list.join("; "))
+    };
+    Condition {
+        type_: STALLED.to_owned(),
+        status: status.to_owned(),
+        reason: reason.to_owned(),
+        message,
+        observed_generation,
+        last_transition_time: now,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::ChaosDrill;
+
+    #[test]
+    fn cron_accepts_five_fields_and_rejects_the_rest() {
+        for good in [
+            "30 14 * * 2,4",
+            "*/5 * * * *",
+            "0 0 1 1 *",
+            "0 14 * * TUE,THU",
+        ] {
+            assert_eq!(cron("f", good), None, "{good}");
+        }
+        for bad in [
+            "",
+            "every tuesday",
+            "61 * * * *",
+            "0 14 * * 2,4 2027",
+            "0 0 14 * * 2",
+            "* * *",
+        ] {
+            let found = cron("spec.schedule.cron", bad);
+            assert!(
+                found
+                    .as_ref()
+                    .is_some_and(|p| p.field == "spec.schedule.cron"),
+                "{bad:?} -> {found:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn time_zones_must_be_iana_names() {
+        for good in ["Asia/Tokyo", "UTC", "Europe/Berlin", "America/Sao_Paulo"] {
+            assert_eq!(time_zone("f", good), None, "{good}");
+        }
+        for bad in ["Mars/Olympus", "JST+9", ""] {
+            let found = time_zone("spec.schedule.timeZone", bad)
+                .map(|p| p.to_string())
+                .unwrap_or_default();
+            assert!(
+                found.starts_with("spec.schedule.timeZone: unknown time zone"),
+                "{bad:?} -> {found}"
+            );
+        }
+    }
+
+    #[test]
+    fn promql_is_parsed() {
+        assert_eq!(
+            promql(
+                "f",
+                r#"sum(rate(gateway_requests_total{code=~"5.."}[30s])) / 0.035"#
+            ),
+            None
+        );
+        let found = promql("spec.signal.query", "sum(rate(x[30s]")
+            .map(|p| p.to_string())
+            .unwrap_or_default();
+        assert!(
+            found.starts_with("spec.signal.query: invalid PromQL"),
+            "{found}"
+        );
+    }
+
+    #[test]
+    fn drill_problems_name_each_field_and_become_a_stalled_condition() {
+        let mut drill: ChaosDrill = match serde_yaml_ng::from_str(include_str!(
+            "../../crds/examples/chaosdrill-pod-kill.yaml"
+        )) {
+            Ok(d) => d,
+            Err(e) => panic!("example: {e}"),
+        };
+        assert!(chaos_drill(&drill.spec).is_empty());
+        let now = Time(jiff::Timestamp::UNIX_EPOCH);
+        let ok = stalled_condition(&[], Some(3), now.clone());
+        assert_eq!(
+            (ok.status.as_str(), ok.reason.as_str()),
+            ("False", "SpecValid")
+        );
+
+        drill.spec.schedule.cron = "61 14 * * *".to_owned();
+        drill.spec.schedule.time_zone = "Asia/Atlantis".to_owned();
+        drill.spec.slo_guard.objectives[1].query = "histogram_quantile(0.99".to_owned();
+        let problems = chaos_drill(&drill.spec);
+        let fields: Vec<&str> = problems.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.schedule.cron",
+                "spec.schedule.timeZone",
+                "spec.sloGuard.objectives[1].query"
+            ]
+        );
+        let stalled = stalled_condition(&problems, Some(4), now);
+        assert_eq!(
+            (
+                stalled.type_.as_str(),
+                stalled.status.as_str(),
+                stalled.reason.as_str()
+            ),
+            ("Stalled", "True", "InvalidSpec")
+        );
+        assert!(
+            stalled
+                .message
+                .contains("spec.schedule.timeZone: unknown time zone \"Asia/Atlantis\""),
+            "{}",
+            stalled.message
+        );
+        assert_eq!(stalled.observed_generation, Some(4));
+    }
+}

@@ -1,0 +1,615 @@
+//! The CRDs against the real local kube-apiserver: they install, the examples
+//! apply, invalid objects are rejected with the field named, protected fields
+//! stay put on a Live sale, and kubectl shows the columns.
+
+use std::{path::Path, process::Command, time::Duration};
+
+use flashsale_e2e::{
+    kube::{TestNamespace, client},
+    wait::poll_until,
+};
+use flashsale_operator::api::{self, ChaosDrill, DegradationPolicy, FlashSale};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::{
+    Api, Client, Resource,
+    api::{DynamicObject, Patch, PatchParams, PostParams},
+    core::ApiResource,
+};
+use serde_json::{Value, json};
+
+static CRDS_INSTALLED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+
+/// Installs the CRDs once per test process (server-side apply) and waits
+/// until each is Established.
+async fn setup() -> anyhow::Result<Client> {
+    let client = client().await?;
+    CRDS_INSTALLED
+        .get_or_try_init(|| async {
+            let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+            let params = PatchParams::apply("flashsale-operator-tests").force();
+            for crd in api::crds() {
+                let name = crd.metadata.name.clone().unwrap_or_default();
+                crds.patch(&name, &params, &Patch::Apply(&crd)).await?;
+                poll_until(
+                    &format!("CRD {name} Established"),
+                    Duration::from_secs(30),
+                    Duration::from_millis(100),
+                    || {
+                        let crds = crds.clone();
+                        let name = name.clone();
+                        async move {
+                            let crd = crds.get(&name).await.map_err(|e| e.to_string())?;
+                            let established = crd
+                                .status
+                                .and_then(|s| s.conditions)
+                                .unwrap_or_default()
+                                .iter()
+                                .any(|c| c.type_ == "Established" && c.status == "True");
+                            if established {
+                                Ok(())
+                            } else {
+                                Err("not established".to_owned())
+                            }
+                        }
+                    },
+                )
+                .await?;
+            }
+            anyhow::Ok(())
+        })
+        .await?;
+    Ok(client)
+}
+
+fn dynamic_api<K: Resource<DynamicType = ()>>(client: &Client, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(client.clone(), ns, &ApiResource::erase::<K>(&()))
+}
+
+fn api_for(client: &Client, ns: &str, kind: &str) -> Api<DynamicObject> {
+    match kind {
+        "FlashSale" => dynamic_api::<FlashSale>(client, ns),
+        "DegradationPolicy" => dynamic_api::<DegradationPolicy>(client, ns),
+        _ => dynamic_api::<ChaosDrill>(client, ns),
+    }
+}
+
+fn example(file: &str) -> anyhow::Result<Value> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../crds/examples")
+        .join(file);
+    Ok(serde_yaml_ng::from_str(&std::fs::read_to_string(path)?)?)
+}
+
+/// Sets `value` at a JSON pointer, creating objects on the way; `Value::Null`
+/// removes the field.
+fn with(mut object: Value, pointer: &str, value: Value) -> Value {
+    let mut parts: Vec<&str> = pointer.trim_start_matches('/').split('/').collect();
+    let last = parts.pop().unwrap_or_default();
+    let mut target = &mut object;
+    for part in parts {
+        target = match target {
+            Value::Array(items) => {
+                match part.parse::<usize>().ok().and_then(|i| items.get_mut(i)) {
+                    Some(item) => item,
+                    None => return object_with_error(pointer),
+                }
+            }
+            Value::Object(map) => map.entry(part).or_insert_with(|| json!({})),
+            _ => return object_with_error(pointer),
+        };
+    }
+    match target {
+        Value::Object(map) if value.is_null() => {
+            map.remove(last);
+        }
+        Value::Object(map) => {
+            map.insert(last.to_owned(), value);
+        }
+        Value::Array(items) => match last.parse::<usize>().ok().and_then(|i| items.get_mut(i)) {
+            Some(item) => *item = value,
+            None => return object_with_error(pointer),
+        },
+        _ => return object_with_error(pointer),
+    }
+    object
+}
+
+/// A value the apiserver can never accept, so a wrong pointer fails the test loudly.
+fn object_with_error(pointer: &str) -> Value {
+    json!({"bad pointer in test": pointer})
+}
+
+/// Creates like `kubectl create` does.
+async fn create(api: &Api<DynamicObject>, object: Value) -> Result<DynamicObject, kube::Error> {
+    let object: DynamicObject = serde_json::from_value(object).map_err(kube::Error::SerdeError)?;
+    api.create(&PostParams::default(), &object).await
+}
+
+/// Applies like `kubectl apply --server-side` does, with strict field
+/// validation, so a misspelt field fails instead of being pruned.
+async fn apply_strict(
+    api: &Api<DynamicObject>,
+    object: Value,
+) -> Result<DynamicObject, kube::Error> {
+    let name = object["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let params = PatchParams::apply("flashsale-operator-tests").validation_strict();
+    api.patch(&name, &params, &Patch::Apply(&object)).await
+}
+
+#[tokio::test]
+async fn every_example_applies() -> anyhow::Result<()> {
+    let client = setup().await?;
+    let ns = TestNamespace::create(&client, "api-examples").await?;
+    for (file, kind) in [
+        ("flashsale-singles-day.yaml", "FlashSale"),
+        ("degradationpolicy-two-tier.yaml", "DegradationPolicy"),
+        ("chaosdrill-pod-kill.yaml", "ChaosDrill"),
+    ] {
+        let object = with(example(file)?, "/metadata/namespace", json!(ns.name));
+        let created = apply_strict(&api_for(&client, &ns.name, kind), object)
+            .await
+            .map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
+        assert_eq!(created.types.as_ref().map(|t| t.kind.as_str()), Some(kind));
+    }
+    // The apiserver filled in the schema defaults.
+    let sale = Api::<FlashSale>::namespaced(client.clone(), &ns.name)
+        .get("singles-day")
+        .await?;
+    assert_eq!(sale.spec.items[2].shards, 1);
+    assert_eq!(sale.spec.order_writer.kafka.topic, "flashsale.orders");
+    Ok(())
+}
+
+fn valid_sale(name: &str) -> Value {
+    json!({
+        "apiVersion": "flashsale.dev/v1alpha1",
+        "kind": "FlashSale",
+        "metadata": {"name": name},
+        "spec": {
+            "schedule": {"start": "2026-11-11T00:00:00Z", "end": "2026-11-11T02:00:00Z", "warmUp": "10m"},
+            "region": "local",
+            "items": [
+                {"sku": "PHONE", "stock": 100, "perUserLimit": 1, "priceMinor": 100},
+                {"sku": "CASE", "stock": 500, "perUserLimit": 3, "priceMinor": 10}
+            ],
+            "reservationTTL": "15m",
+            "gateway": {
+                "autoscaling": {"minReplicas": 2, "maxReplicas": 4},
+                "concurrency": {"minLimit": 10, "maxLimit": 100},
+                "waitingRoom": {"enabled": true, "ticketSecretRef": {"name": "wr", "key": "k"}}
+            },
+            "inventory": {"redis": {"url": "redis://redis:6379"}},
+            "orderWriter": {
+                "kafka": {"brokers": ["kafka:9092"]},
+                "database": {"driver": "postgres", "urlSecretRef": {"name": "db", "key": "url"}}
+            }
+        }
+    })
+}
+
+fn valid_policy(name: &str) -> Value {
+    json!({
+        "apiVersion": "flashsale.dev/v1alpha1",
+        "kind": "DegradationPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "saleRef": {"name": "sale"},
+            "signal": {"query": "vector(0.5)", "interval": "5s"},
+            "tiers": [
+                {"tier": 1, "enterAbove": 0.8, "exitBelow": 0.7, "switches": {"recommendations": "static"}},
+                {"tier": 2, "enterAbove": 0.95, "exitBelow": 0.85, "switches": {"miniGames": "closed"}}
+            ],
+            "override": {"tier": 2, "reason": "incident", "expires": "2026-11-11T01:00:00Z"}
+        }
+    })
+}
+
+fn valid_drill(name: &str) -> Value {
+    json!({
+        "apiVersion": "flashsale.dev/v1alpha1",
+        "kind": "ChaosDrill",
+        "metadata": {"name": name},
+        "spec": {
+            "saleRef": {"name": "sale"},
+            "schedule": {"cron": "30 14 * * 2,4", "timeZone": "Asia/Tokyo"},
+            "windows": [{"days": ["Tue", "Thu"], "start": "14:00", "end": "16:00"}],
+            "experiments": [{"name": "kill", "target": "gateway", "duration": "2m", "podChaos": {"action": "pod-kill"}}],
+            "blastRadius": {"maxPercent": 2, "maxPods": 1},
+            "sloGuard": {
+                "objectives": [{"name": "errors", "query": "vector(0)", "threshold": 0.0001}],
+                "interval": "250ms",
+                "staleAfter": "2s"
+            }
+        }
+    })
+}
+
+#[tokio::test]
+async fn invalid_objects_are_rejected_naming_the_field() -> anyhow::Result<()> {
+    let client = setup().await?;
+    let ns = TestNamespace::create(&client, "api-invalid").await?;
+    let sale = || valid_sale("bad");
+    let policy = || valid_policy("bad");
+    let drill = || valid_drill("bad");
+    // (case, object, text the error must contain: the field path)
+    let cases: Vec<(&str, Value, &str)> = vec![
+        (
+            "end before start",
+            with(sale(), "/spec/schedule/end", json!("2026-11-10T00:00:00Z")),
+            "spec.schedule",
+        ),
+        (
+            "negative stock",
+            with(sale(), "/spec/items/0/stock", json!(-1)),
+            "spec.items[0].stock",
+        ),
+        (
+            "per-user limit 0",
+            with(sale(), "/spec/items/1/perUserLimit", json!(0)),
+            "spec.items[1].perUserLimit",
+        ),
+        (
+            "no items",
+            with(sale(), "/spec/items", json!([])),
+            "spec.items",
+        ),
+        (
+            "duplicate SKU",
+            with(sale(), "/spec/items/1/sku", json!("PHONE")),
+            "spec.items[1]",
+        ),
+        (
+            "SKU with spaces",
+            with(sale(), "/spec/items/0/sku", json!("big phone")),
+            "spec.items[0].sku",
+        ),
+        (
+            "zero shards",
+            with(sale(), "/spec/items/0/shards", json!(0)),
+            "spec.items[0].shards",
+        ),
+        (
+            "zero reservation TTL",
+            with(sale(), "/spec/reservationTTL", json!("0s")),
+            "spec.reservationTTL",
+        ),
+        (
+            "TTL in words",
+            with(sale(), "/spec/reservationTTL", json!("15 minutes")),
+            "spec.reservationTTL",
+        ),
+        (
+            "waiting room without ticket secret",
+            with(
+                sale(),
+                "/spec/gateway/waitingRoom/ticketSecretRef",
+                Value::Null,
+            ),
+            "spec.gateway.waitingRoom",
+        ),
+        (
+            "rate limit of 0/s",
+            with(
+                sale(),
+                "/spec/gateway/rateLimit",
+                json!({"perUserPerSecond": 0, "burst": 5}),
+            ),
+            "spec.gateway.rateLimit.perUserPerSecond",
+        ),
+        (
+            "concurrency max < min",
+            with(sale(), "/spec/gateway/concurrency/maxLimit", json!(5)),
+            "spec.gateway.concurrency",
+        ),
+        (
+            "autoscaling max < min",
+            with(sale(), "/spec/gateway/autoscaling/maxReplicas", json!(1)),
+            "spec.gateway.autoscaling",
+        ),
+        (
+            "redis url and secret",
+            with(
+                sale(),
+                "/spec/inventory/redis/urlSecretRef",
+                json!({"name": "r", "key": "url"}),
+            ),
+            "spec.inventory.redis",
+        ),
+        (
+            "unknown database",
+            with(sale(), "/spec/orderWriter/database/driver", json!("oracle")),
+            "spec.orderWriter.database.driver",
+        ),
+        (
+            "batch size 0",
+            with(sale(), "/spec/orderWriter/database/batchSize", json!(0)),
+            "spec.orderWriter.database.batchSize",
+        ),
+        (
+            "DLQ is the main topic",
+            with(
+                sale(),
+                "/spec/orderWriter/kafka/dlqTopic",
+                json!("flashsale.orders"),
+            ),
+            "spec.orderWriter.kafka",
+        ),
+        (
+            "exit above enter",
+            with(policy(), "/spec/tiers/0/exitBelow", json!(0.9)),
+            "spec.tiers[0]",
+        ),
+        (
+            "tier 2 below tier 1",
+            with(policy(), "/spec/tiers/1/enterAbove", json!(0.5)),
+            "spec.tiers",
+        ),
+        (
+            "override without expiry",
+            with(policy(), "/spec/override/expires", Value::Null),
+            "spec.override.expires",
+        ),
+        (
+            "unknown switch mode",
+            with(
+                policy(),
+                "/spec/tiers/0/switches/recommendations",
+                json!("off"),
+            ),
+            "spec.tiers[0].switches.recommendations",
+        ),
+        (
+            "EnterTier without tier",
+            with(
+                policy(),
+                "/spec/onSignalLoss",
+                json!({"action": "EnterTier"}),
+            ),
+            "spec.onSignalLoss",
+        ),
+        (
+            "zero signal interval",
+            with(policy(), "/spec/signal/interval", json!("0s")),
+            "spec.signal.interval",
+        ),
+        (
+            "blast radius 0%",
+            with(drill(), "/spec/blastRadius/maxPercent", json!(0)),
+            "spec.blastRadius.maxPercent",
+        ),
+        (
+            "blast radius 150%",
+            with(drill(), "/spec/blastRadius/maxPercent", json!(150)),
+            "spec.blastRadius.maxPercent",
+        ),
+        (
+            "window ends before it starts",
+            with(drill(), "/spec/windows/0/end", json!("13:00")),
+            "spec.windows[0]",
+        ),
+        (
+            "window at 25:00",
+            with(drill(), "/spec/windows/0/start", json!("25:00")),
+            "spec.windows[0].start",
+        ),
+        (
+            "unknown weekday",
+            with(drill(), "/spec/windows/0/days/0", json!("Funday")),
+            "spec.windows[0].days[0]",
+        ),
+        (
+            "two fault kinds in one experiment",
+            with(
+                drill(),
+                "/spec/experiments/0/stressChaos",
+                json!({"cpuWorkers": 1}),
+            ),
+            "spec.experiments[0]",
+        ),
+        (
+            "experiment of 2h",
+            with(drill(), "/spec/experiments/0/duration", json!("2h")),
+            "spec.experiments[0].duration",
+        ),
+        (
+            "dead-man shorter than interval",
+            with(drill(), "/spec/sloGuard/staleAfter", json!("100ms")),
+            "spec.sloGuard",
+        ),
+    ];
+    assert!(cases.len() >= 15);
+    let mut failures = Vec::new();
+    for (case, object, field) in cases {
+        let kind = object["kind"].as_str().unwrap_or_default().to_owned();
+        match create(&api_for(&client, &ns.name, &kind), object).await {
+            Err(kube::Error::Api(status))
+                if status.code == 422 && status.message.contains(field) => {}
+            Err(kube::Error::Api(status)) => failures.push(format!(
+                "{case}: rejected ({}) without naming {field}: {}",
+                status.code, status.message
+            )),
+            Err(other) => failures.push(format!("{case}: unexpected error {other}")),
+            Ok(_) => {
+                failures.push(format!("{case}: accepted"));
+                // Free the name for the next case.
+                let _ = api_for(&client, &ns.name, &kind)
+                    .delete("bad", &Default::default())
+                    .await;
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // The valid bases really are valid, so each case failed for its own reason.
+    for object in [sale(), policy(), drill()] {
+        let kind = object["kind"].as_str().unwrap_or_default().to_owned();
+        apply_strict(&api_for(&client, &ns.name, &kind), object)
+            .await
+            .map_err(|e| anyhow::anyhow!("{kind}: {e}"))?;
+    }
+    Ok(())
+}
+
+async fn set_phase(api: &Api<DynamicObject>, name: &str, phase: &str) -> anyhow::Result<()> {
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": phase}})),
+    )
+    .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn start_time_and_skus_are_protected_once_live() -> anyhow::Result<()> {
+    let client = setup().await?;
+    let ns = TestNamespace::create(&client, "api-live").await?;
+    let api = api_for(&client, &ns.name, "FlashSale");
+    create(&api, valid_sale("sale")).await?;
+    let params = PatchParams::default();
+    let new_start = json!({"spec": {"schedule": {"start": "2026-11-10T23:00:00Z"}}});
+
+    // Before the sale is Live, the start may move.
+    api.patch("sale", &params, &Patch::Merge(&new_start))
+        .await?;
+
+    set_phase(&api, "sale", "Live").await?;
+    let moved = api
+        .patch(
+            "sale",
+            &params,
+            &Patch::Merge(json!({"spec": {"schedule": {"start": "2026-11-10T22:00:00Z"}}})),
+        )
+        .await;
+    assert!(
+        matches!(&moved, Err(kube::Error::Api(s)) if s.code == 422 && s.message.contains("spec.schedule.start")),
+        "start moved on a Live sale: {moved:?}"
+    );
+
+    let mut items = valid_sale("sale")["spec"]["items"].clone();
+    items[1]["sku"] = json!("CASE-2");
+    let renamed = api
+        .patch(
+            "sale",
+            &params,
+            &Patch::Merge(json!({"spec": {"items": items}})),
+        )
+        .await;
+    assert!(
+        matches!(&renamed, Err(kube::Error::Api(s)) if s.code == 422 && s.message.contains("spec.items[*].sku")),
+        "SKU renamed on a Live sale: {renamed:?}"
+    );
+
+    // Stock is not protected: adjusting it is a normal operation.
+    let mut items = valid_sale("sale")["spec"]["items"].clone();
+    items[0]["stock"] = json!(150);
+    api.patch(
+        "sale",
+        &params,
+        &Patch::Merge(json!({"spec": {"items": items}})),
+    )
+    .await?;
+    let sale = Api::<FlashSale>::namespaced(client.clone(), &ns.name)
+        .get("sale")
+        .await?;
+    assert_eq!(sale.spec.items[0].stock, 150);
+    assert_eq!(
+        sale.spec.schedule.start.0.to_string(),
+        "2026-11-10T23:00:00Z"
+    );
+    Ok(())
+}
+
+fn kubectl(args: &[&str]) -> anyhow::Result<String> {
+    let output = Command::new("kubectl").args(args).output()?;
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    anyhow::ensure!(
+        output.status.success(),
+        "kubectl {args:?} failed: {}{}",
+        stdout,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(stdout)
+}
+
+#[tokio::test]
+async fn kubectl_shows_columns_categories_and_waits_for_ready() -> anyhow::Result<()> {
+    let client = setup().await?;
+    let ns = TestNamespace::create(&client, "api-kubectl").await?;
+    let sales = api_for(&client, &ns.name, "FlashSale");
+    create(&sales, valid_sale("sale")).await?;
+    create(
+        &api_for(&client, &ns.name, "DegradationPolicy"),
+        valid_policy("policy"),
+    )
+    .await?;
+    create(
+        &api_for(&client, &ns.name, "ChaosDrill"),
+        valid_drill("drill"),
+    )
+    .await?;
+    sales
+        .patch_status(
+            "sale",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"phase": "Live", "stockLeft": 573, "readyWorkloads": "3/3"}}),
+            ),
+        )
+        .await?;
+
+    let table = kubectl(&["get", "fs,dp,drill", "-n", &ns.name])?;
+    for header in [
+        "PHASE",
+        "START",
+        "END",
+        "STOCK LEFT",
+        "READY",
+        "TIER",
+        "SIGNAL",
+        "OVERRIDE",
+        "NEXT RUN",
+        "LAST OUTCOME",
+        "ABORT LATENCY",
+    ] {
+        assert!(table.contains(header), "no {header} column in:\n{table}");
+    }
+    let sale_row = table
+        .lines()
+        .find(|l| l.starts_with("flashsale.flashsale.dev/sale"))
+        .unwrap_or_default();
+    for cell in ["Live", "573", "3/3"] {
+        assert!(sale_row.contains(cell), "no {cell} in {sale_row:?}");
+    }
+
+    let category = kubectl(&["get", "flashsale", "-n", &ns.name, "-o", "name"])?;
+    for name in [
+        "flashsale.flashsale.dev/sale",
+        "degradationpolicy.flashsale.dev/policy",
+        "chaosdrill.flashsale.dev/drill",
+    ] {
+        assert!(
+            category.contains(name),
+            "category flashsale misses {name}:\n{category}"
+        );
+    }
+
+    let ready = json!({"status": {"conditions": [{
+        "type": "Ready", "status": "True", "reason": "AllWorkloadsReady", "message": "3/3 workloads ready",
+        "lastTransitionTime": "2026-11-11T00:00:00Z", "observedGeneration": 1
+    }]}});
+    sales
+        .patch_status("sale", &PatchParams::default(), &Patch::Merge(ready))
+        .await?;
+    kubectl(&[
+        "wait",
+        "--for=condition=Ready",
+        "fs/sale",
+        "-n",
+        &ns.name,
+        "--timeout=20s",
+    ])?;
+    Ok(())
+}
