@@ -5,12 +5,15 @@
 // Each `printcolumn(...)` repeats the same keys, which this lint mistakes for duplicates.
 #![allow(clippy::duplicated_attributes)]
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{common::SaleRef, duration::Duration};
+use super::{
+    common::{ObservedConditions, SaleRef},
+    duration::Duration,
+};
 
 /// A recurring chaos drill against one FlashSale.
 #[derive(CustomResource, KubeSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -436,13 +439,9 @@ pub struct ChaosDrillStatus {
     /// Abort latency of the latest aborted run, e.g. `180ms`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_abort_latency: Option<Duration>,
-    /// The generation this status describes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-    /// Standard conditions.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
-    pub conditions: Vec<Condition>,
+    /// observedGeneration and conditions.
+    #[serde(flatten)]
+    pub observed: ObservedConditions,
 }
 
 /// One run of a drill.

@@ -5,13 +5,13 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    common::{SecretKeyRef, WorkloadSpec},
+    common::{ObservedConditions, SecretKeyRef, WorkloadSpec},
     duration::Duration,
 };
 
@@ -406,13 +406,9 @@ pub struct FlashSaleStatus {
     /// When the next phase change is due.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_transition_time: Option<Time>,
-    /// The generation this status describes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-    /// Standard conditions: Ready, Progressing, Stalled.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
-    pub conditions: Vec<Condition>,
+    /// observedGeneration and conditions.
+    #[serde(flatten)]
+    pub observed: ObservedConditions,
     /// Ready and desired replicas per workload.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub workloads: BTreeMap<String, WorkloadStatus>,
