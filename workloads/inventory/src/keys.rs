@@ -1,0 +1,142 @@
+//! The inventory's Redis key schema. Every key of sale `S` starts with
+//! `fs:{S}:` and so lives in one Redis Cluster slot, except the keys of a
+//! sharded SKU's shards, which get a slot each (`fs:{S#K#i}:`) so that a hot
+//! SKU spreads over cluster nodes. See `docs/design/inventory.md`.
+//!
+//! | key | type | what |
+//! |---|---|---|
+//! | `fs:{S}:sku:<K>` | hash | `stock`, `limit`, `shards`, `sold` |
+//! | `fs:{S}:user:<K>:<U>` | int | units user U holds of K (reserved + sold) |
+//! | `fs:{S}:req:<R>` | string | request id R → reservation id |
+//! | `fs:{S}:resv:<ID>` | hash | `sku`, `user`, `qty`, `shard`, `state`, `expires_at` (ms), `request` |
+//! | `fs:{S}:expiry` | zset | reservation id → when the sweeper must look at it (ms) |
+//! | `<shard>avail:<K>:<i>` | int | units shard i can still give |
+//! | `<shard>held:<K>:<i>` | int | units shard i gave (reserved or sold) |
+//! | `<shard>taken:<ID>` | int | units shard i gave reservation ID (the proof for give-back) |
+//!
+//! `<shard>` is `fs:{S}:` for a SKU with one shard and `fs:{S#K#i}:` otherwise.
+//! For every shard, `avail + held` is constant (changed only by stock adjustments).
+
+/// Keys of one sale.
+#[derive(Debug, Clone)]
+pub struct SaleKeys {
+    sale: String,
+}
+
+impl SaleKeys {
+    /// Keys of sale `sale`.
+    pub fn new(sale: &str) -> Self {
+        Self {
+            sale: sale.to_owned(),
+        }
+    }
+
+    fn key(&self, rest: &str) -> String {
+        format!("fs:{{{}}}:{rest}", self.sale)
+    }
+
+    /// A SKU's record.
+    pub fn sku(&self, sku: &str) -> String {
+        self.key(&format!("sku:{sku}"))
+    }
+
+    /// A user's held units of a SKU.
+    pub fn user(&self, sku: &str, user: &str) -> String {
+        self.key(&format!("user:{sku}:{user}"))
+    }
+
+    /// Request id → reservation id.
+    pub fn request(&self, request_id: &str) -> String {
+        self.key(&format!("req:{request_id}"))
+    }
+
+    /// A reservation's record.
+    pub fn reservation(&self, id: &str) -> String {
+        self.key(&format!("resv:{id}"))
+    }
+
+    /// The sweeper's queue.
+    pub fn expiry(&self) -> String {
+        self.key("expiry")
+    }
+
+    /// Keys of shard `index` of `sku`, which has `shards` shards.
+    pub fn shard(&self, sku: &str, shards: u32, index: u32) -> ShardKeys {
+        let prefix = if shards <= 1 {
+            format!("fs:{{{}}}:", self.sale)
+        } else {
+            format!("fs:{{{}#{sku}#{index}}}:", self.sale)
+        };
+        ShardKeys {
+            prefix,
+            sku: sku.to_owned(),
+            index,
+        }
+    }
+}
+
+/// Keys of one shard of a SKU.
+#[derive(Debug, Clone)]
+pub struct ShardKeys {
+    prefix: String,
+    sku: String,
+    index: u32,
+}
+
+impl ShardKeys {
+    /// Units the shard can still give.
+    pub fn avail(&self) -> String {
+        format!("{}avail:{}:{}", self.prefix, self.sku, self.index)
+    }
+
+    /// Units the shard gave.
+    pub fn held(&self) -> String {
+        format!("{}held:{}:{}", self.prefix, self.sku, self.index)
+    }
+
+    /// Proof that the shard gave units to reservation `id`.
+    pub fn taken(&self, id: &str) -> String {
+        format!("{}taken:{id}", self.prefix)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Redis Cluster's hash tag: the part between the first `{` and the next `}`.
+    fn hash_tag(key: &str) -> &str {
+        let open = key.find('{').map(|i| i + 1).unwrap_or(0);
+        let close = key[open..].find('}').map(|i| open + i).unwrap_or(key.len());
+        &key[open..close]
+    }
+
+    #[test]
+    fn a_sale_stays_in_one_slot_unless_sharded() {
+        let keys = SaleKeys::new("s11");
+        let single = keys.shard("PHONE", 1, 0);
+        for key in [
+            keys.sku("PHONE"),
+            keys.user("PHONE", "u1"),
+            keys.request("r1"),
+            keys.reservation("id"),
+            keys.expiry(),
+            single.avail(),
+            single.held(),
+            single.taken("id"),
+        ] {
+            assert!(key.starts_with("fs:{s11}:"), "{key}");
+            assert_eq!(hash_tag(&key), "s11");
+        }
+        let tags: std::collections::BTreeSet<String> = (0..8)
+            .map(|i| hash_tag(&keys.shard("PHONE", 8, i).avail()).to_owned())
+            .collect();
+        assert_eq!(tags.len(), 8, "each shard in its own slot: {tags:?}");
+        let shard = keys.shard("PHONE", 8, 3);
+        assert_eq!(
+            hash_tag(&shard.avail()),
+            hash_tag(&shard.taken("id")),
+            "a shard's keys share a slot"
+        );
+    }
+}

@@ -1,0 +1,698 @@
+//! Stock reservations in Redis: every state change is one Lua script, so no
+//! interleaving of replicas, retries or sweepers can sell a unit twice.
+//! The protocol and its failure analysis: `docs/design/inventory.md`.
+
+use std::{collections::HashMap, sync::Arc};
+
+use redis::{Script, aio::ConnectionManager};
+use serde::{Deserialize, Serialize};
+use tokio::sync::RwLock;
+
+use crate::keys::{SaleKeys, ShardKeys};
+
+/// How long a request id stays known after its reservation, for retries.
+const REQUEST_ID_TTL_SECS: u64 = 24 * 3600;
+/// How long a sharded claim may take between its first and last step; longer
+/// than any request deadline, so a late step cannot race the sweeper.
+const CLAIM_WINDOW_MS: u64 = 10_000;
+
+/// Errors talking to Redis or reading what it holds.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Redis failed or is unreachable.
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    /// Redis holds something this code did not write.
+    #[error("unexpected data in redis: {0}")]
+    Corrupt(String),
+    /// The sale was never loaded into this store.
+    #[error("sale {0:?} is not loaded")]
+    UnknownSale(String),
+    /// A sharded claim ran past its window; the sweeper returns its units.
+    #[error("reservation {0} did not complete in time; retry with the same request id")]
+    ClaimExpired(String),
+}
+
+/// A sale as the inventory needs it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SaleDefinition {
+    /// Sale name.
+    pub sale: String,
+    /// How long a reservation may stay unpaid, in milliseconds.
+    pub reservation_ttl_ms: u64,
+    /// Items on sale.
+    pub items: Vec<ItemDefinition>,
+}
+
+/// One SKU of a sale.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ItemDefinition {
+    /// The SKU.
+    pub sku: String,
+    /// Units for sale.
+    pub stock: u64,
+    /// Most units one user may hold.
+    pub per_user_limit: u64,
+    /// Redis keys (slots) the stock is split over.
+    pub shards: u32,
+}
+
+/// A reservation request.
+#[derive(Debug, Clone)]
+pub struct ReserveRequest<'a> {
+    /// Sale.
+    pub sale: &'a str,
+    /// SKU.
+    pub sku: &'a str,
+    /// Buyer.
+    pub user: &'a str,
+    /// Units, at least 1.
+    pub quantity: u64,
+    /// Client-chosen id; a retry with the same id gets the same answer.
+    pub request_id: &'a str,
+}
+
+/// The answer to a reservation request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReserveOutcome {
+    /// Units are held until `expires_at_ms` (Unix ms, Redis clock).
+    Reserved {
+        /// Reservation id.
+        id: String,
+        /// When it lapses unless confirmed.
+        expires_at_ms: u64,
+    },
+    /// The request id was seen before; this is its reservation as it is now.
+    Existing(Reservation),
+    /// Not enough units left.
+    SoldOut,
+    /// The user already holds `held` units and the limit forbids more.
+    UserLimit {
+        /// Units the user holds.
+        held: u64,
+    },
+    /// The sale has no such SKU.
+    UnknownSku,
+}
+
+/// Lifecycle of a reservation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReservationState {
+    /// A sharded claim between its steps.
+    Pending,
+    /// Units held, payment awaited.
+    Reserved,
+    /// Paid.
+    Confirmed,
+    /// Units being returned.
+    Releasing,
+    /// Units returned (cancelled, expired or sold out).
+    Released,
+}
+
+/// A reservation as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Reservation {
+    /// Id.
+    pub id: String,
+    /// SKU.
+    pub sku: String,
+    /// Buyer.
+    pub user: String,
+    /// Units.
+    pub quantity: u64,
+    /// Where it is in its life.
+    pub state: ReservationState,
+    /// Why it was released, if it was.
+    pub reason: Option<String>,
+    /// When it lapses (or lapsed), Unix ms.
+    pub expires_at_ms: u64,
+}
+
+/// The answer to a confirm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfirmOutcome {
+    /// Paid now.
+    Confirmed,
+    /// Was already paid (a retry).
+    AlreadyConfirmed,
+    /// Lapsed or cancelled before payment: refused.
+    NotReserved,
+    /// No such reservation.
+    Missing,
+}
+
+/// The answer to a cancel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// Units returned now.
+    Cancelled,
+    /// Already released (a retry, or it lapsed): nothing to do.
+    AlreadyReleased,
+    /// Paid: a cancel is a refund, not a stock release.
+    Confirmed,
+    /// No such reservation.
+    Missing,
+}
+
+/// Stock of one SKU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct StockLevel {
+    /// Units for sale in total.
+    pub stock: u64,
+    /// Units that can still be reserved.
+    pub available: u64,
+    /// Units reserved, not yet paid.
+    pub reserved: u64,
+    /// Units paid.
+    pub sold: u64,
+}
+
+struct Scripts {
+    reserve_local: Script,
+    claim: Script,
+    take: Script,
+    settle: Script,
+    confirm: Script,
+    begin_release: Script,
+    give_back: Script,
+    finish_release: Script,
+    load_item: Script,
+}
+
+impl Scripts {
+    fn new() -> Self {
+        Self {
+            reserve_local: Script::new(include_str!("lua/reserve_local.lua")),
+            claim: Script::new(include_str!("lua/claim.lua")),
+            take: Script::new(include_str!("lua/take.lua")),
+            settle: Script::new(include_str!("lua/settle.lua")),
+            confirm: Script::new(include_str!("lua/confirm.lua")),
+            begin_release: Script::new(include_str!("lua/begin_release.lua")),
+            give_back: Script::new(include_str!("lua/give_back.lua")),
+            finish_release: Script::new(include_str!("lua/finish_release.lua")),
+            load_item: Script::new(include_str!("lua/load_item.lua")),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct SaleInfo {
+    ttl_ms: u64,
+    shards: HashMap<String, u32>,
+}
+
+/// The reservation store over one Redis.
+#[derive(Clone)]
+pub struct Store {
+    conn: ConnectionManager,
+    scripts: Arc<Scripts>,
+    sales: Arc<RwLock<HashMap<String, SaleInfo>>>,
+}
+
+/// Whether a load created a SKU or found it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LoadedItem {
+    /// The SKU.
+    pub sku: String,
+    /// `true` if this load created it; `false` if its counts were kept.
+    pub created: bool,
+}
+
+impl Store {
+    /// A store over `conn`. Scripts are sent by SHA and reloaded on NOSCRIPT
+    /// (after `SCRIPT FLUSH` or a Redis restart) by the `redis` crate.
+    pub fn new(conn: ConnectionManager) -> Self {
+        Self {
+            conn,
+            scripts: Arc::new(Scripts::new()),
+            sales: Arc::default(),
+        }
+    }
+
+    /// Connects to `url`.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let client = redis::Client::open(url)?;
+        Ok(Self::new(ConnectionManager::new(client).await?))
+    }
+
+    /// Loads a sale: creates what is missing and keeps every count that
+    /// exists, so a reload or a restart never resells sold units.
+    pub async fn load(&self, def: &SaleDefinition) -> Result<Vec<LoadedItem>, StoreError> {
+        let keys = SaleKeys::new(&def.sale);
+        let mut conn = self.conn.clone();
+        let mut loaded = Vec::with_capacity(def.items.len());
+        let mut shards = HashMap::new();
+        for item in &def.items {
+            let created: i64 = self
+                .scripts
+                .load_item
+                .key(keys.sku(&item.sku))
+                .arg(item.stock)
+                .arg(item.per_user_limit)
+                .arg(item.shards.max(1))
+                .invoke_async(&mut conn)
+                .await?;
+            // The SKU's own record decides its shape; a changed spec does not reshard.
+            let (stock, count): (u64, u32) = redis::cmd("HMGET")
+                .arg(keys.sku(&item.sku))
+                .arg("stock")
+                .arg("shards")
+                .query_async(&mut conn)
+                .await?;
+            let count = count.max(1);
+            for i in 0..count {
+                let share =
+                    stock / u64::from(count) + u64::from(u64::from(i) < stock % u64::from(count));
+                let _: () = redis::cmd("SET")
+                    .arg(keys.shard(&item.sku, count, i).avail())
+                    .arg(share)
+                    .arg("NX")
+                    .query_async(&mut conn)
+                    .await?;
+            }
+            shards.insert(item.sku.clone(), count);
+            loaded.push(LoadedItem {
+                sku: item.sku.clone(),
+                created: created == 1,
+            });
+        }
+        self.sales.write().await.insert(
+            def.sale.clone(),
+            SaleInfo {
+                ttl_ms: def.reservation_ttl_ms,
+                shards,
+            },
+        );
+        Ok(loaded)
+    }
+
+    async fn sale(&self, sale: &str) -> Result<SaleInfo, StoreError> {
+        self.sales
+            .read()
+            .await
+            .get(sale)
+            .cloned()
+            .ok_or_else(|| StoreError::UnknownSale(sale.to_owned()))
+    }
+
+    /// Reserves units: one script for a SKU with one shard, three steps for a
+    /// sharded one (claim, take from a shard, settle).
+    pub async fn reserve(&self, req: &ReserveRequest<'_>) -> Result<ReserveOutcome, StoreError> {
+        let info = self.sale(req.sale).await?;
+        let Some(&shards) = info.shards.get(req.sku) else {
+            return Ok(ReserveOutcome::UnknownSku);
+        };
+        let keys = SaleKeys::new(req.sale);
+        let uuid = uuid::Uuid::new_v4();
+        let id = uuid.simple().to_string();
+        let mut conn = self.conn.clone();
+        if shards == 1 {
+            let shard = keys.shard(req.sku, 1, 0);
+            let reply: Vec<String> = self
+                .scripts
+                .reserve_local
+                .key(keys.sku(req.sku))
+                .key(keys.user(req.sku, req.user))
+                .key(keys.request(req.request_id))
+                .key(keys.reservation(&id))
+                .key(keys.expiry())
+                .key(shard.avail())
+                .key(shard.held())
+                .key(shard.taken(&id))
+                .arg(req.quantity)
+                .arg(&id)
+                .arg(req.user)
+                .arg(req.sku)
+                .arg(info.ttl_ms)
+                .arg(REQUEST_ID_TTL_SECS)
+                .arg(req.request_id)
+                .invoke_async(&mut conn)
+                .await?;
+            return self.reserve_reply(&keys, reply).await;
+        }
+
+        let reply: Vec<String> = self
+            .scripts
+            .claim
+            .key(keys.sku(req.sku))
+            .key(keys.user(req.sku, req.user))
+            .key(keys.request(req.request_id))
+            .key(keys.reservation(&id))
+            .key(keys.expiry())
+            .arg(req.quantity)
+            .arg(&id)
+            .arg(req.user)
+            .arg(req.sku)
+            .arg(CLAIM_WINDOW_MS)
+            .arg(REQUEST_ID_TTL_SECS)
+            .arg(req.request_id)
+            .invoke_async(&mut conn)
+            .await?;
+        if reply.first().map(String::as_str) != Some("claimed") {
+            return self.reserve_reply(&keys, reply).await;
+        }
+        let deadline = reply
+            .get(2)
+            .and_then(|d| d.parse::<u64>().ok())
+            .unwrap_or_default();
+        // A random first shard spreads buyers; the others are tried in turn.
+        let start = (uuid.as_u128() % u128::from(shards)) as u32;
+        let mut taken_from = -1_i64;
+        for step in 0..shards {
+            let index = (start + step) % shards;
+            let shard = keys.shard(req.sku, shards, index);
+            let outcome: String = self
+                .scripts
+                .take
+                .key(shard.avail())
+                .key(shard.held())
+                .key(shard.taken(&id))
+                .arg(req.quantity)
+                .arg(deadline)
+                .invoke_async(&mut conn)
+                .await?;
+            match outcome.as_str() {
+                "taken" => {
+                    taken_from = i64::from(index);
+                    break;
+                }
+                "empty" => continue,
+                // Past the window: the sweeper settles this claim.
+                _ => return Err(StoreError::ClaimExpired(id)),
+            }
+        }
+        let settled: Vec<String> = self
+            .scripts
+            .settle
+            .key(keys.reservation(&id))
+            .key(keys.expiry())
+            .key(keys.user(req.sku, req.user))
+            .arg(&id)
+            .arg(taken_from)
+            .arg(info.ttl_ms)
+            .invoke_async(&mut conn)
+            .await?;
+        match settled.first().map(String::as_str) {
+            Some("reserved") => Ok(ReserveOutcome::Reserved {
+                id,
+                expires_at_ms: settled
+                    .get(1)
+                    .and_then(|e| e.parse().ok())
+                    .unwrap_or_default(),
+            }),
+            Some("sold_out") => Ok(ReserveOutcome::SoldOut),
+            _ => Err(StoreError::ClaimExpired(id)),
+        }
+    }
+
+    async fn reserve_reply(
+        &self,
+        keys: &SaleKeys,
+        reply: Vec<String>,
+    ) -> Result<ReserveOutcome, StoreError> {
+        let field = |i: usize| reply.get(i).cloned().unwrap_or_default();
+        match reply.first().map(String::as_str) {
+            Some("reserved") => Ok(ReserveOutcome::Reserved {
+                id: field(1),
+                expires_at_ms: field(2).parse().unwrap_or_default(),
+            }),
+            Some("duplicate") => match self.reservation_by_key(keys, &field(1)).await? {
+                Some(existing) => Ok(ReserveOutcome::Existing(existing)),
+                None => Err(StoreError::Corrupt(format!(
+                    "request maps to missing reservation {}",
+                    field(1)
+                ))),
+            },
+            Some("sold_out") => Ok(ReserveOutcome::SoldOut),
+            Some("user_limit") => Ok(ReserveOutcome::UserLimit {
+                held: field(1).parse().unwrap_or_default(),
+            }),
+            Some("unknown_sku") => Ok(ReserveOutcome::UnknownSku),
+            other => Err(StoreError::Corrupt(format!(
+                "reserve script answered {other:?}"
+            ))),
+        }
+    }
+
+    /// Reads a reservation.
+    pub async fn reservation(
+        &self,
+        sale: &str,
+        id: &str,
+    ) -> Result<Option<Reservation>, StoreError> {
+        self.reservation_by_key(&SaleKeys::new(sale), id).await
+    }
+
+    async fn reservation_by_key(
+        &self,
+        keys: &SaleKeys,
+        id: &str,
+    ) -> Result<Option<Reservation>, StoreError> {
+        let mut conn = self.conn.clone();
+        let fields: HashMap<String, String> = redis::cmd("HGETALL")
+            .arg(keys.reservation(id))
+            .query_async(&mut conn)
+            .await?;
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        let get = |k: &str| {
+            fields
+                .get(k)
+                .cloned()
+                .ok_or_else(|| StoreError::Corrupt(format!("reservation {id} lacks {k}")))
+        };
+        let state = match get("state")?.as_str() {
+            "pending" => ReservationState::Pending,
+            "reserved" => ReservationState::Reserved,
+            "confirmed" => ReservationState::Confirmed,
+            "releasing" => ReservationState::Releasing,
+            "released" => ReservationState::Released,
+            other => {
+                return Err(StoreError::Corrupt(format!(
+                    "reservation {id} in state {other:?}"
+                )));
+            }
+        };
+        Ok(Some(Reservation {
+            id: id.to_owned(),
+            sku: get("sku")?,
+            user: get("user")?,
+            quantity: get("qty")?
+                .parse()
+                .map_err(|_| StoreError::Corrupt(format!("reservation {id} qty")))?,
+            state,
+            reason: fields.get("reason").cloned(),
+            expires_at_ms: get("expires_at")?.parse().unwrap_or_default(),
+        }))
+    }
+
+    /// Marks a reservation paid. Refused once it lapsed, even before the
+    /// sweeper returned its units.
+    pub async fn confirm(&self, sale: &str, id: &str) -> Result<ConfirmOutcome, StoreError> {
+        let keys = SaleKeys::new(sale);
+        let Some(resv) = self.reservation_by_key(&keys, id).await? else {
+            return Ok(ConfirmOutcome::Missing);
+        };
+        let mut conn = self.conn.clone();
+        let outcome: String = self
+            .scripts
+            .confirm
+            .key(keys.reservation(id))
+            .key(keys.expiry())
+            .key(keys.sku(&resv.sku))
+            .arg(id)
+            .invoke_async(&mut conn)
+            .await?;
+        Ok(match outcome.as_str() {
+            "confirmed" if resv.state == ReservationState::Confirmed => {
+                ConfirmOutcome::AlreadyConfirmed
+            }
+            "confirmed" => ConfirmOutcome::Confirmed,
+            "missing" => ConfirmOutcome::Missing,
+            _ => ConfirmOutcome::NotReserved,
+        })
+    }
+
+    /// Cancels an unpaid reservation and returns its units.
+    pub async fn cancel(&self, sale: &str, id: &str) -> Result<CancelOutcome, StoreError> {
+        Ok(match self.release(sale, id, "cancelled", false).await? {
+            Release::Released => CancelOutcome::Cancelled,
+            Release::Missing => CancelOutcome::Missing,
+            Release::Other(state) if state == "confirmed" => CancelOutcome::Confirmed,
+            Release::Other(_) => CancelOutcome::AlreadyReleased,
+        })
+    }
+
+    /// Returns every reservation whose time has passed (unpaid ones after the
+    /// TTL, stuck sharded claims after their window). Safe with any number of
+    /// sweepers: each reservation is returned, and counted, once.
+    pub async fn sweep(&self, sale: &str, batch: usize) -> Result<u64, StoreError> {
+        let keys = SaleKeys::new(sale);
+        let mut conn = self.conn.clone();
+        let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await?;
+        let now_ms = secs * 1000 + micros / 1000;
+        let due: Vec<String> = redis::cmd("ZRANGEBYSCORE")
+            .arg(keys.expiry())
+            .arg("-inf")
+            .arg(now_ms)
+            .arg("LIMIT")
+            .arg(0)
+            .arg(batch)
+            .query_async(&mut conn)
+            .await?;
+        let mut released = 0;
+        for id in due {
+            if self.release(sale, &id, "expired", true).await? == Release::Released {
+                released += 1;
+            }
+        }
+        Ok(released)
+    }
+
+    /// begin → give back on the shard(s) → finish; each step is idempotent,
+    /// so a crash anywhere is finished by the next sweeper.
+    async fn release(
+        &self,
+        sale: &str,
+        id: &str,
+        reason: &str,
+        only_if_due: bool,
+    ) -> Result<Release, StoreError> {
+        let keys = SaleKeys::new(sale);
+        let mut conn = self.conn.clone();
+        let begun: Vec<String> = self
+            .scripts
+            .begin_release
+            .key(keys.reservation(id))
+            .key(keys.expiry())
+            .arg(id)
+            .arg(reason)
+            .arg(if only_if_due { "due" } else { "now" })
+            .invoke_async(&mut conn)
+            .await?;
+        let field = |i: usize| begun.get(i).cloned().unwrap_or_default();
+        match field(0).as_str() {
+            "releasing" => {}
+            "missing" => return Ok(Release::Missing),
+            state => return Ok(Release::Other(state.to_owned())),
+        }
+        let (sku, user) = (field(3), field(4));
+        let shards = self
+            .sale(sale)
+            .await
+            .ok()
+            .and_then(|info| info.shards.get(&sku).copied())
+            .unwrap_or(1);
+        let shard: i64 = field(1)
+            .parse()
+            .map_err(|_| StoreError::Corrupt(format!("reservation {id} shard")))?;
+        // A claim that never settled may have taken from any shard: ask them all.
+        let candidates: Vec<u32> = match u32::try_from(shard) {
+            Ok(index) => vec![index],
+            Err(_) => (0..shards).collect(),
+        };
+        for index in candidates {
+            self.give_back(&keys.shard(&sku, shards, index), id).await?;
+        }
+        let finished: i64 = self
+            .scripts
+            .finish_release
+            .key(keys.reservation(id))
+            .key(keys.expiry())
+            .key(keys.user(&sku, &user))
+            .arg(id)
+            .invoke_async(&mut conn)
+            .await?;
+        Ok(if finished == 1 {
+            Release::Released
+        } else {
+            Release::Other("released".to_owned())
+        })
+    }
+
+    async fn give_back(&self, shard: &ShardKeys, id: &str) -> Result<u64, StoreError> {
+        let mut conn = self.conn.clone();
+        Ok(self
+            .scripts
+            .give_back
+            .key(shard.avail())
+            .key(shard.held())
+            .key(shard.taken(id))
+            .invoke_async(&mut conn)
+            .await?)
+    }
+
+    /// Stock of a SKU, read in one atomic round trip (on a single Redis).
+    pub async fn stock(&self, sale: &str, sku: &str) -> Result<Option<StockLevel>, StoreError> {
+        let info = self.sale(sale).await?;
+        let Some(&shards) = info.shards.get(sku) else {
+            return Ok(None);
+        };
+        let keys = SaleKeys::new(sale);
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .cmd("HMGET")
+            .arg(keys.sku(sku))
+            .arg("stock")
+            .arg("sold");
+        for i in 0..shards {
+            let shard = keys.shard(sku, shards, i);
+            pipe.cmd("GET")
+                .arg(shard.avail())
+                .cmd("GET")
+                .arg(shard.held());
+        }
+        let mut conn = self.conn.clone();
+        let values: Vec<redis::Value> = pipe.query_async(&mut conn).await?;
+        let corrupt = |e: redis::ParsingError| StoreError::Corrupt(format!("stock of {sku}: {e}"));
+        let mut values = values.into_iter();
+        let (stock, sold): (Option<u64>, Option<u64>) = values
+            .next()
+            .map(redis::from_redis_value)
+            .transpose()
+            .map_err(corrupt)?
+            .unwrap_or_default();
+        let counts: Vec<Option<i64>> = values
+            .map(redis::from_redis_value)
+            .collect::<Result<_, _>>()
+            .map_err(corrupt)?;
+        let (stock, sold) = (stock.unwrap_or(0), sold.unwrap_or(0));
+        let sum = |offset: usize| -> u64 {
+            counts
+                .iter()
+                .skip(offset)
+                .step_by(2)
+                .map(|c| c.unwrap_or(0).max(0) as u64)
+                .sum()
+        };
+        let (available, held) = (sum(0), sum(1));
+        Ok(Some(StockLevel {
+            stock,
+            available,
+            reserved: held.saturating_sub(sold),
+            sold,
+        }))
+    }
+
+    /// Units a user holds of a SKU (reserved + sold).
+    pub async fn held_by(&self, sale: &str, sku: &str, user: &str) -> Result<u64, StoreError> {
+        let mut conn = self.conn.clone();
+        let held: Option<u64> = redis::cmd("GET")
+            .arg(SaleKeys::new(sale).user(sku, user))
+            .query_async(&mut conn)
+            .await?;
+        Ok(held.unwrap_or(0))
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Release {
+    Released,
+    Missing,
+    Other(String),
+}

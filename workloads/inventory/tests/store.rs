@@ -1,0 +1,439 @@
+//! The reservation store against the real Redis of the local stack.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use flashsale_e2e::{stack, wait::poll_until};
+use inventory::store::{
+    CancelOutcome, ConfirmOutcome, ItemDefinition, ReservationState, ReserveOutcome,
+    ReserveRequest, SaleDefinition, Store,
+};
+
+async fn store_with(
+    stock: u64,
+    limit: u64,
+    shards: u32,
+    ttl_ms: u64,
+) -> anyhow::Result<(Store, String)> {
+    let store = Store::connect(&stack::redis_url()?).await?;
+    let sale = stack::unique_name("inv");
+    store
+        .load(&SaleDefinition {
+            sale: sale.clone(),
+            reservation_ttl_ms: ttl_ms,
+            items: vec![ItemDefinition {
+                sku: "HOT".into(),
+                stock,
+                per_user_limit: limit,
+                shards,
+            }],
+        })
+        .await?;
+    Ok((store, sale))
+}
+
+async fn reserve(
+    store: &Store,
+    sale: &str,
+    user: &str,
+    qty: u64,
+    request_id: &str,
+) -> anyhow::Result<ReserveOutcome> {
+    Ok(store
+        .reserve(&ReserveRequest {
+            sale,
+            sku: "HOT",
+            user,
+            quantity: qty,
+            request_id,
+        })
+        .await?)
+}
+
+/// 200 concurrent clients, 800 users, stock 1,000, limit 2: nothing oversold,
+/// nobody over the limit, and the books balance at every check.
+async fn hammer(shards: u32) -> anyhow::Result<()> {
+    const STOCK: u64 = 1_000;
+    let (store, sale) = store_with(STOCK, 2, shards, 600_000).await?;
+    let done = Arc::new(AtomicBool::new(false));
+    let checks = Arc::new(AtomicU64::new(0));
+
+    let checker = {
+        let (store, sale, done, checks) =
+            (store.clone(), sale.clone(), done.clone(), checks.clone());
+        tokio::spawn(async move {
+            while !done.load(Ordering::SeqCst) {
+                let level = store
+                    .stock(&sale, "HOT")
+                    .await?
+                    .ok_or_else(|| anyhow::anyhow!("no stock"))?;
+                anyhow::ensure!(
+                    level.available + level.reserved + level.sold == STOCK,
+                    "books off: {level:?}"
+                );
+                checks.fetch_add(1, Ordering::SeqCst);
+                tokio::task::yield_now().await;
+            }
+            anyhow::Ok(())
+        })
+    };
+
+    let clients: Vec<_> = (0..200)
+        .map(|client| {
+            let (store, sale) = (store.clone(), sale.clone());
+            tokio::spawn(async move {
+                let mut confirmed = 0u64;
+                for k in 0..4 {
+                    let user = format!("u{}", client * 4 + k);
+                    for attempt in 0..3 {
+                        let qty = 1 + (client + k + attempt) % 2;
+                        let rid = format!("{user}-{attempt}");
+                        match reserve(&store, &sale, &user, qty, &rid).await? {
+                            ReserveOutcome::Reserved { id, .. } => {
+                                if (client + attempt) % 3 == 0
+                                    && store.confirm(&sale, &id).await? == ConfirmOutcome::Confirmed
+                                {
+                                    confirmed += qty;
+                                }
+                            }
+                            ReserveOutcome::SoldOut | ReserveOutcome::UserLimit { .. } => break,
+                            other => anyhow::bail!("unexpected {other:?}"),
+                        }
+                    }
+                }
+                anyhow::Ok(confirmed)
+            })
+        })
+        .collect();
+    for client in clients {
+        client.await??;
+    }
+    // Requests of 2 can leave single units behind; buy them one at a time.
+    for n in 0.. {
+        match reserve(&store, &sale, &format!("late-{n}"), 1, &format!("late-{n}")).await? {
+            ReserveOutcome::Reserved { .. } => continue,
+            ReserveOutcome::SoldOut => break,
+            other => anyhow::bail!("unexpected {other:?}"),
+        }
+    }
+    done.store(true, Ordering::SeqCst);
+    checker.await??;
+
+    let level = store
+        .stock(&sale, "HOT")
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("no stock"))?;
+    assert_eq!(level.available, 0, "{level:?}");
+    assert_eq!(level.reserved + level.sold, STOCK, "{level:?}");
+    assert!(level.sold > 0, "some were confirmed: {level:?}");
+    assert!(
+        checks.load(Ordering::SeqCst) > 10,
+        "the checker ran while clients did"
+    );
+    let mut held_total = 0;
+    for user in (0..800).map(|u| format!("u{u}")) {
+        let held = store.held_by(&sale, "HOT", &user).await?;
+        assert!(held <= 2, "{user} holds {held}");
+        held_total += held;
+    }
+    let late: u64 = level.reserved + level.sold - held_total;
+    assert!(
+        late <= 8 * u64::from(shards),
+        "{late} units left for the single-unit buyers"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hammer_one_shard_never_oversells() -> anyhow::Result<()> {
+    hammer(1).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hammer_eight_shards_never_oversells() -> anyhow::Result<()> {
+    hammer(8).await
+}
+
+#[tokio::test]
+async fn a_retry_returns_the_same_reservation_and_takes_nothing_twice() -> anyhow::Result<()> {
+    for shards in [1, 4] {
+        let (store, sale) = store_with(10, 5, shards, 60_000).await?;
+        let first = reserve(&store, &sale, "alice", 2, "req-1").await?;
+        let ReserveOutcome::Reserved { id, .. } = first else {
+            anyhow::bail!("{first:?}")
+        };
+        let retry = reserve(&store, &sale, "alice", 2, "req-1").await?;
+        match retry {
+            ReserveOutcome::Existing(r) => {
+                assert_eq!(r.id, id);
+                assert_eq!((r.quantity, r.state), (2, ReservationState::Reserved));
+            }
+            other => anyhow::bail!("retry answered {other:?}"),
+        }
+        let level = store
+            .stock(&sale, "HOT")
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("no stock"))?;
+        assert_eq!((level.available, level.reserved), (8, 2), "shards={shards}");
+        assert_eq!(store.held_by(&sale, "HOT", "alice").await?, 2);
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn per_user_limit_and_unknown_sku() -> anyhow::Result<()> {
+    let (store, sale) = store_with(10, 2, 1, 60_000).await?;
+    assert!(matches!(
+        reserve(&store, &sale, "bob", 2, "b1").await?,
+        ReserveOutcome::Reserved { .. }
+    ));
+    assert_eq!(
+        reserve(&store, &sale, "bob", 1, "b2").await?,
+        ReserveOutcome::UserLimit { held: 2 }
+    );
+    let unknown = store
+        .reserve(&ReserveRequest {
+            sale: &sale,
+            sku: "NOPE",
+            user: "bob",
+            quantity: 1,
+            request_id: "b3",
+        })
+        .await?;
+    assert_eq!(unknown, ReserveOutcome::UnknownSku);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unpaid_reservations_return_once_with_two_sweepers() -> anyhow::Result<()> {
+    for shards in [1, 4] {
+        let (store, sale) = store_with(100, 1, shards, 300).await?;
+        let mut ids = Vec::new();
+        for u in 0..50 {
+            match reserve(&store, &sale, &format!("u{u}"), 1, &format!("r{u}")).await? {
+                ReserveOutcome::Reserved { id, .. } => ids.push(id),
+                other => anyhow::bail!("{other:?}"),
+            }
+        }
+        let released = Arc::new(AtomicU64::new(0));
+        let sweeper = |store: Store, sale: String, released: Arc<AtomicU64>| async move {
+            poll_until(
+                "every reservation swept",
+                Duration::from_secs(20),
+                Duration::from_millis(20),
+                || {
+                    let (store, sale, released) = (store.clone(), sale.clone(), released.clone());
+                    async move {
+                        let n = store.sweep(&sale, 16).await.map_err(|e| e.to_string())?;
+                        let total = released.fetch_add(n, Ordering::SeqCst) + n;
+                        if total >= 50 {
+                            Ok(())
+                        } else {
+                            Err(format!("{total} of 50 swept"))
+                        }
+                    }
+                },
+            )
+            .await
+        };
+        let (a, b) = tokio::join!(
+            tokio::spawn(sweeper(store.clone(), sale.clone(), released.clone())),
+            tokio::spawn(sweeper(store.clone(), sale.clone(), released.clone())),
+        );
+        a??;
+        b??;
+        // One more pass from each finds nothing left.
+        assert_eq!(
+            store.sweep(&sale, 100).await? + store.sweep(&sale, 100).await?,
+            0
+        );
+        assert_eq!(
+            released.load(Ordering::SeqCst),
+            50,
+            "each reservation counted once (shards={shards})"
+        );
+        let level = store
+            .stock(&sale, "HOT")
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("no stock"))?;
+        assert_eq!(
+            (level.available, level.reserved, level.sold),
+            (100, 0, 0),
+            "shards={shards}"
+        );
+        assert_eq!(store.held_by(&sale, "HOT", "u7").await?, 0);
+        assert_eq!(
+            store.confirm(&sale, &ids[0]).await?,
+            ConfirmOutcome::NotReserved
+        );
+        let state = store
+            .reservation(&sale, &ids[0])
+            .await?
+            .map(|r| (r.state, r.reason));
+        assert_eq!(
+            state,
+            Some((ReservationState::Released, Some("expired".to_owned())))
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn confirm_after_expiry_is_refused_before_any_sweep() -> anyhow::Result<()> {
+    let (store, sale) = store_with(5, 1, 1, 200).await?;
+    let ReserveOutcome::Reserved { id, expires_at_ms } =
+        reserve(&store, &sale, "carol", 1, "c1").await?
+    else {
+        anyhow::bail!("not reserved")
+    };
+    let redis = redis::Client::open(stack::redis_url()?)?;
+    let mut conn = redis.get_multiplexed_async_connection().await?;
+    poll_until(
+        "the reservation to lapse",
+        Duration::from_secs(5),
+        Duration::from_millis(20),
+        || {
+            let mut conn = conn.clone();
+            async move {
+                let (s, us): (u64, u64) = redis::cmd("TIME")
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if s * 1000 + us / 1000 > expires_at_ms {
+                    Ok(())
+                } else {
+                    Err("not yet".into())
+                }
+            }
+        },
+    )
+    .await?;
+    assert_eq!(
+        store.confirm(&sale, &id).await?,
+        ConfirmOutcome::NotReserved
+    );
+    assert_eq!(store.sweep(&sale, 10).await?, 1);
+    let level = store
+        .stock(&sale, "HOT")
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("no stock"))?;
+    assert_eq!((level.available, level.sold), (5, 0));
+    let _: () = redis::cmd("PING").query_async(&mut conn).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn cancel_twice_is_harmless_and_paid_orders_are_not_released() -> anyhow::Result<()> {
+    for shards in [1, 4] {
+        let (store, sale) = store_with(10, 3, shards, 60_000).await?;
+        let ReserveOutcome::Reserved { id, .. } = reserve(&store, &sale, "dave", 3, "d1").await?
+        else {
+            anyhow::bail!("not reserved")
+        };
+        assert_eq!(store.cancel(&sale, &id).await?, CancelOutcome::Cancelled);
+        assert_eq!(
+            store.cancel(&sale, &id).await?,
+            CancelOutcome::AlreadyReleased
+        );
+        let level = store
+            .stock(&sale, "HOT")
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("no stock"))?;
+        assert_eq!(
+            (level.available, level.reserved),
+            (10, 0),
+            "shards={shards}"
+        );
+        assert_eq!(store.held_by(&sale, "HOT", "dave").await?, 0);
+
+        let ReserveOutcome::Reserved { id, .. } = reserve(&store, &sale, "dave", 1, "d2").await?
+        else {
+            anyhow::bail!("not reserved")
+        };
+        assert_eq!(store.confirm(&sale, &id).await?, ConfirmOutcome::Confirmed);
+        assert_eq!(
+            store.confirm(&sale, &id).await?,
+            ConfirmOutcome::AlreadyConfirmed
+        );
+        assert_eq!(store.cancel(&sale, &id).await?, CancelOutcome::Confirmed);
+        assert_eq!(
+            store.cancel(&sale, "no-such-id").await?,
+            CancelOutcome::Missing
+        );
+        let level = store
+            .stock(&sale, "HOT")
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("no stock"))?;
+        assert_eq!((level.available, level.sold), (9, 1), "shards={shards}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn scripts_come_back_after_script_flush() -> anyhow::Result<()> {
+    let (store, sale) = store_with(10, 5, 1, 60_000).await?;
+    assert!(matches!(
+        reserve(&store, &sale, "erin", 1, "e1").await?,
+        ReserveOutcome::Reserved { .. }
+    ));
+    let redis = redis::Client::open(stack::redis_url()?)?;
+    let mut conn = redis.get_multiplexed_async_connection().await?;
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut conn)
+        .await?;
+    assert!(matches!(
+        reserve(&store, &sale, "erin", 1, "e2").await?,
+        ReserveOutcome::Reserved { .. }
+    ));
+    let level = store
+        .stock(&sale, "HOT")
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("no stock"))?;
+    assert_eq!(level.reserved, 2);
+    Ok(())
+}
+
+#[tokio::test]
+async fn loading_again_never_resets_counts() -> anyhow::Result<()> {
+    let (store, sale) = store_with(20, 5, 4, 60_000).await?;
+    let ReserveOutcome::Reserved { id, .. } = reserve(&store, &sale, "frank", 3, "f1").await?
+    else {
+        anyhow::bail!("not reserved")
+    };
+    assert_eq!(store.confirm(&sale, &id).await?, ConfirmOutcome::Confirmed);
+    assert!(matches!(
+        reserve(&store, &sale, "grace", 2, "g1").await?,
+        ReserveOutcome::Reserved { .. }
+    ));
+
+    // A restarted replica loads the same sale, even with an edited stock figure.
+    let again = Store::connect(&stack::redis_url()?).await?;
+    let loaded = again
+        .load(&SaleDefinition {
+            sale: sale.clone(),
+            reservation_ttl_ms: 60_000,
+            items: vec![ItemDefinition {
+                sku: "HOT".into(),
+                stock: 999,
+                per_user_limit: 5,
+                shards: 2,
+            }],
+        })
+        .await?;
+    assert!(!loaded[0].created);
+    let level = again
+        .stock(&sale, "HOT")
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("no stock"))?;
+    assert_eq!(
+        (level.stock, level.available, level.reserved, level.sold),
+        (20, 15, 2, 3)
+    );
+    Ok(())
+}
