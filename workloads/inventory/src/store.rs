@@ -290,6 +290,18 @@ impl Store {
         Ok(loaded)
     }
 
+    /// Names of the sales loaded into this store.
+    pub async fn sales(&self) -> Vec<String> {
+        self.sales.read().await.keys().cloned().collect()
+    }
+
+    /// Whether Redis answers.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
+        let _: String = redis::cmd("PING").query_async(&mut conn).await?;
+        Ok(())
+    }
+
     async fn sale(&self, sale: &str) -> Result<SaleInfo, StoreError> {
         self.sales
             .read()

@@ -1,0 +1,398 @@
+//! The inventory's HTTP API (JSON). Every refusal is a 4xx with a JSON body
+//! `{"error": <code>, "message": <text>}`; nothing a client sends can panic it.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use axum::{
+    Json, Router,
+    extract::{
+        DefaultBodyLimit, Path, State,
+        rejection::{JsonRejection, PathRejection},
+    },
+    http::StatusCode,
+    response::{IntoResponse, Response},
+    routing::{get, post},
+};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::{
+    metrics::Metrics,
+    store::{
+        CancelOutcome, ConfirmOutcome, ReserveOutcome, ReserveRequest, SaleDefinition, Store,
+        StoreError,
+    },
+};
+
+/// Largest request body accepted (a sale definition with many SKUs fits).
+pub const MAX_BODY_BYTES: usize = 256 * 1024;
+const MAX_QUANTITY: u64 = 1_000;
+const MAX_ID_LEN: usize = 128;
+
+/// Shared state of the handlers.
+#[derive(Clone)]
+pub struct AppState {
+    store: Store,
+    metrics: Metrics,
+    sold_out: Arc<Mutex<HashMap<(String, String), Instant>>>,
+    sold_out_staleness: Duration,
+}
+
+impl AppState {
+    /// State over a store. A replica that saw a SKU sold out answers so
+    /// without Redis for `sold_out_staleness`; a release on this replica
+    /// clears the flag at once.
+    pub fn new(store: Store, metrics: Metrics, sold_out_staleness: Duration) -> Self {
+        Self {
+            store,
+            metrics,
+            sold_out: Arc::default(),
+            sold_out_staleness,
+        }
+    }
+
+    fn known_sold_out(&self, sale: &str, sku: &str) -> bool {
+        let flags = self
+            .sold_out
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        flags
+            .get(&(sale.to_owned(), sku.to_owned()))
+            .is_some_and(|at| at.elapsed() < self.sold_out_staleness)
+    }
+
+    fn set_sold_out(&self, sale: &str, sku: &str, sold_out: bool) {
+        let mut flags = self
+            .sold_out
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let key = (sale.to_owned(), sku.to_owned());
+        if sold_out {
+            flags.insert(key, Instant::now());
+        } else {
+            flags.remove(&key);
+        }
+    }
+
+    /// Clears every sold-out flag of a sale (after a sweep returned units).
+    pub fn clear_sold_out(&self, sale: &str) {
+        let mut flags = self
+            .sold_out
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        flags.retain(|(s, _), _| s != sale);
+    }
+}
+
+/// The API routes.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/sales", post(load_sale))
+        .route("/v1/sales/{sale}/reservations", post(reserve))
+        .route("/v1/sales/{sale}/reservations/{id}", get(reservation))
+        .route("/v1/sales/{sale}/reservations/{id}/confirm", post(confirm))
+        .route("/v1/sales/{sale}/reservations/{id}/cancel", post(cancel))
+        .route("/v1/sales/{sale}/items/{sku}/stock", get(stock))
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+/// An error answer.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (
+            self.status,
+            Json(json!({"error": self.code, "message": self.message})),
+        )
+            .into_response()
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(rejection: JsonRejection) -> Self {
+        match rejection {
+            JsonRejection::BytesRejection(_)
+                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE =>
+            {
+                Self::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "body_too_large",
+                    format!("bodies are limited to {MAX_BODY_BYTES} bytes"),
+                )
+            }
+            JsonRejection::MissingJsonContentType(_) => Self::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                "send Content-Type: application/json",
+            ),
+            other => Self::new(other.status(), "invalid_json", other.body_text()),
+        }
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    fn from(rejection: PathRejection) -> Self {
+        Self::bad_request(rejection.body_text())
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(err: StoreError) -> Self {
+        match err {
+            StoreError::UnknownSale(sale) => Self::new(
+                StatusCode::NOT_FOUND,
+                "unknown_sale",
+                format!("sale {sale:?} is not loaded"),
+            ),
+            StoreError::ClaimExpired(_) => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "retry", err.to_string())
+            }
+            other => {
+                tracing::warn!(error = %other, "store error");
+                Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "unavailable",
+                    "stock store unavailable; retry later",
+                )
+            }
+        }
+    }
+}
+
+fn check_id(field: &str, value: &str) -> Result<(), ApiError> {
+    let ok = !value.is_empty()
+        && value.len() <= MAX_ID_LEN
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(format!(
+            "{field} must be 1-{MAX_ID_LEN} characters of letters, digits, '-', '_', '.', ':'"
+        )))
+    }
+}
+
+async fn load_sale(
+    State(state): State<AppState>,
+    body: Result<Json<SaleDefinition>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Json(def) = body?;
+    check_id("sale", &def.sale)?;
+    if def.items.is_empty() {
+        return Err(ApiError::bad_request("items must not be empty"));
+    }
+    if def.reservation_ttl_ms == 0 {
+        return Err(ApiError::bad_request("reservationTtlMs must be positive"));
+    }
+    for item in &def.items {
+        check_id("sku", &item.sku)?;
+        if item.per_user_limit == 0 {
+            return Err(ApiError::bad_request(format!(
+                "perUserLimit of {} must be at least 1",
+                item.sku
+            )));
+        }
+        if !(1..=64).contains(&item.shards) {
+            return Err(ApiError::bad_request(format!(
+                "shards of {} must be 1-64",
+                item.sku
+            )));
+        }
+    }
+    let loaded = state.store.load(&def).await?;
+    Ok(Json(json!({"sale": def.sale, "items": loaded})).into_response())
+}
+
+/// Body of a reservation request.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ReserveBody {
+    sku: String,
+    user: String,
+    quantity: i64,
+    request_id: String,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Reserved {
+    id: String,
+    expires_at_ms: u64,
+}
+
+async fn reserve(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    body: Result<Json<ReserveBody>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Path(sale) = path?;
+    let Json(body) = body?;
+    check_id("sku", &body.sku)?;
+    check_id("user", &body.user)?;
+    check_id("requestId", &body.request_id)?;
+    let quantity = u64::try_from(body.quantity)
+        .ok()
+        .filter(|q| (1..=MAX_QUANTITY).contains(q))
+        .ok_or_else(|| ApiError::bad_request(format!("quantity must be 1-{MAX_QUANTITY}")))?;
+    if state.known_sold_out(&sale, &body.sku) {
+        state.metrics.reservation("sold_out");
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "sold_out",
+            format!("{} is sold out", body.sku),
+        ));
+    }
+    let request = ReserveRequest {
+        sale: &sale,
+        sku: &body.sku,
+        user: &body.user,
+        quantity,
+        request_id: &body.request_id,
+    };
+    let outcome = state
+        .store
+        .reserve(&request)
+        .await
+        .inspect_err(|_| state.metrics.reservation("error"))?;
+    match outcome {
+        ReserveOutcome::Reserved { id, expires_at_ms } => {
+            state.metrics.reservation("ok");
+            Ok((StatusCode::CREATED, Json(Reserved { id, expires_at_ms })).into_response())
+        }
+        ReserveOutcome::Existing(existing) => Ok((StatusCode::OK, Json(existing)).into_response()),
+        ReserveOutcome::SoldOut => {
+            state.metrics.reservation("sold_out");
+            state.set_sold_out(&sale, &body.sku, true);
+            Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "sold_out",
+                format!("{} is sold out", body.sku),
+            ))
+        }
+        ReserveOutcome::UserLimit { held } => {
+            state.metrics.reservation("user_limit");
+            Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "user_limit",
+                format!(
+                    "user already holds {held} of {}; the per-user limit allows no more",
+                    body.sku
+                ),
+            ))
+        }
+        ReserveOutcome::UnknownSku => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_sku",
+            format!("sale {sale:?} has no SKU {:?}", body.sku),
+        )),
+    }
+}
+
+async fn reservation(
+    State(state): State<AppState>,
+    path: Result<Path<(String, String)>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let Path((sale, id)) = path?;
+    match state.store.reservation(&sale, &id).await? {
+        Some(r) => Ok(Json(r).into_response()),
+        None => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_reservation",
+            format!("no reservation {id:?}"),
+        )),
+    }
+}
+
+async fn confirm(
+    State(state): State<AppState>,
+    path: Result<Path<(String, String)>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let Path((sale, id)) = path?;
+    match state.store.confirm(&sale, &id).await? {
+        ConfirmOutcome::Confirmed | ConfirmOutcome::AlreadyConfirmed => {
+            Ok(Json(json!({"id": id, "state": "confirmed"})).into_response())
+        }
+        ConfirmOutcome::NotReserved => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "not_reserved",
+            "the reservation lapsed or was cancelled before payment",
+        )),
+        ConfirmOutcome::Missing => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_reservation",
+            format!("no reservation {id:?}"),
+        )),
+    }
+}
+
+async fn cancel(
+    State(state): State<AppState>,
+    path: Result<Path<(String, String)>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let Path((sale, id)) = path?;
+    match state.store.cancel(&sale, &id).await? {
+        CancelOutcome::Cancelled => {
+            state.clear_sold_out(&sale);
+            Ok(Json(json!({"id": id, "state": "released"})).into_response())
+        }
+        CancelOutcome::AlreadyReleased => {
+            Ok(Json(json!({"id": id, "state": "released"})).into_response())
+        }
+        CancelOutcome::Confirmed => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "confirmed",
+            "a paid reservation is refunded, not cancelled",
+        )),
+        CancelOutcome::Missing => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_reservation",
+            format!("no reservation {id:?}"),
+        )),
+    }
+}
+
+async fn stock(
+    State(state): State<AppState>,
+    path: Result<Path<(String, String)>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let Path((sale, sku)) = path?;
+    match state.store.stock(&sale, &sku).await? {
+        Some(level) => {
+            state.metrics.stock(&sku, level.available);
+            Ok(Json(level).into_response())
+        }
+        None => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_sku",
+            format!("sale {sale:?} has no SKU {sku:?}"),
+        )),
+    }
+}

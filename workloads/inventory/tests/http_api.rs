@@ -1,0 +1,295 @@
+//! The reservation API over real HTTP on loopback, backed by the real Redis.
+
+use std::time::Duration;
+
+use flashsale_e2e::stack;
+use inventory::{
+    api::{self, AppState, MAX_BODY_BYTES},
+    metrics::Metrics,
+    store::Store,
+};
+use reqwest::{Client, StatusCode};
+use serde_json::{Value, json};
+
+struct Api {
+    base: String,
+    http: Client,
+    sale: String,
+}
+
+impl Api {
+    async fn start() -> anyhow::Result<Self> {
+        let store = Store::connect(&stack::redis_url()?).await?;
+        let state = AppState::new(store, Metrics::default(), Duration::from_secs(60));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let base = format!("http://{}", listener.local_addr()?);
+        tokio::spawn(async move { axum::serve(listener, api::router(state)).await });
+        let api = Self {
+            base,
+            http: Client::new(),
+            sale: stack::unique_name("http"),
+        };
+        let (status, body) = api
+            .post(
+                "/v1/sales",
+                json!({"sale": api.sale, "reservationTtlMs": 60000,
+                       "items": [{"sku": "PHONE", "stock": 3, "perUserLimit": 2, "shards": 1}]}),
+            )
+            .await?;
+        anyhow::ensure!(status == StatusCode::OK, "load: {status} {body}");
+        Ok(api)
+    }
+
+    async fn post(&self, path: &str, body: Value) -> anyhow::Result<(StatusCode, Value)> {
+        let response = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .json(&body)
+            .send()
+            .await?;
+        Ok((
+            response.status(),
+            response.json().await.unwrap_or(Value::Null),
+        ))
+    }
+
+    async fn raw(&self, path: &str, body: Vec<u8>) -> anyhow::Result<(StatusCode, Value)> {
+        let response = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await?;
+        Ok((
+            response.status(),
+            response.json().await.unwrap_or(Value::Null),
+        ))
+    }
+
+    fn reservations(&self) -> String {
+        format!("/v1/sales/{}/reservations", self.sale)
+    }
+}
+
+#[tokio::test]
+async fn reserve_confirm_cancel_and_stock_over_http() -> anyhow::Result<()> {
+    let api = Api::start().await?;
+    let (status, body) = api
+        .post(
+            &api.reservations(),
+            json!({"sku": "PHONE", "user": "u1", "quantity": 2, "requestId": "r1"}),
+        )
+        .await?;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let id = body["id"].as_str().unwrap_or_default().to_owned();
+
+    let (status, retry) = api
+        .post(
+            &api.reservations(),
+            json!({"sku": "PHONE", "user": "u1", "quantity": 2, "requestId": "r1"}),
+        )
+        .await?;
+    assert_eq!(
+        (status, retry["id"].as_str()),
+        (StatusCode::OK, Some(id.as_str())),
+        "{retry}"
+    );
+
+    let (status, body) = api
+        .post(
+            &api.reservations(),
+            json!({"sku": "PHONE", "user": "u1", "quantity": 1, "requestId": "r2"}),
+        )
+        .await?;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::CONFLICT, Some("user_limit")),
+        "{body}"
+    );
+
+    let (status, body) = api
+        .post(&format!("{}/{id}/confirm", api.reservations()), json!({}))
+        .await?;
+    assert_eq!(
+        (status, body["state"].as_str()),
+        (StatusCode::OK, Some("confirmed")),
+        "{body}"
+    );
+    let (status, body) = api
+        .post(&format!("{}/{id}/cancel", api.reservations()), json!({}))
+        .await?;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::CONFLICT, Some("confirmed")),
+        "{body}"
+    );
+
+    let (status, body) = api
+        .post(
+            &api.reservations(),
+            json!({"sku": "PHONE", "user": "u2", "quantity": 2, "requestId": "r3"}),
+        )
+        .await?;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::CONFLICT, Some("sold_out")),
+        "{body}"
+    );
+
+    let stock: Value = api
+        .http
+        .get(format!(
+            "{}/v1/sales/{}/items/PHONE/stock",
+            api.base, api.sale
+        ))
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(
+        stock,
+        json!({"stock": 3, "available": 1, "reserved": 0, "sold": 2})
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn bad_requests_get_a_4xx_json_error_naming_the_problem() -> anyhow::Result<()> {
+    let api = Api::start().await?;
+    let path = api.reservations();
+    let ok = json!({"sku": "PHONE", "user": "u1", "quantity": 1, "requestId": "r1"});
+    let with = |field: &str, value: Value| {
+        let mut body = ok.clone();
+        body[field] = value;
+        body
+    };
+    // (case, answer, expected status, expected error code, text the message must contain)
+    type Case<'a> = (&'a str, (StatusCode, Value), StatusCode, &'a str, &'a str);
+    let cases: Vec<Case> = vec![
+        (
+            "zero quantity",
+            api.post(&path, with("quantity", json!(0))).await?,
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "quantity",
+        ),
+        (
+            "negative quantity",
+            api.post(&path, with("quantity", json!(-3))).await?,
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "quantity",
+        ),
+        (
+            "huge quantity",
+            api.post(&path, with("quantity", json!(1_000_000))).await?,
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "quantity",
+        ),
+        (
+            "quantity as text",
+            api.post(&path, with("quantity", json!("two"))).await?,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_json",
+            "quantity",
+        ),
+        (
+            "unknown SKU",
+            api.post(&path, with("sku", json!("TABLET"))).await?,
+            StatusCode::NOT_FOUND,
+            "unknown_sku",
+            "TABLET",
+        ),
+        (
+            "SKU with spaces",
+            api.post(&path, with("sku", json!("big phone"))).await?,
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "sku",
+        ),
+        (
+            "empty user",
+            api.post(&path, with("user", json!(""))).await?,
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "user",
+        ),
+        (
+            "missing request id",
+            api.post(&path, json!({"sku": "PHONE", "user": "u1", "quantity": 1}))
+                .await?,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_json",
+            "requestId",
+        ),
+        (
+            "unknown field",
+            api.post(&path, with("price", json!(1))).await?,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_json",
+            "price",
+        ),
+        (
+            "invalid JSON",
+            api.raw(&path, b"{\"sku\": ".to_vec()).await?,
+            StatusCode::BAD_REQUEST,
+            "invalid_json",
+            "",
+        ),
+        (
+            "huge body",
+            api.raw(&path, vec![b' '; MAX_BODY_BYTES + 1]).await?,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            "bytes",
+        ),
+        (
+            "unknown sale",
+            api.post("/v1/sales/nope/reservations", ok.clone()).await?,
+            StatusCode::NOT_FOUND,
+            "unknown_sale",
+            "nope",
+        ),
+        (
+            "unknown route",
+            api.post("/v2/whatever", ok.clone()).await?,
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "route",
+        ),
+        (
+            "load without items",
+            api.post(
+                "/v1/sales",
+                json!({"sale": "x", "reservationTtlMs": 1000, "items": []}),
+            )
+            .await?,
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "items",
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (case, (status, body), want_status, want_code, mentions) in cases {
+        let message = body["message"].as_str().unwrap_or_default();
+        if status != want_status || body["error"] != want_code || !message.contains(mentions) {
+            failures.push(format!("{case}: got {status} {body}, want {want_status} {want_code} mentioning {mentions:?}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // Nothing above took stock.
+    let stock: Value = api
+        .http
+        .get(format!(
+            "{}/v1/sales/{}/items/PHONE/stock",
+            api.base, api.sale
+        ))
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(stock["available"], 3);
+    Ok(())
+}
