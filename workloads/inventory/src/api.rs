@@ -97,6 +97,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/sales/{sale}/reservations/{id}/confirm", post(confirm))
         .route("/v1/sales/{sale}/reservations/{id}/cancel", post(cancel))
         .route("/v1/sales/{sale}/items/{sku}/stock", get(stock))
+        .route("/v1/sales/{sale}/items/{sku}/adjustments", post(adjust))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
@@ -388,6 +389,51 @@ async fn stock(
         Some(level) => {
             state.metrics.stock(&sku, level.available);
             Ok(Json(level).into_response())
+        }
+        None => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_sku",
+            format!("sale {sale:?} has no SKU {sku:?}"),
+        )),
+    }
+}
+
+/// Body of a stock adjustment.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AdjustBody {
+    delta: i64,
+    reason: String,
+}
+
+async fn adjust(
+    State(state): State<AppState>,
+    path: Result<Path<(String, String)>, PathRejection>,
+    body: Result<Json<AdjustBody>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Path((sale, sku)) = path?;
+    let Json(body) = body?;
+    if body.delta == 0 || body.delta.unsigned_abs() > 1_000_000_000 {
+        return Err(ApiError::bad_request(
+            "delta must be non-zero and at most 1e9 in size",
+        ));
+    }
+    if body.reason.trim().is_empty() || body.reason.len() > 512 {
+        return Err(ApiError::bad_request(
+            "reason must be 1-512 characters: adjustments are audited",
+        ));
+    }
+    match state
+        .store
+        .adjust(&sale, &sku, body.delta, &body.reason)
+        .await?
+    {
+        Some(report) => {
+            if report.applied > 0 {
+                state.set_sold_out(&sale, &sku, false);
+            }
+            state.metrics.stock(&sku, report.after.available);
+            Ok(Json(report).into_response())
         }
         None => Err(ApiError::new(
             StatusCode::NOT_FOUND,

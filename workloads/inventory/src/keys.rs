@@ -5,17 +5,19 @@
 //!
 //! | key | type | what |
 //! |---|---|---|
-//! | `fs:{S}:sku:<K>` | hash | `stock`, `limit`, `shards`, `sold` |
+//! | `fs:{S}:sku:<K>` | hash | `stock` (as first loaded), `limit`, `shards`, `sold` |
 //! | `fs:{S}:user:<K>:<U>` | int | units user U holds of K (reserved + sold) |
 //! | `fs:{S}:req:<R>` | string | request id R → reservation id |
 //! | `fs:{S}:resv:<ID>` | hash | `sku`, `user`, `qty`, `shard`, `state`, `expires_at` (ms), `request` |
 //! | `fs:{S}:expiry` | zset | reservation id → when the sweeper must look at it (ms) |
+//! | `fs:{S}:audit` | stream | stock adjustments: sku, requested, applied, reason, stock before/after |
 //! | `<shard>avail:<K>:<i>` | int | units shard i can still give |
 //! | `<shard>held:<K>:<i>` | int | units shard i gave (reserved or sold) |
 //! | `<shard>taken:<ID>` | int | units shard i gave reservation ID (the proof for give-back) |
 //!
 //! `<shard>` is `fs:{S}:` for a SKU with one shard and `fs:{S#K#i}:` otherwise.
-//! For every shard, `avail + held` is constant (changed only by stock adjustments).
+//! For every shard, `avail + held` is constant (changed only by stock
+//! adjustments), and a SKU's stock is the sum of that over its shards.
 
 /// Keys of one sale.
 #[derive(Debug, Clone)]
@@ -53,6 +55,11 @@ impl SaleKeys {
     /// A reservation's record.
     pub fn reservation(&self, id: &str) -> String {
         self.key(&format!("resv:{id}"))
+    }
+
+    /// Audit stream of stock adjustments.
+    pub fn audit(&self) -> String {
+        self.key("audit")
     }
 
     /// The sweeper's queue.

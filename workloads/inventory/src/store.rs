@@ -181,6 +181,7 @@ struct Scripts {
     give_back: Script,
     finish_release: Script,
     load_item: Script,
+    adjust_shard: Script,
 }
 
 impl Scripts {
@@ -195,6 +196,7 @@ impl Scripts {
             give_back: Script::new(include_str!("lua/give_back.lua")),
             finish_release: Script::new(include_str!("lua/finish_release.lua")),
             load_item: Script::new(include_str!("lua/load_item.lua")),
+            adjust_shard: Script::new(include_str!("lua/adjust_shard.lua")),
         }
     }
 }
@@ -647,11 +649,7 @@ impl Store {
         };
         let keys = SaleKeys::new(sale);
         let mut pipe = redis::pipe();
-        pipe.atomic()
-            .cmd("HMGET")
-            .arg(keys.sku(sku))
-            .arg("stock")
-            .arg("sold");
+        pipe.atomic().cmd("HGET").arg(keys.sku(sku)).arg("sold");
         for i in 0..shards {
             let shard = keys.shard(sku, shards, i);
             pipe.cmd("GET")
@@ -663,17 +661,17 @@ impl Store {
         let values: Vec<redis::Value> = pipe.query_async(&mut conn).await?;
         let corrupt = |e: redis::ParsingError| StoreError::Corrupt(format!("stock of {sku}: {e}"));
         let mut values = values.into_iter();
-        let (stock, sold): (Option<u64>, Option<u64>) = values
+        let sold: Option<u64> = values
             .next()
             .map(redis::from_redis_value)
             .transpose()
             .map_err(corrupt)?
-            .unwrap_or_default();
+            .flatten();
         let counts: Vec<Option<i64>> = values
             .map(redis::from_redis_value)
             .collect::<Result<_, _>>()
             .map_err(corrupt)?;
-        let (stock, sold) = (stock.unwrap_or(0), sold.unwrap_or(0));
+        let sold = sold.unwrap_or(0);
         let sum = |offset: usize| -> u64 {
             counts
                 .iter()
@@ -683,11 +681,91 @@ impl Store {
                 .sum()
         };
         let (available, held) = (sum(0), sum(1));
+        // Stock is what the shards hold, so it can never disagree with them.
         Ok(Some(StockLevel {
-            stock,
+            stock: available + held,
             available,
             reserved: held.saturating_sub(sold),
             sold,
+        }))
+    }
+
+    /// Changes a SKU's stock by `delta` units and records who did it and why
+    /// in the sale's audit stream. A decrease takes only available units
+    /// (never reserved or sold ones), so it may apply less than asked; the
+    /// report says how much.
+    pub async fn adjust(
+        &self,
+        sale: &str,
+        sku: &str,
+        delta: i64,
+        reason: &str,
+    ) -> Result<Option<Adjustment>, StoreError> {
+        let info = self.sale(sale).await?;
+        let Some(&shards) = info.shards.get(sku) else {
+            return Ok(None);
+        };
+        let Some(before) = self.stock(sale, sku).await? else {
+            return Ok(None);
+        };
+        let keys = SaleKeys::new(sale);
+        let mut conn = self.conn.clone();
+        let mut applied: i64 = 0;
+        let count = i64::from(shards);
+        for index in 0..shards {
+            let shard = keys.shard(sku, shards, index);
+            let step = if delta >= 0 {
+                // Spread an increase evenly, the remainder on the first shards.
+                delta / count + i64::from(i64::from(index) < delta % count)
+            } else {
+                let avail: Option<i64> = redis::cmd("GET")
+                    .arg(shard.avail())
+                    .query_async(&mut conn)
+                    .await?;
+                -(avail.unwrap_or(0).max(0)).min(-(delta - applied))
+            };
+            if step == 0 {
+                continue;
+            }
+            let reply: (String, i64) = self
+                .scripts
+                .adjust_shard
+                .key(shard.avail())
+                .arg(step)
+                .invoke_async(&mut conn)
+                .await?;
+            if reply.0 == "ok" {
+                applied += step;
+            }
+        }
+        let after = self.stock(sale, sku).await?.unwrap_or(before);
+        let _: String = redis::cmd("XADD")
+            .arg(keys.audit())
+            .arg("MAXLEN")
+            .arg("~")
+            .arg(10_000)
+            .arg("*")
+            .arg("sku")
+            .arg(sku)
+            .arg("requested")
+            .arg(delta)
+            .arg("applied")
+            .arg(applied)
+            .arg("reason")
+            .arg(reason)
+            .arg("stock_before")
+            .arg(before.stock)
+            .arg("stock_after")
+            .arg(after.stock)
+            .query_async(&mut conn)
+            .await?;
+        Ok(Some(Adjustment {
+            sku: sku.to_owned(),
+            requested: delta,
+            applied,
+            reason: reason.to_owned(),
+            before,
+            after,
         }))
     }
 
@@ -700,6 +778,24 @@ impl Store {
             .await?;
         Ok(held.unwrap_or(0))
     }
+}
+
+/// What a stock adjustment did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Adjustment {
+    /// The SKU.
+    pub sku: String,
+    /// Units asked for (negative removes).
+    pub requested: i64,
+    /// Units actually moved.
+    pub applied: i64,
+    /// Why, as given.
+    pub reason: String,
+    /// Stock before.
+    pub before: StockLevel,
+    /// Stock after.
+    pub after: StockLevel,
 }
 
 #[derive(Debug, PartialEq, Eq)]

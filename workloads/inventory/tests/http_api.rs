@@ -293,3 +293,92 @@ async fn bad_requests_get_a_4xx_json_error_naming_the_problem() -> anyhow::Resul
     assert_eq!(stock["available"], 3);
     Ok(())
 }
+
+#[tokio::test]
+async fn adjustments_are_audited_take_only_available_units_and_clear_sold_out() -> anyhow::Result<()>
+{
+    let api = Api::start().await?;
+    let adjustments = format!("/v1/sales/{}/items/PHONE/adjustments", api.sale);
+    for (user, rid) in [("a", "ra"), ("b", "rb")] {
+        let (status, _) = api
+            .post(
+                &api.reservations(),
+                json!({"sku": "PHONE", "user": user, "quantity": 1, "requestId": rid}),
+            )
+            .await?;
+        assert_eq!(status, StatusCode::CREATED);
+    }
+    let (status, body) = api
+        .post(
+            &api.reservations(),
+            json!({"sku": "PHONE", "user": "c", "quantity": 2, "requestId": "rc"}),
+        )
+        .await?;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::CONFLICT, Some("sold_out")),
+        "{body}"
+    );
+
+    // Removing more than is available removes only what is available.
+    let (status, report) = api
+        .post(
+            &adjustments,
+            json!({"delta": -5, "reason": "damaged in warehouse"}),
+        )
+        .await?;
+    assert_eq!(status, StatusCode::OK, "{report}");
+    assert_eq!(
+        (report["requested"].as_i64(), report["applied"].as_i64()),
+        (Some(-5), Some(-1)),
+        "{report}"
+    );
+    assert_eq!(
+        report["after"],
+        json!({"stock": 2, "available": 0, "reserved": 2, "sold": 0})
+    );
+
+    // A restock clears this replica's sold-out memory at once.
+    let (status, report) = api
+        .post(
+            &adjustments,
+            json!({"delta": 10, "reason": "second pallet"}),
+        )
+        .await?;
+    assert_eq!(
+        (status, report["applied"].as_i64()),
+        (StatusCode::OK, Some(10)),
+        "{report}"
+    );
+    let (status, body) = api
+        .post(
+            &api.reservations(),
+            json!({"sku": "PHONE", "user": "c", "quantity": 2, "requestId": "rc2"}),
+        )
+        .await?;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+
+    let (status, body) = api
+        .post(&adjustments, json!({"delta": 3, "reason": " "}))
+        .await?;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("invalid_request")),
+        "{body}"
+    );
+
+    let redis = redis::Client::open(stack::redis_url()?)?;
+    let mut conn = redis.get_multiplexed_async_connection().await?;
+    let audit: redis::Value = redis::cmd("XRANGE")
+        .arg(format!("fs:{{{}}}:audit", api.sale))
+        .arg("-")
+        .arg("+")
+        .query_async(&mut conn)
+        .await?;
+    let text = format!("{audit:?}");
+    assert!(
+        text.contains("damaged in warehouse") && text.contains("second pallet"),
+        "{text}"
+    );
+    Ok(())
+}
