@@ -19,8 +19,12 @@ struct Api {
 
 impl Api {
     async fn start() -> anyhow::Result<Self> {
+        Self::start_with(Duration::from_secs(60)).await
+    }
+
+    async fn start_with(sold_out_staleness: Duration) -> anyhow::Result<Self> {
         let store = Store::connect(&stack::redis_url()?).await?;
-        let state = AppState::new(store, Metrics::default(), Duration::from_secs(60));
+        let state = AppState::new(store, Metrics::default(), sold_out_staleness);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let base = format!("http://{}", listener.local_addr()?);
         tokio::spawn(async move { axum::serve(listener, api::router(state)).await });
@@ -380,5 +384,88 @@ async fn adjustments_are_audited_take_only_available_units_and_clear_sold_out() 
         text.contains("damaged in warehouse") && text.contains("second pallet"),
         "{text}"
     );
+    Ok(())
+}
+
+/// A replica that saw a SKU sold out answers from memory, even after another
+/// replica restocked, until the staleness bound passes; then it asks Redis.
+#[tokio::test]
+async fn sold_out_is_remembered_for_the_staleness_bound_only() -> anyhow::Result<()> {
+    let api = Api::start_with(Duration::from_millis(500)).await?;
+    let (status, _) = api
+        .post(
+            &api.reservations(),
+            json!({"sku": "PHONE", "user": "a", "quantity": 2, "requestId": "a1"}),
+        )
+        .await?;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, body) = api
+        .post(
+            &api.reservations(),
+            json!({"sku": "PHONE", "user": "b", "quantity": 2, "requestId": "b1"}),
+        )
+        .await?;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::CONFLICT, Some("sold_out"))
+    );
+    let remembered_at = std::time::Instant::now();
+
+    // Another replica restocks: this one does not hear of it.
+    let other = Store::connect(&stack::redis_url()?).await?;
+    other
+        .load(&inventory::store::SaleDefinition {
+            sale: api.sale.clone(),
+            reservation_ttl_ms: 60_000,
+            items: vec![inventory::store::ItemDefinition {
+                sku: "PHONE".into(),
+                stock: 3,
+                per_user_limit: 2,
+                shards: 1,
+            }],
+        })
+        .await?;
+    other
+        .adjust(&api.sale, "PHONE", 5, "restock from another replica")
+        .await?;
+
+    let (status, _) = api
+        .post(
+            &api.reservations(),
+            json!({"sku": "PHONE", "user": "b", "quantity": 2, "requestId": "b2"}),
+        )
+        .await?;
+    if remembered_at.elapsed() < Duration::from_millis(400) {
+        assert_eq!(
+            status,
+            StatusCode::CONFLICT,
+            "answered from the local flag without asking Redis"
+        );
+    }
+    let created = flashsale_e2e::wait::poll_until(
+        "the flag to lapse",
+        Duration::from_secs(5),
+        Duration::from_millis(50),
+        || async {
+            let (status, body) = api
+                .post(
+                    &api.reservations(),
+                    json!({"sku": "PHONE", "user": "b", "quantity": 2, "requestId": "b3"}),
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            if status == StatusCode::CREATED {
+                Ok(body)
+            } else {
+                Err(format!("{status} {body}"))
+            }
+        },
+    )
+    .await?;
+    assert!(
+        remembered_at.elapsed() >= Duration::from_millis(500),
+        "flag lapsed early"
+    );
+    assert!(created["id"].is_string());
     Ok(())
 }
