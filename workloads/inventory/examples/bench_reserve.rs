@@ -157,9 +157,7 @@ async fn main() -> anyhow::Result<()> {
         .await?;
     let raw_conn =
         redis::aio::ConnectionManager::new(redis::Client::open(redis_url.as_str())?).await?;
-    let script = Arc::new(redis::Script::new(include_str!(
-        "../src/lua/reserve_local.lua"
-    )));
+    let script = Arc::new(redis::Script::new(inventory::store::RESERVE_LOCAL_LUA));
 
     // The naive baseline.
     // A naive application commits durably: each UPDATE waits for its WAL flush.

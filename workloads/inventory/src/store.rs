@@ -171,6 +171,17 @@ pub struct StockLevel {
     pub sold: u64,
 }
 
+/// Source of the one-shard reserve script (admission + reserve), for callers
+/// that measure or exercise it directly.
+pub const RESERVE_LOCAL_LUA: &str = concat!(
+    include_str!("lua/admit.lua"),
+    include_str!("lua/reserve_local.lua")
+);
+/// Source of step 1 of a sharded reservation (admission + claim).
+pub const CLAIM_LUA: &str = concat!(include_str!("lua/admit.lua"), include_str!("lua/claim.lua"));
+/// Source of step 2 of a sharded reservation.
+pub const TAKE_LUA: &str = include_str!("lua/take.lua");
+
 struct Scripts {
     reserve_local: Script,
     claim: Script,
@@ -187,9 +198,9 @@ struct Scripts {
 impl Scripts {
     fn new() -> Self {
         Self {
-            reserve_local: Script::new(include_str!("lua/reserve_local.lua")),
-            claim: Script::new(include_str!("lua/claim.lua")),
-            take: Script::new(include_str!("lua/take.lua")),
+            reserve_local: Script::new(RESERVE_LOCAL_LUA),
+            claim: Script::new(CLAIM_LUA),
+            take: Script::new(TAKE_LUA),
             settle: Script::new(include_str!("lua/settle.lua")),
             confirm: Script::new(include_str!("lua/confirm.lua")),
             begin_release: Script::new(include_str!("lua/begin_release.lua")),
@@ -326,44 +337,17 @@ impl Store {
         let mut conn = self.conn.clone();
         if shards == 1 {
             let shard = keys.shard(req.sku, 1, 0);
-            let reply: Vec<String> = self
-                .scripts
-                .reserve_local
-                .key(keys.sku(req.sku))
-                .key(keys.user(req.sku, req.user))
-                .key(keys.request(req.request_id))
-                .key(keys.reservation(&id))
-                .key(keys.expiry())
-                .key(shard.avail())
-                .key(shard.held())
-                .key(shard.taken(&id))
-                .arg(req.quantity)
-                .arg(&id)
-                .arg(req.user)
-                .arg(req.sku)
-                .arg(info.ttl_ms)
-                .arg(REQUEST_ID_TTL_SECS)
-                .arg(req.request_id)
-                .invoke_async(&mut conn)
-                .await?;
+            let reply: Vec<String> =
+                admission(&self.scripts.reserve_local, &keys, req, &id, info.ttl_ms)
+                    .key(shard.avail())
+                    .key(shard.held())
+                    .key(shard.taken(&id))
+                    .invoke_async(&mut conn)
+                    .await?;
             return self.reserve_reply(&keys, reply).await;
         }
 
-        let reply: Vec<String> = self
-            .scripts
-            .claim
-            .key(keys.sku(req.sku))
-            .key(keys.user(req.sku, req.user))
-            .key(keys.request(req.request_id))
-            .key(keys.reservation(&id))
-            .key(keys.expiry())
-            .arg(req.quantity)
-            .arg(&id)
-            .arg(req.user)
-            .arg(req.sku)
-            .arg(CLAIM_WINDOW_MS)
-            .arg(REQUEST_ID_TTL_SECS)
-            .arg(req.request_id)
+        let reply: Vec<String> = admission(&self.scripts.claim, &keys, req, &id, CLAIM_WINDOW_MS)
             .invoke_async(&mut conn)
             .await?;
         if reply.first().map(String::as_str) != Some("claimed") {
@@ -796,6 +780,31 @@ pub struct Adjustment {
     pub before: StockLevel,
     /// Stock after.
     pub after: StockLevel,
+}
+
+/// The keys and arguments `admit.lua` and the scripts it prefixes share;
+/// `window_ms` is the reservation TTL or the claim window.
+fn admission<'a>(
+    script: &'a Script,
+    keys: &SaleKeys,
+    req: &ReserveRequest<'_>,
+    id: &str,
+    window_ms: u64,
+) -> redis::ScriptInvocation<'a> {
+    let mut invocation = script.key(keys.sku(req.sku));
+    invocation
+        .key(keys.user(req.sku, req.user))
+        .key(keys.request(req.request_id))
+        .key(keys.reservation(id))
+        .key(keys.expiry())
+        .arg(req.quantity)
+        .arg(id)
+        .arg(req.user)
+        .arg(req.sku)
+        .arg(window_ms)
+        .arg(REQUEST_ID_TTL_SECS)
+        .arg(req.request_id);
+    invocation
 }
 
 #[derive(Debug, PartialEq, Eq)]

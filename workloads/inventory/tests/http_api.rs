@@ -71,6 +71,17 @@ impl Api {
         ))
     }
 
+    async fn reserve(
+        &self,
+        user: &str,
+        quantity: u64,
+        request_id: &str,
+    ) -> anyhow::Result<(StatusCode, Value)> {
+        let body =
+            json!({"sku": "PHONE", "user": user, "quantity": quantity, "requestId": request_id});
+        self.post(&self.reservations(), body).await
+    }
+
     fn reservations(&self) -> String {
         format!("/v1/sales/{}/reservations", self.sale)
     }
@@ -79,33 +90,18 @@ impl Api {
 #[tokio::test]
 async fn reserve_confirm_cancel_and_stock_over_http() -> anyhow::Result<()> {
     let api = Api::start().await?;
-    let (status, body) = api
-        .post(
-            &api.reservations(),
-            json!({"sku": "PHONE", "user": "u1", "quantity": 2, "requestId": "r1"}),
-        )
-        .await?;
+    let (status, body) = api.reserve("u1", 2, "r1").await?;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     let id = body["id"].as_str().unwrap_or_default().to_owned();
 
-    let (status, retry) = api
-        .post(
-            &api.reservations(),
-            json!({"sku": "PHONE", "user": "u1", "quantity": 2, "requestId": "r1"}),
-        )
-        .await?;
+    let (status, retry) = api.reserve("u1", 2, "r1").await?;
     assert_eq!(
         (status, retry["id"].as_str()),
         (StatusCode::OK, Some(id.as_str())),
         "{retry}"
     );
 
-    let (status, body) = api
-        .post(
-            &api.reservations(),
-            json!({"sku": "PHONE", "user": "u1", "quantity": 1, "requestId": "r2"}),
-        )
-        .await?;
+    let (status, body) = api.reserve("u1", 1, "r2").await?;
     assert_eq!(
         (status, body["error"].as_str()),
         (StatusCode::CONFLICT, Some("user_limit")),
@@ -129,12 +125,7 @@ async fn reserve_confirm_cancel_and_stock_over_http() -> anyhow::Result<()> {
         "{body}"
     );
 
-    let (status, body) = api
-        .post(
-            &api.reservations(),
-            json!({"sku": "PHONE", "user": "u2", "quantity": 2, "requestId": "r3"}),
-        )
-        .await?;
+    let (status, body) = api.reserve("u2", 2, "r3").await?;
     assert_eq!(
         (status, body["error"].as_str()),
         (StatusCode::CONFLICT, Some("sold_out")),
@@ -304,20 +295,10 @@ async fn adjustments_are_audited_take_only_available_units_and_clear_sold_out() 
     let api = Api::start().await?;
     let adjustments = format!("/v1/sales/{}/items/PHONE/adjustments", api.sale);
     for (user, rid) in [("a", "ra"), ("b", "rb")] {
-        let (status, _) = api
-            .post(
-                &api.reservations(),
-                json!({"sku": "PHONE", "user": user, "quantity": 1, "requestId": rid}),
-            )
-            .await?;
+        let (status, _) = api.reserve(user, 1, rid).await?;
         assert_eq!(status, StatusCode::CREATED);
     }
-    let (status, body) = api
-        .post(
-            &api.reservations(),
-            json!({"sku": "PHONE", "user": "c", "quantity": 2, "requestId": "rc"}),
-        )
-        .await?;
+    let (status, body) = api.reserve("c", 2, "rc").await?;
     assert_eq!(
         (status, body["error"].as_str()),
         (StatusCode::CONFLICT, Some("sold_out")),
@@ -354,12 +335,7 @@ async fn adjustments_are_audited_take_only_available_units_and_clear_sold_out() 
         (StatusCode::OK, Some(10)),
         "{report}"
     );
-    let (status, body) = api
-        .post(
-            &api.reservations(),
-            json!({"sku": "PHONE", "user": "c", "quantity": 2, "requestId": "rc2"}),
-        )
-        .await?;
+    let (status, body) = api.reserve("c", 2, "rc2").await?;
     assert_eq!(status, StatusCode::CREATED, "{body}");
 
     let (status, body) = api
@@ -392,19 +368,9 @@ async fn adjustments_are_audited_take_only_available_units_and_clear_sold_out() 
 #[tokio::test]
 async fn sold_out_is_remembered_for_the_staleness_bound_only() -> anyhow::Result<()> {
     let api = Api::start_with(Duration::from_millis(500)).await?;
-    let (status, _) = api
-        .post(
-            &api.reservations(),
-            json!({"sku": "PHONE", "user": "a", "quantity": 2, "requestId": "a1"}),
-        )
-        .await?;
+    let (status, _) = api.reserve("a", 2, "a1").await?;
     assert_eq!(status, StatusCode::CREATED);
-    let (status, body) = api
-        .post(
-            &api.reservations(),
-            json!({"sku": "PHONE", "user": "b", "quantity": 2, "requestId": "b1"}),
-        )
-        .await?;
+    let (status, body) = api.reserve("b", 2, "b1").await?;
     assert_eq!(
         (status, body["error"].as_str()),
         (StatusCode::CONFLICT, Some("sold_out"))
@@ -429,12 +395,7 @@ async fn sold_out_is_remembered_for_the_staleness_bound_only() -> anyhow::Result
         .adjust(&api.sale, "PHONE", 5, "restock from another replica")
         .await?;
 
-    let (status, _) = api
-        .post(
-            &api.reservations(),
-            json!({"sku": "PHONE", "user": "b", "quantity": 2, "requestId": "b2"}),
-        )
-        .await?;
+    let (status, _) = api.reserve("b", 2, "b2").await?;
     if remembered_at.elapsed() < Duration::from_millis(400) {
         assert_eq!(
             status,
@@ -447,13 +408,7 @@ async fn sold_out_is_remembered_for_the_staleness_bound_only() -> anyhow::Result
         Duration::from_secs(5),
         Duration::from_millis(50),
         || async {
-            let (status, body) = api
-                .post(
-                    &api.reservations(),
-                    json!({"sku": "PHONE", "user": "b", "quantity": 2, "requestId": "b3"}),
-                )
-                .await
-                .map_err(|e| e.to_string())?;
+            let (status, body) = api.reserve("b", 2, "b3").await.map_err(|e| e.to_string())?;
             if status == StatusCode::CREATED {
                 Ok(body)
             } else {

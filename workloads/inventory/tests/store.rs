@@ -37,6 +37,13 @@ async fn store_with(
     Ok((store, sale))
 }
 
+async fn stock_of(store: &Store, sale: &str) -> anyhow::Result<inventory::store::StockLevel> {
+    store
+        .stock(sale, "HOT")
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("SKU HOT of {sale} is not loaded"))
+}
+
 async fn reserve(
     store: &Store,
     sale: &str,
@@ -68,10 +75,7 @@ async fn hammer(shards: u32) -> anyhow::Result<()> {
             (store.clone(), sale.clone(), done.clone(), checks.clone());
         tokio::spawn(async move {
             while !done.load(Ordering::SeqCst) {
-                let level = store
-                    .stock(&sale, "HOT")
-                    .await?
-                    .ok_or_else(|| anyhow::anyhow!("no stock"))?;
+                let level = stock_of(&store, &sale).await?;
                 anyhow::ensure!(
                     level.available + level.reserved + level.sold == STOCK,
                     "books off: {level:?}"
@@ -124,10 +128,7 @@ async fn hammer(shards: u32) -> anyhow::Result<()> {
     done.store(true, Ordering::SeqCst);
     checker.await??;
 
-    let level = store
-        .stock(&sale, "HOT")
-        .await?
-        .ok_or_else(|| anyhow::anyhow!("no stock"))?;
+    let level = stock_of(&store, &sale).await?;
     assert_eq!(level.available, 0, "{level:?}");
     assert_eq!(level.reserved + level.sold, STOCK, "{level:?}");
     assert!(level.sold > 0, "some were confirmed: {level:?}");
@@ -175,10 +176,7 @@ async fn a_retry_returns_the_same_reservation_and_takes_nothing_twice() -> anyho
             }
             other => anyhow::bail!("retry answered {other:?}"),
         }
-        let level = store
-            .stock(&sale, "HOT")
-            .await?
-            .ok_or_else(|| anyhow::anyhow!("no stock"))?;
+        let level = stock_of(&store, &sale).await?;
         assert_eq!((level.available, level.reserved), (8, 2), "shards={shards}");
         assert_eq!(store.held_by(&sale, "HOT", "alice").await?, 2);
     }
@@ -257,10 +255,7 @@ async fn unpaid_reservations_return_once_with_two_sweepers() -> anyhow::Result<(
             50,
             "each reservation counted once (shards={shards})"
         );
-        let level = store
-            .stock(&sale, "HOT")
-            .await?
-            .ok_or_else(|| anyhow::anyhow!("no stock"))?;
+        let level = stock_of(&store, &sale).await?;
         assert_eq!(
             (level.available, level.reserved, level.sold),
             (100, 0, 0),
@@ -318,10 +313,7 @@ async fn confirm_after_expiry_is_refused_before_any_sweep() -> anyhow::Result<()
         ConfirmOutcome::NotReserved
     );
     assert_eq!(store.sweep(&sale, 10).await?, 1);
-    let level = store
-        .stock(&sale, "HOT")
-        .await?
-        .ok_or_else(|| anyhow::anyhow!("no stock"))?;
+    let level = stock_of(&store, &sale).await?;
     assert_eq!((level.available, level.sold), (5, 0));
     let _: () = redis::cmd("PING").query_async(&mut conn).await?;
     Ok(())
@@ -340,10 +332,7 @@ async fn cancel_twice_is_harmless_and_paid_orders_are_not_released() -> anyhow::
             store.cancel(&sale, &id).await?,
             CancelOutcome::AlreadyReleased
         );
-        let level = store
-            .stock(&sale, "HOT")
-            .await?
-            .ok_or_else(|| anyhow::anyhow!("no stock"))?;
+        let level = stock_of(&store, &sale).await?;
         assert_eq!(
             (level.available, level.reserved),
             (10, 0),
@@ -365,10 +354,7 @@ async fn cancel_twice_is_harmless_and_paid_orders_are_not_released() -> anyhow::
             store.cancel(&sale, "no-such-id").await?,
             CancelOutcome::Missing
         );
-        let level = store
-            .stock(&sale, "HOT")
-            .await?
-            .ok_or_else(|| anyhow::anyhow!("no stock"))?;
+        let level = stock_of(&store, &sale).await?;
         assert_eq!((level.available, level.sold), (9, 1), "shards={shards}");
     }
     Ok(())
@@ -391,10 +377,7 @@ async fn scripts_come_back_after_script_flush() -> anyhow::Result<()> {
         reserve(&store, &sale, "erin", 1, "e2").await?,
         ReserveOutcome::Reserved { .. }
     ));
-    let level = store
-        .stock(&sale, "HOT")
-        .await?
-        .ok_or_else(|| anyhow::anyhow!("no stock"))?;
+    let level = stock_of(&store, &sale).await?;
     assert_eq!(level.reserved, 2);
     Ok(())
 }
@@ -427,10 +410,7 @@ async fn loading_again_never_resets_counts() -> anyhow::Result<()> {
         })
         .await?;
     assert!(!loaded[0].created);
-    let level = again
-        .stock(&sale, "HOT")
-        .await?
-        .ok_or_else(|| anyhow::anyhow!("no stock"))?;
+    let level = stock_of(&again, &sale).await?;
     assert_eq!(
         (level.stock, level.available, level.reserved, level.sold),
         (20, 15, 2, 3)
@@ -449,8 +429,8 @@ async fn a_crashed_sharded_claim_is_settled_by_the_sweeper() -> anyhow::Result<(
     let keys = SaleKeys::new(&sale);
     let redis = redis::Client::open(stack::redis_url()?)?;
     let mut conn = redis.get_multiplexed_async_connection().await?;
-    let claim = redis::Script::new(include_str!("../src/lua/claim.lua"));
-    let take = redis::Script::new(include_str!("../src/lua/take.lua"));
+    let claim = redis::Script::new(inventory::store::CLAIM_LUA);
+    let take = redis::Script::new(inventory::store::TAKE_LUA);
     let id = "crashed-claim";
     let claimed: Vec<String> = claim
         .key(keys.sku("HOT"))
@@ -487,10 +467,7 @@ async fn a_crashed_sharded_claim_is_settled_by_the_sweeper() -> anyhow::Result<(
         .await?;
     assert_eq!(taken, "taken");
     // ...and the replica dies here. The units are out of the shard:
-    let level = store
-        .stock(&sale, "HOT")
-        .await?
-        .ok_or_else(|| anyhow::anyhow!("no stock"))?;
+    let level = stock_of(&store, &sale).await?;
     assert_eq!((level.available, level.reserved + level.sold), (38, 2));
     assert_eq!(store.held_by(&sale, "HOT", "henry").await?, 2);
 
@@ -509,10 +486,7 @@ async fn a_crashed_sharded_claim_is_settled_by_the_sweeper() -> anyhow::Result<(
         },
     )
     .await?;
-    let level = store
-        .stock(&sale, "HOT")
-        .await?
-        .ok_or_else(|| anyhow::anyhow!("no stock"))?;
+    let level = stock_of(&store, &sale).await?;
     assert_eq!(
         (level.stock, level.available, level.reserved, level.sold),
         (40, 40, 0, 0)

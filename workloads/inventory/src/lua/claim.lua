@@ -2,19 +2,7 @@
 -- limit, and a pending reservation that the sweeper settles if step 3 never comes.
 -- KEYS: 1 sku hash, 2 user counter, 3 request-id key, 4 reservation hash, 5 expiry zset
 -- ARGV: 1 qty, 2 reservation id, 3 user, 4 sku, 5 claim window ms, 6 request-id ttl s, 7 request id
-local existing = redis.call('GET', KEYS[3])
-if existing then
-  return {'duplicate', existing}
-end
-local limit = tonumber(redis.call('HGET', KEYS[1], 'limit'))
-if not limit then
-  return {'unknown_sku', ''}
-end
-local qty = tonumber(ARGV[1])
-local held = tonumber(redis.call('GET', KEYS[2]) or '0')
-if held + qty > limit then
-  return {'user_limit', tostring(held)}
-end
+-- (admit.lua runs first.)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local deadline = now + tonumber(ARGV[5])
