@@ -1,0 +1,10 @@
+//! The order event (`flashsale.orders`, keyed by user id) and the producer
+//! that publishes it: the contract between the gateway, which acknowledges an
+//! order once its event is durably in Kafka, and the order-writer, which
+//! stores it. See docs/architecture.md.
+
+pub mod event;
+pub mod producer;
+
+pub use event::{EventKind, OrderEvent, Poison, SCHEMA_VERSION};
+pub use producer::{OrderProducer, ProduceError, ProducerSettings};
