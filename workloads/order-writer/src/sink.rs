@@ -1,0 +1,196 @@
+//! Writing a batch of order events in one transaction, idempotently, to
+//! PostgreSQL or a MySQL-protocol database (MySQL, MariaDB, TiDB).
+
+use flashsale_orders::{EventKind, OrderEvent};
+use sqlx::{MySqlPool, PgPool, QueryBuilder};
+
+/// Errors from the database.
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    /// The database failed or refused the batch.
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+    /// Migrations failed.
+    #[error("migrating the orders schema: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// The URL names no supported database.
+    #[error("unsupported database URL {0:?}: use postgres:// or mysql://")]
+    UnsupportedUrl(String),
+}
+
+/// An event with where it came from in Kafka.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourcedEvent {
+    /// The event.
+    pub event: OrderEvent,
+    /// Partition it was read from.
+    pub partition: i32,
+    /// Offset it was read at.
+    pub offset: i64,
+}
+
+/// What a batch did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BatchOutcome {
+    /// Orders inserted (events seen for the first time).
+    pub inserted: u64,
+    /// Status changes applied (forward moves only).
+    pub status_changes: u64,
+}
+
+/// The order database.
+#[derive(Debug, Clone)]
+pub enum Sink {
+    /// PostgreSQL.
+    Postgres(PgPool),
+    /// MySQL protocol.
+    Mysql(MySqlPool),
+}
+
+fn status(kind: EventKind) -> &'static str {
+    match kind {
+        EventKind::Created => "pending_payment",
+        EventKind::Paid => "paid",
+        EventKind::Expired => "expired",
+    }
+}
+
+const INSERT_HEAD: &str = "INSERT INTO orders (order_id, idempotency_key, sale, user_id, sku, quantity, \
+     amount_minor, reservation_id, status, created_at, kafka_partition, kafka_offset) ";
+
+/// Binds one event's columns, in `INSERT_HEAD` order, for either database.
+macro_rules! push_row {
+    ($row:ident, $e:ident) => {
+        $row.push_bind($e.event.order_id.clone())
+            .push_bind($e.event.idempotency_key.clone())
+            .push_bind($e.event.sale.clone())
+            .push_bind($e.event.user_id.clone())
+            .push_bind($e.event.sku.clone())
+            .push_bind(i32::try_from($e.event.quantity).unwrap_or(i32::MAX))
+            .push_bind($e.event.amount_minor)
+            .push_bind($e.event.reservation_id.clone())
+            .push_bind(status(EventKind::Created))
+            .push_bind(time_of($e.event.created_at))
+            .push_bind($e.partition)
+            .push_bind($e.offset)
+    };
+}
+
+/// The event time as a UTC date-time both drivers bind.
+fn time_of(ts: jiff::Timestamp) -> sqlx::types::chrono::DateTime<sqlx::types::chrono::Utc> {
+    sqlx::types::chrono::DateTime::from_timestamp_micros(ts.as_microsecond()).unwrap_or_default()
+}
+
+impl Sink {
+    /// Connects by URL scheme and applies the migrations of that family.
+    pub async fn connect(url: &str, max_connections: u32) -> Result<Self, SinkError> {
+        let sink = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            let pool = sqlx::postgres::PgPoolOptions::new()
+                .max_connections(max_connections)
+                .connect(url)
+                .await?;
+            Self::Postgres(pool)
+        } else if url.starts_with("mysql://") || url.starts_with("mariadb://") {
+            let pool = sqlx::mysql::MySqlPoolOptions::new()
+                .max_connections(max_connections)
+                .connect(url)
+                .await?;
+            Self::Mysql(pool)
+        } else {
+            return Err(SinkError::UnsupportedUrl(url.to_owned()));
+        };
+        sink.migrate().await?;
+        Ok(sink)
+    }
+
+    async fn migrate(&self) -> Result<(), SinkError> {
+        match self {
+            Self::Postgres(pool) => sqlx::migrate!("./migrations/postgres").run(pool).await?,
+            Self::Mysql(pool) => sqlx::migrate!("./migrations/mysql").run(pool).await?,
+        }
+        Ok(())
+    }
+
+    /// Writes a batch in one transaction: new orders in one multi-row insert
+    /// that ignores idempotency keys already stored, then status moves that
+    /// only go forward (pending_payment → paid or expired). Replaying a batch
+    /// changes nothing.
+    pub async fn write_batch(&self, batch: &[SourcedEvent]) -> Result<BatchOutcome, SinkError> {
+        let created: Vec<&SourcedEvent> = batch
+            .iter()
+            .filter(|e| e.event.kind == EventKind::Created)
+            .collect();
+        let moves: Vec<&SourcedEvent> = batch
+            .iter()
+            .filter(|e| e.event.kind != EventKind::Created)
+            .collect();
+        let mut outcome = BatchOutcome::default();
+        match self {
+            Self::Postgres(pool) => {
+                let mut tx = pool.begin().await?;
+                if !created.is_empty() {
+                    let mut insert = QueryBuilder::new(INSERT_HEAD);
+                    insert.push_values(&created, |mut row, e| {
+                        push_row!(row, e);
+                    });
+                    insert.push(" ON CONFLICT DO NOTHING");
+                    outcome.inserted = insert.build().execute(&mut *tx).await?.rows_affected();
+                }
+                for e in &moves {
+                    let done = sqlx::query(
+                        "UPDATE orders SET status = $1, updated_at = now() WHERE order_id = $2 AND status = 'pending_payment'",
+                    )
+                    .bind(status(e.event.kind))
+                    .bind(&e.event.order_id)
+                    .execute(&mut *tx)
+                    .await?;
+                    outcome.status_changes += done.rows_affected();
+                }
+                tx.commit().await?;
+            }
+            Self::Mysql(pool) => {
+                let mut tx = pool.begin().await?;
+                // The MySQL protocol reports a skipped duplicate as a found
+                // row, so count the new ones by looking first.
+                let mut fresh = created.clone();
+                if !created.is_empty() {
+                    let mut known = QueryBuilder::new(
+                        "SELECT idempotency_key FROM orders WHERE idempotency_key IN ",
+                    );
+                    known.push_tuples(&created, |mut t, e| {
+                        t.push_bind(e.event.idempotency_key.clone());
+                    });
+                    let existing: std::collections::HashSet<String> = known
+                        .build_query_scalar()
+                        .fetch_all(&mut *tx)
+                        .await?
+                        .into_iter()
+                        .collect();
+                    fresh.retain(|e| !existing.contains(&e.event.idempotency_key));
+                }
+                if !fresh.is_empty() {
+                    let mut insert = QueryBuilder::new(INSERT_HEAD);
+                    insert.push_values(&fresh, |mut row, e| {
+                        push_row!(row, e);
+                    });
+                    // Still safe if another writer raced us: a duplicate is a no-op.
+                    insert.push(" ON DUPLICATE KEY UPDATE order_id = order_id");
+                    insert.build().execute(&mut *tx).await?;
+                    outcome.inserted = fresh.len() as u64;
+                }
+                for e in &moves {
+                    let done = sqlx::query(
+                        "UPDATE orders SET status = ?, updated_at = CURRENT_TIMESTAMP(6) WHERE order_id = ? AND status = 'pending_payment'",
+                    )
+                    .bind(status(e.event.kind))
+                    .bind(&e.event.order_id)
+                    .execute(&mut *tx)
+                    .await?;
+                    outcome.status_changes += done.rows_affected();
+                }
+                tx.commit().await?;
+            }
+        }
+        Ok(outcome)
+    }
+}

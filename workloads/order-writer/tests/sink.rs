@@ -1,0 +1,117 @@
+//! Idempotent batches on the real PostgreSQL and MariaDB of the local stack.
+
+use flashsale_e2e::stack;
+use flashsale_orders::{EventKind, OrderEvent, SCHEMA_VERSION};
+use order_writer::sink::{Sink, SourcedEvent};
+
+fn event(sale: &str, n: i64, kind: EventKind) -> SourcedEvent {
+    SourcedEvent {
+        event: OrderEvent {
+            schema_version: SCHEMA_VERSION,
+            kind,
+            order_id: format!("{sale}-o{n}"),
+            sale: sale.to_owned(),
+            user_id: format!("u{}", n % 7),
+            sku: "PHONE".into(),
+            quantity: 1 + n % 2,
+            amount_minor: 1000 * (1 + n % 2),
+            idempotency_key: format!("{sale}-k{n}"),
+            reservation_id: format!("r{n}"),
+            created_at: jiff::Timestamp::now(),
+        },
+        partition: (n % 6) as i32,
+        offset: n,
+    }
+}
+
+async fn statuses(sink: &Sink, sale: &str) -> anyhow::Result<Vec<(String, String)>> {
+    Ok(match sink {
+        Sink::Postgres(pool) => {
+            sqlx::query_as("SELECT order_id, status FROM orders WHERE sale = $1 ORDER BY order_id")
+                .bind(sale)
+                .fetch_all(pool)
+                .await?
+        }
+        Sink::Mysql(pool) => {
+            sqlx::query_as("SELECT order_id, status FROM orders WHERE sale = ? ORDER BY order_id")
+                .bind(sale)
+                .fetch_all(pool)
+                .await?
+        }
+    })
+}
+
+async fn replays_are_no_ops_and_status_only_moves_forward(url: String) -> anyhow::Result<()> {
+    let sink = Sink::connect(&url, 4).await?;
+    let sale = stack::unique_name("sink");
+    let batch: Vec<SourcedEvent> = (0..50)
+        .map(|n| event(&sale, n, EventKind::Created))
+        .collect();
+
+    assert_eq!(sink.write_batch(&batch).await?.inserted, 50);
+    assert_eq!(
+        sink.write_batch(&batch).await?.inserted,
+        0,
+        "a replayed batch inserts nothing"
+    );
+    let mut mixed = batch[40..].to_vec();
+    mixed.extend((50..60).map(|n| event(&sale, n, EventKind::Created)));
+    assert_eq!(
+        sink.write_batch(&mixed).await?.inserted,
+        10,
+        "only the new half of a mixed batch"
+    );
+    assert_eq!(statuses(&sink, &sale).await?.len(), 60);
+
+    let moves = vec![
+        event(&sale, 1, EventKind::Paid),
+        event(&sale, 1, EventKind::Expired), // too late: already paid
+        event(&sale, 2, EventKind::Expired),
+        event(&sale, 2, EventKind::Paid), // too late: already expired
+        event(&sale, 3, EventKind::Paid),
+    ];
+    assert_eq!(sink.write_batch(&moves).await?.status_changes, 3);
+    assert_eq!(
+        sink.write_batch(&moves).await?.status_changes,
+        0,
+        "repeats are harmless"
+    );
+    let all = statuses(&sink, &sale).await?;
+    let status_of = |n: i64| {
+        let id = format!("{sale}-o{n}");
+        all.iter()
+            .find(|(o, _)| *o == id)
+            .map(|(_, s)| s.clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        (status_of(1), status_of(2), status_of(3), status_of(4)),
+        (
+            "paid".to_owned(),
+            "expired".to_owned(),
+            "paid".to_owned(),
+            "pending_payment".to_owned()
+        )
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn postgres_batches_are_idempotent() -> anyhow::Result<()> {
+    replays_are_no_ops_and_status_only_moves_forward(stack::postgres_url()?).await
+}
+
+#[tokio::test]
+async fn mariadb_batches_are_idempotent() -> anyhow::Result<()> {
+    replays_are_no_ops_and_status_only_moves_forward(stack::mysql_url()?).await
+}
+
+#[tokio::test]
+async fn an_unknown_database_url_is_refused() {
+    let err = Sink::connect("oracle://db:1521/orders", 1)
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(err.contains("use postgres:// or mysql://"), "{err}");
+}
