@@ -76,6 +76,35 @@ macro_rules! push_row {
     };
 }
 
+/// A multi-row insert of `rows` ending in the database's own conflict clause.
+macro_rules! insert_orders {
+    ($rows:expr, $on_conflict:expr) => {{
+        let mut insert = QueryBuilder::new(INSERT_HEAD);
+        insert.push_values($rows, |mut row, e| {
+            push_row!(row, e);
+        });
+        insert.push($on_conflict);
+        insert
+    }};
+}
+
+/// Applies forward-only status moves with the database's UPDATE statement
+/// (`status`, `order_id` placeholders); evaluates to the rows changed.
+macro_rules! move_status {
+    ($tx:ident, $moves:expr, $sql:literal) => {{
+        let mut changed = 0;
+        for e in $moves {
+            let done = sqlx::query($sql)
+                .bind(status(e.event.kind))
+                .bind(&e.event.order_id)
+                .execute(&mut *$tx)
+                .await?;
+            changed += done.rows_affected();
+        }
+        changed
+    }};
+}
+
 /// The event time as a UTC date-time both drivers bind.
 fn time_of(ts: jiff::Timestamp) -> sqlx::types::chrono::DateTime<sqlx::types::chrono::Utc> {
     sqlx::types::chrono::DateTime::from_timestamp_micros(ts.as_microsecond()).unwrap_or_default()
@@ -129,23 +158,14 @@ impl Sink {
             Self::Postgres(pool) => {
                 let mut tx = pool.begin().await?;
                 if !created.is_empty() {
-                    let mut insert = QueryBuilder::new(INSERT_HEAD);
-                    insert.push_values(&created, |mut row, e| {
-                        push_row!(row, e);
-                    });
-                    insert.push(" ON CONFLICT DO NOTHING");
+                    let mut insert = insert_orders!(&created, " ON CONFLICT DO NOTHING");
                     outcome.inserted = insert.build().execute(&mut *tx).await?.rows_affected();
                 }
-                for e in &moves {
-                    let done = sqlx::query(
-                        "UPDATE orders SET status = $1, updated_at = now() WHERE order_id = $2 AND status = 'pending_payment'",
-                    )
-                    .bind(status(e.event.kind))
-                    .bind(&e.event.order_id)
-                    .execute(&mut *tx)
-                    .await?;
-                    outcome.status_changes += done.rows_affected();
-                }
+                outcome.status_changes = move_status!(
+                    tx,
+                    &moves,
+                    "UPDATE orders SET status = $1, updated_at = now() WHERE order_id = $2 AND status = 'pending_payment'"
+                );
                 tx.commit().await?;
             }
             Self::Mysql(pool) => {
@@ -169,25 +189,17 @@ impl Sink {
                     fresh.retain(|e| !existing.contains(&e.event.idempotency_key));
                 }
                 if !fresh.is_empty() {
-                    let mut insert = QueryBuilder::new(INSERT_HEAD);
-                    insert.push_values(&fresh, |mut row, e| {
-                        push_row!(row, e);
-                    });
                     // Still safe if another writer raced us: a duplicate is a no-op.
-                    insert.push(" ON DUPLICATE KEY UPDATE order_id = order_id");
+                    let mut insert =
+                        insert_orders!(&fresh, " ON DUPLICATE KEY UPDATE order_id = order_id");
                     insert.build().execute(&mut *tx).await?;
                     outcome.inserted = fresh.len() as u64;
                 }
-                for e in &moves {
-                    let done = sqlx::query(
-                        "UPDATE orders SET status = ?, updated_at = CURRENT_TIMESTAMP(6) WHERE order_id = ? AND status = 'pending_payment'",
-                    )
-                    .bind(status(e.event.kind))
-                    .bind(&e.event.order_id)
-                    .execute(&mut *tx)
-                    .await?;
-                    outcome.status_changes += done.rows_affected();
-                }
+                outcome.status_changes = move_status!(
+                    tx,
+                    &moves,
+                    "UPDATE orders SET status = ?, updated_at = CURRENT_TIMESTAMP(6) WHERE order_id = ? AND status = 'pending_payment'"
+                );
                 tx.commit().await?;
             }
         }
