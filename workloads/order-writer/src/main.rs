@@ -1,12 +1,44 @@
 //! The flash-sale order-writer: drains order events from Kafka into SQL in idempotent batches.
 
+use std::time::Duration;
+
+use anyhow::Context;
 use clap::Parser;
 use flashsale_runtime::{Process, Readiness, RuntimeArgs};
+use order_writer::{
+    sink::Sink,
+    writer::{Writer, WriterSettings},
+};
 
 /// The flash-sale order-writer: drains order events from Kafka into SQL in idempotent batches.
 #[derive(Debug, Parser)]
 #[command(name = "order-writer", version)]
 struct Args {
+    /// Kafka bootstrap servers.
+    #[arg(long, env = "KAFKA_BROKERS")]
+    brokers: String,
+    /// Consumer group shared by every replica.
+    #[arg(
+        long,
+        env = "ORDER_WRITER_GROUP",
+        default_value = "flashsale-order-writer"
+    )]
+    group: String,
+    /// Topic of order events.
+    #[arg(long, env = "ORDER_TOPIC", default_value = "flashsale.orders")]
+    topic: String,
+    /// Dead-letter topic.
+    #[arg(long, env = "ORDER_DLQ_TOPIC", default_value = "flashsale.orders.dlq")]
+    dlq_topic: String,
+    /// Database URL: postgres://… or mysql://… (MySQL, MariaDB, TiDB).
+    #[arg(long, env = "DATABASE_URL")]
+    database_url: String,
+    /// Events per database transaction, at most.
+    #[arg(long, env = "ORDER_WRITER_BATCH_SIZE", default_value_t = 200)]
+    batch_size: usize,
+    /// Longest wait before a partial batch is written, in milliseconds.
+    #[arg(long, env = "ORDER_WRITER_FLUSH_INTERVAL_MS", default_value_t = 100)]
+    flush_interval_ms: u64,
     #[command(flatten)]
     runtime: RuntimeArgs,
 }
@@ -15,8 +47,31 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let process = Process::start("order-writer", env!("CARGO_PKG_VERSION"), &args.runtime.log)?;
-    process
-        .serve_ops(&args.runtime.ops, Readiness::default())
-        .await?;
+    let sink = Sink::connect(&args.database_url, 4)
+        .await
+        .context("connecting to the database")?;
+    let writer = Writer::new(
+        WriterSettings {
+            brokers: args.brokers.clone(),
+            group_id: args.group.clone(),
+            topic: args.topic.clone(),
+            dlq_topic: args.dlq_topic.clone(),
+            batch_size: args.batch_size.clamp(1, 10_000),
+            flush_interval: Duration::from_millis(args.flush_interval_ms.max(1)),
+        },
+        sink.clone(),
+    )?;
+    let readiness = Readiness::default().with_check("database", move || {
+        let sink = sink.clone();
+        async move { sink.ping().await.map_err(|e| e.to_string()) }
+    });
+    let shutdown = process.shutdown();
+    let (stats, ops) = tokio::join!(
+        writer.run(shutdown),
+        process.serve_ops(&args.runtime.ops, readiness)
+    );
+    let stats = stats.context("order-writer stopped")?;
+    tracing::info!(?stats, "stopped after committing what it stored");
+    ops?;
     Ok(())
 }

@@ -132,6 +132,19 @@ impl Sink {
         Ok(sink)
     }
 
+    /// Whether the database answers.
+    pub async fn ping(&self) -> Result<(), SinkError> {
+        match self {
+            Self::Postgres(pool) => {
+                sqlx::query("SELECT 1").execute(pool).await?;
+            }
+            Self::Mysql(pool) => {
+                sqlx::query("SELECT 1").execute(pool).await?;
+            }
+        }
+        Ok(())
+    }
+
     async fn migrate(&self) -> Result<(), SinkError> {
         match self {
             Self::Postgres(pool) => sqlx::migrate!("./migrations/postgres").run(pool).await?,

@@ -1,0 +1,329 @@
+//! The consume → store → commit loop. Offsets are committed only after the
+//! database committed the batch (and poison went to the DLQ), so a crash at
+//! any point replays events, and the idempotent sink makes replays harmless:
+//! nothing acknowledged is lost, nothing is written twice.
+
+use std::{collections::BTreeMap, time::Duration};
+
+use flashsale_orders::OrderEvent;
+use flashsale_runtime::Shutdown;
+use rdkafka::{
+    ClientConfig, Message, Offset, TopicPartitionList,
+    consumer::{CommitMode, Consumer, StreamConsumer},
+    error::KafkaError,
+    message::{Header, OwnedHeaders},
+    producer::{FutureProducer, FutureRecord},
+    util::Timeout,
+};
+
+use crate::sink::{Sink, SinkError, SourcedEvent};
+
+/// Attempts at a row the database rejects before it goes to the DLQ.
+const MAX_ATTEMPTS: u32 = 3;
+
+/// Writer settings.
+#[derive(Debug, Clone)]
+pub struct WriterSettings {
+    /// Bootstrap servers.
+    pub brokers: String,
+    /// Consumer group.
+    pub group_id: String,
+    /// Topic of order events.
+    pub topic: String,
+    /// Dead-letter topic.
+    pub dlq_topic: String,
+    /// Events per database transaction, at most.
+    pub batch_size: usize,
+    /// Longest wait before a partial batch is written.
+    pub flush_interval: Duration,
+}
+
+/// Errors that stop the writer.
+#[derive(Debug, thiserror::Error)]
+pub enum WriterError {
+    /// Kafka client setup or a commit failed.
+    #[error("kafka: {0}")]
+    Kafka(#[from] KafkaError),
+}
+
+/// Counts of one run, for logs and tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriterStats {
+    /// Orders inserted.
+    pub inserted: u64,
+    /// Events sent to the DLQ.
+    pub dead_lettered: u64,
+    /// Batches committed.
+    pub batches: u64,
+}
+
+/// One message, copied out of the consumer's buffer.
+struct Received {
+    partition: i32,
+    offset: i64,
+    key: Option<Vec<u8>>,
+    payload: Vec<u8>,
+}
+
+/// The order-writer loop.
+pub struct Writer {
+    consumer: StreamConsumer,
+    dlq: FutureProducer,
+    sink: Sink,
+    settings: WriterSettings,
+}
+
+impl Writer {
+    /// Builds the consumer (manual commits, from the earliest offset for a
+    /// new group) and the DLQ producer.
+    pub fn new(settings: WriterSettings, sink: Sink) -> Result<Self, WriterError> {
+        let consumer: StreamConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &settings.brokers)
+            .set("group.id", &settings.group_id)
+            .set("enable.auto.commit", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("partition.assignment.strategy", "cooperative-sticky")
+            .create()?;
+        let dlq: FutureProducer = ClientConfig::new()
+            .set("bootstrap.servers", &settings.brokers)
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .create()?;
+        Ok(Self {
+            consumer,
+            dlq,
+            sink,
+            settings,
+        })
+    }
+
+    /// Runs until shutdown. The batch in hand when shutdown comes is
+    /// finished and committed if the database takes it; otherwise it is left
+    /// uncommitted for the next owner of its partitions.
+    pub async fn run(&self, shutdown: Shutdown) -> Result<WriterStats, WriterError> {
+        self.consumer.subscribe(&[&self.settings.topic])?;
+        let mut stats = WriterStats::default();
+        while !shutdown.is_triggered() {
+            let batch = self.next_batch(&shutdown).await?;
+            if batch.is_empty() {
+                continue;
+            }
+            let mut events = Vec::with_capacity(batch.len());
+            for message in &batch {
+                match OrderEvent::parse(&message.payload) {
+                    Ok(event) => events.push(SourcedEvent {
+                        event,
+                        partition: message.partition,
+                        offset: message.offset,
+                    }),
+                    Err(poison) => {
+                        self.dead_letter(message, poison.reason(), &poison.to_string(), &shutdown)
+                            .await?;
+                        stats.dead_lettered += 1;
+                    }
+                }
+            }
+            let Some((inserted, rejected)) = self.store(&events, &batch, &shutdown).await? else {
+                // Shutdown while the database was down: leave the batch uncommitted.
+                break;
+            };
+            stats.inserted += inserted;
+            stats.dead_lettered += rejected;
+            self.commit(&batch)?;
+            stats.batches += 1;
+        }
+        Ok(stats)
+    }
+
+    async fn next_batch(&self, shutdown: &Shutdown) -> Result<Vec<Received>, WriterError> {
+        let mut batch = Vec::new();
+        let mut deadline = None;
+        while batch.len() < self.settings.batch_size {
+            let wait = match deadline {
+                Some(at) => tokio::time::sleep_until(at),
+                None => tokio::time::sleep(Duration::from_millis(500)),
+            };
+            tokio::select! {
+                _ = shutdown.wait() => break,
+                _ = wait => break,
+                message = self.consumer.recv() => {
+                    let message = message?;
+                    deadline.get_or_insert_with(|| tokio::time::Instant::now() + self.settings.flush_interval);
+                    batch.push(Received {
+                        partition: message.partition(),
+                        offset: message.offset(),
+                        key: message.key().map(<[u8]>::to_vec),
+                        payload: message.payload().map(<[u8]>::to_vec).unwrap_or_default(),
+                    });
+                }
+            }
+        }
+        Ok(batch)
+    }
+
+    /// Writes the batch; on a rejected row, isolates it by writing rows one
+    /// at a time, retrying each rejected row before dead-lettering it. While
+    /// the database is unreachable it waits with backoff and does not move
+    /// on. `None` means shutdown came first.
+    async fn store(
+        &self,
+        events: &[SourcedEvent],
+        batch: &[Received],
+        shutdown: &Shutdown,
+    ) -> Result<Option<(u64, u64)>, WriterError> {
+        if events.is_empty() {
+            return Ok(Some((0, 0)));
+        }
+        match self.write_until_reachable(events, shutdown).await {
+            None => return Ok(None),
+            Some(Ok(outcome)) => return Ok(Some((outcome.inserted, 0))),
+            Some(Err(err)) => {
+                tracing::warn!(error = %err, size = events.len(), "batch rejected; isolating the bad rows")
+            }
+        }
+        let (mut inserted, mut rejected) = (0, 0);
+        for event in events {
+            let mut attempt = 1;
+            loop {
+                match self
+                    .write_until_reachable(std::slice::from_ref(event), shutdown)
+                    .await
+                {
+                    None => return Ok(None),
+                    Some(Ok(outcome)) => {
+                        inserted += outcome.inserted;
+                        break;
+                    }
+                    Some(Err(err)) if attempt < MAX_ATTEMPTS => {
+                        tracing::warn!(error = %err, attempt, order = event.event.order_id, "row rejected; retrying");
+                        attempt += 1;
+                    }
+                    Some(Err(err)) => {
+                        let original = batch
+                            .iter()
+                            .find(|m| m.partition == event.partition && m.offset == event.offset);
+                        if let Some(message) = original {
+                            self.dead_letter(message, "db_rejected", &err.to_string(), shutdown)
+                                .await?;
+                        }
+                        rejected += 1;
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(Some((inserted, rejected)))
+    }
+
+    /// `Some(Ok)` stored, `Some(Err)` the database refused the data, `None`
+    /// shutdown while it was unreachable.
+    async fn write_until_reachable(
+        &self,
+        events: &[SourcedEvent],
+        shutdown: &Shutdown,
+    ) -> Option<Result<crate::sink::BatchOutcome, SinkError>> {
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            match self.sink.write_batch(events).await {
+                Ok(outcome) => return Some(Ok(outcome)),
+                Err(err) if is_rejection(&err) => return Some(Err(err)),
+                Err(err) => {
+                    tracing::warn!(error = %err, retry_in_ms = backoff.as_millis() as u64, "database unavailable; holding the batch");
+                    tokio::select! {
+                        _ = shutdown.wait() => return None,
+                        _ = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+
+    /// Sends one message to the DLQ with its reason and origin, and waits
+    /// for the acknowledgement (retrying), so its offset may be committed.
+    async fn dead_letter(
+        &self,
+        message: &Received,
+        reason: &str,
+        error: &str,
+        shutdown: &Shutdown,
+    ) -> Result<(), WriterError> {
+        let (partition, offset) = (message.partition.to_string(), message.offset.to_string());
+        let headers = OwnedHeaders::new()
+            .insert(Header {
+                key: "flashsale-dlq-reason",
+                value: Some(reason),
+            })
+            .insert(Header {
+                key: "flashsale-dlq-error",
+                value: Some(error),
+            })
+            .insert(Header {
+                key: "flashsale-original-topic",
+                value: Some(self.settings.topic.as_str()),
+            })
+            .insert(Header {
+                key: "flashsale-original-partition",
+                value: Some(partition.as_str()),
+            })
+            .insert(Header {
+                key: "flashsale-original-offset",
+                value: Some(offset.as_str()),
+            });
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            let mut record = FutureRecord::to(&self.settings.dlq_topic)
+                .payload(&message.payload)
+                .headers(headers.clone());
+            if let Some(key) = &message.key {
+                record = record.key(key);
+            }
+            match self
+                .dlq
+                .send(record, Timeout::After(Duration::from_secs(10)))
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err((err, _)) => {
+                    tracing::warn!(error = %err, "DLQ send failed; retrying");
+                    tokio::select! {
+                        _ = shutdown.wait() => return Err(WriterError::Kafka(err)),
+                        _ = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+
+    /// Commits, per partition, the offset after the last message of the batch.
+    fn commit(&self, batch: &[Received]) -> Result<(), WriterError> {
+        let mut next: BTreeMap<i32, i64> = BTreeMap::new();
+        for message in batch {
+            let entry = next.entry(message.partition).or_insert(0);
+            *entry = (*entry).max(message.offset + 1);
+        }
+        let mut offsets = TopicPartitionList::new();
+        for (partition, offset) in next {
+            offsets.add_partition_offset(
+                &self.settings.topic,
+                partition,
+                Offset::Offset(offset),
+            )?;
+        }
+        self.consumer.commit(&offsets, CommitMode::Sync)?;
+        Ok(())
+    }
+}
+
+/// Whether the database refused the data (retrying the same rows cannot
+/// help) rather than being unreachable (waiting can).
+fn is_rejection(err: &SinkError) -> bool {
+    match err {
+        SinkError::Database(sqlx::Error::Database(db)) => {
+            db.kind() != sqlx::error::ErrorKind::Other
+                || db.code().is_some_and(|c| c.starts_with("22"))
+        }
+        _ => false,
+    }
+}
