@@ -2,5 +2,6 @@
 //! batches. `sink` writes a batch to PostgreSQL or a MySQL-protocol database
 //! in one transaction; `writer` is the consume → store → commit loop.
 
+pub mod metrics;
 pub mod sink;
 pub mod writer;

@@ -6,6 +6,7 @@ use anyhow::Context;
 use clap::Parser;
 use flashsale_runtime::{Process, Readiness, RuntimeArgs};
 use order_writer::{
+    metrics::WriterMetrics,
     sink::Sink,
     writer::{Writer, WriterSettings},
 };
@@ -46,7 +47,8 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let process = Process::start("order-writer", env!("CARGO_PKG_VERSION"), &args.runtime.log)?;
+    let mut process = Process::start("order-writer", env!("CARGO_PKG_VERSION"), &args.runtime.log)?;
+    let metrics = WriterMetrics::register(process.registry_mut());
     let sink = Sink::connect(&args.database_url, 4)
         .await
         .context("connecting to the database")?;
@@ -60,6 +62,7 @@ async fn main() -> anyhow::Result<()> {
             flush_interval: Duration::from_millis(args.flush_interval_ms.max(1)),
         },
         sink.clone(),
+        metrics,
     )?;
     let readiness = Readiness::default().with_check("database", move || {
         let sink = sink.clone();

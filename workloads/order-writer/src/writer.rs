@@ -16,7 +16,10 @@ use rdkafka::{
     util::Timeout,
 };
 
-use crate::sink::{Sink, SinkError, SourcedEvent};
+use crate::{
+    metrics::WriterMetrics,
+    sink::{Sink, SinkError, SourcedEvent},
+};
 
 /// Attempts at a row the database rejects before it goes to the DLQ.
 const MAX_ATTEMPTS: u32 = 3;
@@ -71,12 +74,17 @@ pub struct Writer {
     dlq: FutureProducer,
     sink: Sink,
     settings: WriterSettings,
+    metrics: WriterMetrics,
 }
 
 impl Writer {
     /// Builds the consumer (manual commits, from the earliest offset for a
     /// new group) and the DLQ producer.
-    pub fn new(settings: WriterSettings, sink: Sink) -> Result<Self, WriterError> {
+    pub fn new(
+        settings: WriterSettings,
+        sink: Sink,
+        metrics: WriterMetrics,
+    ) -> Result<Self, WriterError> {
         let consumer: StreamConsumer = ClientConfig::new()
             .set("bootstrap.servers", &settings.brokers)
             .set("group.id", &settings.group_id)
@@ -94,6 +102,7 @@ impl Writer {
             dlq,
             sink,
             settings,
+            metrics,
         })
     }
 
@@ -130,6 +139,7 @@ impl Writer {
             stats.inserted += inserted;
             stats.dead_lettered += rejected;
             self.commit(&batch)?;
+            self.metrics.batch(batch.len(), inserted);
             stats.batches += 1;
         }
         Ok(stats)
@@ -270,6 +280,7 @@ impl Writer {
                 key: "flashsale-original-offset",
                 value: Some(offset.as_str()),
             });
+        self.metrics.dead_letter(reason);
         let mut backoff = Duration::from_millis(100);
         loop {
             let mut record = FutureRecord::to(&self.settings.dlq_topic)

@@ -6,6 +6,7 @@ use flashsale_e2e::{stack, wait::poll_until};
 use flashsale_orders::{EventKind, OrderEvent, OrderProducer, ProducerSettings, SCHEMA_VERSION};
 use flashsale_runtime::Shutdown;
 use order_writer::{
+    metrics::WriterMetrics,
     sink::Sink,
     writer::{Writer, WriterSettings},
 };
@@ -94,6 +95,8 @@ async fn healthy_events_are_stored_poison_goes_to_the_dlq_and_offsets_follow() -
 
     let sink = Sink::connect(&stack::postgres_url()?, 4).await?;
     let group = stack::unique_name("writer-group");
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = WriterMetrics::register(&mut registry);
     let writer = Writer::new(
         WriterSettings {
             brokers: brokers.clone(),
@@ -104,6 +107,7 @@ async fn healthy_events_are_stored_poison_goes_to_the_dlq_and_offsets_follow() -
             flush_interval: Duration::from_millis(100),
         },
         sink.clone(),
+        metrics.clone(),
     )?;
     let shutdown = Shutdown::new();
     let running = tokio::spawn({
