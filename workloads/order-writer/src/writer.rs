@@ -138,7 +138,11 @@ impl Writer {
             };
             stats.inserted += inserted;
             stats.dead_lettered += rejected;
-            self.commit(&batch)?;
+            // A commit refused after a rebalance is not fatal: the rows are
+            // stored, and the partition's new owner replays them as no-ops.
+            if let Err(err) = self.commit(&batch) {
+                tracing::warn!(error = %err, "offset commit refused (rebalance?); the next owner replays idempotently");
+            }
             self.metrics.batch(batch.len(), inserted);
             stats.batches += 1;
         }
@@ -157,7 +161,16 @@ impl Writer {
                 _ = shutdown.wait() => break,
                 _ = wait => break,
                 message = self.consumer.recv() => {
-                    let message = message?;
+                    let message = match message {
+                        Ok(message) => message,
+                        Err(err) => {
+                            // Broker trouble is reported here too; the client
+                            // reconnects by itself, so keep what we have and go on.
+                            tracing::warn!(error = %err, "kafka consume error");
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            break;
+                        }
+                    };
                     deadline.get_or_insert_with(|| tokio::time::Instant::now() + self.settings.flush_interval);
                     batch.push(Received {
                         partition: message.partition(),
