@@ -118,20 +118,26 @@ async fn main() -> anyhow::Result<()> {
         std::env::var("DATABASE_URL").map_err(|_| anyhow::anyhow!("DATABASE_URL unset"))?;
     let sale = format!("bench-{}", std::process::id());
 
-    // The service, in-process on loopback.
+    // Two sales with one hot SKU each: one behind the service, one for the
+    // raw baseline, so the two never share keys.
+    let raw_sale = format!("{sale}-raw");
     let store = Store::connect(&redis_url).await?;
-    store
-        .load(&SaleDefinition {
-            sale: sale.clone(),
-            reservation_ttl_ms: 3_600_000,
-            items: vec![ItemDefinition {
-                sku: "HOT".into(),
-                stock: STOCK,
-                per_user_limit: 1_000_000,
-                shards: 1,
-            }],
-        })
-        .await?;
+    for name in [&sale, &raw_sale] {
+        store
+            .load(&SaleDefinition {
+                sale: name.clone(),
+                reservation_ttl_ms: 3_600_000,
+                items: vec![ItemDefinition {
+                    sku: "HOT".into(),
+                    stock: STOCK,
+                    per_user_limit: 1_000_000,
+                    shards: 1,
+                }],
+            })
+            .await?;
+    }
+
+    // The service, in-process on loopback.
     let state = AppState::new(store, Metrics::default(), Duration::from_millis(200));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!(
@@ -140,21 +146,7 @@ async fn main() -> anyhow::Result<()> {
     );
     tokio::spawn(async move { axum::serve(listener, api::router(state)).await });
 
-    // The raw baseline: the same script, keys of a second SKU-sized sale.
-    let raw_sale = format!("{sale}-raw");
-    let raw_store = Store::connect(&redis_url).await?;
-    raw_store
-        .load(&SaleDefinition {
-            sale: raw_sale.clone(),
-            reservation_ttl_ms: 3_600_000,
-            items: vec![ItemDefinition {
-                sku: "HOT".into(),
-                stock: STOCK,
-                per_user_limit: 1_000_000,
-                shards: 1,
-            }],
-        })
-        .await?;
+    // The raw baseline: the same script, straight to Redis.
     let raw_conn =
         redis::aio::ConnectionManager::new(redis::Client::open(redis_url.as_str())?).await?;
     let script = Arc::new(redis::Script::new(inventory::store::RESERVE_LOCAL_LUA));

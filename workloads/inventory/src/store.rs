@@ -223,7 +223,8 @@ struct SaleInfo {
 pub struct Store {
     conn: ConnectionManager,
     scripts: Arc<Scripts>,
-    sales: Arc<RwLock<HashMap<String, SaleInfo>>>,
+    // Shared per sale so the hot path clones a pointer, not the SKU map.
+    sales: Arc<RwLock<HashMap<String, Arc<SaleInfo>>>>,
 }
 
 /// Whether a load created a SKU or found it.
@@ -295,10 +296,10 @@ impl Store {
         }
         self.sales.write().await.insert(
             def.sale.clone(),
-            SaleInfo {
+            Arc::new(SaleInfo {
                 ttl_ms: def.reservation_ttl_ms,
                 shards,
-            },
+            }),
         );
         Ok(loaded)
     }
@@ -315,7 +316,7 @@ impl Store {
         Ok(())
     }
 
-    async fn sale(&self, sale: &str) -> Result<SaleInfo, StoreError> {
+    async fn sale(&self, sale: &str) -> Result<Arc<SaleInfo>, StoreError> {
         self.sales
             .read()
             .await
