@@ -57,6 +57,12 @@ pub fn kubeconfig() -> Result<String, MissingComponent> {
     var("KUBECONFIG", "Kubernetes control plane")
 }
 
+/// Path of the `e2e/local/stack` script that started the stack, for tests
+/// that stop and start a component.
+pub fn script() -> Result<String, MissingComponent> {
+    var("FLASHSALE_STACK", "stack script")
+}
+
 /// A name unique to this test run, for topics, keys, namespaces and tables,
 /// so tests never see each other's data. Lowercase, DNS-label safe.
 pub fn unique_name(prefix: &str) -> String {

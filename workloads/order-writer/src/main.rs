@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use flashsale_runtime::{Process, Readiness, RuntimeArgs};
+use flashsale_runtime::{Process, RuntimeArgs};
 use order_writer::{
     metrics::WriterMetrics,
     sink::Sink,
@@ -40,6 +40,15 @@ struct Args {
     /// Longest wait before a partial batch is written, in milliseconds.
     #[arg(long, env = "ORDER_WRITER_FLUSH_INTERVAL_MS", default_value_t = 100)]
     flush_interval_ms: u64,
+    /// How long the consumer group waits for a silent replica before its
+    /// partitions move to the others, in milliseconds (the broker bounds it,
+    /// 6000 at least by default).
+    #[arg(
+        long,
+        env = "ORDER_WRITER_SESSION_TIMEOUT_MS",
+        default_value_t = 10_000
+    )]
+    session_timeout_ms: u64,
     #[command(flatten)]
     runtime: RuntimeArgs,
 }
@@ -60,14 +69,12 @@ async fn main() -> anyhow::Result<()> {
             dlq_topic: args.dlq_topic.clone(),
             batch_size: args.batch_size.clamp(1, 10_000),
             flush_interval: Duration::from_millis(args.flush_interval_ms.max(1)),
+            session_timeout: Duration::from_millis(args.session_timeout_ms),
         },
-        sink.clone(),
+        sink,
         metrics,
     )?;
-    let readiness = Readiness::default().with_check("database", move || {
-        let sink = sink.clone();
-        async move { sink.ping().await.map_err(|e| e.to_string()) }
-    });
+    let readiness = writer.readiness();
     let shutdown = process.shutdown();
     let (stats, ops) = tokio::join!(
         writer.run(shutdown),

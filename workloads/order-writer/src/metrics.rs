@@ -4,10 +4,13 @@ use prometheus_client::{
     metrics::{
         counter::Counter,
         family::Family,
+        gauge::Gauge,
         histogram::{Histogram, exponential_buckets},
     },
     registry::Registry,
 };
+
+use crate::sink::SourcedEvent;
 
 /// Handles to the order-writer's metrics; cheap to clone.
 #[derive(Clone)]
@@ -15,6 +18,8 @@ pub struct WriterMetrics {
     persisted: Counter,
     batch_size: Histogram,
     dlq: Family<Vec<(&'static str, String)>, Counter>,
+    lag: Gauge,
+    commit_latency: Histogram,
 }
 
 impl Default for WriterMetrics {
@@ -24,6 +29,9 @@ impl Default for WriterMetrics {
             // 1, 2, 4 … 2048 events per batch.
             batch_size: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
             dlq: Family::default(),
+            lag: Gauge::default(),
+            // 1 ms × 1.5^k up to about 3 minutes: fine enough for a p99.
+            commit_latency: Histogram::new(exponential_buckets(0.001, 1.5, 30)),
         }
     }
 }
@@ -47,7 +55,34 @@ impl WriterMetrics {
             "Events sent to the dead-letter topic, by reason",
             metrics.dlq.clone(),
         );
+        registry.register(
+            "order_writer_consumer_lag",
+            "Events in this replica's partitions not yet committed (high watermark minus committed offset)",
+            metrics.lag.clone(),
+        );
+        registry.register_with_unit(
+            "order_writer_commit_latency",
+            "Age of an event when the database transaction holding it committed",
+            prometheus_client::registry::Unit::Seconds,
+            metrics.commit_latency.clone(),
+        );
         metrics
+    }
+
+    /// The consumer lag last measured.
+    pub fn lag(&self) -> i64 {
+        self.lag.get()
+    }
+
+    pub(crate) fn set_lag(&self, lag: i64) {
+        self.lag.set(lag);
+    }
+
+    pub(crate) fn stored(&self, events: &[SourcedEvent], now: jiff::Timestamp) {
+        for e in events {
+            let age = now.duration_since(e.event.created_at).as_secs_f64();
+            self.commit_latency.observe(age.max(0.0));
+        }
     }
 
     pub(crate) fn batch(&self, size: usize, inserted: u64) {

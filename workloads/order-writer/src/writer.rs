@@ -3,10 +3,10 @@
 //! any point replays events, and the idempotent sink makes replays harmless:
 //! nothing acknowledged is lost, nothing is written twice.
 
-use std::{collections::BTreeMap, time::Duration};
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use flashsale_orders::OrderEvent;
-use flashsale_runtime::Shutdown;
+use flashsale_runtime::{Readiness, Shutdown};
 use rdkafka::{
     ClientConfig, Message, Offset, TopicPartitionList,
     consumer::{CommitMode, Consumer, StreamConsumer},
@@ -24,6 +24,16 @@ use crate::{
 /// Attempts at a row the database rejects before it goes to the DLQ.
 const MAX_ATTEMPTS: u32 = 3;
 
+/// Longest pause between retries of an unreachable database or DLQ: also
+/// the longest the writer idles after the dependency is back.
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// How often the consumer-lag gauge is refreshed.
+const LAG_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Longest wait for one broker call made for lag or readiness.
+const BROKER_CALL_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// Writer settings.
 #[derive(Debug, Clone)]
 pub struct WriterSettings {
@@ -39,6 +49,9 @@ pub struct WriterSettings {
     pub batch_size: usize,
     /// Longest wait before a partial batch is written.
     pub flush_interval: Duration,
+    /// How long the group waits for a silent member before handing its
+    /// partitions to the others: the takeover time after a crash.
+    pub session_timeout: Duration,
 }
 
 /// Errors that stop the writer.
@@ -70,7 +83,7 @@ struct Received {
 
 /// The order-writer loop.
 pub struct Writer {
-    consumer: StreamConsumer,
+    consumer: Arc<StreamConsumer>,
     dlq: FutureProducer,
     sink: Sink,
     settings: WriterSettings,
@@ -91,6 +104,10 @@ impl Writer {
             .set("enable.auto.commit", "false")
             .set("auto.offset.reset", "earliest")
             .set("partition.assignment.strategy", "cooperative-sticky")
+            .set(
+                "session.timeout.ms",
+                settings.session_timeout.as_millis().to_string(),
+            )
             .create()?;
         let dlq: FutureProducer = ClientConfig::new()
             .set("bootstrap.servers", &settings.brokers)
@@ -98,7 +115,7 @@ impl Writer {
             .set("acks", "all")
             .create()?;
         Ok(Self {
-            consumer,
+            consumer: Arc::new(consumer),
             dlq,
             sink,
             settings,
@@ -111,9 +128,49 @@ impl Writer {
     /// uncommitted for the next owner of its partitions.
     pub async fn run(&self, shutdown: Shutdown) -> Result<WriterStats, WriterError> {
         self.consumer.subscribe(&[&self.settings.topic])?;
+        tokio::select! {
+            stats = self.drain(&shutdown) => stats,
+            never = self.track_lag() => match never {},
+        }
+    }
+
+    /// The checks behind `/readyz`: the database answers, and the broker
+    /// answers with the topic's metadata.
+    pub fn readiness(&self) -> Readiness {
+        let sink = self.sink.clone();
+        let kafka = KafkaProbe {
+            consumer: Arc::clone(&self.consumer),
+            topic: self.settings.topic.clone(),
+        };
+        Readiness::default()
+            .with_check("database", move || {
+                let sink = sink.clone();
+                async move { sink.ping().await.map_err(|e| e.to_string()) }
+            })
+            .with_check("kafka", move || {
+                let kafka = kafka.clone();
+                async move { kafka.check().await }
+            })
+    }
+
+    /// Refreshes the consumer-lag gauge for as long as the writer drains.
+    /// The broker calls block, so they run on the blocking pool.
+    async fn track_lag(&self) -> std::convert::Infallible {
+        loop {
+            let (consumer, topic) = (Arc::clone(&self.consumer), self.settings.topic.clone());
+            match tokio::task::spawn_blocking(move || lag_of(&consumer, &topic)).await {
+                Ok(Ok(lag)) => self.metrics.set_lag(lag),
+                Ok(Err(err)) => tracing::debug!(error = %err, "consumer lag not measured"),
+                Err(err) => tracing::debug!(error = %err, "consumer lag task failed"),
+            }
+            tokio::time::sleep(LAG_INTERVAL).await;
+        }
+    }
+
+    async fn drain(&self, shutdown: &Shutdown) -> Result<WriterStats, WriterError> {
         let mut stats = WriterStats::default();
         while !shutdown.is_triggered() {
-            let batch = self.next_batch(&shutdown).await?;
+            let batch = self.next_batch(shutdown).await?;
             if batch.is_empty() {
                 continue;
             }
@@ -126,16 +183,17 @@ impl Writer {
                         offset: message.offset,
                     }),
                     Err(poison) => {
-                        self.dead_letter(message, poison.reason(), &poison.to_string(), &shutdown)
+                        self.dead_letter(message, poison.reason(), &poison.to_string(), shutdown)
                             .await?;
                         stats.dead_lettered += 1;
                     }
                 }
             }
-            let Some((inserted, rejected)) = self.store(&events, &batch, &shutdown).await? else {
+            let Some((inserted, rejected)) = self.store(&events, &batch, shutdown).await? else {
                 // Shutdown while the database was down: leave the batch uncommitted.
                 break;
             };
+            self.metrics.stored(&events, jiff::Timestamp::now());
             stats.inserted += inserted;
             stats.dead_lettered += rejected;
             // A commit refused after a rebalance is not fatal: the rows are
@@ -256,7 +314,7 @@ impl Writer {
                         _ = shutdown.wait() => return None,
                         _ = tokio::time::sleep(backoff) => {}
                     }
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
                 }
             }
         }
@@ -314,7 +372,7 @@ impl Writer {
                         _ = shutdown.wait() => return Err(WriterError::Kafka(err)),
                         _ = tokio::time::sleep(backoff) => {}
                     }
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
                 }
             }
         }
@@ -337,6 +395,53 @@ impl Writer {
         }
         self.consumer.commit(&offsets, CommitMode::Sync)?;
         Ok(())
+    }
+}
+
+/// Events not yet committed by this member: over its assigned partitions,
+/// the high watermark minus the group's committed offset (or the low
+/// watermark where nothing is committed yet).
+fn lag_of(consumer: &StreamConsumer, topic: &str) -> Result<i64, KafkaError> {
+    let assignment = consumer.assignment()?;
+    if assignment.count() == 0 {
+        return Ok(0);
+    }
+    let committed = consumer.committed_offsets(assignment, BROKER_CALL_TIMEOUT)?;
+    let mut lag = 0;
+    for element in committed.elements_for_topic(topic) {
+        let (low, high) =
+            consumer.fetch_watermarks(topic, element.partition(), BROKER_CALL_TIMEOUT)?;
+        let done = match element.offset() {
+            Offset::Offset(n) => n,
+            _ => low,
+        };
+        lag += (high - done).max(0);
+    }
+    Ok(lag)
+}
+
+/// Checks that the broker answers and the topic exists; cheap to clone.
+#[derive(Clone)]
+struct KafkaProbe {
+    consumer: Arc<StreamConsumer>,
+    topic: String,
+}
+
+impl KafkaProbe {
+    /// `Ok` when the broker returned the topic's metadata in time.
+    async fn check(&self) -> Result<(), String> {
+        let (consumer, topic) = (Arc::clone(&self.consumer), self.topic.clone());
+        tokio::task::spawn_blocking(move || {
+            let metadata = consumer
+                .fetch_metadata(Some(&topic), BROKER_CALL_TIMEOUT)
+                .map_err(|e| format!("broker unreachable: {e}"))?;
+            match metadata.topics().first() {
+                Some(t) if t.error().is_none() && !t.partitions().is_empty() => Ok(()),
+                _ => Err(format!("topic {topic} not found")),
+            }
+        })
+        .await
+        .map_err(|e| e.to_string())?
     }
 }
 

@@ -1,9 +1,12 @@
 //! The writer loop against the real Kafka and PostgreSQL of the local stack.
 
+mod common;
+
 use std::time::Duration;
 
-use flashsale_e2e::{stack, wait::poll_until};
-use flashsale_orders::{EventKind, OrderEvent, OrderProducer, ProducerSettings, SCHEMA_VERSION};
+use common::Topics;
+use flashsale_e2e::stack;
+use flashsale_orders::{OrderProducer, ProducerSettings};
 use flashsale_runtime::Shutdown;
 use order_writer::{
     metrics::WriterMetrics,
@@ -11,9 +14,7 @@ use order_writer::{
     writer::{Writer, WriterSettings},
 };
 use rdkafka::{
-    ClientConfig, Message, Offset, TopicPartitionList,
-    admin::{AdminClient, AdminOptions, NewTopic, TopicReplication},
-    client::DefaultClientContext,
+    ClientConfig, Message,
     consumer::{Consumer, StreamConsumer},
     message::Headers,
     producer::{FutureProducer, FutureRecord},
@@ -22,41 +23,15 @@ use rdkafka::{
 
 const GOOD: usize = 500;
 
-fn event(sale: &str, n: usize) -> OrderEvent {
-    OrderEvent {
-        schema_version: SCHEMA_VERSION,
-        kind: EventKind::Created,
-        order_id: format!("{sale}-o{n}"),
-        sale: sale.to_owned(),
-        user_id: format!("u{}", n % 31),
-        sku: "PHONE".into(),
-        quantity: 1,
-        amount_minor: 100,
-        idempotency_key: format!("{sale}-k{n}"),
-        reservation_id: format!("r{n}"),
-        created_at: jiff::Timestamp::now(),
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn healthy_events_are_stored_poison_goes_to_the_dlq_and_offsets_follow() -> anyhow::Result<()>
 {
-    let brokers = stack::kafka_brokers()?;
-    let (topic, dlq) = (
-        stack::unique_name("orders"),
-        stack::unique_name("orders-dlq"),
+    let topics = Topics::create(3).await?;
+    let (brokers, topic, dlq) = (
+        topics.brokers.clone(),
+        topics.topic.clone(),
+        topics.dlq.clone(),
     );
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", &brokers)
-        .create()?;
-    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    let topics = [
-        NewTopic::new(&topic, 3, TopicReplication::Fixed(1)),
-        NewTopic::new(&dlq, 1, TopicReplication::Fixed(1)),
-    ];
-    for result in admin.create_topics(&topics, &options).await? {
-        result.map_err(|(name, code)| anyhow::anyhow!("creating {name}: {code}"))?;
-    }
     let sale = stack::unique_name("writer");
 
     // Healthy events through the real producer, poison mixed in by hand.
@@ -66,9 +41,9 @@ async fn healthy_events_are_stored_poison_goes_to_the_dlq_and_offsets_follow() -
     let raw: FutureProducer = ClientConfig::new()
         .set("bootstrap.servers", &brokers)
         .create()?;
-    let mut negative = serde_json::to_value(event(&sale, 9_999))?;
+    let mut negative = serde_json::to_value(common::event(&sale, 9_999))?;
     negative["quantity"] = (-2).into();
-    let mut future = serde_json::to_value(event(&sale, 9_998))?;
+    let mut future = serde_json::to_value(common::event(&sale, 9_998))?;
     future["schema_version"] = 7.into();
     let poison: Vec<(Vec<u8>, &str)> = vec![
         (b"{oops".to_vec(), "malformed"),
@@ -77,7 +52,7 @@ async fn healthy_events_are_stored_poison_goes_to_the_dlq_and_offsets_follow() -
         (vec![b'x'; 20_000], "oversize"),
     ];
     for n in 0..GOOD {
-        producer.send(&event(&sale, n)).await?;
+        producer.send(&common::event(&sale, n)).await?;
         let due = if n % 100 == 50 {
             poison.get(n / 100)
         } else {
@@ -105,6 +80,7 @@ async fn healthy_events_are_stored_poison_goes_to_the_dlq_and_offsets_follow() -
             dlq_topic: dlq.clone(),
             batch_size: 200,
             flush_interval: Duration::from_millis(100),
+            session_timeout: Duration::from_secs(10),
         },
         sink.clone(),
         metrics.clone(),
@@ -115,27 +91,7 @@ async fn healthy_events_are_stored_poison_goes_to_the_dlq_and_offsets_follow() -
         async move { writer.run(shutdown).await }
     });
 
-    let Sink::Postgres(pool) = &sink else {
-        anyhow::bail!("postgres expected")
-    };
-    poll_until(
-        "every healthy event stored",
-        Duration::from_secs(60),
-        Duration::from_millis(200),
-        || async {
-            let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM orders WHERE sale = $1")
-                .bind(&sale)
-                .fetch_one(pool)
-                .await
-                .map_err(|e| e.to_string())?;
-            if n as usize == GOOD {
-                Ok(())
-            } else {
-                Err(format!("{n} of {GOOD}"))
-            }
-        },
-    )
-    .await?;
+    common::wait_rows(&sink, &sale, GOOD as i64, Duration::from_secs(60)).await?;
 
     let reader: StreamConsumer = ClientConfig::new()
         .set("bootstrap.servers", &brokers)
@@ -166,46 +122,37 @@ async fn healthy_events_are_stored_poison_goes_to_the_dlq_and_offsets_follow() -
     assert_eq!(reasons, expected);
 
     // Offsets are committed up to the end of every partition.
-    let ends = poll_until(
-        "offsets committed to the end",
+    let end = topics
+        .wait_committed_to_end(&group, Duration::from_secs(30))
+        .await?;
+    assert_eq!(end as usize, GOOD + poison.len());
+    flashsale_e2e::wait::poll_until(
+        "the lag gauge to reach 0",
         Duration::from_secs(30),
         Duration::from_millis(200),
-        || {
-            let (brokers, group, topic) = (brokers.clone(), group.clone(), topic.clone());
-            async move {
-                let probe: StreamConsumer = ClientConfig::new()
-                    .set("bootstrap.servers", &brokers)
-                    .set("group.id", &group)
-                    .create()
-                    .map_err(|e| e.to_string())?;
-                let mut committed_total = 0;
-                let mut end_total = 0;
-                let mut list = TopicPartitionList::new();
-                for p in 0..3 {
-                    list.add_partition(&topic, p);
-                    let (_, high) = probe
-                        .fetch_watermarks(&topic, p, Duration::from_secs(5))
-                        .map_err(|e| e.to_string())?;
-                    end_total += high;
-                }
-                let committed = probe
-                    .committed_offsets(list, Duration::from_secs(5))
-                    .map_err(|e| e.to_string())?;
-                for e in committed.elements() {
-                    if let Offset::Offset(n) = e.offset() {
-                        committed_total += n;
-                    }
-                }
-                if committed_total == end_total {
-                    Ok(end_total)
-                } else {
-                    Err(format!("{committed_total} of {end_total}"))
-                }
+        || async {
+            match metrics.lag() {
+                0 => Ok(()),
+                lag => Err(format!("lag {lag}")),
             }
         },
     )
     .await?;
-    assert_eq!(ends as usize, GOOD + poison.len());
+
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry)?;
+    for line in [
+        format!("order_writer_persisted_total {GOOD}"),
+        format!("order_writer_commit_latency_seconds_count {GOOD}"),
+        "order_writer_dlq_total{reason=\"malformed\"} 1".to_owned(),
+        "order_writer_dlq_total{reason=\"oversize\"} 1".to_owned(),
+        "order_writer_consumer_lag 0".to_owned(),
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "{line} missing from:\n{text}"
+        );
+    }
 
     shutdown.trigger();
     let stats = running.await??;
@@ -213,6 +160,5 @@ async fn healthy_events_are_stored_poison_goes_to_the_dlq_and_offsets_follow() -
         (stats.inserted as usize, stats.dead_lettered as usize),
         (GOOD, poison.len())
     );
-    admin.delete_topics(&[&topic, &dlq], &options).await?;
-    Ok(())
+    topics.delete().await
 }

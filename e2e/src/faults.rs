@@ -1,0 +1,103 @@
+//! Real outages of stack components for fault tests: a component is stopped
+//! with `e2e/local/stack down` and started again with `up`, exactly as an
+//! operator would see a crashed database or broker come back.
+
+use std::process::Command;
+
+use tokio::sync::{Mutex, MutexGuard};
+
+use crate::stack::{self, MissingComponent};
+
+/// An outage could not be started or ended.
+#[derive(Debug, thiserror::Error)]
+pub enum FaultError {
+    /// The stack script is unknown.
+    #[error(transparent)]
+    Missing(#[from] MissingComponent),
+    /// The script could not be run.
+    #[error("running `stack {command} {component}`: {source}")]
+    Spawn {
+        /// `up` or `down`.
+        command: &'static str,
+        /// The component.
+        component: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The script failed.
+    #[error("`stack {command} {component}` failed: {stderr}")]
+    Failed {
+        /// `up` or `down`.
+        command: &'static str,
+        /// The component.
+        component: String,
+        /// The script's error output.
+        stderr: String,
+    },
+}
+
+static EXCLUSIVE: Mutex<()> = Mutex::const_new(());
+
+/// Holds the stack for one fault test at a time within a test binary, so
+/// one test's outage never lands in another's measurements. Keep the guard
+/// for the whole test.
+pub async fn exclusive() -> MutexGuard<'static, ()> {
+    EXCLUSIVE.lock().await
+}
+
+/// A stopped component; [`Outage::end`] starts it again and waits until it
+/// is ready. Dropped without `end` (a failed test), it restarts the
+/// component anyway so later tests find the stack whole.
+#[derive(Debug)]
+pub struct Outage {
+    component: String,
+    ended: bool,
+}
+
+impl Outage {
+    /// Stops `component` (for example `postgres` or `kafka`).
+    pub async fn begin(component: &str) -> Result<Self, FaultError> {
+        run("down", component).await?;
+        Ok(Self {
+            component: component.to_owned(),
+            ended: false,
+        })
+    }
+
+    /// Starts the component again and returns once it is ready.
+    pub async fn end(mut self) -> Result<(), FaultError> {
+        self.ended = true;
+        run("up", &self.component).await
+    }
+}
+
+impl Drop for Outage {
+    fn drop(&mut self) {
+        if !self.ended
+            && let Ok(script) = stack::script()
+        {
+            let _ = Command::new(script).args(["up", &self.component]).status();
+        }
+    }
+}
+
+async fn run(command: &'static str, component: &str) -> Result<(), FaultError> {
+    let output = tokio::process::Command::new(stack::script()?)
+        .args([command, component])
+        .output()
+        .await
+        .map_err(|source| FaultError::Spawn {
+            command,
+            component: component.to_owned(),
+            source,
+        })?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(FaultError::Failed {
+            command,
+            component: component.to_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        })
+    }
+}

@@ -1,0 +1,86 @@
+//! 100,000 events, the writer binary killed with SIGKILL twice mid-stream and
+//! restarted: every event is stored exactly once and the group's offsets end
+//! at the end of every partition. On PostgreSQL and on MariaDB.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Topics, WriterProcess};
+use flashsale_e2e::{stack, wait::poll_until};
+use flashsale_orders::{OrderProducer, ProducerSettings};
+use order_writer::sink::Sink;
+
+const EVENTS: usize = 100_000;
+const PARTITIONS: i32 = 6;
+
+async fn two_sigkills_lose_and_duplicate_nothing(database_url: String) -> anyhow::Result<()> {
+    let topics = Topics::create(PARTITIONS).await?;
+    let sale = stack::unique_name("crash");
+    let sink = Sink::connect(&database_url, 2).await?;
+    let group = stack::unique_name("crash-group");
+
+    // Events keep arriving while the writer is killed and restarted.
+    let mut settings = ProducerSettings::new(&topics.brokers);
+    settings.topic = topics.topic.clone();
+    let producer = OrderProducer::new(&settings)?;
+    let producing = tokio::spawn({
+        let sale = sale.clone();
+        async move { common::produce(&producer, &sale, 0..EVENTS, 5_000).await }
+    });
+
+    let mut writer = WriterProcess::start(&topics, &group, &database_url)?;
+    for kill_at in [EVENTS as i64 / 5, EVENTS as i64 / 2] {
+        let stored = poll_until(
+            "the writer to get mid-stream",
+            Duration::from_secs(120),
+            Duration::from_millis(20),
+            || async {
+                let (rows, _) = common::count_orders(&sink, &sale).await?;
+                if rows >= kill_at {
+                    Ok(rows)
+                } else {
+                    Err(format!("{rows} rows stored; log: {}", writer.log.display()))
+                }
+            },
+        )
+        .await?;
+        writer.kill().await?;
+        let (after_kill, _) = common::count_orders(&sink, &sale)
+            .await
+            .map_err(anyhow::Error::msg)?;
+        assert!(
+            after_kill < EVENTS as i64,
+            "the kill came after the end ({after_kill} rows)"
+        );
+        eprintln!(
+            "{}: killed the writer with {stored}..{after_kill} of {EVENTS} rows stored",
+            database_url.split(':').next().unwrap_or_default()
+        );
+        writer = WriterProcess::start(&topics, &group, &database_url)?;
+    }
+
+    let (acked, failed) = producing.await?;
+    assert!(failed.is_empty(), "sends failed: {:?}", failed.first());
+    assert_eq!(acked.len(), EVENTS);
+    common::wait_rows(&sink, &sale, EVENTS as i64, Duration::from_secs(180)).await?;
+    let end = topics
+        .wait_committed_to_end(&group, Duration::from_secs(60))
+        .await?;
+    assert_eq!(end, EVENTS as i64);
+    writer.stop().await?;
+    // Nothing was poison, so nothing went to the DLQ.
+    let dlq_messages = topics.message_count(&topics.dlq, 1).await?;
+    assert_eq!(dlq_messages, 0);
+    topics.delete().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_two_sigkills_lose_and_duplicate_nothing() -> anyhow::Result<()> {
+    two_sigkills_lose_and_duplicate_nothing(stack::postgres_url()?).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_two_sigkills_lose_and_duplicate_nothing() -> anyhow::Result<()> {
+    two_sigkills_lose_and_duplicate_nothing(stack::mysql_url()?).await
+}

@@ -1,0 +1,242 @@
+//! Real outages of the stack's PostgreSQL and Kafka while the writer runs:
+//! nothing acknowledged is lost, nothing goes to the DLQ for it, and the
+//! writer catches up by itself. `/readyz` names the dependency that is down.
+
+mod common;
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use common::Topics;
+use flashsale_e2e::{faults, stack, wait::poll_until};
+use flashsale_orders::{OrderProducer, ProducerSettings};
+use flashsale_runtime::{Readiness, Shutdown};
+use order_writer::{
+    metrics::WriterMetrics,
+    sink::Sink,
+    writer::{Writer, WriterSettings, WriterStats},
+};
+use tokio::task::JoinHandle;
+
+/// A writer running in this process, with its metrics and readiness.
+struct Running {
+    metrics: WriterMetrics,
+    readiness: Readiness,
+    shutdown: Shutdown,
+    task: JoinHandle<Result<WriterStats, order_writer::writer::WriterError>>,
+    group: String,
+}
+
+async fn start_writer(topics: &Topics, sink: Sink) -> anyhow::Result<Running> {
+    let group = stack::unique_name("outage-group");
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = WriterMetrics::register(&mut registry);
+    let writer = Writer::new(
+        WriterSettings {
+            brokers: topics.brokers.clone(),
+            group_id: group.clone(),
+            topic: topics.topic.clone(),
+            dlq_topic: topics.dlq.clone(),
+            batch_size: 200,
+            flush_interval: Duration::from_millis(100),
+            session_timeout: Duration::from_secs(10),
+        },
+        sink,
+        metrics.clone(),
+    )?;
+    let readiness = writer.readiness();
+    let shutdown = Shutdown::new();
+    let task = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move { writer.run(shutdown).await }
+    });
+    Ok(Running {
+        metrics,
+        readiness,
+        shutdown,
+        task,
+        group,
+    })
+}
+
+impl Running {
+    async fn wait_lag(&self, expected: i64, within: Duration) -> anyhow::Result<()> {
+        poll_until(
+            "consumer lag to reach its expected value",
+            within,
+            Duration::from_millis(200),
+            || async {
+                let lag = self.metrics.lag();
+                if lag == expected {
+                    Ok(())
+                } else {
+                    Err(format!("lag {lag}, expected {expected}"))
+                }
+            },
+        )
+        .await
+        .map_err(Into::into)
+    }
+
+    async fn stop(self) -> anyhow::Result<WriterStats> {
+        self.shutdown.trigger();
+        Ok(self.task.await??)
+    }
+}
+
+fn producer(topics: &Topics) -> anyhow::Result<OrderProducer> {
+    let mut settings = ProducerSettings::new(&topics.brokers);
+    settings.topic = topics.topic.clone();
+    Ok(OrderProducer::new(&settings)?)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn database_stopped_for_10s_loses_nothing_and_dead_letters_nothing() -> anyhow::Result<()> {
+    let _exclusive = faults::exclusive().await;
+    let topics = Topics::create(3).await?;
+    let sale = stack::unique_name("db-outage");
+    let sink = Sink::connect(&stack::postgres_url()?, 4).await?;
+    let producer = producer(&topics)?;
+    let writer = start_writer(&topics, sink.clone()).await?;
+
+    let (acked, _) = common::produce(&producer, &sale, 0..2_000, 500).await;
+    assert_eq!(acked.len(), 2_000);
+    common::wait_rows(&sink, &sale, 2_000, Duration::from_secs(60)).await?;
+    writer.wait_lag(0, Duration::from_secs(30)).await?;
+
+    let outage = faults::Outage::begin("postgres").await?;
+    let down_since = Instant::now();
+    let (acked, _) = common::produce(&producer, &sale, 2_000..5_000, 500).await;
+    assert_eq!(
+        acked.len(),
+        3_000,
+        "Kafka takes orders while the database is down"
+    );
+    // Nothing is committed while the database is down: the lag is exactly
+    // what arrived since.
+    writer.wait_lag(3_000, Duration::from_secs(10)).await?;
+    let report = writer.readiness.report().await;
+    assert!(!report.ready, "{report:?}");
+    assert_ne!(report.checks["database"], "ok");
+    assert_eq!(report.checks["kafka"], "ok");
+    tokio::time::sleep(Duration::from_secs(10).saturating_sub(down_since.elapsed())).await;
+    outage.end().await?;
+
+    let back = Instant::now();
+    common::wait_rows(&sink, &sale, 5_000, Duration::from_secs(60)).await?;
+    eprintln!(
+        "caught up {} ms after the database came back",
+        back.elapsed().as_millis()
+    );
+    topics
+        .wait_committed_to_end(&writer.group, Duration::from_secs(30))
+        .await?;
+    writer.wait_lag(0, Duration::from_secs(30)).await?;
+    assert!(writer.readiness.report().await.ready);
+    let stats = writer.stop().await?;
+    assert_eq!((stats.inserted, stats.dead_lettered), (5_000, 0));
+    assert_eq!(topics.message_count(&topics.dlq, 1).await?, 0);
+    topics.delete().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_event_acknowledged_across_a_broker_restart_is_stored() -> anyhow::Result<()> {
+    let _exclusive = faults::exclusive().await;
+    let topics = Topics::create(3).await?;
+    let sale = stack::unique_name("broker-restart");
+    let sink = Sink::connect(&stack::postgres_url()?, 4).await?;
+    let producer = producer(&topics)?;
+    let writer = start_writer(&topics, sink.clone()).await?;
+
+    // Orders keep coming, 50 at a time, through the whole restart.
+    let stop = Arc::new(AtomicBool::new(false));
+    let producing = tokio::spawn({
+        let (sale, stop) = (sale.clone(), stop.clone());
+        async move {
+            let (mut acked, mut failed, mut next) = (Vec::new(), 0, 0);
+            while !stop.load(Ordering::Relaxed) {
+                let (ok, errors) = common::produce(&producer, &sale, next..next + 50, 50).await;
+                acked.extend(ok);
+                failed += errors.len();
+                next += 50;
+            }
+            (acked, failed, next)
+        }
+    });
+    poll_until(
+        "orders flowing before the restart",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || async {
+            let (rows, _) = common::count_orders(&sink, &sale).await?;
+            if rows >= 1_000 {
+                Ok(())
+            } else {
+                Err(format!("{rows} rows"))
+            }
+        },
+    )
+    .await?;
+
+    let outage = faults::Outage::begin("kafka").await?;
+    let report = writer.readiness.report().await;
+    assert_ne!(report.checks["kafka"], "ok", "{report:?}");
+    assert_eq!(report.checks["database"], "ok");
+    outage.end().await?;
+    let (rows_at_restart, _) = common::count_orders(&sink, &sale)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    poll_until(
+        "orders flowing after the restart",
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        || async {
+            let (rows, _) = common::count_orders(&sink, &sale).await?;
+            if rows >= rows_at_restart + 1_000 {
+                Ok(())
+            } else {
+                Err(format!("{rows} rows"))
+            }
+        },
+    )
+    .await?;
+    stop.store(true, Ordering::Relaxed);
+    let (acked, failed, sent) = producing.await?;
+    eprintln!(
+        "{sent} sent, {} acknowledged, {failed} failed during the restart",
+        acked.len()
+    );
+
+    // Every acknowledged event is stored once; unacknowledged ones may be
+    // stored too (the broker may have written them before the answer was lost).
+    poll_until(
+        "every acknowledged event stored",
+        Duration::from_secs(60),
+        Duration::from_millis(250),
+        || async {
+            let stored = common::stored_numbers(&sink, &sale)
+                .await
+                .map_err(|e| e.to_string())?;
+            let missing = acked.iter().filter(|n| !stored.contains(n)).count();
+            if missing == 0 {
+                Ok(())
+            } else {
+                Err(format!("{missing} acknowledged events missing"))
+            }
+        },
+    )
+    .await?;
+    let (rows, distinct) = common::count_orders(&sink, &sale)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    assert_eq!(rows, distinct, "no event stored twice");
+    assert!(rows as usize <= sent);
+    let stats = writer.stop().await?;
+    assert_eq!(stats.dead_lettered, 0);
+    topics.delete().await
+}
