@@ -106,6 +106,32 @@ async fn mariadb_batches_are_idempotent() -> anyhow::Result<()> {
     replays_are_no_ops_and_status_only_moves_forward(stack::mysql_url()?).await
 }
 
+/// The largest batch the FlashSale CRD allows holds 120,000 column values,
+/// beyond either protocol's 65,535 bind parameters per statement.
+async fn the_largest_batch_is_stored_in_one_go(url: String) -> anyhow::Result<()> {
+    let sink = Sink::connect(&url, 1).await?;
+    let sale = stack::unique_name("sink-large");
+    let mut batch: Vec<SourcedEvent> = (0..10_000)
+        .map(|n| event(&sale, n, EventKind::Created))
+        .collect();
+    assert_eq!(sink.write_batch(&batch[..4_000]).await?.inserted, 4_000);
+    batch.push(event(&sale, 7, EventKind::Paid));
+    let outcome = sink.write_batch(&batch).await?;
+    assert_eq!((outcome.inserted, outcome.status_changes), (6_000, 1));
+    assert_eq!(statuses(&sink, &sale).await?.len(), 10_000);
+    Ok(())
+}
+
+#[tokio::test]
+async fn postgres_takes_the_largest_batch() -> anyhow::Result<()> {
+    the_largest_batch_is_stored_in_one_go(stack::postgres_url()?).await
+}
+
+#[tokio::test]
+async fn mariadb_takes_the_largest_batch() -> anyhow::Result<()> {
+    the_largest_batch_is_stored_in_one_go(stack::mysql_url()?).await
+}
+
 #[tokio::test]
 async fn an_unknown_database_url_is_refused() {
     let err = Sink::connect("oracle://db:1521/orders", 1)
