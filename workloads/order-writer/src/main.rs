@@ -40,6 +40,9 @@ struct Args {
     /// Longest wait before a partial batch is written, in milliseconds.
     #[arg(long, env = "ORDER_WRITER_FLUSH_INTERVAL_MS", default_value_t = 100)]
     flush_interval_ms: u64,
+    /// Transactions written at once, each for its own partitions.
+    #[arg(long, env = "ORDER_WRITER_WRITE_CONCURRENCY", default_value_t = 2)]
+    write_concurrency: usize,
     /// How long the consumer group waits for a silent replica before its
     /// partitions move to the others, in milliseconds (the broker bounds it,
     /// 6000 at least by default).
@@ -70,6 +73,7 @@ async fn main() -> anyhow::Result<()> {
             batch_size: args.batch_size.clamp(1, 10_000),
             flush_interval: Duration::from_millis(args.flush_interval_ms.max(1)),
             session_timeout: Duration::from_millis(args.session_timeout_ms),
+            write_concurrency: args.write_concurrency.clamp(1, 16),
         },
         sink,
         metrics,
@@ -82,6 +86,11 @@ async fn main() -> anyhow::Result<()> {
     );
     let stats = stats.context("order-writer stopped")?;
     tracing::info!(?stats, "stopped after committing what it stored");
+    if !writer.close(Duration::from_secs(5)).await {
+        tracing::warn!(
+            "leaving the consumer group timed out; the group reassigns after the session timeout"
+        );
+    }
     ops?;
     Ok(())
 }

@@ -49,6 +49,8 @@ pub struct WriterSettings {
     pub batch_size: usize,
     /// Longest wait before a partial batch is written.
     pub flush_interval: Duration,
+    /// Transactions written at once, each for its own set of partitions.
+    pub write_concurrency: usize,
     /// How long the group waits for a silent member before handing its
     /// partitions to the others: the takeover time after a crash.
     pub session_timeout: Duration,
@@ -134,6 +136,21 @@ impl Writer {
         }
     }
 
+    /// Leaves the consumer group, giving up after `within`. librdkafka's
+    /// close can block for a long time while the broker is unreachable; the
+    /// offsets are committed by then, so an abandoned close only means the
+    /// group waits out the session timeout. Returns whether it finished.
+    pub async fn close(self, within: Duration) -> bool {
+        let (done, closed) = tokio::sync::oneshot::channel();
+        // A plain thread, not the runtime's blocking pool, so a stuck close
+        // cannot hold up the runtime's own shutdown.
+        std::thread::spawn(move || {
+            drop(self);
+            let _ = done.send(());
+        });
+        tokio::time::timeout(within, closed).await.is_ok()
+    }
+
     /// The checks behind `/readyz`: the database answers, and the broker
     /// answers with the topic's metadata.
     pub fn readiness(&self) -> Readiness {
@@ -169,6 +186,8 @@ impl Writer {
 
     async fn drain(&self, shutdown: &Shutdown) -> Result<WriterStats, WriterError> {
         let mut stats = WriterStats::default();
+        // Partition → offset after the last stored message, for the final commit.
+        let mut stored: BTreeMap<i32, i64> = BTreeMap::new();
         while !shutdown.is_triggered() {
             let batch = self.next_batch(shutdown).await?;
             if batch.is_empty() {
@@ -189,20 +208,57 @@ impl Writer {
                     }
                 }
             }
-            let Some((inserted, rejected)) = self.store(&events, &batch, shutdown).await? else {
+            // Partitions are independent (a user's events share one), so
+            // groups of partitions are written in concurrent transactions.
+            let lanes = self.settings.write_concurrency.max(1);
+            let mut groups: Vec<Vec<SourcedEvent>> = vec![Vec::new(); lanes];
+            for event in &events {
+                groups[event.partition.unsigned_abs() as usize % lanes].push(event.clone());
+            }
+            let outcomes = futures::future::join_all(
+                groups
+                    .iter()
+                    .map(|group| self.store(group, &batch, shutdown)),
+            )
+            .await;
+            let (mut inserted, mut rejected, mut finished) = (0, 0, true);
+            for outcome in outcomes {
+                match outcome? {
+                    Some((i, r)) => {
+                        inserted += i;
+                        rejected += r;
+                    }
+                    None => finished = false,
+                }
+            }
+            if !finished {
                 // Shutdown while the database was down: leave the batch uncommitted.
                 break;
-            };
+            }
             self.metrics.stored(&events, jiff::Timestamp::now());
             stats.inserted += inserted;
             stats.dead_lettered += rejected;
+            let mut next = BTreeMap::new();
+            for message in &batch {
+                let entry = next.entry(message.partition).or_insert(0);
+                *entry = message.offset.saturating_add(1).max(*entry);
+            }
+            stored.extend(next.iter().map(|(&p, &o)| (p, o)));
             // A commit refused after a rebalance is not fatal: the rows are
             // stored, and the partition's new owner replays them as no-ops.
-            if let Err(err) = self.commit(&batch) {
+            if let Err(err) = self.commit(&next, CommitMode::Async) {
                 tracing::warn!(error = %err, "offset commit refused (rebalance?); the next owner replays idempotently");
             }
             self.metrics.batch(batch.len(), inserted);
             stats.batches += 1;
+        }
+        // Only partitions still ours: a revoked one's new owner may be ahead.
+        let assigned = self.consumer.assignment().unwrap_or_default();
+        stored.retain(|&p, _| assigned.find_partition(&self.settings.topic, p).is_some());
+        if !stored.is_empty()
+            && let Err(err) = self.commit(&stored, CommitMode::Sync)
+        {
+            tracing::warn!(error = %err, "final offset commit refused; the next owner replays idempotently");
         }
         Ok(stats)
     }
@@ -210,7 +266,7 @@ impl Writer {
     async fn next_batch(&self, shutdown: &Shutdown) -> Result<Vec<Received>, WriterError> {
         let mut batch = Vec::new();
         let mut deadline = None;
-        while batch.len() < self.settings.batch_size {
+        while batch.len() < self.settings.batch_size * self.settings.write_concurrency.max(1) {
             let wait = match deadline {
                 Some(at) => tokio::time::sleep_until(at),
                 None => tokio::time::sleep(Duration::from_millis(500)),
@@ -378,22 +434,20 @@ impl Writer {
         }
     }
 
-    /// Commits, per partition, the offset after the last message of the batch.
-    fn commit(&self, batch: &[Received]) -> Result<(), WriterError> {
-        let mut next: BTreeMap<i32, i64> = BTreeMap::new();
-        for message in batch {
-            let entry = next.entry(message.partition).or_insert(0);
-            *entry = (*entry).max(message.offset + 1);
-        }
+    /// Commits `next` (partition → offset after the last stored message).
+    /// Commits are cumulative, so during the run they go out without
+    /// waiting for the broker (a lost one is covered by the next); the last
+    /// one, at shutdown, waits.
+    fn commit(&self, next: &BTreeMap<i32, i64>, mode: CommitMode) -> Result<(), WriterError> {
         let mut offsets = TopicPartitionList::new();
-        for (partition, offset) in next {
+        for (&partition, &offset) in next {
             offsets.add_partition_offset(
                 &self.settings.topic,
                 partition,
                 Offset::Offset(offset),
             )?;
         }
-        self.consumer.commit(&offsets, CommitMode::Sync)?;
+        self.consumer.commit(&offsets, mode)?;
         Ok(())
     }
 }

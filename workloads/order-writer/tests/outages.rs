@@ -28,7 +28,7 @@ struct Running {
     metrics: WriterMetrics,
     readiness: Readiness,
     shutdown: Shutdown,
-    task: JoinHandle<Result<WriterStats, order_writer::writer::WriterError>>,
+    task: JoinHandle<Result<(WriterStats, bool), order_writer::writer::WriterError>>,
     group: String,
 }
 
@@ -44,6 +44,7 @@ async fn start_writer(topics: &Topics, sink: Sink) -> anyhow::Result<Running> {
             dlq_topic: topics.dlq.clone(),
             batch_size: 200,
             flush_interval: Duration::from_millis(100),
+            write_concurrency: 2,
             session_timeout: Duration::from_secs(10),
         },
         sink,
@@ -53,7 +54,10 @@ async fn start_writer(topics: &Topics, sink: Sink) -> anyhow::Result<Running> {
     let shutdown = Shutdown::new();
     let task = tokio::spawn({
         let shutdown = shutdown.clone();
-        async move { writer.run(shutdown).await }
+        async move {
+            let stats = writer.run(shutdown).await?;
+            Ok((stats, writer.close(Duration::from_secs(10)).await))
+        }
     });
     Ok(Running {
         metrics,
@@ -85,7 +89,13 @@ impl Running {
 
     async fn stop(self) -> anyhow::Result<WriterStats> {
         self.shutdown.trigger();
-        Ok(self.task.await??)
+        let (stats, closed) = tokio::time::timeout(Duration::from_secs(30), self.task)
+            .await
+            .map_err(|_| anyhow::anyhow!("the writer did not stop within 30 s"))???;
+        if !closed {
+            eprintln!("leaving the consumer group timed out");
+        }
+        Ok(stats)
     }
 }
 

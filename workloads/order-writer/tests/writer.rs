@@ -80,6 +80,7 @@ async fn healthy_events_are_stored_poison_goes_to_the_dlq_and_offsets_follow() -
             dlq_topic: dlq.clone(),
             batch_size: 200,
             flush_interval: Duration::from_millis(100),
+            write_concurrency: 2,
             session_timeout: Duration::from_secs(10),
         },
         sink.clone(),
@@ -88,7 +89,11 @@ async fn healthy_events_are_stored_poison_goes_to_the_dlq_and_offsets_follow() -
     let shutdown = Shutdown::new();
     let running = tokio::spawn({
         let shutdown = shutdown.clone();
-        async move { writer.run(shutdown).await }
+        async move {
+            let stats = writer.run(shutdown).await;
+            writer.close(Duration::from_secs(10)).await;
+            stats
+        }
     });
 
     common::wait_rows(&sink, &sale, GOOD as i64, Duration::from_secs(60)).await?;

@@ -3,7 +3,7 @@
 
 #![allow(dead_code)] // each test binary uses its own subset
 
-use std::{collections::HashSet, process::Stdio, time::Duration};
+use std::{collections::HashSet, time::Duration};
 
 use flashsale_e2e::{stack, wait::poll_until};
 use flashsale_orders::{EventKind, OrderEvent, OrderProducer, ProduceError, SCHEMA_VERSION};
@@ -250,58 +250,4 @@ pub async fn wait_rows(
     )
     .await
     .map_err(Into::into)
-}
-
-/// The order-writer binary as a child process of the test.
-pub struct WriterProcess {
-    child: tokio::process::Child,
-    pub log: std::path::PathBuf,
-}
-
-impl WriterProcess {
-    /// Starts the binary on `topics` with `group` and `database_url`; its
-    /// log goes to a file named in failures.
-    pub fn start(topics: &Topics, group: &str, database_url: &str) -> anyhow::Result<Self> {
-        let log = std::env::temp_dir().join(format!("{}.log", stack::unique_name("order-writer")));
-        let file = std::fs::File::create(&log)?;
-        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_order-writer"))
-            .args(["--brokers", &topics.brokers])
-            .args(["--group", group])
-            .args(["--topic", &topics.topic])
-            .args(["--dlq-topic", &topics.dlq])
-            .args(["--database-url", database_url])
-            .args(["--ops-addr", "127.0.0.1:0"])
-            .args(["--session-timeout-ms", "6000"])
-            .stdout(Stdio::null())
-            .stderr(file)
-            .kill_on_drop(true)
-            .spawn()?;
-        Ok(Self { child, log })
-    }
-
-    /// SIGKILL: no shutdown path runs, nothing is flushed or committed.
-    pub async fn kill(mut self) -> anyhow::Result<()> {
-        self.child.kill().await?;
-        Ok(())
-    }
-
-    /// SIGTERM, then waits for a clean exit.
-    pub async fn stop(mut self) -> anyhow::Result<()> {
-        let pid = self
-            .child
-            .id()
-            .ok_or_else(|| anyhow::anyhow!("writer already exited"))?;
-        let status = tokio::process::Command::new("kill")
-            .args(["-TERM", &pid.to_string()])
-            .status()
-            .await?;
-        anyhow::ensure!(status.success(), "kill -TERM {pid} failed");
-        let exit = tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await??;
-        anyhow::ensure!(
-            exit.success(),
-            "writer exited with {exit}; log: {}",
-            self.log.display()
-        );
-        Ok(())
-    }
 }
