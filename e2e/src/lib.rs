@@ -4,5 +4,6 @@
 
 pub mod faults;
 pub mod kube;
+pub mod private_redis;
 pub mod stack;
 pub mod wait;

@@ -16,6 +16,12 @@
 //! | `<shard>taken:<ID>` | int | units shard i gave reservation ID (the proof for give-back) |
 //!
 //! `<shard>` is `fs:{S}:` for a SKU with one shard and `fs:{S#K#i}:` otherwise.
+//!
+//! The gateway keeps its own keys in the same sale prefix:
+//!
+//! | key | type | what |
+//! |---|---|---|
+//! | `fs:{S}:rl:<U>` | int | user U's GCRA theoretical arrival time (µs, Redis clock), expires when it is past |
 //! For every shard, `avail + held` is constant (changed only by stock
 //! adjustments), and a SKU's stock is the sum of that over its shards.
 

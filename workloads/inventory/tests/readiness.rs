@@ -1,8 +1,8 @@
 //! `/readyz` follows Redis: ready while it answers, not ready once it is gone.
 
-use std::{process::Stdio, time::Duration};
+use std::time::Duration;
 
-use flashsale_e2e::wait::poll_until;
+use flashsale_e2e::{private_redis::PrivateRedis, wait::poll_until};
 use flashsale_runtime::{OpsServer, Readiness, Shutdown};
 use inventory::store::Store;
 use prometheus_client::registry::Registry;
@@ -10,34 +10,8 @@ use prometheus_client::registry::Registry;
 #[tokio::test]
 async fn readyz_fails_when_redis_goes_away() -> anyhow::Result<()> {
     // A Redis of this test's own, so stopping it disturbs nobody.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let mut redis = tokio::process::Command::new("redis-server")
-        .args([
-            "--bind",
-            "127.0.0.1",
-            "--port",
-            &port.to_string(),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .stdout(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()?;
-    let url = format!("redis://127.0.0.1:{port}");
-    let store = poll_until(
-        "the test Redis to answer",
-        Duration::from_secs(10),
-        Duration::from_millis(50),
-        || {
-            let url = url.clone();
-            async move { Store::connect(&url).await.map_err(|e| e.to_string()) }
-        },
-    )
-    .await?;
+    let mut redis = PrivateRedis::start(&[]).await?;
+    let store = Store::connect(&redis.url).await?;
 
     let check_store = store.clone();
     let readiness = Readiness::default().with_check("redis", move || {

@@ -1,0 +1,89 @@
+//! A Redis server of one test's own, on a free loopback port, for tests that
+//! stop, pause or reconfigure Redis without disturbing the shared stack.
+
+use std::{process::Stdio, time::Duration};
+
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+    process::{Child, Command},
+};
+
+use crate::wait::{Timeout, poll_until};
+
+/// Starting the server failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PrivateRedisError {
+    /// No free port, or `redis-server` could not be run.
+    #[error("starting redis-server: {0}")]
+    Spawn(#[from] std::io::Error),
+    /// It did not answer PING in time.
+    #[error(transparent)]
+    NotReady(#[from] Timeout),
+}
+
+/// A running `redis-server`, killed when dropped.
+#[derive(Debug)]
+pub struct PrivateRedis {
+    /// `redis://127.0.0.1:<port>`.
+    pub url: String,
+    child: Child,
+}
+
+impl PrivateRedis {
+    /// Starts `redis-server` without persistence, with `extra` arguments
+    /// (for example `["--enable-debug-command", "yes"]`), and waits until it
+    /// answers PING.
+    pub async fn start(extra: &[&str]) -> Result<Self, PrivateRedisError> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let child = Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--save", "", "--appendonly", "no"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()?;
+        let address = format!("127.0.0.1:{port}");
+        poll_until(
+            "the private Redis to answer PING",
+            Duration::from_secs(10),
+            Duration::from_millis(50),
+            || ping(&address),
+        )
+        .await?;
+        Ok(Self {
+            url: format!("redis://{address}"),
+            child,
+        })
+    }
+
+    /// Kills the server (SIGKILL) and waits for it to exit.
+    pub async fn kill(&mut self) -> Result<(), std::io::Error> {
+        self.child.kill().await
+    }
+}
+
+async fn ping(address: &str) -> Result<(), String> {
+    let mut stream = TcpStream::connect(address)
+        .await
+        .map_err(|e| e.to_string())?;
+    stream
+        .write_all(b"PING\r\n")
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut reply = [0u8; 7];
+    stream
+        .read_exact(&mut reply)
+        .await
+        .map_err(|e| e.to_string())?;
+    if &reply == b"+PONG\r\n" {
+        Ok(())
+    } else {
+        Err(format!(
+            "unexpected reply {:?}",
+            String::from_utf8_lossy(&reply)
+        ))
+    }
+}
