@@ -1,0 +1,214 @@
+//! Rate-limit decisions per second and latency, three ways in the same run at
+//! the same concurrency:
+//!
+//! - `raw-evalsha`: the GCRA script called directly on Redis (the ceiling for
+//!   a shared limiter);
+//! - `gateway`: `RateLimiter::check` (the same script, plus the timeout and
+//!   the fallback bookkeeping);
+//! - `governor`: the `governor` crate's keyed GCRA in process (no network; the
+//!   gateway's fallback).
+//!
+//! Needs Redis (`eval "$(e2e/local/stack env)"`). Run:
+//! `cargo run --release -p gateway --example bench_gcra -- --concurrency 16 --seconds 3 --runs 5`
+
+use std::{
+    num::NonZeroU32,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use clap::Parser;
+use gateway::ratelimit::{GCRA_LUA, Policy, RateLimiter, Settings, Source};
+use governor::Quota;
+
+/// Rate-limit decisions: the gateway's Redis GCRA vs raw EVALSHA vs governor.
+#[derive(Debug, Parser)]
+struct Options {
+    /// Concurrent callers.
+    #[arg(long, default_value_t = 16)]
+    concurrency: usize,
+    /// Seconds per mode per run.
+    #[arg(long, default_value_t = 3)]
+    seconds: u64,
+    /// Runs; medians are reported.
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    /// Distinct users the callers pick from.
+    #[arg(long, default_value_t = 10_000)]
+    users: usize,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    per_second: f64,
+    p50_us: f64,
+    p99_us: f64,
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// Runs `decide` from `concurrency` tasks for `seconds`, timing every call.
+async fn drive<F, Fut>(opts: &Options, decide: F) -> anyhow::Result<Sample>
+where
+    F: Fn(String) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<()>> + Send,
+{
+    let decide = Arc::new(decide);
+    let until = Instant::now() + Duration::from_secs(opts.seconds);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for worker in 0..opts.concurrency {
+        let (decide, users) = (decide.clone(), opts.users);
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            let mut n = worker;
+            while Instant::now() < until {
+                let user = format!("u{}", n % users);
+                n += 7;
+                let t = Instant::now();
+                decide(user).await?;
+                latencies.push(t.elapsed().as_nanos() as f64 / 1_000.0);
+            }
+            anyhow::Ok(latencies)
+        }));
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await??);
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    all.sort_by(f64::total_cmp);
+    let pct = |q: f64| {
+        all.get(((all.len() as f64 * q) as usize).min(all.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(0.0)
+    };
+    Ok(Sample {
+        per_second: all.len() as f64 / elapsed,
+        p50_us: pct(0.50),
+        p99_us: pct(0.99),
+    })
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let opts = Arc::new(Options::parse());
+    let url = std::env::var("REDIS_URL")
+        .map_err(|_| anyhow::anyhow!("REDIS_URL unset: eval \"$(e2e/local/stack env)\""))?;
+    let client = redis::Client::open(url.as_str())?;
+    let conn = redis::aio::ConnectionManager::new(client).await?;
+    let policy = Policy {
+        rate: NonZeroU32::new(1_000).ok_or_else(|| anyhow::anyhow!("rate"))?,
+        burst: NonZeroU32::new(1_000).ok_or_else(|| anyhow::anyhow!("burst"))?,
+    };
+    let sale = format!("bench-gcra-{}", std::process::id());
+    let mut settings = Settings::new(policy);
+    // Measure the Redis path itself: never fall back during the benchmark.
+    settings.redis_timeout = Duration::from_secs(1);
+    let limiter = RateLimiter::new(Some(conn.clone()), settings);
+    let script = Arc::new(redis::Script::new(GCRA_LUA));
+    let governor = Arc::new(governor::RateLimiter::keyed(
+        Quota::per_second(policy.rate).allow_burst(policy.burst),
+    ));
+
+    let mut rows: Vec<(&str, Vec<Sample>)> = vec![
+        ("raw-evalsha", vec![]),
+        ("gateway", vec![]),
+        ("governor", vec![]),
+    ];
+    // Warm up connections and the script cache; not measured.
+    for _ in 0..1_000 {
+        limiter.check(&format!("{sale}-warm"), "u").await;
+    }
+    for run in 0..opts.runs {
+        let (raw_sale, conn, script) = (format!("{sale}-raw"), conn.clone(), script.clone());
+        let raw = drive(&opts, move |user| {
+            let (mut conn, script, key) = (
+                conn.clone(),
+                script.clone(),
+                RateLimiter::key(&raw_sale, &user),
+            );
+            async move {
+                let _: (i64, i64, i64, i64) = script
+                    .key(key)
+                    .arg(policy.interval_micros())
+                    .arg(policy.burst.get())
+                    .invoke_async(&mut conn)
+                    .await?;
+                Ok(())
+            }
+        })
+        .await?;
+        let (limiter_sale, limiter) = (sale.clone(), limiter.clone());
+        let gateway = drive(&opts, move |user| {
+            let (limiter, sale) = (limiter.clone(), limiter_sale.clone());
+            async move {
+                let decision = limiter.check(&sale, &user).await;
+                anyhow::ensure!(decision.source == Source::Redis, "fell back to local");
+                Ok(())
+            }
+        })
+        .await?;
+        let governor = governor.clone();
+        let local = drive(&opts, move |user| {
+            let _ = governor.check_key(&user);
+            async { Ok(()) }
+        })
+        .await?;
+        eprintln!(
+            "run {run}: raw {:.0}/s p99 {:.0} µs, gateway {:.0}/s p99 {:.0} µs, governor {:.0}/s p99 {:.1} µs",
+            raw.per_second,
+            raw.p99_us,
+            gateway.per_second,
+            gateway.p99_us,
+            local.per_second,
+            local.p99_us
+        );
+        rows[0].1.push(raw);
+        rows[1].1.push(gateway);
+        rows[2].1.push(local);
+    }
+
+    println!("| mode | decisions/s | p50 µs | p99 µs |");
+    println!("|---|---|---|---|");
+    for (name, samples) in &rows {
+        println!(
+            "| {name} | {:.0} | {:.2} | {:.2} |",
+            median(samples.iter().map(|s| s.per_second).collect()),
+            median(samples.iter().map(|s| s.p50_us).collect()),
+            median(samples.iter().map(|s| s.p99_us).collect()),
+        );
+    }
+    let ratio = |a: usize, b: usize, f: fn(&Sample) -> f64| {
+        median(
+            rows[a]
+                .1
+                .iter()
+                .zip(&rows[b].1)
+                .map(|(x, y)| f(x) / f(y))
+                .collect(),
+        )
+    };
+    println!(
+        "gateway / raw-evalsha: p99 {:.2}×, throughput {:.2}× (same-run ratios, median)",
+        ratio(1, 0, |s| s.p99_us),
+        ratio(1, 0, |s| s.per_second)
+    );
+
+    // Leave Redis as found.
+    let mut conn = conn.clone();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("fs:{{{sale}*"))
+        .query_async(&mut conn)
+        .await?;
+    for chunk in keys.chunks(1_000) {
+        redis::cmd("UNLINK")
+            .arg(chunk)
+            .query_async::<()>(&mut conn)
+            .await?;
+    }
+    Ok(())
+}
