@@ -5,5 +5,6 @@
 pub mod faults;
 pub mod kube;
 pub mod private_redis;
+pub mod redis_keys;
 pub mod stack;
 pub mod wait;

@@ -199,16 +199,6 @@ async fn main() -> anyhow::Result<()> {
     );
 
     // Leave Redis as found.
-    let mut conn = conn.clone();
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("fs:{{{sale}*"))
-        .query_async(&mut conn)
-        .await?;
-    for chunk in keys.chunks(1_000) {
-        redis::cmd("UNLINK")
-            .arg(chunk)
-            .query_async::<()>(&mut conn)
-            .await?;
-    }
+    flashsale_e2e::redis_keys::unlink_matching(&url, &format!("fs:{{{sale}*")).await?;
     Ok(())
 }

@@ -281,22 +281,8 @@ async fn main() -> anyhow::Result<()> {
     );
     sqlx::query("DROP TABLE bench_stock").execute(&pool).await?;
     // Leave Redis as found: both sales' keys start with the bench's prefix.
-    use redis::AsyncCommands;
-    let mut cleaner = redis::Client::open(redis_url.as_str())?
-        .get_multiplexed_async_connection()
-        .await?;
-    let keys: Vec<String> = {
-        let mut iter: redis::AsyncIter<String> =
-            cleaner.scan_match(format!("fs:{{{sale}*")).await?;
-        let mut keys = Vec::new();
-        while let Some(key) = iter.next_item().await {
-            keys.push(key?);
-        }
-        keys
-    };
-    for chunk in keys.chunks(1_000) {
-        let _: () = cleaner.unlink(chunk).await?;
-    }
-    eprintln!("removed {} benchmark keys", keys.len());
+    let removed =
+        flashsale_e2e::redis_keys::unlink_matching(&redis_url, &format!("fs:{{{sale}*")).await?;
+    eprintln!("removed {removed} benchmark keys");
     Ok(())
 }
