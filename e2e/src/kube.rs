@@ -29,7 +29,6 @@ pub async fn client() -> Result<Client, ClientError> {
 /// A namespace for one test, deleted (in the background) when dropped, so
 /// tests never see each other's objects.
 pub struct TestNamespace {
-    client: Client,
     /// The namespace's name.
     pub name: String,
 }
@@ -48,22 +47,30 @@ impl TestNamespace {
         Api::<Namespace>::all(client.clone())
             .create(&PostParams::default(), &ns)
             .await?;
-        Ok(Self {
-            client: client.clone(),
-            name,
-        })
+        Ok(Self { name })
     }
 }
 
 impl Drop for TestNamespace {
     fn drop(&mut self) {
-        let api = Api::<Namespace>::all(self.client.clone());
+        // The test's runtime (and the client's background worker on it) may
+        // be shutting down, so the delete runs on a runtime of its own with a
+        // fresh client. Best effort: the test's verdict is already decided.
         let name = self.name.clone();
-        // Best effort: the test's verdict is already decided.
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(async move {
-                let _ = api.delete(&name, &DeleteParams::background()).await;
+        let deleted = std::thread::spawn(move || {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            runtime.block_on(async move {
+                if let Ok(client) = Client::try_default().await {
+                    let api = Api::<Namespace>::all(client);
+                    let _ = api.delete(&name, &DeleteParams::background()).await;
+                }
             });
-        }
+        });
+        let _ = deleted.join();
     }
 }
