@@ -17,6 +17,7 @@ use axum::{
     response::{IntoResponse, Response},
     routing::{get, post},
 };
+use flashsale_runtime::ApiError;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -101,66 +102,6 @@ pub fn router(state: AppState) -> Router {
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
-}
-
-/// An error answer.
-#[derive(Debug)]
-pub struct ApiError {
-    status: StatusCode,
-    code: &'static str,
-    message: String,
-}
-
-impl ApiError {
-    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            status,
-            code,
-            message: message.into(),
-        }
-    }
-
-    fn bad_request(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "invalid_request", message)
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        (
-            self.status,
-            Json(json!({"error": self.code, "message": self.message})),
-        )
-            .into_response()
-    }
-}
-
-impl From<JsonRejection> for ApiError {
-    fn from(rejection: JsonRejection) -> Self {
-        match rejection {
-            JsonRejection::BytesRejection(_)
-                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE =>
-            {
-                Self::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "body_too_large",
-                    format!("bodies are limited to {MAX_BODY_BYTES} bytes"),
-                )
-            }
-            JsonRejection::MissingJsonContentType(_) => Self::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported_media_type",
-                "send Content-Type: application/json",
-            ),
-            other => Self::new(other.status(), "invalid_json", other.body_text()),
-        }
-    }
-}
-
-impl From<PathRejection> for ApiError {
-    fn from(rejection: PathRejection) -> Self {
-        Self::bad_request(rejection.body_text())
-    }
 }
 
 impl From<StoreError> for ApiError {

@@ -6,6 +6,7 @@
 //! to be observed and stopped, so that an SRE sees the same surface on the
 //! gateway, the inventory, the order-writer and the operator.
 
+pub mod api_error;
 pub mod cli;
 pub mod ops;
 pub mod process;
@@ -13,6 +14,7 @@ pub mod readiness;
 pub mod shutdown;
 pub mod telemetry;
 
+pub use api_error::ApiError;
 pub use cli::{LogArgs, LogFormat, OpsArgs, RuntimeArgs};
 pub use ops::{OpsServer, OpsServerError, register_build_info};
 pub use process::{Process, ProcessError};
