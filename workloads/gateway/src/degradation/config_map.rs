@@ -1,0 +1,82 @@
+//! The ConfigMap source, through the Kubernetes API.
+
+use std::{future::Future, pin::pin};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::{
+    Api, Client, ResourceExt,
+    runtime::{WatchStreamExt, watcher},
+};
+
+use super::{Degradation, Switchboard, offer};
+
+/// Keeps `board` in line with the ConfigMap `name` in `namespace` until
+/// `stop` completes.
+///
+/// The watch selects the one object by `metadata.name`, so the gateway's
+/// RBAC can be get/list/watch on that single resource name. Every applied
+/// object (from the initial list or a later event) is parsed and offered to
+/// the board; invalid data is logged and the last good state stays. Watch
+/// errors are logged and retried with the watcher's default backoff.
+///
+/// A deleted ConfigMap keeps the state in force: deletion says nothing about
+/// the load (a re-install, a `kubectl delete` by mistake, an owner being
+/// cleaned up), and dropping every switch back to normal in the middle of a
+/// spike would put the full load back on the core path just when it was
+/// being shed. The operator, the only writer, lifts degradation by writing
+/// tier 0 with a higher generation.
+pub async fn watch_config_map(
+    client: Client,
+    namespace: String,
+    name: String,
+    board: Switchboard,
+    stop: impl Future<Output = ()>,
+) {
+    let api = Api::<ConfigMap>::namespaced(client, &namespace);
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut events = pin!(watcher(api, config).default_backoff());
+    let mut stop = pin!(stop);
+    // Whether the object was in the last list or applied since, to say so
+    // when the watch starts before the operator created it.
+    let mut present = false;
+    loop {
+        let event = tokio::select! {
+            biased;
+            () = &mut stop => return,
+            event = events.next() => event,
+        };
+        match event {
+            Some(Ok(watcher::Event::Apply(map) | watcher::Event::InitApply(map))) => {
+                present = true;
+                let data = map.data.unwrap_or_default();
+                match Degradation::from_data(&data) {
+                    Ok(next) => offer(&board, next, "configmap"),
+                    Err(err) => tracing::warn!(%namespace, %name, error = %err,
+                        resource_version = map.metadata.resource_version.as_deref().unwrap_or(""),
+                        "invalid degradation ConfigMap; keeping the state in force"),
+                }
+            }
+            Some(Ok(watcher::Event::Init)) => present = false,
+            Some(Ok(watcher::Event::InitDone)) => {
+                if !present {
+                    tracing::warn!(%namespace, %name,
+                        "degradation ConfigMap not found; keeping the state in force until it appears");
+                }
+            }
+            Some(Ok(watcher::Event::Delete(map))) => {
+                present = false;
+                tracing::warn!(%namespace, name = %map.name_any(),
+                    generation = board.current().generation,
+                    "degradation ConfigMap deleted; keeping the state in force");
+            }
+            Some(Err(err)) => tracing::warn!(%namespace, %name, error = %err,
+                "degradation ConfigMap watch failed; retrying with backoff"),
+            None => {
+                // The watcher retries forever; an end would be a kube bug.
+                tracing::error!(%namespace, %name, "degradation ConfigMap watch ended");
+                return;
+            }
+        }
+    }
+}
