@@ -22,6 +22,12 @@
 //! | key | type | what |
 //! |---|---|---|
 //! | `fs:{S}:rl:<U>` | int | user U's GCRA theoretical arrival time (µs, Redis clock), expires when it is past |
+//! | `fs:{S}:wr:seq` | int | waiting room: last queue position handed out |
+//! | `fs:{S}:wr:frontier` | hash | waiting room: `admitted` (positions up to it are let in), `last_us` (Redis clock the admission credit counts from) |
+//! | `fs:{S}:wr:user:<U>` | hash | waiting room: user U's `position` and `issued_ms` (Redis clock), expires with U's ticket |
+//! | `fs:{S}:wr:used:<P>` | string | waiting room: set (to a random claim) while position P's pass is redeemed; lives ticket TTL + pass TTL |
+//! | `fs:{S}:ord:<O>:published` | string | gateway: order O's created event was acknowledged by Kafka, so a client's retry does not publish it again; expires after a day |
+//!
 //! For every shard, `avail + held` is constant (changed only by stock
 //! adjustments), and a SKU's stock is the sum of that over its shards.
 

@@ -1,0 +1,186 @@
+//! The waiting room's Redis state: keys in the sale's slot and one Lua script
+//! per operation, each call bounded by the configured timeout.
+
+use std::{future::Future, sync::Arc, time::Duration};
+
+use redis::{RedisResult, Script, aio::ConnectionManager};
+
+use super::{Error, millis};
+
+/// The admission script; `KEYS` frontier and counter, `ARGV` the rate.
+const ADMISSION_LUA: &str = include_str!("admission.lua");
+/// The join script; `KEYS` user, counter and frontier, `ARGV` the ticket TTL.
+const JOIN_LUA: &str = include_str!("join.lua");
+/// The redeem script; `KEYS` the used marker, `ARGV` expiry, marker TTL, claim.
+const REDEEM_LUA: &str = include_str!("redeem.lua");
+/// The give-back script; `KEYS` the used marker, `ARGV` the claim.
+const RELEASE_LUA: &str = include_str!("release.lua");
+
+/// Keys of one sale's waiting room.
+#[derive(Debug, Clone)]
+pub(super) struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    pub(super) fn new(sale: &str) -> Self {
+        Self {
+            prefix: format!("fs:{{{sale}}}:wr:"),
+        }
+    }
+
+    /// The last issued position (INCR).
+    fn seq(&self) -> String {
+        format!("{}seq", self.prefix)
+    }
+
+    /// The admission frontier: `admitted` position and `last_us`.
+    fn frontier(&self) -> String {
+        format!("{}frontier", self.prefix)
+    }
+
+    /// A user's `position` and `issued_ms`.
+    fn user(&self, user: &str) -> String {
+        format!("{}user:{user}", self.prefix)
+    }
+
+    /// Set while a position's pass is redeemed.
+    fn used(&self, position: u64) -> String {
+        format!("{}used:{position}", self.prefix)
+    }
+}
+
+/// The frontier as one script saw it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Frontier {
+    /// Every position up to this one is admitted.
+    pub admitted: u64,
+    /// The last position handed out.
+    pub issued: u64,
+    /// The Redis clock when it was read (µs since the Unix epoch).
+    pub now_us: u64,
+}
+
+/// A user's place, as the join script returns it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Place {
+    pub position: u64,
+    pub issued_at_ms: u64,
+    /// The frontier when the user joined.
+    pub admitted: u64,
+}
+
+/// What the redeem script found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Redemption {
+    Redeemed,
+    Replayed,
+    Expired,
+}
+
+/// The scripts over one connection; cheap to clone.
+#[derive(Clone)]
+pub(super) struct Store {
+    redis: ConnectionManager,
+    keys: Keys,
+    timeout: Duration,
+    scripts: Arc<Scripts>,
+}
+
+struct Scripts {
+    admission: Script,
+    join: Script,
+    redeem: Script,
+    release: Script,
+}
+
+impl Store {
+    pub(super) fn new(redis: ConnectionManager, sale: &str, timeout: Duration) -> Self {
+        Self {
+            redis,
+            keys: Keys::new(sale),
+            timeout,
+            scripts: Arc::new(Scripts {
+                admission: Script::new(ADMISSION_LUA),
+                join: Script::new(JOIN_LUA),
+                redeem: Script::new(REDEEM_LUA),
+                release: Script::new(RELEASE_LUA),
+            }),
+        }
+    }
+
+    /// Moves the frontier by the time passed and reads it.
+    pub(super) async fn advance(&self, rate: u32) -> Result<Frontier, Error> {
+        let mut conn = self.redis.clone();
+        let mut call = self.scripts.admission.key(self.keys.frontier());
+        call.key(self.keys.seq()).arg(rate);
+        let (admitted, issued, now_us) = self
+            .bounded(call.invoke_async::<(u64, u64, u64)>(&mut conn))
+            .await?;
+        Ok(Frontier {
+            admitted,
+            issued,
+            now_us,
+        })
+    }
+
+    /// The user's place, taken now if they hold none.
+    pub(super) async fn join(&self, user: &str, ticket_ttl: Duration) -> Result<Place, Error> {
+        let mut conn = self.redis.clone();
+        let mut call = self.scripts.join.key(self.keys.user(user));
+        call.key(self.keys.seq())
+            .key(self.keys.frontier())
+            .arg(expiry_ms(ticket_ttl));
+        let (position, issued_at_ms, admitted) = self
+            .bounded(call.invoke_async::<(u64, u64, u64)>(&mut conn))
+            .await?;
+        Ok(Place {
+            position,
+            issued_at_ms,
+            admitted,
+        })
+    }
+
+    /// Marks `position` used under `claim` unless it already is or the pass
+    /// (valid until `expires_at_ms`) has expired.
+    pub(super) async fn redeem(
+        &self,
+        position: u64,
+        expires_at_ms: u64,
+        marker_ttl: Duration,
+        claim: u64,
+    ) -> Result<Redemption, Error> {
+        let mut conn = self.redis.clone();
+        let mut call = self.scripts.redeem.key(self.keys.used(position));
+        call.arg(expires_at_ms)
+            .arg(expiry_ms(marker_ttl))
+            .arg(claim);
+        match self.bounded(call.invoke_async::<i64>(&mut conn)).await? {
+            1 => Ok(Redemption::Redeemed),
+            0 => Ok(Redemption::Replayed),
+            _ => Ok(Redemption::Expired),
+        }
+    }
+
+    /// Clears `position`'s used marker if `claim` still holds it.
+    pub(super) async fn release(&self, position: u64, claim: u64) -> Result<(), Error> {
+        let mut conn = self.redis.clone();
+        let mut call = self.scripts.release.key(self.keys.used(position));
+        call.arg(claim);
+        self.bounded(call.invoke_async::<i64>(&mut conn))
+            .await
+            .map(drop)
+    }
+
+    async fn bounded<T>(&self, call: impl Future<Output = RedisResult<T>>) -> Result<T, Error> {
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(reply) => Ok(reply?),
+            Err(_) => Err(Error::Timeout),
+        }
+    }
+}
+
+/// A key lifetime in whole milliseconds, at least 1 (Redis refuses 0).
+fn expiry_ms(duration: Duration) -> u64 {
+    millis(duration).max(1)
+}
