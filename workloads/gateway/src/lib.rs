@@ -1,4 +1,17 @@
-//! The flash-sale gateway: the only public entry, shedding load cheaply
-//! before it reaches stock or orders. `ratelimit` is the per-user GCRA limit.
+//! The flash-sale gateway library: the shedding layers and the order intake
+//! behind the public API.
 
+pub mod app;
+pub mod auth;
+pub mod concurrency;
+pub mod config;
+pub mod degradation;
+pub mod features;
+pub mod inventory_client;
+pub mod items;
+pub mod metrics;
+pub mod orders;
+pub mod queue;
 pub mod ratelimit;
+pub mod server;
+pub mod waiting_room;

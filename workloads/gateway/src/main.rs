@@ -1,22 +1,133 @@
 //! The flash-sale gateway: the only public entry, shedding load cheaply before it reaches stock or orders.
 
-use clap::Parser;
+use std::{net::SocketAddr, path::PathBuf};
+
+use anyhow::Context;
+use clap::{ArgGroup, Parser};
+use flashsale_orders::ProducerSettings;
 use flashsale_runtime::{Process, Readiness, RuntimeArgs};
+use gateway::{
+    auth::Verifier,
+    config::GatewayConfig,
+    server::{Gateway, Settings, SwitchSource},
+};
 
 /// The flash-sale gateway: the only public entry, shedding load cheaply before it reaches stock or orders.
+///
+/// In order, each as cheap as possible: degraded feature routes answer from
+/// their switch; the per-user rate limit answers 429; without a pass the
+/// waiting room answers 202 with a ticket; over the adaptive concurrency
+/// limit the answer is 503. What passes reserves stock and publishes the
+/// order event before it is acknowledged.
 #[derive(Debug, Parser)]
 #[command(name = "gateway", version)]
+#[command(group(ArgGroup::new("jwt").required(true).args(["jwt_hs256_secret_file", "jwt_rs256_public_key_file"])))]
+#[command(group(ArgGroup::new("switch_source").args(["degradation_file", "degradation_config_map"])))]
 struct Args {
+    /// Address of the public API.
+    #[arg(long, env = "GATEWAY_LISTEN", default_value = "0.0.0.0:8080")]
+    listen: SocketAddr,
+    /// The sale's gateway configuration (JSON: sale, items with prices,
+    /// rateLimit, waitingRoom, concurrency, requestTimeoutMs, itemCacheMs).
+    #[arg(long, env = "GATEWAY_CONFIG")]
+    config: PathBuf,
+    /// Redis shared by the replicas (rate limit, waiting room). Without it
+    /// each replica rate-limits alone and the waiting room is unavailable.
+    #[arg(long, env = "REDIS_URL")]
+    redis_url: Option<String>,
+    /// Base URL of the inventory service.
+    #[arg(long, env = "INVENTORY_URL")]
+    inventory_url: String,
+    /// Kafka bootstrap servers for order events.
+    #[arg(long, env = "KAFKA_BROKERS")]
+    kafka_brokers: String,
+    /// Topic of order events.
+    #[arg(long, env = "ORDERS_TOPIC", default_value = "flashsale.orders")]
+    orders_topic: String,
+    /// File holding the HS256 secret that signs bearer tokens (at least 32 bytes).
+    #[arg(long, env = "JWT_HS256_SECRET_FILE")]
+    jwt_hs256_secret_file: Option<PathBuf>,
+    /// File holding the PEM RSA public key of the token issuer (RS256).
+    #[arg(long, env = "JWT_RS256_PUBLIC_KEY_FILE")]
+    jwt_rs256_public_key_file: Option<PathBuf>,
+    /// Required `iss` claim.
+    #[arg(long, env = "JWT_ISSUER")]
+    jwt_issuer: Option<String>,
+    /// Required `aud` claim.
+    #[arg(long, env = "JWT_AUDIENCE")]
+    jwt_audience: Option<String>,
+    /// File holding the waiting room's HMAC key (at least 32 bytes).
+    #[arg(long, env = "WAITING_ROOM_KEY_FILE")]
+    waiting_room_key_file: Option<PathBuf>,
+    /// Degradation switches from this file (the ConfigMap's data as YAML or
+    /// JSON), polled; for runs outside a cluster.
+    #[arg(long, env = "DEGRADATION_FILE")]
+    degradation_file: Option<PathBuf>,
+    /// Degradation switches from this ConfigMap, watched through the API.
+    #[arg(long, env = "DEGRADATION_CONFIG_MAP")]
+    degradation_config_map: Option<String>,
+    /// Namespace of that ConfigMap.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    namespace: String,
     #[command(flatten)]
     runtime: RuntimeArgs,
+}
+
+fn read(path: &PathBuf, what: &str) -> anyhow::Result<Vec<u8>> {
+    std::fs::read(path).with_context(|| format!("reading the {what} {}", path.display()))
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let process = Process::start("gateway", env!("CARGO_PKG_VERSION"), &args.runtime.log)?;
-    process
-        .serve_ops(&args.runtime.ops, Readiness::default())
-        .await?;
+    let mut process = Process::start("gateway", env!("CARGO_PKG_VERSION"), &args.runtime.log)?;
+    let config = GatewayConfig::load(&args.config)?;
+    let mut verifier = match (&args.jwt_hs256_secret_file, &args.jwt_rs256_public_key_file) {
+        (Some(path), _) => Verifier::hs256(read(path, "JWT secret")?.trim_ascii())?,
+        (None, Some(path)) => Verifier::rs256_pem(&read(path, "JWT public key")?)?,
+        (None, None) => {
+            anyhow::bail!("give --jwt-hs256-secret-file or --jwt-rs256-public-key-file")
+        }
+    };
+    if let Some(issuer) = &args.jwt_issuer {
+        verifier = verifier.with_issuer(issuer);
+    }
+    if let Some(audience) = &args.jwt_audience {
+        verifier = verifier.with_audience(audience);
+    }
+    let ticket_key = match &args.waiting_room_key_file {
+        Some(path) => Some(read(path, "waiting-room key")?.trim_ascii().to_vec()),
+        None => None,
+    };
+    let switches = match (args.degradation_file, args.degradation_config_map) {
+        (Some(path), _) => SwitchSource::File(path),
+        (None, Some(name)) => SwitchSource::ConfigMap {
+            namespace: args.namespace,
+            name,
+        },
+        (None, None) => SwitchSource::None,
+    };
+    let mut producer = ProducerSettings::new(args.kafka_brokers);
+    producer.topic = args.orders_topic;
+    let settings = Settings {
+        config,
+        redis_url: args.redis_url,
+        inventory_url: args.inventory_url,
+        producer,
+        verifier,
+        ticket_key,
+        switches,
+    };
+    let gateway = Gateway::build(settings, args.listen, process.registry_mut()).await?;
+    let shutdown = process.shutdown();
+    // No dependency checks: a gateway that cannot reach the inventory still
+    // sheds and serves degraded routes, and taking every replica out of
+    // rotation at once would turn a partial outage into a total one.
+    let (served, ops) = tokio::join!(
+        gateway.serve(shutdown),
+        process.serve_ops(&args.runtime.ops, Readiness::default())
+    );
+    served.context("public API failed")?;
+    ops?;
     Ok(())
 }

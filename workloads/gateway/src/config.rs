@@ -1,0 +1,277 @@
+//! The gateway's sale configuration: one JSON document (the operator renders
+//! it into a ConfigMap from the FlashSale spec), checked once at start so a
+//! bad value stops the process with a message instead of misbehaving later.
+
+use std::{collections::BTreeMap, num::NonZeroU32, path::Path, time::Duration};
+
+use serde::Deserialize;
+
+use crate::{concurrency, ratelimit};
+
+/// Why the configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read the gateway configuration {path}: {source}")]
+    Read {
+        /// The path given.
+        path: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// Not the expected JSON.
+    #[error("the gateway configuration {path} is not valid: {source}")]
+    Parse {
+        /// The path given.
+        path: String,
+        /// What serde said (names the field).
+        source: serde_json::Error,
+    },
+    /// A value out of range.
+    #[error("gateway configuration: {0}")]
+    Invalid(String),
+}
+
+/// The sale this gateway serves and how it sheds load.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GatewayConfig {
+    /// Sale name (the inventory's and the events' `sale`).
+    pub sale: String,
+    /// What is for sale, with prices.
+    pub items: Vec<ItemPrice>,
+    /// Per-user GCRA rate limit.
+    #[serde(default)]
+    pub rate_limit: RateLimitConfig,
+    /// Virtual waiting room in front of checkout.
+    #[serde(default)]
+    pub waiting_room: WaitingRoomConfig,
+    /// Adaptive concurrency limit bounds.
+    #[serde(default)]
+    pub concurrency: ConcurrencyConfig,
+    /// Budget of one order request, all downstream calls and retries included.
+    #[serde(default = "default_request_timeout_ms")]
+    pub request_timeout_ms: u64,
+    /// How long a stock answer is served from memory.
+    #[serde(default = "default_item_cache_ms")]
+    pub item_cache_ms: u64,
+}
+
+/// One SKU and its price.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ItemPrice {
+    /// Stock-keeping unit.
+    pub sku: String,
+    /// Unit price in minor units of the sale's currency.
+    pub price_minor: i64,
+}
+
+/// Per-user rate limit settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RateLimitConfig {
+    /// Sustained requests per second per user (whole numbers; the operator
+    /// rounds the spec's value up).
+    pub per_user_per_second: u32,
+    /// Requests allowed back to back.
+    pub burst: u32,
+}
+
+impl Default for RateLimitConfig {
+    fn default() -> Self {
+        Self {
+            per_user_per_second: 5,
+            burst: 10,
+        }
+    }
+}
+
+/// Waiting-room settings (the signing key comes from a file, not from here).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WaitingRoomConfig {
+    /// Whether buyers queue before checkout.
+    #[serde(default)]
+    pub enabled: bool,
+    /// Users admitted per second across all replicas.
+    #[serde(default = "default_admit_per_second")]
+    pub admit_per_second: u32,
+    /// How long an admitted user's pass stays valid.
+    #[serde(default = "default_pass_ttl_seconds")]
+    pub pass_ttl_seconds: u64,
+}
+
+impl Default for WaitingRoomConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            admit_per_second: default_admit_per_second(),
+            pass_ttl_seconds: default_pass_ttl_seconds(),
+        }
+    }
+}
+
+/// Bounds of the adaptive concurrency limit.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ConcurrencyConfig {
+    /// The limit never falls below this.
+    pub min_limit: usize,
+    /// The limit never rises above this.
+    pub max_limit: usize,
+    /// Percent of the limit kept for tier-0 (checkout) traffic: non-core
+    /// routes may hold at most the rest.
+    #[serde(default = "default_reserved_percent")]
+    pub tier0_reserved_percent: u32,
+}
+
+/// The FlashSale CRD's defaults, so a gateway run by hand behaves like one
+/// the operator configured.
+impl Default for ConcurrencyConfig {
+    fn default() -> Self {
+        Self {
+            min_limit: 20,
+            max_limit: 1000,
+            tier0_reserved_percent: default_reserved_percent(),
+        }
+    }
+}
+
+fn default_reserved_percent() -> u32 {
+    30
+}
+
+fn default_admit_per_second() -> u32 {
+    500
+}
+
+fn default_pass_ttl_seconds() -> u64 {
+    300
+}
+
+fn default_request_timeout_ms() -> u64 {
+    2_000
+}
+
+fn default_item_cache_ms() -> u64 {
+    500
+}
+
+impl GatewayConfig {
+    /// Reads and checks the configuration file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        let config: Self = serde_json::from_str(&text).map_err(|source| ConfigError::Parse {
+            path: shown,
+            source,
+        })?;
+        config.check()?;
+        Ok(config)
+    }
+
+    /// Checks ranges serde cannot express.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        let invalid = |message: String| Err(ConfigError::Invalid(message));
+        if self.sale.is_empty() || self.sale.len() > 63 {
+            return invalid("sale must be 1-63 characters".into());
+        }
+        if self.items.is_empty() {
+            return invalid("items must not be empty".into());
+        }
+        if let Some(item) = self.items.iter().find(|i| i.price_minor < 0) {
+            return invalid(format!("priceMinor of {} must not be negative", item.sku));
+        }
+        if self.rate_limit.per_user_per_second == 0 || self.rate_limit.burst == 0 {
+            return invalid("rateLimit.perUserPerSecond and burst must be at least 1".into());
+        }
+        if self.waiting_room.admit_per_second == 0 || self.waiting_room.pass_ttl_seconds == 0 {
+            return invalid(
+                "waitingRoom.admitPerSecond and passTtlSeconds must be at least 1".into(),
+            );
+        }
+        let c = &self.concurrency;
+        if c.min_limit == 0 || c.max_limit < c.min_limit {
+            return invalid("concurrency needs 1 <= minLimit <= maxLimit".into());
+        }
+        if c.tier0_reserved_percent > 100 {
+            return invalid("concurrency.tier0ReservedPercent must be 0-100".into());
+        }
+        if self.request_timeout_ms == 0 {
+            return invalid("requestTimeoutMs must be positive".into());
+        }
+        Ok(())
+    }
+
+    /// Prices by SKU.
+    pub fn prices(&self) -> BTreeMap<String, i64> {
+        self.items
+            .iter()
+            .map(|i| (i.sku.clone(), i.price_minor))
+            .collect()
+    }
+
+    /// The rate-limit policy.
+    pub fn rate_policy(&self) -> ratelimit::Policy {
+        ratelimit::Policy {
+            rate: NonZeroU32::new(self.rate_limit.per_user_per_second).unwrap_or(NonZeroU32::MIN),
+            burst: NonZeroU32::new(self.rate_limit.burst).unwrap_or(NonZeroU32::MIN),
+        }
+    }
+
+    /// The concurrency limiter settings.
+    pub fn concurrency_settings(&self) -> concurrency::Settings {
+        let defaults = concurrency::Settings::default();
+        let c = &self.concurrency;
+        concurrency::Settings {
+            min_limit: c.min_limit,
+            max_limit: c.max_limit,
+            // The limiter clamps it into [min, max] itself.
+            initial_limit: defaults.initial_limit,
+            non_core_share: 1.0 - f64::from(c.tier0_reserved_percent.min(100)) / 100.0,
+            ..defaults
+        }
+    }
+
+    /// The order budget.
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.request_timeout_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<GatewayConfig, String> {
+        let config: GatewayConfig = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        config.check().map_err(|e| e.to_string())?;
+        Ok(config)
+    }
+
+    #[test]
+    fn a_minimal_config_gets_defaults() -> Result<(), String> {
+        let config = parse(r#"{"sale":"s1","items":[{"sku":"A","priceMinor":100}]}"#)?;
+        assert_eq!(config.rate_limit.per_user_per_second, 5);
+        assert!(!config.waiting_room.enabled);
+        assert_eq!(config.request_timeout(), Duration::from_secs(2));
+        assert_eq!(config.prices()["A"], 100);
+        Ok(())
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let unknown = parse(r#"{"sale":"s1","items":[],"rateLimt":{}}"#);
+        assert!(unknown.is_err_and(|e| e.contains("rateLimt")));
+        let empty = parse(r#"{"sale":"s1","items":[]}"#);
+        assert!(empty.is_err_and(|e| e.contains("items")));
+        let bounds = parse(
+            r#"{"sale":"s1","items":[{"sku":"A","priceMinor":1}],"concurrency":{"minLimit":9,"maxLimit":3}}"#,
+        );
+        assert!(bounds.is_err_and(|e| e.contains("minLimit")));
+    }
+}

@@ -1,0 +1,226 @@
+//! The inventory's reservation API as the gateway calls it: every call runs
+//! within the caller's deadline, and only failures that cannot have changed
+//! anything twice (the inventory's calls are idempotent by request id or
+//! reservation id) or that were never answered are retried, with jittered
+//! exponential backoff, until the deadline.
+
+use std::time::Duration;
+
+use rand::Rng;
+use reqwest::{Method, StatusCode};
+use serde::{Deserialize, de::DeserializeOwned};
+use serde_json::json;
+use tokio::time::Instant;
+
+/// First backoff; doubles per retry up to [`MAX_BACKOFF`], full jitter.
+const FIRST_BACKOFF: Duration = Duration::from_millis(10);
+const MAX_BACKOFF: Duration = Duration::from_millis(200);
+
+/// What went wrong calling the inventory.
+#[derive(Debug, thiserror::Error)]
+pub enum InventoryError {
+    /// The inventory answered with a refusal (4xx): final, not retried.
+    #[error("inventory refused: {status} {code}: {message}")]
+    Refused {
+        /// HTTP status.
+        status: StatusCode,
+        /// The inventory's error code (`sold_out`, `user_limit`, ...).
+        code: String,
+        /// Its message.
+        message: String,
+    },
+    /// No usable answer before the deadline (down, overloaded, too slow).
+    #[error("inventory unavailable after {attempts} attempt(s): {last}")]
+    Unavailable {
+        /// Attempts made.
+        attempts: u32,
+        /// The last failure.
+        last: String,
+    },
+}
+
+/// A reservation as the inventory reports it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Reservation {
+    /// Reservation id.
+    pub id: String,
+    /// Where it is: `reserved`, `confirmed`, `released`, ... (absent on a
+    /// fresh reservation, which is `reserved`).
+    #[serde(default = "reserved")]
+    pub state: String,
+    /// When it lapses unless confirmed (Unix ms).
+    #[serde(alias = "expiresAtMs")]
+    pub expires_at_ms: u64,
+    /// Buyer (absent on a fresh reservation).
+    #[serde(default)]
+    pub user: Option<String>,
+    /// SKU (absent on a fresh reservation).
+    #[serde(default)]
+    pub sku: Option<String>,
+    /// Units (absent on a fresh reservation).
+    #[serde(default)]
+    pub quantity: Option<u64>,
+}
+
+fn reserved() -> String {
+    "reserved".to_owned()
+}
+
+/// Stock of one SKU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub struct StockLevel {
+    /// Units for sale in total.
+    pub stock: u64,
+    /// Units that can still be reserved.
+    pub available: u64,
+}
+
+#[derive(Deserialize)]
+struct ErrorBody {
+    error: String,
+    message: String,
+}
+
+/// A client of one sale's reservation API.
+#[derive(Debug, Clone)]
+pub struct InventoryClient {
+    http: reqwest::Client,
+    base: String,
+    sale: String,
+}
+
+impl InventoryClient {
+    /// A client for `sale` at `base_url` (e.g. `http://inventory:8080`).
+    pub fn new(base_url: &str, sale: &str) -> Result<Self, reqwest::Error> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_millis(500))
+            .pool_max_idle_per_host(256)
+            .tcp_nodelay(true)
+            .build()?;
+        Ok(Self {
+            http,
+            base: base_url.trim_end_matches('/').to_owned(),
+            sale: sale.to_owned(),
+        })
+    }
+
+    /// Reserves `quantity` of `sku` for `user`; a repeat of `request_id`
+    /// returns the same reservation as it is now.
+    pub async fn reserve(
+        &self,
+        sku: &str,
+        user: &str,
+        quantity: u64,
+        request_id: &str,
+        deadline: Instant,
+    ) -> Result<Reservation, InventoryError> {
+        let body = json!({"sku": sku, "user": user, "quantity": quantity, "requestId": request_id});
+        self.call(Method::POST, "reservations", Some(body), deadline)
+            .await
+    }
+
+    /// One reservation.
+    pub async fn reservation(
+        &self,
+        id: &str,
+        deadline: Instant,
+    ) -> Result<Reservation, InventoryError> {
+        self.call(Method::GET, &format!("reservations/{id}"), None, deadline)
+            .await
+    }
+
+    /// Marks a reservation paid (idempotent).
+    pub async fn confirm(&self, id: &str, deadline: Instant) -> Result<(), InventoryError> {
+        let path = format!("reservations/{id}/confirm");
+        self.call::<serde_json::Value>(Method::POST, &path, None, deadline)
+            .await
+            .map(drop)
+    }
+
+    /// Returns a reservation's units (idempotent).
+    pub async fn cancel(&self, id: &str, deadline: Instant) -> Result<(), InventoryError> {
+        let path = format!("reservations/{id}/cancel");
+        self.call::<serde_json::Value>(Method::POST, &path, None, deadline)
+            .await
+            .map(drop)
+    }
+
+    /// Stock of `sku`.
+    pub async fn stock(&self, sku: &str, deadline: Instant) -> Result<StockLevel, InventoryError> {
+        self.call(Method::GET, &format!("items/{sku}/stock"), None, deadline)
+            .await
+    }
+
+    async fn call<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+        deadline: Instant,
+    ) -> Result<T, InventoryError> {
+        let url = format!("{}/v1/sales/{}/{path}", self.base, self.sale);
+        let mut attempts = 0;
+        let mut backoff = FIRST_BACKOFF;
+        loop {
+            attempts += 1;
+            let left = deadline.saturating_duration_since(Instant::now());
+            let last = if left.is_zero() {
+                "deadline reached".to_owned()
+            } else {
+                let mut request = self.http.request(method.clone(), &url).timeout(left);
+                if let Some(body) = &body {
+                    request = request.json(body);
+                }
+                match self.attempt(request).await {
+                    Ok(value) => return Ok(value),
+                    Err(Attempt::Final(err)) => return Err(err),
+                    Err(Attempt::Retry(reason)) => reason,
+                }
+            };
+            // Full jitter: retries of many requests spread out instead of
+            // hitting a recovering inventory together.
+            let pause =
+                Duration::from_micros(rand::rng().random_range(0..=backoff.as_micros() as u64));
+            if Instant::now() + pause >= deadline {
+                return Err(InventoryError::Unavailable { attempts, last });
+            }
+            tracing::debug!(%url, attempts, reason = %last, "retrying inventory call");
+            tokio::time::sleep(pause).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    async fn attempt<T: DeserializeOwned>(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> Result<T, Attempt> {
+        let response = request
+            .send()
+            .await
+            .map_err(|e| Attempt::Retry(e.to_string()))?;
+        let status = response.status();
+        if status.is_success() {
+            return response
+                .json::<T>()
+                .await
+                .map_err(|e| Attempt::Retry(format!("unreadable answer: {e}")));
+        }
+        if status.is_server_error() {
+            return Err(Attempt::Retry(format!("HTTP {status}")));
+        }
+        let (code, message) = match response.json::<ErrorBody>().await {
+            Ok(body) => (body.error, body.message),
+            Err(_) => ("unexpected".to_owned(), format!("HTTP {status}")),
+        };
+        Err(Attempt::Final(InventoryError::Refused {
+            status,
+            code,
+            message,
+        }))
+    }
+}
+
+enum Attempt {
+    Retry(String),
+    Final(InventoryError),
+}

@@ -1,0 +1,163 @@
+//! The gateway's Prometheus metrics (names per docs/architecture.md).
+
+use prometheus_client::{
+    metrics::{
+        counter::Counter,
+        family::{Family, MetricConstructor},
+        gauge::Gauge,
+        histogram::{Histogram, exponential_buckets},
+    },
+    registry::{Registry, Unit},
+};
+
+type Labels = Vec<(&'static str, String)>;
+
+/// Builds the latency histograms: 0.1 ms × 1.5^k up to about 2 minutes.
+#[derive(Clone, Copy)]
+struct LatencyBuckets;
+
+impl MetricConstructor<Histogram> for LatencyBuckets {
+    fn new_metric(&self) -> Histogram {
+        Histogram::new(exponential_buckets(0.0001, 1.5, 35))
+    }
+}
+
+/// Handles to the gateway's metrics; cheap to clone.
+#[derive(Clone)]
+pub struct GatewayMetrics {
+    requests: Family<Labels, Counter>,
+    duration: Family<Labels, Histogram, LatencyBuckets>,
+    inflight: Gauge,
+    concurrency_limit: Gauge,
+    concurrency_rejected: Family<Labels, Counter>,
+    rate_limited: Counter,
+    waiting_room_depth: Gauge,
+    admitted: Counter,
+    degradation_tier: Gauge,
+    degradation_generation: Gauge,
+}
+
+impl Default for GatewayMetrics {
+    fn default() -> Self {
+        Self {
+            requests: Family::default(),
+            duration: Family::new_with_constructor(LatencyBuckets),
+            inflight: Gauge::default(),
+            concurrency_limit: Gauge::default(),
+            concurrency_rejected: Family::default(),
+            rate_limited: Counter::default(),
+            waiting_room_depth: Gauge::default(),
+            admitted: Counter::default(),
+            degradation_tier: Gauge::default(),
+            degradation_generation: Gauge::default(),
+        }
+    }
+}
+
+impl GatewayMetrics {
+    /// Registers the metrics in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        registry.register(
+            "gateway_requests",
+            "Requests answered, by route template and status code",
+            m.requests.clone(),
+        );
+        registry.register_with_unit(
+            "gateway_request_duration",
+            "Time to answer, by route template",
+            Unit::Seconds,
+            m.duration.clone(),
+        );
+        registry.register(
+            "gateway_inflight",
+            "Requests being served now",
+            m.inflight.clone(),
+        );
+        registry.register(
+            "gateway_concurrency_limit",
+            "Current adaptive concurrency limit",
+            m.concurrency_limit.clone(),
+        );
+        registry.register(
+            "gateway_concurrency_rejected",
+            "Requests refused at once over the concurrency limit, by partition",
+            m.concurrency_rejected.clone(),
+        );
+        registry.register(
+            "gateway_rate_limited",
+            "Requests refused by the per-user rate limit",
+            m.rate_limited.clone(),
+        );
+        registry.register(
+            "gateway_waiting_room_depth",
+            "Users in the waiting room not yet admitted",
+            m.waiting_room_depth.clone(),
+        );
+        registry.register(
+            "gateway_admitted",
+            "Waiting-room passes redeemed for an order",
+            m.admitted.clone(),
+        );
+        registry.register(
+            "gateway_degradation_tier",
+            "Degradation tier in force",
+            m.degradation_tier.clone(),
+        );
+        registry.register(
+            "gateway_degradation_generation",
+            "Generation of the degradation switches in force",
+            m.degradation_generation.clone(),
+        );
+        m
+    }
+
+    /// One answered request.
+    pub fn request(&self, route: &str, code: u16, seconds: f64) {
+        self.requests
+            .get_or_create(&vec![
+                ("route", route.to_owned()),
+                ("code", code.to_string()),
+            ])
+            .inc();
+        self.duration
+            .get_or_create(&vec![("route", route.to_owned())])
+            .observe(seconds);
+    }
+
+    /// The in-flight gauge (incremented while a request is served).
+    pub fn inflight(&self) -> &Gauge {
+        &self.inflight
+    }
+
+    /// A request refused by the rate limit.
+    pub fn rate_limited(&self) {
+        self.rate_limited.inc();
+    }
+
+    /// A request refused over the concurrency limit.
+    pub fn concurrency_rejected(&self, partition: &'static str) {
+        self.concurrency_rejected
+            .get_or_create(&vec![("partition", partition.to_owned())])
+            .inc();
+    }
+
+    /// A pass redeemed.
+    pub fn admitted(&self) {
+        self.admitted.inc();
+    }
+
+    /// Periodic gauges.
+    pub fn set_levels(&self, concurrency_limit: usize, waiting: Option<u64>) {
+        self.concurrency_limit.set(concurrency_limit as i64);
+        if let Some(depth) = waiting {
+            self.waiting_room_depth.set(depth as i64);
+        }
+    }
+
+    /// The degradation state in force.
+    pub fn set_degradation(&self, tier: u32, generation: u64) {
+        self.degradation_tier.set(i64::from(tier));
+        self.degradation_generation.set(generation as i64);
+    }
+}

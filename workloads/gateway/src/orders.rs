@@ -1,0 +1,452 @@
+//! Order intake: reserve in inventory, publish the order event and wait for
+//! the broker's acknowledgement, then answer with the order id. An order is
+//! acknowledged only once its event is durably in Kafka; if publishing fails
+//! the reservation is cancelled so no stock is held for an order nobody will
+//! store.
+//!
+//! Ids are derived, not stored: the inventory request id is a hash of (sale,
+//! user, idempotency key), so a client's retry finds the same reservation,
+//! and the order id is `ord-<reservation id>`, so the same retry names the
+//! same order (the order-writer stores an order id once). Once Kafka has
+//! acknowledged an order's event the gateway notes it in Redis, so a retry
+//! answers without publishing again; without that note (Redis unreachable,
+//! or a crash between reserve and publish) the retry publishes the same
+//! event again, which the order-writer stores once.
+
+use std::time::Duration;
+
+use axum::{
+    Json,
+    extract::{
+        Path, State,
+        rejection::{JsonRejection, PathRejection},
+    },
+    http::{HeaderMap, HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use flashsale_orders::{EventKind, OrderEvent, SCHEMA_VERSION};
+use flashsale_runtime::ApiError;
+use serde::Deserialize;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use tokio::time::Instant;
+
+use crate::{
+    app::AppState,
+    auth::User,
+    concurrency::Partition,
+    inventory_client::{InventoryError, Reservation},
+    queue,
+    waiting_room::Redeemed,
+};
+
+/// Longest idempotency key accepted.
+const MAX_KEY_LEN: usize = 64;
+/// Budget for returning a reservation after a failed publish: the request's
+/// own deadline may be spent, and the units must not wait for the TTL.
+const CANCEL_BUDGET: Duration = Duration::from_secs(1);
+const ORDER_PREFIX: &str = "ord-";
+
+/// Body of `POST /api/v1/orders`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OrderRequest {
+    /// Optional; must be this gateway's sale when given.
+    #[serde(default)]
+    sale: Option<String>,
+    sku: String,
+    quantity: i64,
+    /// Also accepted as the `Idempotency-Key` header.
+    #[serde(default)]
+    idempotency_key: Option<String>,
+}
+
+/// `POST /api/v1/orders`.
+pub async fn place(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Json<OrderRequest>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let user = state.user(&headers)?;
+    let Json(request) = body?;
+    let order = validate(&state, &user, &request, &headers)?;
+    let rate = state.rate_limit(&user).await?;
+    let redeemed = match &state.waiting_room {
+        Some(room) => match queue::redeem_pass(&state, room, &headers, &user).await? {
+            queue::Entry::Admitted(redeemed) => Some(redeemed),
+            queue::Entry::Queued(answer) => return Ok(rate.on(answer)),
+        },
+        None => None,
+    };
+    let permit = match state.permit(Partition::Core) {
+        Ok(permit) => permit,
+        Err(refusal) => {
+            give_back(&state, redeemed.as_ref()).await;
+            return Err(refusal);
+        }
+    };
+    let outcome = intake(&state, &user, &order).await;
+    match &outcome {
+        Ok(_) => {
+            permit.success();
+            if redeemed.is_some() {
+                state.metrics.admitted();
+            }
+        }
+        Err(err) if err.status().is_server_error() => {
+            permit.success();
+            give_back(&state, redeemed.as_ref()).await;
+        }
+        Err(_) => permit.ignore(),
+    }
+    Ok(rate.on(outcome?))
+}
+
+/// A pass whose order failed for a retryable reason may be used again.
+async fn give_back(state: &AppState, redeemed: Option<&Redeemed>) {
+    if let (Some(room), Some(redeemed)) = (&state.waiting_room, redeemed)
+        && let Err(err) = room.give_back(redeemed).await
+    {
+        tracing::warn!(error = %err, "could not give a waiting-room pass back");
+    }
+}
+
+/// A checked order request.
+struct Order {
+    sku: String,
+    quantity: u64,
+    request_id: String,
+    amount_minor: i64,
+}
+
+fn validate(
+    state: &AppState,
+    user: &User,
+    request: &OrderRequest,
+    headers: &HeaderMap,
+) -> Result<Order, ApiError> {
+    let sale = &state.config.sale;
+    if request.sale.as_ref().is_some_and(|s| s != sale) {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_sale",
+            format!("this gateway serves sale {sale:?}"),
+        ));
+    }
+    let price = state
+        .config
+        .items
+        .iter()
+        .find(|i| i.sku == request.sku)
+        .map(|i| i.price_minor)
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "unknown_sku",
+                format!("sale {sale:?} has no SKU {:?}", request.sku),
+            )
+        })?;
+    let quantity = u64::try_from(request.quantity)
+        .ok()
+        .filter(|q| (1..=1_000).contains(q))
+        .ok_or_else(|| ApiError::bad_request("quantity must be 1-1000"))?;
+    let header_key = headers
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.trim_matches('"'));
+    let key = request
+        .idempotency_key
+        .as_deref()
+        .or(header_key)
+        .filter(|k| !k.is_empty() && k.len() <= MAX_KEY_LEN)
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "an idempotency key of 1-{MAX_KEY_LEN} characters is required (idempotencyKey or the Idempotency-Key header)"
+            ))
+        })?;
+    Ok(Order {
+        sku: request.sku.clone(),
+        quantity,
+        request_id: request_id(sale, &user.0, key),
+        amount_minor: price.saturating_mul(quantity as i64),
+    })
+}
+
+/// The inventory request id of a client's order: stable across retries,
+/// unique per (sale, user, key), and within the inventory's id alphabet.
+fn request_id(sale: &str, user: &str, key: &str) -> String {
+    let mut hash = Sha256::new();
+    for part in [sale, user, key] {
+        hash.update(part.as_bytes());
+        hash.update([0]);
+    }
+    hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+async fn intake(state: &AppState, user: &User, order: &Order) -> Result<Response, ApiError> {
+    let deadline = Instant::now() + state.config.request_timeout();
+    let reservation = state
+        .inventory
+        .reserve(
+            &order.sku,
+            &user.0,
+            order.quantity,
+            &order.request_id,
+            deadline,
+        )
+        .await
+        .map_err(inventory_refusal)?;
+    match reservation.state.as_str() {
+        "released" => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "order_abandoned",
+                "an earlier attempt with this idempotency key failed or lapsed and its stock was returned; use a new key",
+            ));
+        }
+        // A retry of an order already paid: its events are in Kafka.
+        "confirmed" => return Ok(accepted(&reservation, order, "paid", StatusCode::OK)),
+        _ => {}
+    }
+    let order_id = order_id(&reservation.id);
+    if reservation.user.is_some() && published(state, &order_id).await {
+        return Ok(accepted(
+            &reservation,
+            order,
+            "reserved",
+            StatusCode::CREATED,
+        ));
+    }
+    let event = OrderEvent {
+        schema_version: SCHEMA_VERSION,
+        kind: EventKind::Created,
+        order_id: order_id.clone(),
+        sale: state.config.sale.clone(),
+        user_id: user.0.clone(),
+        sku: order.sku.clone(),
+        quantity: order.quantity as i64,
+        amount_minor: order.amount_minor,
+        idempotency_key: order.request_id.clone(),
+        reservation_id: reservation.id.clone(),
+        created_at: jiff::Timestamp::now(),
+    };
+    if let Err(reason) = publish(state, &event, deadline).await {
+        tracing::warn!(order = event.order_id, %reason, "order event not acknowledged; returning the reservation");
+        let cancelled = state
+            .inventory
+            .cancel(&reservation.id, Instant::now() + CANCEL_BUDGET)
+            .await;
+        if let Err(err) = cancelled {
+            // The inventory's sweeper returns it at the reservation's TTL.
+            tracing::warn!(reservation = reservation.id, error = %err, "cancel failed; the reservation lapses at its TTL");
+        }
+        return Err(unavailable(
+            "orders cannot be recorded right now; nothing was charged or held",
+        ));
+    }
+    note_published(state, &order_id).await;
+    Ok(accepted(
+        &reservation,
+        order,
+        "reserved",
+        StatusCode::CREATED,
+    ))
+}
+
+/// How long the "published" note of an order is kept: far longer than any
+/// client retries.
+const PUBLISHED_NOTE_SECONDS: u64 = 24 * 3600;
+/// A note is an optimisation; Redis gets little time for it.
+const NOTE_BUDGET: Duration = Duration::from_millis(50);
+
+fn published_key(state: &AppState, order_id: &str) -> String {
+    format!("fs:{{{}}}:ord:{order_id}:published", state.config.sale)
+}
+
+/// Whether this order's created event is known to be in Kafka (a retry).
+async fn published(state: &AppState, order_id: &str) -> bool {
+    let Some(redis) = &state.redis else {
+        return false;
+    };
+    let mut conn = redis.clone();
+    let key = published_key(state, order_id);
+    let mut exists = redis::cmd("EXISTS");
+    exists.arg(&key);
+    let get = exists.query_async::<bool>(&mut conn);
+    matches!(tokio::time::timeout(NOTE_BUDGET, get).await, Ok(Ok(true)))
+}
+
+async fn note_published(state: &AppState, order_id: &str) {
+    let Some(redis) = &state.redis else {
+        return;
+    };
+    let mut conn = redis.clone();
+    let key = published_key(state, order_id);
+    let mut command = redis::cmd("SET");
+    command
+        .arg(&key)
+        .arg(1)
+        .arg("EX")
+        .arg(PUBLISHED_NOTE_SECONDS);
+    let set = command.query_async::<()>(&mut conn);
+    if !matches!(tokio::time::timeout(NOTE_BUDGET, set).await, Ok(Ok(()))) {
+        tracing::debug!(
+            order_id,
+            "could not note the publication; a retry would publish again"
+        );
+    }
+}
+
+async fn publish(state: &AppState, event: &OrderEvent, deadline: Instant) -> Result<(), String> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    match tokio::time::timeout(left, state.producer.send(event)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(err)) => Err(err.to_string()),
+        Err(_) => Err("no acknowledgement within the request's deadline".to_owned()),
+    }
+}
+
+fn accepted(reservation: &Reservation, order: &Order, status: &str, code: StatusCode) -> Response {
+    (
+        code,
+        Json(json!({
+            "orderId": order_id(&reservation.id),
+            "reservationId": reservation.id,
+            "sku": order.sku,
+            "quantity": order.quantity,
+            "amountMinor": order.amount_minor,
+            "status": status,
+            "payBeforeMs": reservation.expires_at_ms,
+        })),
+    )
+        .into_response()
+}
+
+fn order_id(reservation_id: &str) -> String {
+    format!("{ORDER_PREFIX}{reservation_id}")
+}
+
+fn unavailable(message: &str) -> ApiError {
+    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
+        .with_header(header::RETRY_AFTER, HeaderValue::from_static("1"))
+}
+
+/// The inventory's refusals pass through with their codes; trouble is a 503.
+fn inventory_refusal(err: InventoryError) -> ApiError {
+    match err {
+        InventoryError::Refused {
+            status,
+            code,
+            message,
+        } => {
+            let code: &'static str = match code.as_str() {
+                "sold_out" => "sold_out",
+                "user_limit" => "user_limit",
+                "unknown_sku" => "unknown_sku",
+                "unknown_reservation" => "unknown_order",
+                "not_reserved" => "order_lapsed",
+                "confirmed" => "already_paid",
+                _ => "refused",
+            };
+            let status = StatusCode::from_u16(status.as_u16()).unwrap_or(StatusCode::CONFLICT);
+            ApiError::new(status, code, message)
+        }
+        InventoryError::Unavailable { attempts, last } => {
+            tracing::warn!(attempts, %last, "inventory unavailable");
+            unavailable("stock cannot be checked right now; retry shortly")
+        }
+    }
+}
+
+/// `POST /api/v1/orders/{id}/pay`: confirms the reservation and publishes
+/// the `paid` event. Both steps are idempotent, so a failed attempt is
+/// simply retried by the client.
+pub async fn pay(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let Path(order) = path?;
+    let admitted = state.admit(&headers, Partition::Core).await?;
+    let result = settle(&state, &admitted.user, &order).await;
+    if result
+        .as_ref()
+        .is_err_and(|e| !e.status().is_server_error())
+    {
+        admitted.permit.ignore();
+    } else {
+        admitted.permit.success();
+    }
+    Ok(admitted.rate.on(result?))
+}
+
+async fn settle(state: &AppState, user: &User, order: &str) -> Result<Response, ApiError> {
+    let unknown = || {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_order",
+            format!("no order {order:?}"),
+        )
+    };
+    let reservation_id = order
+        .strip_prefix(ORDER_PREFIX)
+        .filter(|id| {
+            !id.is_empty() && id.len() <= 64 && id.chars().all(|c| c.is_ascii_alphanumeric())
+        })
+        .ok_or_else(unknown)?;
+    let deadline = Instant::now() + state.config.request_timeout();
+    let reservation = state
+        .inventory
+        .reservation(reservation_id, deadline)
+        .await
+        .map_err(inventory_refusal)?;
+    // Someone else's order is "not found", not "forbidden": ids do not leak.
+    if reservation.user.as_deref() != Some(user.0.as_str()) {
+        return Err(unknown());
+    }
+    let (Some(sku), Some(quantity)) = (reservation.sku.clone(), reservation.quantity) else {
+        return Err(unavailable(
+            "the reservation record is incomplete; retry shortly",
+        ));
+    };
+    state
+        .inventory
+        .confirm(reservation_id, deadline)
+        .await
+        .map_err(inventory_refusal)?;
+    let price = state.config.prices().get(&sku).copied().unwrap_or(0);
+    let event = OrderEvent {
+        schema_version: SCHEMA_VERSION,
+        kind: EventKind::Paid,
+        order_id: order.to_owned(),
+        sale: state.config.sale.clone(),
+        user_id: user.0.clone(),
+        sku: sku.clone(),
+        quantity: quantity as i64,
+        amount_minor: price.saturating_mul(quantity as i64),
+        // Unique per order; the created event carries the client's key.
+        idempotency_key: format!("paid:{order}"),
+        reservation_id: reservation_id.to_owned(),
+        created_at: jiff::Timestamp::now(),
+    };
+    publish(state, &event, deadline).await.map_err(|reason| {
+        tracing::warn!(order, %reason, "paid event not acknowledged");
+        unavailable("payment recorded in stock but not yet in orders; retry to finish")
+    })?;
+    Ok(Json(json!({"orderId": order, "status": "paid"})).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_ids_are_stable_and_distinct() {
+        let a = request_id("s", "u1", "k");
+        assert_eq!(a, request_id("s", "u1", "k"));
+        assert_eq!(a.len(), 64);
+        assert_ne!(a, request_id("s", "u2", "k"));
+        // The separator keeps ("ab","c") and ("a","bc") apart.
+        assert_ne!(request_id("s", "ab", "c"), request_id("s", "a", "bc"));
+    }
+}

@@ -1,0 +1,255 @@
+//! Assembles a gateway from its settings: connections, the shedding layers,
+//! the background loops, and the listener. The binary and the tests build a
+//! gateway the same way.
+
+use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
+
+use flashsale_orders::{OrderProducer, ProducerSettings};
+use flashsale_runtime::Shutdown;
+use prometheus_client::registry::Registry;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use tokio::net::TcpListener;
+
+use crate::{
+    app::{self, AppState, Inner},
+    auth::Verifier,
+    concurrency::ConcurrencyLimiter,
+    config::GatewayConfig,
+    degradation::{self, Switchboard},
+    features::ChatThrottle,
+    inventory_client::InventoryClient,
+    items::ItemCache,
+    metrics::GatewayMetrics,
+    ratelimit::{self, RateLimiter},
+    waiting_room::{self, Signer, WaitingRoom},
+};
+
+/// How often each replica moves the waiting room's admission frontier and
+/// refreshes its gauges.
+const TICK: Duration = Duration::from_millis(100);
+
+/// Why a gateway could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// Redis URL or first connection.
+    #[error("connecting to Redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    /// The waiting room is enabled but cannot run.
+    #[error("waiting room: {0}")]
+    WaitingRoom(String),
+    /// The Kafka producer could not be created.
+    #[error(transparent)]
+    Producer(#[from] flashsale_orders::ProduceError),
+    /// The inventory client could not be created.
+    #[error("inventory client: {0}")]
+    Inventory(#[from] reqwest::Error),
+    /// The Kubernetes client could not be created.
+    #[error("kubernetes client for the degradation ConfigMap: {0}")]
+    Kube(#[from] kube::Error),
+    /// The listener could not bind.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// Address asked for.
+        addr: SocketAddr,
+        /// OS error.
+        source: std::io::Error,
+    },
+}
+
+/// Where the degradation switches come from.
+#[derive(Debug, Clone)]
+pub enum SwitchSource {
+    /// Fixed at tier 0 (a single local run).
+    None,
+    /// A file with the ConfigMap's data, polled.
+    File(PathBuf),
+    /// The `<sale>-degradation` ConfigMap, watched through the API.
+    ConfigMap {
+        /// Namespace of the sale.
+        namespace: String,
+        /// ConfigMap name.
+        name: String,
+    },
+}
+
+/// Everything a gateway is built from.
+pub struct Settings {
+    /// The sale's configuration.
+    pub config: GatewayConfig,
+    /// Redis for the shared rate limit and the waiting room.
+    pub redis_url: Option<String>,
+    /// The inventory's base URL.
+    pub inventory_url: String,
+    /// The order-event producer.
+    pub producer: ProducerSettings,
+    /// Bearer-token verification.
+    pub verifier: Verifier,
+    /// The waiting room's HMAC key (required when it is enabled).
+    pub ticket_key: Option<Vec<u8>>,
+    /// Degradation switches source.
+    pub switches: SwitchSource,
+}
+
+/// A built gateway: state plus listener, not yet serving.
+pub struct Gateway {
+    /// The handlers' state (tests read its parts).
+    pub state: AppState,
+    listener: TcpListener,
+    switches: SwitchSource,
+    kube: Option<kube::Client>,
+}
+
+impl Gateway {
+    /// Connects everything and binds `listen`.
+    pub async fn build(
+        settings: Settings,
+        listen: SocketAddr,
+        registry: &mut Registry,
+    ) -> Result<Self, BuildError> {
+        let redis = match &settings.redis_url {
+            Some(url) => {
+                let client = redis::Client::open(url.as_str())?;
+                // Bounded, so a hung Redis fails a call instead of a request.
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(Duration::from_secs(1)))
+                    .set_response_timeout(Some(Duration::from_secs(1)));
+                Some(ConnectionManager::new_with_config(client, config).await?)
+            }
+            None => None,
+        };
+        let config = settings.config;
+        let waiting_room = if config.waiting_room.enabled {
+            let redis = redis.clone().ok_or_else(|| {
+                BuildError::WaitingRoom("it keeps its queue in Redis: give --redis-url".into())
+            })?;
+            let key = settings.ticket_key.as_deref().ok_or_else(|| {
+                BuildError::WaitingRoom("it signs tickets: give --waiting-room-key-file".into())
+            })?;
+            let signer = Signer::new(key).map_err(|e| BuildError::WaitingRoom(e.to_string()))?;
+            let mut room = waiting_room::Settings::new(
+                config.sale.clone(),
+                config.waiting_room.admit_per_second,
+            );
+            room.pass_ttl = Duration::from_secs(config.waiting_room.pass_ttl_seconds);
+            Some(WaitingRoom::new(redis.clone(), signer, room))
+        } else {
+            None
+        };
+        let inventory = InventoryClient::new(&settings.inventory_url, &config.sale)?;
+        let items = ItemCache::new(
+            inventory.clone(),
+            config.items.iter().map(|i| i.sku.clone()),
+            Duration::from_millis(config.item_cache_ms),
+        );
+        let kube = match &settings.switches {
+            SwitchSource::ConfigMap { .. } => Some(kube::Client::try_default().await?),
+            _ => None,
+        };
+        let listener = TcpListener::bind(listen)
+            .await
+            .map_err(|source| BuildError::Bind {
+                addr: listen,
+                source,
+            })?;
+        let state = AppState::new(Inner {
+            verifier: settings.verifier,
+            rate: RateLimiter::new(
+                redis.clone(),
+                ratelimit::Settings::new(config.rate_policy()),
+            ),
+            limiter: ConcurrencyLimiter::new(config.concurrency_settings()),
+            switches: Switchboard::new(),
+            waiting_room,
+            inventory,
+            producer: Arc::new(OrderProducer::new(&settings.producer)?),
+            redis,
+            items,
+            chat: ChatThrottle::default(),
+            metrics: GatewayMetrics::register(registry),
+            config,
+        });
+        Ok(Self {
+            state,
+            listener,
+            switches: settings.switches,
+            kube,
+        })
+    }
+
+    /// The address bound (useful with port 0).
+    pub fn local_addr(&self) -> Result<SocketAddr, std::io::Error> {
+        self.listener.local_addr()
+    }
+
+    /// Serves until `shutdown`, with the switch watch and the background
+    /// loop running alongside.
+    pub async fn serve(self, shutdown: Shutdown) -> Result<(), std::io::Error> {
+        let state = self.state;
+        let stop = shutdown.clone();
+        let board = state.switches.clone();
+        let watch = async move {
+            match (self.switches, self.kube) {
+                (SwitchSource::File(path), _) => {
+                    degradation::watch_file(path, board, stop.wait()).await
+                }
+                (SwitchSource::ConfigMap { namespace, name }, Some(client)) => {
+                    degradation::watch_config_map(client, namespace, name, board, stop.wait()).await
+                }
+                _ => {}
+            }
+        };
+        let background = background(state.clone(), shutdown.clone());
+        if let Ok(addr) = self.listener.local_addr() {
+            tracing::info!(%addr, sale = state.config.sale, "public API listening");
+        }
+        let serve = axum::serve(self.listener, app::router(state.clone()))
+            .with_graceful_shutdown(async move { shutdown.wait().await });
+        let (served, (), ()) = tokio::join!(serve, watch, background);
+        served
+    }
+}
+
+/// Every tick: move the admission frontier (any replica may; the script
+/// makes it exact), refresh the gauges, prune idle local limiter state; on
+/// every switch change: export tier and generation.
+async fn background(state: AppState, shutdown: Shutdown) {
+    let mut switches = state.switches.subscribe();
+    let mut ticker = tokio::time::interval(TICK);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ticks: u64 = 0;
+    let current = state.switches.current();
+    state
+        .metrics
+        .set_degradation(current.tier, current.generation);
+    loop {
+        tokio::select! {
+            () = shutdown.wait() => return,
+            changed = switches.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                let now = switches.borrow_and_update().clone();
+                tracing::info!(tier = now.tier, generation = now.generation, reason = now.reason, "degradation switches applied");
+                state.metrics.set_degradation(now.tier, now.generation);
+            }
+            _ = ticker.tick() => {
+                ticks += 1;
+                let waiting = match &state.waiting_room {
+                    Some(room) => match room.advance().await {
+                        Ok(depth) => Some(depth.issued.saturating_sub(depth.admitted)),
+                        Err(err) => {
+                            tracing::debug!(error = %err, "waiting room: frontier not advanced");
+                            None
+                        }
+                    },
+                    None => None,
+                };
+                state.metrics.set_levels(state.limiter.limit(), waiting);
+                if ticks.is_multiple_of(100) {
+                    state.rate.prune_local();
+                    state.chat.prune();
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,365 @@
+//! A whole funnel for one test: a real inventory (in this process, on the
+//! stack's Redis) with a freshly loaded sale, a fresh Kafka topic, and a
+//! gateway in front of them, all on loopback.
+
+#![allow(dead_code)] // each test binary uses its own subset
+
+use std::{net::SocketAddr, time::Duration};
+
+use flashsale_e2e::{redis_keys, stack, wait::poll_until};
+use flashsale_orders::{OrderEvent, ProducerSettings};
+use flashsale_runtime::Shutdown;
+use gateway::{
+    app::AppState,
+    auth::Verifier,
+    config::GatewayConfig,
+    server::{Gateway, Settings, SwitchSource},
+};
+use inventory::store::{ItemDefinition, SaleDefinition, Store};
+use jsonwebtoken::{EncodingKey, Header};
+use prometheus_client::registry::Registry;
+use rdkafka::{
+    ClientConfig, Message, Offset, TopicPartitionList,
+    admin::{AdminClient, AdminOptions, NewTopic, TopicReplication},
+    client::DefaultClientContext,
+    consumer::{BaseConsumer, Consumer},
+};
+use serde_json::{Value, json};
+
+/// The bearer-token secret of the tests.
+pub const JWT_SECRET: &[u8] = b"test-secret-test-secret-test-secret!";
+/// The waiting-room key of the tests.
+pub const ROOM_KEY: &[u8] = b"room-key-room-key-room-key-room-key!";
+
+/// A running inventory over the stack's Redis.
+pub struct Inventory {
+    pub url: String,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Inventory {
+    /// Serves the inventory API on a free port; `sale` is loaded first.
+    pub async fn start(sale: &SaleDefinition) -> anyhow::Result<Self> {
+        let store = Store::connect(&stack::redis_url()?).await?;
+        store.load(sale).await?;
+        let metrics = inventory::metrics::Metrics::register(&mut Registry::default());
+        let state = inventory::api::AppState::new(store, metrics, Duration::from_millis(200));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("http://{}", listener.local_addr()?);
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, inventory::api::router(state)).await;
+        });
+        Ok(Self { url, task })
+    }
+
+    /// Stops serving: connections are refused from now on.
+    pub fn stop(&self) {
+        self.task.abort();
+    }
+}
+
+impl Drop for Inventory {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// What a test changes from the defaults.
+pub struct Options {
+    pub stock: u64,
+    pub per_user_limit: u64,
+    pub config: Value,
+    pub brokers: Option<String>,
+    pub switches: SwitchSource,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            stock: 100,
+            per_user_limit: 5,
+            config: json!({}),
+            brokers: None,
+            switches: SwitchSource::None,
+        }
+    }
+}
+
+/// One sale's funnel.
+pub struct Funnel {
+    pub sale: String,
+    pub topic: String,
+    pub brokers: String,
+    pub inventory: Inventory,
+    pub gateway: Running,
+    pub config: GatewayConfig,
+}
+
+/// A gateway serving on a free port.
+pub struct Running {
+    pub url: String,
+    pub state: AppState,
+    pub registry: std::sync::Arc<Registry>,
+    shutdown: Shutdown,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    /// Builds and serves a gateway over `config`.
+    pub async fn start(
+        config: GatewayConfig,
+        inventory_url: &str,
+        brokers: &str,
+        topic: &str,
+        switches: SwitchSource,
+    ) -> anyhow::Result<Self> {
+        let mut producer = ProducerSettings::new(brokers);
+        producer.topic = topic.to_owned();
+        producer.send_timeout = config.request_timeout();
+        let settings = Settings {
+            config,
+            redis_url: Some(stack::redis_url()?),
+            inventory_url: inventory_url.to_owned(),
+            producer,
+            verifier: Verifier::hs256(JWT_SECRET)?,
+            ticket_key: Some(ROOM_KEY.to_vec()),
+            switches,
+        };
+        let mut registry = Registry::default();
+        let addr: SocketAddr = "127.0.0.1:0".parse()?;
+        let gateway = Gateway::build(settings, addr, &mut registry).await?;
+        let url = format!("http://{}", gateway.local_addr()?);
+        let state = gateway.state.clone();
+        let shutdown = Shutdown::new();
+        let stop = shutdown.clone();
+        let task = tokio::spawn(async move {
+            let _ = gateway.serve(stop).await;
+        });
+        Ok(Self {
+            url,
+            state,
+            registry: std::sync::Arc::new(registry),
+            shutdown,
+            task,
+        })
+    }
+
+    /// The metrics text, as `/metrics` would serve it.
+    pub fn metrics(&self) -> String {
+        let mut text = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        text
+    }
+
+    /// The value of one sample line (`name{labels}`), if present.
+    pub fn metric(&self, series: &str) -> Option<f64> {
+        self.metrics()
+            .lines()
+            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.shutdown.trigger();
+        self.task.abort();
+    }
+}
+
+impl Funnel {
+    /// Loads a sale with SKUs `A` (price 1999) and `B` (price 500), creates
+    /// its topic and starts the inventory and the gateway.
+    pub async fn start(options: Options) -> anyhow::Result<Self> {
+        let sale = stack::unique_name("gw");
+        let definition = SaleDefinition {
+            sale: sale.clone(),
+            reservation_ttl_ms: 60_000,
+            items: ["A", "B"]
+                .into_iter()
+                .map(|sku| ItemDefinition {
+                    sku: sku.to_owned(),
+                    stock: options.stock,
+                    per_user_limit: options.per_user_limit,
+                    shards: 1,
+                })
+                .collect(),
+        };
+        let inventory = Inventory::start(&definition).await?;
+        let brokers = stack::kafka_brokers()?;
+        let topic = stack::unique_name("gw-orders");
+        create_topic(&brokers, &topic).await?;
+        let mut config = json!({
+            "sale": sale,
+            "items": [{"sku": "A", "priceMinor": 1999}, {"sku": "B", "priceMinor": 500}],
+            "rateLimit": {"perUserPerSecond": 1000, "burst": 1000},
+            "requestTimeoutMs": 1500,
+            "itemCacheMs": 300,
+        });
+        if let (Some(base), Some(extra)) = (config.as_object_mut(), options.config.as_object()) {
+            base.extend(extra.clone());
+        }
+        let config: GatewayConfig = serde_json::from_value(config)?;
+        config.check()?;
+        let producer_brokers = options.brokers.unwrap_or_else(|| brokers.clone());
+        let gateway = Running::start(
+            config.clone(),
+            &inventory.url,
+            &producer_brokers,
+            &topic,
+            options.switches,
+        )
+        .await?;
+        Ok(Self {
+            sale,
+            topic,
+            brokers,
+            inventory,
+            gateway,
+            config,
+        })
+    }
+
+    /// A second replica of the same gateway.
+    pub async fn replica(&self, switches: SwitchSource) -> anyhow::Result<Running> {
+        Running::start(
+            self.config.clone(),
+            &self.inventory.url,
+            &self.brokers,
+            &self.topic,
+            switches,
+        )
+        .await
+    }
+
+    /// The sale's stock of `sku` straight from the inventory.
+    pub async fn available(&self, sku: &str) -> anyhow::Result<u64> {
+        let url = format!(
+            "{}/v1/sales/{}/items/{sku}/stock",
+            self.inventory.url, self.sale
+        );
+        let level: Value = reqwest::get(url).await?.json().await?;
+        level["available"]
+            .as_u64()
+            .ok_or_else(|| anyhow::anyhow!("no available in {level}"))
+    }
+
+    /// Removes the sale's Redis keys.
+    pub async fn cleanup(self) -> anyhow::Result<()> {
+        redis_keys::unlink_matching(&stack::redis_url()?, &format!("fs:{{{}}}:*", self.sale))
+            .await?;
+        Ok(())
+    }
+}
+
+/// A bearer token for `user`, valid for an hour.
+pub fn token(user: &str) -> String {
+    let exp = jiff::Timestamp::now().as_second() + 3600;
+    EncodingKey::from_secret(JWT_SECRET)
+        .and_then(|key| {
+            jsonwebtoken::encode(&Header::default(), &json!({"sub": user, "exp": exp}), &key)
+        })
+        .unwrap_or_default()
+}
+
+/// An HTTP client for the tests.
+pub fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap_or_default()
+}
+
+/// Places an order; returns status and body.
+pub async fn order(
+    gateway: &str,
+    user: &str,
+    sku: &str,
+    key: &str,
+    pass: Option<&str>,
+) -> anyhow::Result<(u16, Value, reqwest::header::HeaderMap)> {
+    let mut request = http()
+        .post(format!("{gateway}/api/v1/orders"))
+        .bearer_auth(token(user))
+        .json(&json!({"sku": sku, "quantity": 1, "idempotencyKey": key}));
+    if let Some(pass) = pass {
+        request = request.header("x-queue-pass", pass);
+    }
+    let response = request.send().await?;
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let body = response.json().await.unwrap_or(Value::Null);
+    Ok((status, body, headers))
+}
+
+async fn create_topic(brokers: &str, topic: &str) -> anyhow::Result<()> {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()?;
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    for result in admin
+        .create_topics(
+            &[NewTopic::new(topic, 1, TopicReplication::Fixed(1))],
+            &options,
+        )
+        .await?
+    {
+        result.map_err(|(name, code)| anyhow::anyhow!("creating {name}: {code}"))?;
+    }
+    Ok(())
+}
+
+/// Every event in the topic's single partition, read to its end.
+pub async fn events(brokers: &str, topic: &str) -> anyhow::Result<Vec<OrderEvent>> {
+    let (brokers, topic) = (brokers.to_owned(), topic.to_owned());
+    tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<OrderEvent>> {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &brokers)
+            .set("group.id", stack::unique_name("gw-reader"))
+            .set("enable.auto.commit", "false")
+            .create()?;
+        let (_, high) = consumer.fetch_watermarks(&topic, 0, Duration::from_secs(10))?;
+        let mut assignment = TopicPartitionList::new();
+        assignment.add_partition_offset(&topic, 0, Offset::Beginning)?;
+        consumer.assign(&assignment)?;
+        let mut events = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let mut next = 0;
+        while next < high {
+            if std::time::Instant::now() > deadline {
+                anyhow::bail!("read {next} of {high} messages of {topic} in 20 s");
+            }
+            if let Some(message) = consumer.poll(Duration::from_millis(200)) {
+                let message = message?;
+                next = message.offset() + 1;
+                let payload = message.payload().unwrap_or_default();
+                events.push(OrderEvent::parse(payload).map_err(|p| anyhow::anyhow!("{p:?}"))?);
+            }
+        }
+        Ok(events)
+    })
+    .await?
+}
+
+/// Polls `GET /api/v1/queue/status` with `ticket` until admitted; returns the pass.
+pub async fn wait_for_pass(
+    gateway: &str,
+    ticket: &str,
+    within: Duration,
+) -> anyhow::Result<String> {
+    let url = format!("{gateway}/api/v1/queue/status");
+    let pass = poll_until("admission", within, Duration::from_millis(50), || async {
+        let response = http()
+            .get(&url)
+            .header("x-queue-ticket", ticket)
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        let body: Value = response.json().await.map_err(|e| e.to_string())?;
+        match body["pass"].as_str() {
+            Some(pass) => Ok(pass.to_owned()),
+            None => Err(body.to_string()),
+        }
+    })
+    .await?;
+    Ok(pass)
+}

@@ -1,0 +1,390 @@
+//! Order intake through the gateway against a real inventory, Redis and
+//! Kafka: the happy path reaches Kafka once, failures return the stock, and
+//! bad input gets a 4xx JSON error.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Funnel, Options, events, http, order, token};
+use serde_json::{Value, json};
+
+#[tokio::test]
+async fn an_order_is_reserved_published_once_and_paid() -> anyhow::Result<()> {
+    let funnel = Funnel::start(Options::default()).await?;
+    let gw = &funnel.gateway.url;
+    let (status, body, headers) = order(gw, "alice", "A", "key-1", None).await?;
+    assert_eq!(status, 201, "{body}");
+    assert!(
+        headers.contains_key("ratelimit"),
+        "allowed answers carry RateLimit"
+    );
+    let order_id = body["orderId"].as_str().unwrap_or_default().to_owned();
+    assert!(order_id.starts_with("ord-"), "{body}");
+    assert_eq!(body["amountMinor"], 1999);
+    assert_eq!(funnel.available("A").await?, 99);
+
+    let stored = events(&funnel.brokers, &funnel.topic).await?;
+    assert_eq!(stored.len(), 1, "exactly one event: {stored:?}");
+    let event = &stored[0];
+    assert_eq!(
+        (
+            event.order_id.as_str(),
+            event.user_id.as_str(),
+            event.sku.as_str()
+        ),
+        (order_id.as_str(), "alice", "A")
+    );
+    assert_eq!(
+        event.reservation_id,
+        body["reservationId"].as_str().unwrap_or_default()
+    );
+
+    // A client retry with the same key names the same order and holds no more stock.
+    let (status, again, _) = order(gw, "alice", "A", "key-1", None).await?;
+    assert_eq!(status, 201, "{again}");
+    assert_eq!(again["orderId"], body["orderId"]);
+    assert_eq!(funnel.available("A").await?, 99);
+
+    // Only the owner can pay; paying twice is fine; the paid event follows.
+    let pay = |user: &str| {
+        http()
+            .post(format!("{gw}/api/v1/orders/{order_id}/pay"))
+            .bearer_auth(token(user))
+            .send()
+    };
+    assert_eq!(pay("mallory").await?.status().as_u16(), 404);
+    for _ in 0..2 {
+        let paid = pay("alice").await?;
+        assert_eq!(paid.status().as_u16(), 200);
+        assert_eq!(paid.json::<Value>().await?["status"], "paid");
+    }
+    let kinds: Vec<String> = events(&funnel.brokers, &funnel.topic)
+        .await?
+        .iter()
+        .filter(|e| e.order_id == order_id)
+        .map(|e| format!("{:?}", e.kind))
+        .collect();
+    assert_eq!(kinds.first().map(String::as_str), Some("Created"));
+    assert_eq!(
+        kinds.iter().filter(|k| *k == "Created").count(),
+        1,
+        "the retry did not publish again: {kinds:?}"
+    );
+    assert!(
+        kinds.iter().skip(1).all(|k| k == "Paid") && kinds.len() >= 2,
+        "{kinds:?}"
+    );
+    funnel.cleanup().await
+}
+
+#[tokio::test]
+async fn kafka_unreachable_gives_503_and_returns_the_reservation() -> anyhow::Result<()> {
+    // A broker address nobody listens on: every send fails at its bound.
+    let funnel = Funnel::start(Options {
+        brokers: Some("127.0.0.1:1".into()),
+        config: json!({"requestTimeoutMs": 800}),
+        ..Options::default()
+    })
+    .await?;
+    let (status, body, headers) = order(&funnel.gateway.url, "bob", "A", "k", None).await?;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"], "unavailable");
+    assert!(headers.contains_key("retry-after"));
+    assert_eq!(
+        funnel.available("A").await?,
+        100,
+        "the reserved unit came back"
+    );
+    // The same key now says the attempt was abandoned instead of pretending.
+    let (status, body, _) = order(&funnel.gateway.url, "bob", "A", "k", None).await?;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (409, Some("order_abandoned")),
+        "{body}"
+    );
+    funnel.cleanup().await
+}
+
+#[tokio::test]
+async fn inventory_down_gives_503_within_the_deadline() -> anyhow::Result<()> {
+    let funnel = Funnel::start(Options {
+        config: json!({"requestTimeoutMs": 600}),
+        ..Options::default()
+    })
+    .await?;
+    funnel.inventory.stop();
+    let started = std::time::Instant::now();
+    let (status, body, _) = order(&funnel.gateway.url, "carol", "A", "k", None).await?;
+    let took = started.elapsed();
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        took < Duration::from_secs(3),
+        "answered within the budget plus slack: {took:?}"
+    );
+    assert!(
+        events(&funnel.brokers, &funnel.topic).await?.is_empty(),
+        "nothing published"
+    );
+    funnel.cleanup().await
+}
+
+#[tokio::test]
+async fn sold_out_and_user_limit_are_409_with_their_codes() -> anyhow::Result<()> {
+    let funnel = Funnel::start(Options {
+        stock: 2,
+        per_user_limit: 1,
+        ..Options::default()
+    })
+    .await?;
+    let gw = &funnel.gateway.url;
+    assert_eq!(order(gw, "u1", "A", "a", None).await?.0, 201);
+    let (status, body, _) = order(gw, "u1", "A", "b", None).await?;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (409, Some("user_limit")),
+        "{body}"
+    );
+    assert_eq!(order(gw, "u2", "A", "a", None).await?.0, 201);
+    let (status, body, _) = order(gw, "u3", "A", "a", None).await?;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (409, Some("sold_out")),
+        "{body}"
+    );
+    funnel.cleanup().await
+}
+
+#[tokio::test]
+async fn bad_input_gets_a_4xx_json_error() -> anyhow::Result<()> {
+    let funnel = Funnel::start(Options::default()).await?;
+    let url = format!("{}/api/v1/orders", funnel.gateway.url);
+    let client = http();
+    let alice = token("alice");
+    let cases: Vec<(&str, reqwest::RequestBuilder, u16, &str)> = vec![
+        (
+            "no token",
+            client
+                .post(&url)
+                .json(&json!({"sku": "A", "quantity": 1, "idempotencyKey": "k"})),
+            401,
+            "missing_token",
+        ),
+        (
+            "forged token",
+            client
+                .post(&url)
+                .bearer_auth(format!("{alice}x"))
+                .json(&json!({})),
+            401,
+            "invalid_token",
+        ),
+        (
+            "invalid JSON",
+            client
+                .post(&url)
+                .bearer_auth(&alice)
+                .header("content-type", "application/json")
+                .body("{\"sku\":"),
+            400,
+            "invalid_json",
+        ),
+        (
+            "wrong types",
+            client
+                .post(&url)
+                .bearer_auth(&alice)
+                .json(&json!({"sku": 1, "quantity": "x"})),
+            422,
+            "invalid_json",
+        ),
+        (
+            "not JSON",
+            client.post(&url).bearer_auth(&alice).body("sku=A"),
+            415,
+            "unsupported_media_type",
+        ),
+        (
+            "huge body",
+            client
+                .post(&url)
+                .bearer_auth(&alice)
+                .header("content-type", "application/json")
+                .body(format!("{{\"sku\":\"{}\"}}", "A".repeat(64 * 1024))),
+            413,
+            "body_too_large",
+        ),
+        (
+            "unknown SKU",
+            client
+                .post(&url)
+                .bearer_auth(&alice)
+                .json(&json!({"sku": "nope", "quantity": 1, "idempotencyKey": "k"})),
+            404,
+            "unknown_sku",
+        ),
+        (
+            "zero quantity",
+            client
+                .post(&url)
+                .bearer_auth(&alice)
+                .json(&json!({"sku": "A", "quantity": 0, "idempotencyKey": "k"})),
+            400,
+            "invalid_request",
+        ),
+        (
+            "no idempotency key",
+            client
+                .post(&url)
+                .bearer_auth(&alice)
+                .json(&json!({"sku": "A", "quantity": 1})),
+            400,
+            "invalid_request",
+        ),
+        (
+            "other sale",
+            client
+                .post(&url)
+                .bearer_auth(&alice)
+                .json(&json!({"sale": "other", "sku": "A", "quantity": 1, "idempotencyKey": "k"})),
+            404,
+            "unknown_sale",
+        ),
+        (
+            "unknown route",
+            client.get(format!("{}/api/v1/nothing", funnel.gateway.url)),
+            404,
+            "not_found",
+        ),
+        (
+            "bad order id",
+            client
+                .post(format!("{}/api/v1/orders/zzz/pay", funnel.gateway.url))
+                .bearer_auth(&alice),
+            404,
+            "unknown_order",
+        ),
+    ];
+    for (name, request, status, code) in cases {
+        let response = request.send().await?;
+        let got = response.status().as_u16();
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        assert_eq!(
+            (got, body["error"].as_str()),
+            (status, Some(code)),
+            "{name}: {body}"
+        );
+        assert!(
+            body["message"].is_string(),
+            "{name}: a message for people: {body}"
+        );
+    }
+    assert_eq!(
+        funnel.available("A").await?,
+        100,
+        "no bad request held stock"
+    );
+    assert!(events(&funnel.brokers, &funnel.topic).await?.is_empty());
+    funnel.cleanup().await
+}
+
+#[tokio::test]
+async fn the_rate_limit_answers_429_with_the_ietf_fields() -> anyhow::Result<()> {
+    let funnel = Funnel::start(Options {
+        config: json!({"rateLimit": {"perUserPerSecond": 1, "burst": 3}}),
+        ..Options::default()
+    })
+    .await?;
+    let url = format!("{}/api/v1/items/A", funnel.gateway.url);
+    let mut codes = Vec::new();
+    let mut refused = None;
+    for _ in 0..5 {
+        let response = http().get(&url).bearer_auth(token("dave")).send().await?;
+        codes.push(response.status().as_u16());
+        if response.status().as_u16() == 429 {
+            refused = Some((response.headers().clone(), response.json::<Value>().await?));
+        }
+    }
+    assert_eq!(codes, [200, 200, 200, 429, 429]);
+    let (headers, body) = refused.ok_or_else(|| anyhow::anyhow!("no refusal"))?;
+    assert_eq!(body["error"], "rate_limited");
+    assert_eq!(headers["retry-after"], "1");
+    assert_eq!(headers["ratelimit-policy"], "\"user\";q=3;w=3");
+    assert!(headers["ratelimit"].to_str()?.starts_with("\"user\";r=0;"));
+    // Another user is not affected.
+    let other = http().get(&url).bearer_auth(token("erin")).send().await?;
+    assert_eq!(other.status().as_u16(), 200);
+    assert!(
+        funnel
+            .gateway
+            .metric("gateway_rate_limited_total")
+            .unwrap_or(0.0)
+            >= 2.0
+    );
+    funnel.cleanup().await
+}
+
+#[tokio::test]
+async fn item_status_is_cached_with_single_flight() -> anyhow::Result<()> {
+    // The concurrency limit is not what is tested here: room for the burst.
+    let funnel = Funnel::start(Options {
+        config: json!({"concurrency": {"minLimit": 400, "maxLimit": 1000}}),
+        ..Options::default()
+    })
+    .await?;
+    let url = format!("{}/api/v1/items/A", funnel.gateway.url);
+    let alice = token("alice");
+    let requests = (0..200).map(|_| http().get(&url).bearer_auth(&alice).send());
+    let answers = futures::future::join_all(requests).await;
+    let mut ok = 0;
+    for answer in answers {
+        let answer = answer?;
+        assert_eq!(answer.status().as_u16(), 200);
+        let body: Value = answer.json().await?;
+        assert_eq!(
+            (body["status"].as_str(), body["available"].as_u64()),
+            (Some("available"), Some(100))
+        );
+        ok += 1;
+    }
+    assert_eq!(ok, 200);
+    let refreshes = funnel.gateway.state.items.refreshes();
+    assert!(
+        refreshes <= 2,
+        "200 concurrent reads cost {refreshes} inventory reads"
+    );
+    // A change shows within the cache's TTL.
+    assert_eq!(
+        order(&funnel.gateway.url, "bob", "A", "k", None).await?.0,
+        201
+    );
+    flashsale_e2e::wait::poll_until(
+        "the new stock level",
+        Duration::from_secs(3),
+        Duration::from_millis(50),
+        || async {
+            let body: Value = http()
+                .get(&url)
+                .bearer_auth(&alice)
+                .send()
+                .await
+                .map_err(|e| e.to_string())?
+                .json()
+                .await
+                .map_err(|e| e.to_string())?;
+            if body["available"] == 99 {
+                Ok(())
+            } else {
+                Err(body.to_string())
+            }
+        },
+    )
+    .await?;
+    let unknown = http()
+        .get(format!("{}/api/v1/items/ZZ", funnel.gateway.url))
+        .bearer_auth(&alice)
+        .send()
+        .await?;
+    assert_eq!(unknown.status().as_u16(), 404);
+    funnel.cleanup().await
+}

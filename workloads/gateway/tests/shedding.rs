@@ -1,0 +1,460 @@
+//! The shedding layers through the HTTP API: the waiting room across two
+//! replicas, degradation switches reaching both replicas from a real
+//! ConfigMap, and the degraded non-core routes.
+
+mod common;
+
+use std::{collections::BTreeMap, time::Duration};
+
+use common::{Funnel, Options, http, order, token, wait_for_pass};
+use flashsale_e2e::{kube::TestNamespace, wait::poll_until};
+use gateway::server::SwitchSource;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+fn room(admit_per_second: u32) -> Value {
+    json!({"waitingRoom": {"enabled": true, "admitPerSecond": admit_per_second, "passTtlSeconds": 60}})
+}
+
+#[tokio::test]
+async fn the_waiting_room_admits_in_order_with_one_time_passes() -> anyhow::Result<()> {
+    let funnel = Funnel::start(Options {
+        config: room(10),
+        ..Options::default()
+    })
+    .await?;
+    let second = funnel.replica(SwitchSource::None).await?;
+    let replicas = [funnel.gateway.url.clone(), second.url.clone()];
+
+    // Without a pass an order is queued: 202, the ticket in JSON and as a cookie.
+    let mut tickets = Vec::new();
+    for (i, user) in ["u1", "u2", "u3", "u4"].iter().enumerate() {
+        let (status, body, headers) = order(&replicas[i % 2], user, "A", "k", None).await?;
+        assert_eq!(status, 202, "{body}");
+        assert_eq!(body["status"], "queued");
+        let cookie = headers
+            .get("set-cookie")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        assert!(
+            cookie.starts_with("fs_queue_ticket=") && cookie.contains("HttpOnly"),
+            "{cookie}"
+        );
+        tickets.push((
+            user.to_string(),
+            body["ticket"].as_str().unwrap_or_default().to_owned(),
+            body["position"].as_u64().unwrap_or(0),
+        ));
+    }
+    let positions: Vec<u64> = tickets.iter().map(|t| t.2).collect();
+    assert!(
+        positions.windows(2).all(|w| w[1] == w[0] + 1),
+        "consecutive positions across replicas: {positions:?}"
+    );
+
+    // Each user is admitted (through either replica) and orders once with the pass.
+    let mut passes = Vec::new();
+    for (i, (user, ticket, _)) in tickets.iter().enumerate() {
+        let pass = wait_for_pass(&replicas[(i + 1) % 2], ticket, Duration::from_secs(10)).await?;
+        let (status, body, _) = order(&replicas[i % 2], user, "A", "k", Some(&pass)).await?;
+        assert_eq!(status, 201, "{user}: {body}");
+        passes.push(pass);
+    }
+    // Replay, swap and forgery are refused with their reason.
+    let (status, body, _) = order(&replicas[0], "u1", "A", "k2", Some(&passes[0])).await?;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (403, Some("replayed")),
+        "{body}"
+    );
+    let (status, body, _) = order(&replicas[1], "u2", "A", "k2", Some(&passes[2])).await?;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (403, Some("other_user")),
+        "{body}"
+    );
+    let mut forged = passes[3].clone().into_bytes();
+    if let Some(last) = forged.last_mut() {
+        *last = if *last == b'A' { b'B' } else { b'A' };
+    }
+    let forged = String::from_utf8(forged)?;
+    let (status, body, _) = order(&replicas[0], "u4", "A", "k3", Some(&forged)).await?;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (403, Some("forged")),
+        "{body}"
+    );
+    // A ticket shown with another user's token is refused too.
+    let swapped = http()
+        .get(format!("{}/api/v1/queue/status", replicas[0]))
+        .header("x-queue-ticket", &tickets[0].1)
+        .bearer_auth(token("u2"))
+        .send()
+        .await?;
+    assert_eq!(swapped.status().as_u16(), 403);
+    assert_eq!(swapped.json::<Value>().await?["error"], "other_user");
+    let admitted = funnel
+        .gateway
+        .metric("gateway_admitted_total")
+        .unwrap_or(0.0)
+        + second.metric("gateway_admitted_total").unwrap_or(0.0);
+    assert_eq!(admitted, 4.0);
+    drop(second);
+    funnel.cleanup().await
+}
+
+#[tokio::test]
+async fn a_failed_order_gives_the_pass_back() -> anyhow::Result<()> {
+    let funnel = Funnel::start(Options {
+        config: room(50),
+        ..Options::default()
+    })
+    .await?;
+    let gw = &funnel.gateway.url;
+    let (_, body, _) = order(gw, "u1", "A", "k", None).await?;
+    let pass = wait_for_pass(
+        gw,
+        body["ticket"].as_str().unwrap_or_default(),
+        Duration::from_secs(5),
+    )
+    .await?;
+    funnel.inventory.stop();
+    let (status, _, _) = order(gw, "u1", "A", "k", Some(&pass)).await?;
+    assert_eq!(status, 503);
+    // The pass was not burnt by the outage: the next attempt is not a replay.
+    let (status, body, _) = order(gw, "u1", "A", "k", Some(&pass)).await?;
+    assert_eq!(
+        status, 503,
+        "still down, but not refused as replayed: {body}"
+    );
+    funnel.cleanup().await
+}
+
+/// The `/queue` page as a shopper sees it, rendered by headless Chromium:
+/// first the position, then (once admitted) the go-ahead.
+#[tokio::test]
+async fn the_queue_page_shows_the_position_then_admission() -> anyhow::Result<()> {
+    let Some(chromium) = ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|b| {
+            std::process::Command::new(b)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+    else {
+        anyhow::bail!("no Chromium found: install Debian's chromium (the test script does)");
+    };
+    // One admission per second, and three users ahead: the page opens while waiting.
+    let funnel = Funnel::start(Options {
+        config: room(1),
+        ..Options::default()
+    })
+    .await?;
+    let gw = &funnel.gateway.url;
+    let mut ticket = String::new();
+    for user in ["a1", "a2", "a3", "a4", "me"] {
+        let (_, body, _) = order(gw, user, "A", "k", None).await?;
+        ticket = body["ticket"].as_str().unwrap_or_default().to_owned();
+    }
+    let page = format!("{gw}/queue?ticket={ticket}");
+    let render = |budget_ms: u64| {
+        let page = page.clone();
+        async move {
+            let output = tokio::process::Command::new(chromium)
+                .args([
+                    "--headless",
+                    "--no-sandbox",
+                    "--disable-gpu",
+                    "--disable-dev-shm-usage",
+                ])
+                .arg(format!("--virtual-time-budget={budget_ms}"))
+                .args(["--dump-dom", &page])
+                .kill_on_drop(true)
+                .output()
+                .await?;
+            anyhow::Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        }
+    };
+    let waiting = render(500).await?;
+    assert!(
+        waiting.contains("data-state=\"waiting\""),
+        "the page shows the queue: {waiting}"
+    );
+    let position = waiting
+        .split("id=\"position\">")
+        .nth(1)
+        .and_then(|rest| rest.split('<').next())
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        position.parse::<u64>().is_ok_and(|p| p >= 1),
+        "a position is shown: {position:?}"
+    );
+    poll_until(
+        "the page to show admission",
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        || async {
+            let dom = render(1500).await.map_err(|e| e.to_string())?;
+            if dom.contains("data-state=\"admitted\"") && dom.contains("It is your turn") {
+                Ok(())
+            } else {
+                Err(dom
+                    .lines()
+                    .find(|l| l.contains("id=\"state\""))
+                    .unwrap_or_default()
+                    .to_owned())
+            }
+        },
+    )
+    .await?;
+    funnel.cleanup().await
+}
+
+fn degradation_data(tier: u32, generation: u64, switches: Value) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("tier".to_owned(), tier.to_string()),
+        ("generation".to_owned(), generation.to_string()),
+        ("switches".to_owned(), switches.to_string()),
+        ("reason".to_owned(), "test".to_owned()),
+        ("changedAt".to_owned(), jiff::Timestamp::now().to_string()),
+    ])
+}
+
+async fn games(gateway: &str) -> Result<(u16, Value, Option<String>), String> {
+    let response = http()
+        .get(format!("{gateway}/api/v1/games"))
+        .bearer_auth(token("player"))
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = response.status().as_u16();
+    let degraded = response
+        .headers()
+        .get("x-flashsale-degraded")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let body = response.json().await.map_err(|e| e.to_string())?;
+    Ok((status, body, degraded))
+}
+
+#[tokio::test]
+async fn a_configmap_change_reaches_both_replicas() -> anyhow::Result<()> {
+    let client = flashsale_e2e::kube::client().await?;
+    let namespace = TestNamespace::create(&client, "gw-switch").await?;
+    let name = "sale-degradation".to_owned();
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace.name);
+    let map = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            ..ObjectMeta::default()
+        },
+        data: Some(degradation_data(0, 1, json!({}))),
+        ..ConfigMap::default()
+    };
+    maps.create(&PostParams::default(), &map).await?;
+    let source = SwitchSource::ConfigMap {
+        namespace: namespace.name.clone(),
+        name: name.clone(),
+    };
+    let funnel = Funnel::start(Options {
+        switches: source.clone(),
+        ..Options::default()
+    })
+    .await?;
+    let second = funnel.replica(source).await?;
+    for replica in [&funnel.gateway, &second] {
+        poll_until(
+            "the initial generation",
+            Duration::from_secs(10),
+            Duration::from_millis(20),
+            || async {
+                match replica.metric("gateway_degradation_generation") {
+                    Some(1.0) => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        )
+        .await?;
+        let (status, body, _) = games(&replica.url).await.map_err(anyhow::Error::msg)?;
+        assert_eq!((status, body["open"].as_bool()), (200, Some(true)));
+    }
+
+    let patch = json!({"data": degradation_data(2, 2, json!({"miniGames": "closed", "recommendations": "static"}))});
+    maps.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    let changed = std::time::Instant::now();
+    for (label, replica) in [("replica 1", &funnel.gateway), ("replica 2", &second)] {
+        let (status, body, degraded) = poll_until(
+            "the closed notice",
+            Duration::from_secs(10),
+            Duration::from_millis(5),
+            || async {
+                let answer = games(&replica.url).await?;
+                if answer.1["open"] == false {
+                    Ok(answer)
+                } else {
+                    Err(answer.1.to_string())
+                }
+            },
+        )
+        .await?;
+        println!(
+            "degradation change reached {label} {} ms after the patch returned",
+            changed.elapsed().as_millis()
+        );
+        assert_eq!(status, 200, "a closed notice is a page, not an error");
+        assert_eq!(degraded.as_deref(), Some("miniGames=closed"));
+        assert!(body["notice"].is_string());
+        assert_eq!(replica.metric("gateway_degradation_tier"), Some(2.0));
+        assert_eq!(replica.metric("gateway_degradation_generation"), Some(2.0));
+    }
+    // Recommendations went static; checkout (tier 0) has no switch and still works.
+    let recommendations: Value = http()
+        .get(format!("{}/api/v1/recommendations", second.url))
+        .bearer_auth(token("player"))
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(recommendations["mode"], "static");
+    assert_eq!(order(&second.url, "buyer", "A", "k", None).await?.0, 201);
+    drop(second);
+    funnel.cleanup().await
+}
+
+#[tokio::test]
+async fn every_non_core_route_degrades_for_real() -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(flashsale_e2e::stack::unique_name("gw-switches"));
+    std::fs::create_dir_all(&dir)?;
+    let file = dir.join("degradation.json");
+    std::fs::write(
+        &file,
+        serde_json::to_string(&degradation_data(0, 1, json!({})))?,
+    )?;
+    let funnel = Funnel::start(Options {
+        switches: SwitchSource::File(file.clone()),
+        ..Options::default()
+    })
+    .await?;
+    let gw = funnel.gateway.url.clone();
+    let get = |path: &str| {
+        http()
+            .get(format!("{gw}{path}"))
+            .bearer_auth(token("shopper"))
+            .send()
+    };
+    let post = |path: &str, body: Value| {
+        http()
+            .post(format!("{gw}{path}"))
+            .bearer_auth(token("shopper"))
+            .json(&body)
+            .send()
+    };
+    let review = json!({"sku": "A", "rating": 5, "text": "great"});
+
+    // Normal modes first.
+    assert_eq!(
+        get("/api/v1/recommendations")
+            .await?
+            .json::<Value>()
+            .await?["mode"],
+        "personal"
+    );
+    assert_eq!(
+        get("/api/v1/orders/history?days=30")
+            .await?
+            .json::<Value>()
+            .await?["days"],
+        30
+    );
+    assert_eq!(
+        post("/api/v1/vouchers/push", json!({}))
+            .await?
+            .status()
+            .as_u16(),
+        200
+    );
+    assert_eq!(
+        post("/api/v1/reviews", review.clone())
+            .await?
+            .status()
+            .as_u16(),
+        201
+    );
+    for _ in 0..3 {
+        assert_eq!(
+            post("/api/v1/chat/messages", json!({}))
+                .await?
+                .status()
+                .as_u16(),
+            200
+        );
+    }
+
+    let all = json!({"recommendations": "static", "orderHistory": "last7Days", "voucherPush": "deferred",
+                     "reviews": "queued", "shopChat": "throttled", "miniGames": "closed"});
+    std::fs::write(&file, serde_json::to_string(&degradation_data(2, 2, all))?)?;
+    let written = std::time::Instant::now();
+    poll_until(
+        "the file's switches",
+        Duration::from_secs(5),
+        Duration::from_millis(5),
+        || async {
+            match funnel.gateway.metric("gateway_degradation_generation") {
+                Some(2.0) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await?;
+    println!(
+        "file change applied {} ms after the write",
+        written.elapsed().as_millis()
+    );
+
+    let recommendations = get("/api/v1/recommendations").await?;
+    assert_eq!(
+        recommendations.headers()["x-flashsale-degraded"],
+        "recommendations=static"
+    );
+    assert_eq!(recommendations.json::<Value>().await?["mode"], "static");
+    let history: Value = get("/api/v1/orders/history?days=30").await?.json().await?;
+    assert_eq!(
+        (history["mode"].as_str(), history["days"].as_u64()),
+        (Some("last7Days"), Some(7))
+    );
+    assert_eq!(
+        post("/api/v1/vouchers/push", json!({}))
+            .await?
+            .status()
+            .as_u16(),
+        202
+    );
+    let queued = post("/api/v1/reviews", review).await?;
+    assert_eq!(queued.status().as_u16(), 202);
+    assert_eq!(queued.json::<Value>().await?["status"], "queued");
+    assert_eq!(
+        post("/api/v1/chat/messages", json!({}))
+            .await?
+            .status()
+            .as_u16(),
+        200
+    );
+    let throttled = post("/api/v1/chat/messages", json!({})).await?;
+    assert_eq!(throttled.status().as_u16(), 429, "one message per 5 s");
+    assert_eq!(throttled.headers()["retry-after"], "5");
+    let games: Value = get("/api/v1/games").await?.json().await?;
+    assert_eq!(games["open"], false);
+    // The stock page turns coarse under load; ordering is untouched.
+    let item: Value = get("/api/v1/items/A").await?.json().await?;
+    assert_eq!(
+        (item["status"].as_str(), item.get("available")),
+        (Some("available"), None)
+    );
+    assert_eq!(order(&gw, "shopper", "A", "k", None).await?.0, 201);
+    let _ = std::fs::remove_dir_all(&dir);
+    funnel.cleanup().await
+}
