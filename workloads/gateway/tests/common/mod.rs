@@ -291,7 +291,7 @@ pub async fn order(
     Ok((status, body, headers))
 }
 
-async fn create_topic(brokers: &str, topic: &str) -> anyhow::Result<()> {
+pub async fn create_topic(brokers: &str, topic: &str) -> anyhow::Result<()> {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .create()?;
