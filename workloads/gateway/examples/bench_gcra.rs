@@ -11,15 +11,14 @@
 //! Needs Redis (`eval "$(e2e/local/stack env)"`). Run:
 //! `cargo run --release -p gateway --example bench_gcra -- --concurrency 16 --seconds 3 --runs 5`
 
-use std::{
-    num::NonZeroU32,
-    sync::Arc,
-    time::{Duration, Instant},
-};
+use std::{num::NonZeroU32, sync::Arc, time::Duration};
 
 use clap::Parser;
+#[path = "load/mod.rs"]
+mod load;
 use gateway::ratelimit::{GCRA_LUA, Policy, RateLimiter, Settings, Source};
 use governor::Quota;
+use load::{Sample, drive, median};
 
 /// Rate-limit decisions: the gateway's Redis GCRA vs raw EVALSHA vs governor.
 #[derive(Debug, Parser)]
@@ -36,61 +35,6 @@ struct Options {
     /// Distinct users the callers pick from.
     #[arg(long, default_value_t = 10_000)]
     users: usize,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Sample {
-    per_second: f64,
-    p50_us: f64,
-    p99_us: f64,
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied().unwrap_or(0.0)
-}
-
-/// Runs `decide` from `concurrency` tasks for `seconds`, timing every call.
-async fn drive<F, Fut>(opts: &Options, decide: F) -> anyhow::Result<Sample>
-where
-    F: Fn(String) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = anyhow::Result<()>> + Send,
-{
-    let decide = Arc::new(decide);
-    let until = Instant::now() + Duration::from_secs(opts.seconds);
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for worker in 0..opts.concurrency {
-        let (decide, users) = (decide.clone(), opts.users);
-        tasks.push(tokio::spawn(async move {
-            let mut latencies = Vec::new();
-            let mut n = worker;
-            while Instant::now() < until {
-                let user = format!("u{}", n % users);
-                n += 7;
-                let t = Instant::now();
-                decide(user).await?;
-                latencies.push(t.elapsed().as_nanos() as f64 / 1_000.0);
-            }
-            anyhow::Ok(latencies)
-        }));
-    }
-    let mut all = Vec::new();
-    for task in tasks {
-        all.extend(task.await??);
-    }
-    let elapsed = started.elapsed().as_secs_f64();
-    all.sort_by(f64::total_cmp);
-    let pct = |q: f64| {
-        all.get(((all.len() as f64 * q) as usize).min(all.len().saturating_sub(1)))
-            .copied()
-            .unwrap_or(0.0)
-    };
-    Ok(Sample {
-        per_second: all.len() as f64 / elapsed,
-        p50_us: pct(0.50),
-        p99_us: pct(0.99),
-    })
 }
 
 #[tokio::main]
@@ -125,7 +69,7 @@ async fn main() -> anyhow::Result<()> {
     }
     for run in 0..opts.runs {
         let (raw_sale, conn, script) = (format!("{sale}-raw"), conn.clone(), script.clone());
-        let raw = drive(&opts, move |user| {
+        let raw = drive(opts.concurrency, opts.seconds, opts.users, move |user| {
             let (mut conn, script, key) = (
                 conn.clone(),
                 script.clone(),
@@ -143,7 +87,7 @@ async fn main() -> anyhow::Result<()> {
         })
         .await?;
         let (limiter_sale, limiter) = (sale.clone(), limiter.clone());
-        let gateway = drive(&opts, move |user| {
+        let gateway = drive(opts.concurrency, opts.seconds, opts.users, move |user| {
             let (limiter, sale) = (limiter.clone(), limiter_sale.clone());
             async move {
                 let decision = limiter.check(&sale, &user).await;
@@ -153,7 +97,7 @@ async fn main() -> anyhow::Result<()> {
         })
         .await?;
         let governor = governor.clone();
-        let local = drive(&opts, move |user| {
+        let local = drive(opts.concurrency, opts.seconds, opts.users, move |user| {
             let _ = governor.check_key(&user);
             async { Ok(()) }
         })

@@ -84,9 +84,12 @@ impl AppState {
     }
 
     /// The per-user rate limit: the fields to add to the answer, or a 429.
-    pub async fn rate_limit(&self, user: &User) -> Result<RateHeaders, ApiError> {
+    pub async fn rate_limit(&self, user: &User, scope: RateScope) -> Result<RateHeaders, ApiError> {
         let policy = self.rate.policy();
-        let decision = self.rate.check(&self.config.sale, &user.0).await;
+        let decision = match scope {
+            RateScope::Shared => self.rate.check(&self.config.sale, &user.0).await,
+            RateScope::Replica => self.rate.check_locally(&self.config.sale, &user.0),
+        };
         let headers = rate_limit_headers(policy, &decision);
         if decision.allowed {
             return Ok(RateHeaders(headers));
@@ -129,12 +132,23 @@ impl AppState {
         &self,
         headers: &HeaderMap,
         partition: Partition,
+        scope: RateScope,
     ) -> Result<Admitted, ApiError> {
         let user = self.user(headers)?;
-        let rate = self.rate_limit(&user).await?;
+        let rate = self.rate_limit(&user, scope).await?;
         let permit = self.permit(partition)?;
         Ok(Admitted { user, rate, permit })
     }
+}
+
+/// Where a request's rate-limit decision is taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateScope {
+    /// The shared GCRA in Redis: one quota per user across all replicas.
+    Shared,
+    /// This replica's in-process GCRA (same policy), for requests served
+    /// from the gateway's own memory.
+    Replica,
 }
 
 /// The rate-limit fields of an allowed request, added to its answer.

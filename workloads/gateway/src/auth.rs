@@ -205,6 +205,49 @@ mod tests {
         Ok(())
     }
 
+    /// RS256 with a key pair made by `openssl` (installed by the stack).
+    #[test]
+    fn rs256_tokens_verify_with_the_public_key_only() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = std::env::temp_dir().join(format!("fs-rsa-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let (private, public) = (dir.join("key.pem"), dir.join("pub.pem"));
+        let run =
+            |args: &[&std::ffi::OsStr]| std::process::Command::new("openssl").args(args).output();
+        run(&[
+            "genpkey".as_ref(),
+            "-algorithm".as_ref(),
+            "RSA".as_ref(),
+            "-out".as_ref(),
+            private.as_os_str(),
+        ])?;
+        run(&[
+            "pkey".as_ref(),
+            "-in".as_ref(),
+            private.as_os_str(),
+            "-pubout".as_ref(),
+            "-out".as_ref(),
+            public.as_os_str(),
+        ])?;
+        let verifier = Verifier::rs256_pem(&std::fs::read(&public)?)?;
+        let key = EncodingKey::from_rsa_pem(&std::fs::read(&private)?)?;
+        let claims = json!({"sub": "u-9", "exp": in_an_hour()});
+        let signed = encode(&Header::new(Algorithm::RS256), &claims, &key)?;
+        assert_eq!(
+            verifier.user(&bearer(&signed)).map_err(|e| e.to_string())?,
+            User("u-9".into())
+        );
+        // An HS256 token "signed" with the public key's bytes is refused.
+        let confused = EncodingKey::from_secret(&std::fs::read(&public)?)
+            .and_then(|k| encode(&Header::default(), &claims, &k))?;
+        assert_eq!(
+            verifier.user(&bearer(&confused)).err().map(|e| e.code()),
+            Some("invalid_token")
+        );
+        assert!(Verifier::rs256_pem(b"not a key").is_err());
+        std::fs::remove_dir_all(&dir)?;
+        Ok(())
+    }
+
     #[test]
     fn a_short_secret_is_refused() {
         assert!(matches!(

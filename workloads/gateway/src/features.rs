@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::{
-    app::AppState,
+    app::{AppState, RateScope},
     concurrency::Partition,
     degradation::{
         MiniGamesMode, OrderHistoryMode, RecommendationsMode, ReviewsMode, ShopChatMode,
@@ -71,7 +71,8 @@ fn degraded(feature: &str, mode: &str, code: StatusCode, body: Value) -> Respons
     response
 }
 
-/// `GET /api/v1/items/{sku}`: stock status from the cache; under load
+/// `GET /api/v1/items/{sku}`: stock status from the cache, rate-limited per
+/// replica (no Redis round trip for a read that costs nothing shared); under load
 /// (degradation tier ≥ 1, or a stale reading) only "available" / "sold out".
 pub async fn item_status(
     State(state): State<AppState>,
@@ -79,7 +80,10 @@ pub async fn item_status(
     path: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let Path(sku) = path?;
-    let admitted = state.admit(&headers, Partition::NonCore).await?;
+    // Served from this replica's cache: limited by this replica alone.
+    let admitted = state
+        .admit(&headers, Partition::NonCore, RateScope::Replica)
+        .await?;
     let result = state.items.get(&sku).await;
     admitted.permit.success();
     let status = result.map_err(|err| match err {
@@ -127,7 +131,9 @@ pub async fn recommendations(
             json!({"mode": "static", "items": picks}),
         ));
     }
-    let admitted = state.admit(&headers, Partition::NonCore).await?;
+    let admitted = state
+        .admit(&headers, Partition::NonCore, RateScope::Shared)
+        .await?;
     // Stands in for a per-user model: a stable per-user order of the SKUs.
     let mut ranked: Vec<(Vec<u8>, &str)> = skus
         .iter()
@@ -168,7 +174,9 @@ pub async fn order_history(
             "days must be 1-{MAX_HISTORY_DAYS}"
         )));
     }
-    let admitted = state.admit(&headers, Partition::NonCore).await?;
+    let admitted = state
+        .admit(&headers, Partition::NonCore, RateScope::Shared)
+        .await?;
     let limited = state.switches.current().switches.order_history == OrderHistoryMode::Last7Days;
     let days = if limited {
         asked.min(DEGRADED_HISTORY_DAYS)
@@ -197,7 +205,9 @@ pub async fn voucher_push(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let admitted = state.admit(&headers, Partition::NonCore).await?;
+    let admitted = state
+        .admit(&headers, Partition::NonCore, RateScope::Shared)
+        .await?;
     admitted.permit.success();
     let response = if state.switches.current().switches.voucher_push == VoucherPushMode::Deferred {
         degraded(
@@ -242,7 +252,7 @@ pub async fn review(
             format!("no SKU {:?}", review.sku),
         ));
     }
-    let rate = state.rate_limit(&user).await?;
+    let rate = state.rate_limit(&user, RateScope::Shared).await?;
     let queued = state.switches.current().switches.reviews == ReviewsMode::Queued;
     let response = if queued {
         degraded(
@@ -268,7 +278,9 @@ pub async fn chat_message(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let admitted = state.admit(&headers, Partition::NonCore).await?;
+    let admitted = state
+        .admit(&headers, Partition::NonCore, RateScope::Shared)
+        .await?;
     admitted.permit.success();
     if state.switches.current().switches.shop_chat == ShopChatMode::Throttled {
         if let Err(not_until) = state.chat.0.check_key(&admitted.user.0) {
@@ -311,7 +323,9 @@ pub async fn mini_games(
             json!({"mode": "closed", "open": false, "notice": "Mini-games are paused during the sale. They will be back soon."}),
         ));
     }
-    let admitted = state.admit(&headers, Partition::NonCore).await?;
+    let admitted = state
+        .admit(&headers, Partition::NonCore, RateScope::Shared)
+        .await?;
     admitted.permit.success();
     Ok(admitted
         .rate

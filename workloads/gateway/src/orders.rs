@@ -32,7 +32,7 @@ use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
 use crate::{
-    app::AppState,
+    app::{AppState, RateScope},
     auth::User,
     concurrency::Partition,
     inventory_client::{InventoryError, Reservation},
@@ -70,7 +70,7 @@ pub async fn place(
     let user = state.user(&headers)?;
     let Json(request) = body?;
     let order = validate(&state, &user, &request, &headers)?;
-    let rate = state.rate_limit(&user).await?;
+    let rate = state.rate_limit(&user, RateScope::Shared).await?;
     let redeemed = match &state.waiting_room {
         Some(room) => match queue::redeem_pass(&state, room, &headers, &user).await? {
             queue::Entry::Admitted(redeemed) => Some(redeemed),
@@ -367,7 +367,9 @@ pub async fn pay(
     path: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let Path(order) = path?;
-    let admitted = state.admit(&headers, Partition::Core).await?;
+    let admitted = state
+        .admit(&headers, Partition::Core, RateScope::Shared)
+        .await?;
     let result = settle(&state, &admitted.user, &order).await;
     if result
         .as_ref()

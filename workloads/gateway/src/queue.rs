@@ -156,6 +156,7 @@ fn room_error(err: RoomError) -> ApiError {
             };
             ApiError::new(status, refusal.code(), refusal.to_string())
         }
+        RoomError::InvalidUser(_) | RoomError::WeakKey(_) => ApiError::bad_request(err.to_string()),
         other => {
             tracing::warn!(error = %other, "waiting room unavailable");
             ApiError::new(

@@ -180,7 +180,11 @@ impl RateLimiter {
         self.check_locally(sale, user)
     }
 
-    fn check_locally(&self, sale: &str, user: &str) -> Decision {
+    /// Decides with this replica's limiter only, for requests that cost no
+    /// shared resource (reads served from the gateway's own cache): a Redis
+    /// round trip would cost more than such a request, and the bound is the
+    /// same as during a Redis outage (N replicas → N × rate).
+    pub fn check_locally(&self, sale: &str, user: &str) -> Decision {
         let key = Self::key(sale, user);
         let window = self.settings.policy.window();
         match self.local.check_key(&key) {
