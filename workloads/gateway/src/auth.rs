@@ -31,13 +31,24 @@ pub struct User(pub String);
 #[derive(Debug, Deserialize)]
 struct Claims {
     sub: String,
+    exp: i64,
 }
+
+/// Verified tokens remembered so a shopper's every request does not pay for
+/// signature checking and JSON parsing again (as Envoy's JWT filter caches
+/// them). Keyed by the whole token, so only the exact bytes once verified
+/// hit; an entry is honoured only until the token's `exp`. Bounded: when
+/// full it starts over, which costs one verification per active token.
+const CACHE_ENTRIES: usize = 50_000;
+
+type TokenCache = std::sync::Mutex<std::collections::HashMap<String, (User, i64)>>;
 
 /// Verifies bearer tokens with one key and algorithm.
 #[derive(Clone)]
 pub struct Verifier {
     key: DecodingKey,
     validation: Validation,
+    cache: std::sync::Arc<TokenCache>,
 }
 
 impl std::fmt::Debug for Verifier {
@@ -70,7 +81,11 @@ impl Verifier {
         let mut validation = Validation::new(algorithm);
         validation.leeway = 5;
         validation.set_required_spec_claims(&["exp", "sub"]);
-        Self { key, validation }
+        Self {
+            key,
+            validation,
+            cache: std::sync::Arc::default(),
+        }
     }
 
     /// Also require `iss` to be `issuer`.
@@ -101,6 +116,17 @@ impl Verifier {
             .map(str::trim)
             .filter(|t| !t.is_empty())
             .ok_or_else(|| unauthorized("missing_token", "send Authorization: Bearer <JWT>"))?;
+        let now = jiff::Timestamp::now().as_second();
+        let cached = self
+            .cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(token)
+            .filter(|(_, exp)| *exp > now)
+            .map(|(user, _)| user.clone());
+        if let Some(user) = cached {
+            return Ok(user);
+        }
         let data =
             jsonwebtoken::decode::<Claims>(token, &self.key, &self.validation).map_err(|err| {
                 match err.kind() {
@@ -134,7 +160,13 @@ impl Verifier {
                 ),
             ));
         }
-        Ok(User(user))
+        let user = User(user);
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.len() >= CACHE_ENTRIES {
+            cache.clear();
+        }
+        cache.insert(token.to_owned(), (user.clone(), data.claims.exp));
+        Ok(user)
     }
 }
 
@@ -245,6 +277,32 @@ mod tests {
         );
         assert!(Verifier::rs256_pem(b"not a key").is_err());
         std::fs::remove_dir_all(&dir)?;
+        Ok(())
+    }
+
+    #[test]
+    fn a_remembered_token_is_honoured_only_until_its_exp() -> Result<(), Box<dyn std::error::Error>>
+    {
+        let verifier = Verifier::hs256(SECRET)?;
+        let good = token(json!({"sub": "u-1", "exp": in_an_hour()}), SECRET);
+        assert!(verifier.user(&bearer(&good)).is_ok());
+        let remember = |exp: i64| {
+            let mut cache = verifier.cache.lock().unwrap_or_else(|p| p.into_inner());
+            // An entry no signature would pass shows whether the cache answered.
+            cache.insert("remembered".to_owned(), (User("u-2".into()), exp));
+        };
+        remember(in_an_hour());
+        assert_eq!(
+            verifier.user(&bearer("remembered")).ok(),
+            Some(User("u-2".into()))
+        );
+        remember(jiff::Timestamp::now().as_second() - 1);
+        let code = verifier.user(&bearer("remembered")).err().map(|e| e.code());
+        assert_eq!(
+            code,
+            Some("invalid_token"),
+            "past its exp the token is verified again"
+        );
         Ok(())
     }
 
