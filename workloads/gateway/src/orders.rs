@@ -230,7 +230,7 @@ async fn intake(state: &AppState, user: &User, order: &Order) -> Result<Response
         reservation_id: reservation.id.clone(),
         created_at: jiff::Timestamp::now(),
     };
-    if let Err(reason) = publish(state, &event, deadline).await {
+    if let Err(reason) = publish(state, &event).await {
         tracing::warn!(order = event.order_id, %reason, "order event not acknowledged; returning the reservation");
         let cancelled = state
             .inventory
@@ -297,13 +297,19 @@ async fn note_published(state: &AppState, order_id: &str) {
     }
 }
 
-async fn publish(state: &AppState, event: &OrderEvent, deadline: Instant) -> Result<(), String> {
-    let left = deadline.saturating_duration_since(Instant::now());
-    match tokio::time::timeout(left, state.producer.send(event)).await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(err)) => Err(err.to_string()),
-        Err(_) => Err("no acknowledgement within the request's deadline".to_owned()),
-    }
+/// Publishes and waits for the acknowledgement. Not cut short by the
+/// request's deadline: the producer's own message timeout is the request
+/// timeout, and only when the client library has given the message up is a
+/// failure final (an event abandoned here but still retried inside the
+/// client could land after its reservation was cancelled). So an order
+/// answers within about reserve time + the request timeout.
+async fn publish(state: &AppState, event: &OrderEvent) -> Result<(), String> {
+    state
+        .producer
+        .send(event)
+        .await
+        .map(drop)
+        .map_err(|err| err.to_string())
 }
 
 fn accepted(reservation: &Reservation, order: &Order, status: &str, code: StatusCode) -> Response {
@@ -431,7 +437,7 @@ async fn settle(state: &AppState, user: &User, order: &str) -> Result<Response, 
         reservation_id: reservation_id.to_owned(),
         created_at: jiff::Timestamp::now(),
     };
-    publish(state, &event, deadline).await.map_err(|reason| {
+    publish(state, &event).await.map_err(|reason| {
         tracing::warn!(order, %reason, "paid event not acknowledged");
         unavailable("payment recorded in stock but not yet in orders; retry to finish")
     })?;

@@ -135,6 +135,10 @@ impl Gateway {
         } else {
             None
         };
+        // The client gives up on a message when the request would: a message
+        // it kept retrying after the order was answered 503 could still land.
+        let mut producer = settings.producer;
+        producer.send_timeout = config.request_timeout();
         let inventory = InventoryClient::new(&settings.inventory_url, &config.sale)?;
         let items = ItemCache::new(
             inventory.clone(),
@@ -161,7 +165,7 @@ impl Gateway {
             switches: Switchboard::new(),
             waiting_room,
             inventory,
-            producer: Arc::new(OrderProducer::new(&settings.producer)?),
+            producer: Arc::new(OrderProducer::new(&producer)?),
             redis,
             items,
             chat: ChatThrottle::default(),

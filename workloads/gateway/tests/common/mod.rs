@@ -115,7 +115,6 @@ impl Running {
     ) -> anyhow::Result<Self> {
         let mut producer = ProducerSettings::new(brokers);
         producer.topic = topic.to_owned();
-        producer.send_timeout = config.request_timeout();
         let settings = Settings {
             config,
             redis_url: Some(stack::redis_url()?),
