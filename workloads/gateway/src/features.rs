@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::{
-    app::{AppState, RateScope},
+    app::{AppState, MAX_BODY_BYTES, RateScope},
     concurrency::Partition,
     degradation::{
         MiniGamesMode, OrderHistoryMode, RecommendationsMode, ReviewsMode, ShopChatMode,
@@ -239,7 +239,7 @@ pub async fn review(
     body: Result<Json<ReviewBody>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let user = state.user(&headers)?;
-    let Json(review) = body?;
+    let Json(review) = body.map_err(|r| ApiError::json(r, MAX_BODY_BYTES))?;
     if !(1..=5).contains(&review.rating) || review.text.len() > 4_000 {
         return Err(ApiError::bad_request(
             "rating must be 1-5 and text at most 4000 bytes",

@@ -32,7 +32,7 @@ use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
 use crate::{
-    app::{AppState, RateScope},
+    app::{AppState, MAX_BODY_BYTES, RateScope},
     auth::User,
     concurrency::Partition,
     inventory_client::{InventoryError, Reservation},
@@ -68,7 +68,7 @@ pub async fn place(
     body: Result<Json<OrderRequest>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let user = state.user(&headers)?;
-    let Json(request) = body?;
+    let Json(request) = body.map_err(|r| ApiError::json(r, MAX_BODY_BYTES))?;
     let order = validate(&state, &user, &request, &headers)?;
     let rate = state.rate_limit(&user, RateScope::Shared).await?;
     let redeemed = match &state.waiting_room {

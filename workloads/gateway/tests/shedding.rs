@@ -74,9 +74,13 @@ async fn the_waiting_room_admits_in_order_with_one_time_passes() -> anyhow::Resu
         (403, Some("other_user")),
         "{body}"
     );
+    // Change the first character of the MAC (always a full base64 sextet, so
+    // the token still decodes and only the signature is wrong).
     let mut forged = passes[3].clone().into_bytes();
-    if let Some(last) = forged.last_mut() {
-        *last = if *last == b'A' { b'B' } else { b'A' };
+    if let Some(at) = forged.iter().position(|b| *b == b'.').map(|dot| dot + 1)
+        && let Some(c) = forged.get_mut(at)
+    {
+        *c = if *c == b'A' { b'B' } else { b'A' };
     }
     let forged = String::from_utf8(forged)?;
     let (status, body, _) = order(&replicas[0], "u4", "A", "k3", Some(&forged)).await?;

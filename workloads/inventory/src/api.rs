@@ -146,7 +146,7 @@ async fn load_sale(
     State(state): State<AppState>,
     body: Result<Json<SaleDefinition>, JsonRejection>,
 ) -> Result<Response, ApiError> {
-    let Json(def) = body?;
+    let Json(def) = body.map_err(|r| ApiError::json(r, MAX_BODY_BYTES))?;
     check_id("sale", &def.sale)?;
     if def.items.is_empty() {
         return Err(ApiError::bad_request("items must not be empty"));
@@ -196,7 +196,7 @@ async fn reserve(
     body: Result<Json<ReserveBody>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let Path(sale) = path?;
-    let Json(body) = body?;
+    let Json(body) = body.map_err(|r| ApiError::json(r, MAX_BODY_BYTES))?;
     check_id("sku", &body.sku)?;
     check_id("user", &body.user)?;
     check_id("requestId", &body.request_id)?;
@@ -353,7 +353,7 @@ async fn adjust(
     body: Result<Json<AdjustBody>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let Path((sale, sku)) = path?;
-    let Json(body) = body?;
+    let Json(body) = body.map_err(|r| ApiError::json(r, MAX_BODY_BYTES))?;
     if body.delta == 0 || body.delta.unsigned_abs() > 1_000_000_000 {
         return Err(ApiError::bad_request(
             "delta must be non-zero and at most 1e9 in size",

@@ -35,6 +35,29 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, "invalid_request", message)
     }
 
+    /// The answer to a JSON body that could not be taken: 413 naming the
+    /// endpoint's `max_body_bytes`, 415 without a JSON content type, 400 for
+    /// syntax errors, 422 for wrong types or missing and unknown fields.
+    pub fn json(rejection: JsonRejection, max_body_bytes: usize) -> Self {
+        match rejection {
+            JsonRejection::BytesRejection(_)
+                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE =>
+            {
+                Self::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "body_too_large",
+                    format!("bodies are limited to {max_body_bytes} bytes"),
+                )
+            }
+            JsonRejection::MissingJsonContentType(_) => Self::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                "send Content-Type: application/json",
+            ),
+            other => Self::new(other.status(), "invalid_json", other.body_text()),
+        }
+    }
+
     /// Adds a response header (e.g. `Retry-After`).
     pub fn with_header(mut self, name: HeaderName, value: HeaderValue) -> Self {
         self.headers.push((name, value));
@@ -73,28 +96,6 @@ impl IntoResponse for ApiError {
             .into_response();
         response.headers_mut().extend(self.headers);
         response
-    }
-}
-
-impl From<JsonRejection> for ApiError {
-    fn from(rejection: JsonRejection) -> Self {
-        match rejection {
-            JsonRejection::BytesRejection(_)
-                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE =>
-            {
-                Self::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "body_too_large",
-                    rejection.body_text(),
-                )
-            }
-            JsonRejection::MissingJsonContentType(_) => Self::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported_media_type",
-                "send Content-Type: application/json",
-            ),
-            other => Self::new(other.status(), "invalid_json", other.body_text()),
-        }
     }
 }
 
