@@ -2,7 +2,7 @@
 //! it into a ConfigMap from the FlashSale spec), checked once at start so a
 //! bad value stops the process with a message instead of misbehaving later.
 
-use std::{collections::BTreeMap, num::NonZeroU32, path::Path, time::Duration};
+use std::{num::NonZeroU32, path::Path, time::Duration};
 
 use serde::Deserialize;
 
@@ -207,12 +207,12 @@ impl GatewayConfig {
         Ok(())
     }
 
-    /// Prices by SKU.
-    pub fn prices(&self) -> BTreeMap<String, i64> {
+    /// The unit price of `sku`, if the sale has it.
+    pub fn price(&self, sku: &str) -> Option<i64> {
         self.items
             .iter()
-            .map(|i| (i.sku.clone(), i.price_minor))
-            .collect()
+            .find(|i| i.sku == sku)
+            .map(|i| i.price_minor)
     }
 
     /// The rate-limit policy.
@@ -259,7 +259,7 @@ mod tests {
         assert_eq!(config.rate_limit.per_user_per_second, 5);
         assert!(!config.waiting_room.enabled);
         assert_eq!(config.request_timeout(), Duration::from_secs(2));
-        assert_eq!(config.prices()["A"], 100);
+        assert_eq!(config.price("A"), Some(100));
         Ok(())
     }
 

@@ -245,7 +245,7 @@ pub async fn review(
             "rating must be 1-5 and text at most 4000 bytes",
         ));
     }
-    if !state.config.items.iter().any(|i| i.sku == review.sku) {
+    if state.config.price(&review.sku).is_none() {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "unknown_sku",

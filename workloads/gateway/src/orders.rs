@@ -133,19 +133,13 @@ fn validate(
             format!("this gateway serves sale {sale:?}"),
         ));
     }
-    let price = state
-        .config
-        .items
-        .iter()
-        .find(|i| i.sku == request.sku)
-        .map(|i| i.price_minor)
-        .ok_or_else(|| {
-            ApiError::new(
-                StatusCode::NOT_FOUND,
-                "unknown_sku",
-                format!("sale {sale:?} has no SKU {:?}", request.sku),
-            )
-        })?;
+    let price = state.config.price(&request.sku).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_sku",
+            format!("sale {sale:?} has no SKU {:?}", request.sku),
+        )
+    })?;
     let quantity = u64::try_from(request.quantity)
         .ok()
         .filter(|q| (1..=1_000).contains(q))
@@ -209,6 +203,8 @@ async fn intake(state: &AppState, user: &User, order: &Order) -> Result<Response
         _ => {}
     }
     let order_id = order_id(&reservation.id);
+    // Only a repeated request id comes back with the full record (user
+    // set); a fresh reservation cannot have been published yet.
     if reservation.user.is_some() && published(state, &order_id).await {
         return Ok(accepted(
             &reservation,
@@ -422,7 +418,7 @@ async fn settle(state: &AppState, user: &User, order: &str) -> Result<Response, 
         .confirm(reservation_id, deadline)
         .await
         .map_err(inventory_refusal)?;
-    let price = state.config.prices().get(&sku).copied().unwrap_or(0);
+    let price = state.config.price(&sku).unwrap_or(0);
     let event = OrderEvent {
         schema_version: SCHEMA_VERSION,
         kind: EventKind::Paid,
