@@ -1,6 +1,8 @@
-//! The flash-sale operator: API types, CRD generation and (in later stages)
-//! the controllers of FlashSale, DegradationPolicy and ChaosDrill.
+//! The flash-sale operator: API types, CRD generation and the controllers of
+//! FlashSale (and, in later stages, DegradationPolicy and ChaosDrill).
 
 pub mod api;
 pub mod crdgen;
+pub mod flashsale;
+pub mod leader;
 pub mod validate;

@@ -177,6 +177,7 @@ fn valid_sale(name: &str) -> Value {
             ],
             "reservationTTL": "15m",
             "gateway": {
+                "auth": {"hs256SecretRef": {"name": "jwt", "key": "hs256"}},
                 "autoscaling": {"minReplicas": 2, "maxReplicas": 4},
                 "concurrency": {"minLimit": 10, "maxLimit": 100},
                 "waitingRoom": {"enabled": true, "ticketSecretRef": {"name": "wr", "key": "k"}}
@@ -289,6 +290,25 @@ async fn invalid_objects_are_rejected_naming_the_field() -> anyhow::Result<()> {
                 Value::Null,
             ),
             "spec.gateway.waitingRoom",
+        ),
+        (
+            "two token keys",
+            with(
+                sale(),
+                "/spec/gateway/auth/rs256PublicKeySecretRef",
+                json!({"name": "jwt-pub", "key": "pem"}),
+            ),
+            "spec.gateway.auth",
+        ),
+        (
+            "no token key",
+            with(sale(), "/spec/gateway/auth", json!({})),
+            "spec.gateway.auth",
+        ),
+        (
+            "name too long for its children",
+            with(sale(), "/metadata/name", json!("a".repeat(51))),
+            "metadata.name",
         ),
         (
             "rate limit of 0/s",

@@ -42,7 +42,12 @@ use super::{
           self.spec.items.map(i, i.sku) == oldSelf.spec.items.map(i, i.sku))"
     )
     .message("spec.schedule.start and spec.items[*].sku cannot change once the sale is Live")
-    .reason(Reason::FieldValueForbidden)
+    .reason(Reason::FieldValueForbidden),
+    // The longest child name is `<sale>-order-writer`, and Service names are
+    // DNS labels of at most 63 characters.
+    validation = Rule::new("size(self.metadata.name) <= 50")
+        .message("metadata.name of a FlashSale must be at most 50 characters (its children append up to 13)")
+        .reason(Reason::FieldValueInvalid)
 )]
 #[serde(rename_all = "camelCase")]
 pub struct FlashSaleSpec {
@@ -66,8 +71,8 @@ pub struct FlashSaleSpec {
     /// A warm-standby peer that can take the sale over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub standby: Option<StandbyPeer>,
-    /// The public entry: rate limit, waiting room, adaptive concurrency.
-    #[serde(default)]
+    /// The public entry: token check, rate limit, waiting room, adaptive
+    /// concurrency.
     pub gateway: GatewaySpec,
     /// Stock reservations in Redis.
     pub inventory: InventorySpec,
@@ -148,12 +153,14 @@ pub struct StandbyPeer {
 }
 
 /// The gateway workload.
-#[derive(KubeSchema, Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(KubeSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GatewaySpec {
     /// Replicas, image and resources.
     #[serde(flatten)]
     pub workload: WorkloadSpec,
+    /// How buyers' bearer tokens (JWT) are verified.
+    pub auth: GatewayAuth,
     /// Scale on CPU between bounds instead of a fixed `replicas`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscaling: Option<Autoscaling>,
@@ -166,6 +173,28 @@ pub struct GatewaySpec {
     /// Adaptive concurrency limit bounds.
     #[serde(default)]
     pub concurrency: ConcurrencyLimit,
+}
+
+/// How the gateway verifies bearer tokens: exactly one key source, and
+/// optionally the issuer and audience every token must name.
+#[derive(KubeSchema, Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.hs256SecretRef) != has(self.rs256PublicKeySecretRef)").message("gateway.auth needs exactly one of hs256SecretRef and rs256PublicKeySecretRef"))]
+pub struct GatewayAuth {
+    /// A Secret key holding the HS256 signing secret (at least 32 bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "hs256SecretRef")]
+    pub hs256_secret_ref: Option<SecretKeyRef>,
+    /// A Secret key holding the issuer's RSA public key (PEM), for RS256.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "rs256PublicKeySecretRef")]
+    pub rs256_public_key_secret_ref: Option<SecretKeyRef>,
+    /// The `iss` claim every token must carry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub issuer: Option<String>,
+    /// The `aud` claim every token must carry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub audience: Option<String>,
 }
 
 /// Horizontal autoscaling of the gateway.

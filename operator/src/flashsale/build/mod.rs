@@ -1,0 +1,1 @@
+//! The pure build step: the objects a FlashSale needs.

@@ -1,0 +1,3 @@
+//! The FlashSale controller.
+
+pub mod build;

@@ -1,0 +1,1 @@
+//! Leader election through a coordination.k8s.io Lease.
