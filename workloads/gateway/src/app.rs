@@ -1,6 +1,7 @@
 //! The public HTTP API: shared state, the routes, and the guards every
-//! request passes in the funnel's order (switched-off feature → rate limit
-//! → waiting room → concurrency limit), each refusing as cheaply as it can.
+//! request passes in the funnel's order (switched-off feature → token →
+//! sale window (orders only) → rate limit → waiting room → concurrency
+//! limit), each refusing as cheaply as it can.
 
 use std::{sync::Arc, time::Instant};
 

@@ -4,9 +4,13 @@
 
 use std::{num::NonZeroU32, path::Path, time::Duration};
 
-use serde::Deserialize;
+use jiff::Timestamp;
+use serde::{Deserialize, Deserializer, de::Visitor};
 
-use crate::{concurrency, ratelimit};
+use crate::{
+    concurrency, ratelimit,
+    window::{self, WindowState},
+};
 
 /// Why the configuration was refused.
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +59,13 @@ pub struct GatewayConfig {
     /// How long a stock answer is served from memory.
     #[serde(default = "default_item_cache_ms")]
     pub item_cache_ms: u64,
+    /// When orders open (RFC 3339 with any offset); absent: already open.
+    #[serde(default, deserialize_with = "opens_at")]
+    pub opens_at: Option<Timestamp>,
+    /// When orders close (RFC 3339 with any offset); absent: never. Paying
+    /// for an order reserved before stays possible after it.
+    #[serde(default, deserialize_with = "closes_at")]
+    pub closes_at: Option<Timestamp>,
 }
 
 /// One SKU and its price.
@@ -138,6 +149,59 @@ impl Default for ConcurrencyConfig {
     }
 }
 
+fn opens_at<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Timestamp>, D::Error> {
+    timestamp(deserializer, "opensAt")
+}
+
+fn closes_at<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Timestamp>, D::Error> {
+    timestamp(deserializer, "closesAt")
+}
+
+/// An optional RFC 3339 timestamp; a bad one is refused naming `field`
+/// (serde's messages would not name it).
+fn timestamp<'de, D: Deserializer<'de>>(
+    deserializer: D,
+    field: &'static str,
+) -> Result<Option<Timestamp>, D::Error> {
+    deserializer.deserialize_option(TimestampVisitor(field))
+}
+
+/// Visits `null` or an RFC 3339 string for the field it names.
+struct TimestampVisitor(&'static str);
+
+impl<'de> Visitor<'de> for TimestampVisitor {
+    type Value = Option<Timestamp>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} as an RFC 3339 timestamp such as \"2026-11-11T00:00:00Z\"",
+            self.0
+        )
+    }
+
+    fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Self::Value, E> {
+        text.parse().map(Some).map_err(|err| {
+            E::custom(format!(
+                "{} {text:?} is not an RFC 3339 timestamp such as \"2026-11-11T00:00:00Z\": {err}",
+                self.0
+            ))
+        })
+    }
+}
+
 fn default_reserved_percent() -> u32 {
     30
 }
@@ -204,6 +268,13 @@ impl GatewayConfig {
         if self.request_timeout_ms == 0 {
             return invalid("requestTimeoutMs must be positive".into());
         }
+        if let (Some(opens), Some(closes)) = (self.opens_at, self.closes_at)
+            && closes <= opens
+        {
+            return invalid(format!(
+                "closesAt ({closes}) must be after opensAt ({opens})"
+            ));
+        }
         Ok(())
     }
 
@@ -235,6 +306,11 @@ impl GatewayConfig {
             non_core_share: 1.0 - f64::from(c.tier0_reserved_percent.min(100)) / 100.0,
             ..defaults
         }
+    }
+
+    /// Where `now` falls in the sale window (`opensAt`..`closesAt`).
+    pub fn window_state(&self, now: Timestamp) -> WindowState {
+        window::window_state(now, self.opens_at, self.closes_at)
     }
 
     /// The order budget.
@@ -273,5 +349,79 @@ mod tests {
             r#"{"sale":"s1","items":[{"sku":"A","priceMinor":1}],"concurrency":{"minLimit":9,"maxLimit":3}}"#,
         );
         assert!(bounds.is_err_and(|e| e.contains("minLimit")));
+    }
+
+    const BASE: &str = r#""sale":"s1","items":[{"sku":"A","priceMinor":1}]"#;
+
+    fn with_window(fields: &str) -> Result<GatewayConfig, String> {
+        parse(&format!("{{{BASE}{fields}}}"))
+    }
+
+    fn at(text: &str) -> Result<Timestamp, String> {
+        text.parse().map_err(|e: jiff::Error| e.to_string())
+    }
+
+    #[test]
+    fn the_sale_window_is_optional() -> Result<(), String> {
+        let none = with_window("")?;
+        assert_eq!((none.opens_at, none.closes_at), (None, None));
+        assert_eq!(none.window_state(Timestamp::MAX), WindowState::Open);
+
+        let both = with_window(
+            r#","opensAt":"2026-11-11T00:00:00Z","closesAt":"2026-11-11T10:00:00+08:00""#,
+        )?;
+        assert_eq!(both.opens_at, Some(at("2026-11-11T00:00:00Z")?));
+        // Any offset: 10:00 at +08:00 is 02:00 UTC.
+        assert_eq!(both.closes_at, Some(at("2026-11-11T02:00:00Z")?));
+
+        let opens = with_window(r#","opensAt":"2026-11-11T00:00:00-05:00""#)?;
+        assert_eq!(
+            (opens.opens_at, opens.closes_at),
+            (Some(at("2026-11-11T05:00:00Z")?), None)
+        );
+        let closes = with_window(r#","closesAt":"2026-11-11T00:00:00Z""#)?;
+        assert_eq!(
+            (closes.opens_at, closes.closes_at),
+            (None, Some(at("2026-11-11T00:00:00Z")?))
+        );
+        let null = with_window(r#","opensAt":null"#)?;
+        assert_eq!(null.opens_at, None);
+        Ok(())
+    }
+
+    #[test]
+    fn a_window_closing_before_it_opens_is_refused() {
+        for closes in ["2026-11-10T00:00:00Z", "2026-11-11T00:00:00Z"] {
+            let refused = with_window(&format!(
+                r#","opensAt":"2026-11-11T00:00:00Z","closesAt":"{closes}""#
+            ));
+            assert!(
+                refused
+                    .as_ref()
+                    .is_err_and(|e| e.contains("closesAt") && e.contains("after opensAt")),
+                "{refused:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_bad_timestamp_is_refused_naming_the_field() {
+        for (field, value) in [
+            ("opensAt", r#""2026-11-11""#),
+            ("opensAt", r#""2026-11-11T00:00:00""#),
+            ("closesAt", r#""tomorrow""#),
+            ("closesAt", r#""2026-13-01T00:00:00Z""#),
+        ] {
+            let refused = with_window(&format!(r#","{field}":{value}"#));
+            assert!(
+                refused.as_ref().is_err_and(|e| e.contains(field)),
+                "{field}={value}: {refused:?}"
+            );
+        }
+        let not_a_string = with_window(r#","opensAt":1700000000"#);
+        assert!(
+            not_a_string.as_ref().is_err_and(|e| e.contains("opensAt")),
+            "{not_a_string:?}"
+        );
     }
 }

@@ -15,3 +15,4 @@ pub mod queue;
 pub mod ratelimit;
 pub mod server;
 pub mod waiting_room;
+pub mod window;

@@ -70,6 +70,12 @@ pub async fn place(
     let user = state.user(&headers)?;
     let Json(request) = body.map_err(|r| ApiError::json(r, MAX_BODY_BYTES))?;
     let order = validate(&state, &user, &request, &headers)?;
+    // The sale window, after the token (anonymous callers learn nothing of
+    // the sale) and the local checks of the request, but before the rate
+    // limit (a Redis call), the waiting room, a concurrency slot, the
+    // inventory and Kafka: an order outside the window can never succeed,
+    // so it costs nothing downstream, holds no stock and burns no pass.
+    state.config.window_state(jiff::Timestamp::now()).check()?;
     let rate = state.rate_limit(&user, RateScope::Shared).await?;
     let redeemed = match &state.waiting_room {
         Some(room) => match queue::redeem_pass(&state, room, &headers, &user).await? {
@@ -362,7 +368,8 @@ fn inventory_refusal(err: InventoryError) -> ApiError {
 
 /// `POST /api/v1/orders/{id}/pay`: confirms the reservation and publishes
 /// the `paid` event. Both steps are idempotent, so a failed attempt is
-/// simply retried by the client.
+/// simply retried by the client. Not bound by the sale window: an order
+/// reserved before `closesAt` may be paid until its reservation expires.
 pub async fn pay(
     State(state): State<AppState>,
     headers: HeaderMap,

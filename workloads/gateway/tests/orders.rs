@@ -388,3 +388,131 @@ async fn item_status_is_cached_with_single_flight() -> anyhow::Result<()> {
     assert_eq!(unknown.status().as_u16(), 404);
     funnel.cleanup().await
 }
+
+#[tokio::test]
+async fn before_the_opening_orders_get_409_with_retry_after_and_cost_nothing() -> anyhow::Result<()>
+{
+    // Opens in 90 s, written with a non-UTC offset; the waiting room is on,
+    // to show the window is checked before anyone is queued.
+    let opens = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(90);
+    let offset = jiff::tz::Offset::constant(8);
+    let funnel = Funnel::start(Options {
+        config: json!({
+            "opensAt": opens.display_with_offset(offset).to_string(),
+            "waitingRoom": {"enabled": true},
+        }),
+        ..Options::default()
+    })
+    .await?;
+    let gw = &funnel.gateway.url;
+    let (status, body, headers) = order(gw, "alice", "A", "early", None).await?;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (409, Some("sale_not_open")),
+        "{body}"
+    );
+    let retry_after: u64 = headers
+        .get("retry-after")
+        .ok_or_else(|| anyhow::anyhow!("no Retry-After"))?
+        .to_str()?
+        .parse()?;
+    assert!((1..=90).contains(&retry_after), "Retry-After {retry_after}");
+    let message = body["message"].as_str().unwrap_or_default();
+    assert!(message.contains("opens at"), "{body}");
+    assert!(
+        !headers.contains_key("ratelimit"),
+        "refused before the rate limit"
+    );
+
+    // Anonymous callers learn nothing about the sale: the token comes first.
+    let anonymous = http()
+        .post(format!("{gw}/api/v1/orders"))
+        .json(&json!({"sku": "A", "quantity": 1, "idempotencyKey": "k"}))
+        .send()
+        .await?;
+    assert_eq!(anonymous.status().as_u16(), 401);
+    // Stock reads stay open.
+    let item = http()
+        .get(format!("{gw}/api/v1/items/A"))
+        .bearer_auth(token("alice"))
+        .send()
+        .await?;
+    assert_eq!(item.status().as_u16(), 200);
+
+    assert_eq!(funnel.available("A").await?, 100, "no stock held");
+    assert!(
+        events(&funnel.brokers, &funnel.topic).await?.is_empty(),
+        "nothing published"
+    );
+    assert_eq!(
+        funnel
+            .gateway
+            .metric(r#"gateway_requests_total{route="/api/v1/orders",code="409"}"#),
+        Some(1.0)
+    );
+    funnel.cleanup().await
+}
+
+#[tokio::test]
+async fn after_the_closing_new_orders_get_410_and_reserved_ones_can_still_be_paid()
+-> anyhow::Result<()> {
+    // One replica still open takes an order; a replica of the same sale
+    // whose configuration says the sale closed a minute ago serves the rest.
+    let funnel = Funnel::start(Options::default()).await?;
+    let (status, body, _) = order(&funnel.gateway.url, "alice", "A", "in-time", None).await?;
+    assert_eq!(status, 201, "{body}");
+    let order_id = body["orderId"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(funnel.available("A").await?, 99);
+
+    let now = jiff::Timestamp::now();
+    let mut config = funnel.config.clone();
+    config.opens_at = Some(now - jiff::SignedDuration::from_hours(1));
+    config.closes_at = Some(now - jiff::SignedDuration::from_secs(60));
+    config.check()?;
+    let closed = common::Running::start(
+        config,
+        &funnel.inventory.url,
+        &funnel.brokers,
+        &funnel.topic,
+        gateway::server::SwitchSource::None,
+    )
+    .await?;
+
+    let (status, body, _) = order(&closed.url, "bob", "A", "late", None).await?;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (410, Some("sale_ended")),
+        "{body}"
+    );
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("closed at"),
+        "{body}"
+    );
+    // A retry of the order placed in time is refused too: no new intake.
+    let (status, _, _) = order(&closed.url, "alice", "A", "in-time", None).await?;
+    assert_eq!(status, 410);
+    assert_eq!(funnel.available("A").await?, 99, "no more stock held");
+
+    let paid = http()
+        .post(format!("{}/api/v1/orders/{order_id}/pay", closed.url))
+        .bearer_auth(token("alice"))
+        .send()
+        .await?;
+    assert_eq!(paid.status().as_u16(), 200);
+    assert_eq!(paid.json::<Value>().await?["status"], "paid");
+    let kinds: Vec<String> = events(&funnel.brokers, &funnel.topic)
+        .await?
+        .iter()
+        .map(|e| format!("{}:{:?}", e.user_id, e.kind))
+        .collect();
+    assert_eq!(kinds, ["alice:Created", "alice:Paid"]);
+    assert_eq!(
+        closed.metric(r#"gateway_requests_total{route="/api/v1/orders",code="410"}"#),
+        Some(2.0)
+    );
+    drop(closed);
+    funnel.cleanup().await
+}
