@@ -4,8 +4,10 @@
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
-use flashsale_operator::crdgen;
-use flashsale_runtime::{Process, Readiness, RuntimeArgs};
+use flashsale_operator::{
+    crdgen,
+    run::{RunArgs, run},
+};
 
 /// Runs flash sales on Kubernetes: FlashSale, DegradationPolicy and ChaosDrill.
 #[derive(Debug, Parser)]
@@ -19,10 +21,7 @@ struct Cli {
 enum Command {
     /// Run the operator against the cluster of the current kubeconfig (or the
     /// in-cluster service account).
-    Run {
-        #[command(flatten)]
-        runtime: RuntimeArgs,
-    },
+    Run(Box<RunArgs>),
     /// Print the CustomResourceDefinitions (install with `| kubectl apply --server-side -f -`),
     /// or write one file per CRD into a folder.
     Crd {
@@ -35,7 +34,7 @@ enum Command {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
-        Command::Run { runtime } => run(runtime).await,
+        Command::Run(args) => run(*args).await,
         Command::Crd {
             output_dir: Some(dir),
         } => {
@@ -51,30 +50,4 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
     }
-}
-
-async fn run(runtime: RuntimeArgs) -> anyhow::Result<()> {
-    let process = Process::start(
-        "flashsale-operator",
-        env!("CARGO_PKG_VERSION"),
-        &runtime.log,
-    )?;
-    let client = kube::Client::try_default().await.map_err(|err| {
-        anyhow::anyhow!(
-            "cannot build a Kubernetes client from the kubeconfig or service account: {err}"
-        )
-    })?;
-    // Ready means the apiserver answers; controllers join this in later stages.
-    let readiness = Readiness::default().with_check("apiserver", move || {
-        let client = client.clone();
-        async move {
-            client
-                .apiserver_version()
-                .await
-                .map(|_| ())
-                .map_err(|err| format!("apiserver unreachable: {err}"))
-        }
-    });
-    process.serve_ops(&runtime.ops, readiness).await?;
-    Ok(())
 }

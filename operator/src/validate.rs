@@ -1,4 +1,5 @@
-//! Checks of what CEL cannot express: cron syntax, time-zone names and PromQL.
+//! Checks of what CEL cannot express: cron syntax, time-zone names, PromQL,
+//! and the addresses a FlashSale's workloads would otherwise crash on.
 //! Controllers report the outcome as the `Stalled` condition, so a bad spec
 //! waits for an edit instead of failing in a loop.
 
@@ -8,7 +9,7 @@ use croner::parser::{CronParser, Seconds, Year};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::api::{
-    ChaosDrillSpec, DegradationPolicySpec,
+    ChaosDrillSpec, DegradationPolicySpec, FlashSaleSpec,
     conditions::{STALLED, reasons},
 };
 
@@ -63,6 +64,47 @@ pub fn promql(field: &str, query: &str) -> Option<SpecProblem> {
     promql_parser::parser::parse(query)
         .err()
         .map(|err| problem(field, format!("invalid PromQL: {}", err.trim())))
+}
+
+/// A Kafka bootstrap address: `host:port`, port 1-65535.
+pub fn broker(field: &str, address: &str) -> Option<SpecProblem> {
+    let valid = address.rsplit_once(':').is_some_and(|(host, port)| {
+        !host.is_empty()
+            && !host.contains(char::is_whitespace)
+            && port.parse::<u16>().is_ok_and(|p| p > 0)
+    });
+    (!valid).then(|| {
+        problem(
+            field,
+            format!("{address:?} is not a host:port Kafka address"),
+        )
+    })
+}
+
+/// A Redis URL the inventory and gateway can connect with.
+pub fn redis_url(field: &str, url: &str) -> Option<SpecProblem> {
+    match reqwest::Url::parse(url) {
+        Ok(parsed) if parsed.host_str().is_some_and(|h| !h.is_empty()) => None,
+        Ok(_) => Some(problem(field, format!("{url:?} names no host"))),
+        Err(err) => Some(problem(field, format!("{url:?} is not a URL: {err}"))),
+    }
+}
+
+/// Problems of a FlashSale spec: what the schema lets through but the
+/// workloads would crash on at start.
+pub fn flash_sale(spec: &FlashSaleSpec) -> Vec<SpecProblem> {
+    let mut problems: Vec<SpecProblem> = spec
+        .order_writer
+        .kafka
+        .brokers
+        .iter()
+        .enumerate()
+        .filter_map(|(i, b)| broker(&format!("spec.orderWriter.kafka.brokers[{i}]"), b))
+        .collect();
+    if let Some(url) = &spec.inventory.redis.url {
+        problems.extend(redis_url("spec.inventory.redis.url", url));
+    }
+    problems
 }
 
 /// Problems of a DegradationPolicy spec.
@@ -164,6 +206,26 @@ mod tests {
                 "{bad:?} -> {found}"
             );
         }
+    }
+
+    #[test]
+    fn sale_addresses_must_be_usable() {
+        for good in ["kafka:9092", "10.0.0.1:19092", "[::1]:9092"] {
+            assert_eq!(broker("f", good), None, "{good}");
+        }
+        for bad in [
+            "kafka",
+            "kafka:",
+            ":9092",
+            "kafka:0",
+            "kafka:99999",
+            "kaf ka:9092",
+        ] {
+            assert!(broker("f", bad).is_some(), "{bad}");
+        }
+        assert_eq!(redis_url("f", "redis://redis:6379/0"), None);
+        assert!(redis_url("f", "redis://").is_some());
+        assert!(redis_url("f", "redis://exa mple:6379").is_some());
     }
 
     #[test]

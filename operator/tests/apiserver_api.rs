@@ -2,64 +2,19 @@
 //! apply, invalid objects are rejected with the field named, protected fields
 //! stay put on a Live sale, and kubectl shows the columns.
 
-use std::{path::Path, process::Command, time::Duration};
+use std::{path::Path, process::Command};
 
-use flashsale_e2e::{
-    kube::{TestNamespace, client},
-    wait::poll_until,
-};
-use flashsale_operator::api::{self, ChaosDrill, DegradationPolicy, FlashSale};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+mod common;
+
+use common::setup;
+use flashsale_e2e::kube::TestNamespace;
+use flashsale_operator::api::{ChaosDrill, DegradationPolicy, FlashSale};
 use kube::{
     Api, Client, Resource,
     api::{DynamicObject, Patch, PatchParams, PostParams},
     core::ApiResource,
 };
 use serde_json::{Value, json};
-
-static CRDS_INSTALLED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
-
-/// Installs the CRDs once per test process (server-side apply) and waits
-/// until each is Established.
-async fn setup() -> anyhow::Result<Client> {
-    let client = client().await?;
-    CRDS_INSTALLED
-        .get_or_try_init(|| async {
-            let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-            let params = PatchParams::apply("flashsale-operator-tests").force();
-            for crd in api::crds() {
-                let name = crd.metadata.name.clone().unwrap_or_default();
-                crds.patch(&name, &params, &Patch::Apply(&crd)).await?;
-                poll_until(
-                    &format!("CRD {name} Established"),
-                    Duration::from_secs(30),
-                    Duration::from_millis(100),
-                    || {
-                        let crds = crds.clone();
-                        let name = name.clone();
-                        async move {
-                            let crd = crds.get(&name).await.map_err(|e| e.to_string())?;
-                            let established = crd
-                                .status
-                                .and_then(|s| s.conditions)
-                                .unwrap_or_default()
-                                .iter()
-                                .any(|c| c.type_ == "Established" && c.status == "True");
-                            if established {
-                                Ok(())
-                            } else {
-                                Err("not established".to_owned())
-                            }
-                        }
-                    },
-                )
-                .await?;
-            }
-            anyhow::Ok(())
-        })
-        .await?;
-    Ok(client)
-}
 
 fn dynamic_api<K: Resource<DynamicType = ()>>(client: &Client, ns: &str) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), ns, &ApiResource::erase::<K>(&()))

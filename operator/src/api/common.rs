@@ -1,7 +1,8 @@
 //! Small types every kind shares.
 
 use k8s_openapi::{
-    api::core::v1::ResourceRequirements, apimachinery::pkg::apis::meta::v1::Condition,
+    api::core::v1::ResourceRequirements,
+    apimachinery::pkg::apis::meta::v1::{Condition, Time},
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -56,4 +57,68 @@ pub struct ObservedConditions {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+}
+
+impl ObservedConditions {
+    /// Sets the condition of `type_`, keeping its `lastTransitionTime` when
+    /// the status does not change, so an unchanged status compares equal and
+    /// is not written again.
+    pub fn set(
+        &mut self,
+        type_: &str,
+        status: bool,
+        reason: &str,
+        message: impl Into<String>,
+        now: &Time,
+    ) {
+        let status = if status { "True" } else { "False" };
+        self.set_raw(type_, status, reason, message.into(), now);
+    }
+
+    /// Sets the condition of `type_` to `Unknown`.
+    pub fn set_unknown(
+        &mut self,
+        type_: &str,
+        reason: &str,
+        message: impl Into<String>,
+        now: &Time,
+    ) {
+        self.set_raw(type_, "Unknown", reason, message.into(), now);
+    }
+
+    fn set_raw(&mut self, type_: &str, status: &str, reason: &str, message: String, now: &Time) {
+        let generation = self.observed_generation;
+        let condition = Condition {
+            type_: type_.to_owned(),
+            status: status.to_owned(),
+            reason: reason.to_owned(),
+            message,
+            observed_generation: generation,
+            last_transition_time: now.clone(),
+        };
+        match self.conditions.iter_mut().find(|c| c.type_ == type_) {
+            Some(old) => {
+                let since = if old.status == condition.status {
+                    old.last_transition_time.clone()
+                } else {
+                    condition.last_transition_time.clone()
+                };
+                *old = Condition {
+                    last_transition_time: since,
+                    ..condition
+                };
+            }
+            None => self.conditions.push(condition),
+        }
+    }
+
+    /// The condition of `type_`, if set.
+    pub fn get(&self, type_: &str) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.type_ == type_)
+    }
+
+    /// Whether the condition of `type_` is `True`.
+    pub fn is_true(&self, type_: &str) -> bool {
+        self.get(type_).is_some_and(|c| c.status == "True")
+    }
 }

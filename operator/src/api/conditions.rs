@@ -7,6 +7,11 @@ pub const READY: &str = "Ready";
 pub const PROGRESSING: &str = "Progressing";
 /// The operator cannot proceed until something changes; the reason says why.
 pub const STALLED: &str = "Stalled";
+/// A FlashSale's inventory answered the operator's stock reading.
+pub const INVENTORY_REACHABLE: &str = "InventoryReachable";
+/// An ended FlashSale has nothing left to write: every reservation is paid
+/// or expired and the order-writer's lag is zero.
+pub const DRAINED: &str = "Drained";
 
 /// Reasons, as `reason` of a condition (CamelCase, stable for alerting).
 pub mod reasons {
@@ -14,4 +19,30 @@ pub mod reasons {
     pub const SPEC_VALID: &str = "SpecValid";
     /// The spec failed the operator's own checks; the message names the field.
     pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// Nothing stands in the way.
+    pub const AS_EXPECTED: &str = "AsExpected";
+    /// A Secret the spec names does not exist; the message names it.
+    pub const SECRET_MISSING: &str = "SecretMissing";
+    /// A Secret exists but lacks the key the spec names.
+    pub const SECRET_KEY_MISSING: &str = "SecretKeyMissing";
+    /// Every workload has all its desired replicas ready.
+    pub const WORKLOADS_READY: &str = "WorkloadsReady";
+    /// Some workload has fewer ready replicas than desired.
+    pub const WORKLOADS_NOT_READY: &str = "WorkloadsNotReady";
+    /// Some workload is still rolling out its current spec.
+    pub const ROLLING_OUT: &str = "RollingOut";
+    /// Every workload runs its current spec.
+    pub const UP_TO_DATE: &str = "UpToDate";
+    /// The inventory answered.
+    pub const STOCK_READ: &str = "StockRead";
+    /// The inventory did not answer in time; the message says what failed.
+    pub const INVENTORY_UNREACHABLE: &str = "InventoryUnreachable";
+    /// The workloads are scaled to zero, so there is nobody to ask.
+    pub const SCALED_DOWN: &str = "ScaledDown";
+    /// Reservations may still be paid, or the order-writer still has lag.
+    pub const DRAINING: &str = "Draining";
+    /// Nothing is left to persist.
+    pub const ORDERS_DRAINED: &str = "OrdersDrained";
+    /// The sale moved to another phase (an Event reason).
+    pub const PHASE_CHANGED: &str = "PhaseChanged";
 }

@@ -182,10 +182,18 @@ pub struct GatewaySpec {
 #[x_kube(validation = Rule::new("has(self.hs256SecretRef) != has(self.rs256PublicKeySecretRef)").message("gateway.auth needs exactly one of hs256SecretRef and rs256PublicKeySecretRef"))]
 pub struct GatewayAuth {
     /// A Secret key holding the HS256 signing secret (at least 32 bytes).
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "hs256SecretRef")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "hs256SecretRef"
+    )]
     pub hs256_secret_ref: Option<SecretKeyRef>,
     /// A Secret key holding the issuer's RSA public key (PEM), for RS256.
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "rs256PublicKeySecretRef")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "rs256PublicKeySecretRef"
+    )]
     pub rs256_public_key_secret_ref: Option<SecretKeyRef>,
     /// The `iss` claim every token must carry.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1,3 +1,71 @@
-//! The FlashSale controller.
+//! The FlashSale controller: deploys a sale's workloads, walks it through its
+//! phases on exact timers, and reports it in its status.
 
 pub mod build;
+pub mod lifecycle;
+pub mod probe;
+pub mod reconcile;
+pub mod status;
+
+use std::{future::Future, sync::Arc};
+
+use futures::StreamExt;
+use k8s_openapi::api::{
+    apps::v1::Deployment,
+    autoscaling::v2::HorizontalPodAutoscaler,
+    core::v1::{ConfigMap, Service, ServiceAccount},
+    policy::v1::PodDisruptionBudget,
+    rbac::v1::{Role, RoleBinding},
+};
+use kube::{
+    Api,
+    runtime::{Controller, watcher},
+};
+
+use crate::{api::FlashSale, apply::Namespaced, context::Context};
+
+/// Runs the FlashSale controller until `shutdown` resolves. `namespace`
+/// limits it to one namespace; `None` watches them all.
+pub async fn run(
+    ctx: Arc<Context>,
+    namespace: Option<&str>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let sales: Api<FlashSale> = api(&ctx, namespace);
+    // Only the operator's own children: a change to one (a hand edit, a
+    // deletion, new ready replicas) wakes its sale.
+    let children = watcher::Config::default().labels(&format!(
+        "app.kubernetes.io/managed-by={}",
+        build::MANAGED_BY
+    ));
+    Controller::new(sales, watcher::Config::default().any_semantic())
+        .owns(api::<Deployment>(&ctx, namespace), children.clone())
+        .owns(api::<Service>(&ctx, namespace), children.clone())
+        .owns(api::<ConfigMap>(&ctx, namespace), children.clone())
+        .owns(
+            api::<PodDisruptionBudget>(&ctx, namespace),
+            children.clone(),
+        )
+        .owns(
+            api::<HorizontalPodAutoscaler>(&ctx, namespace),
+            children.clone(),
+        )
+        .owns(api::<ServiceAccount>(&ctx, namespace), children.clone())
+        .owns(api::<Role>(&ctx, namespace), children.clone())
+        .owns(api::<RoleBinding>(&ctx, namespace), children)
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile::reconcile, reconcile::error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(err) = result {
+                tracing::debug!(%err, "reconcile not completed");
+            }
+        })
+        .await;
+}
+
+fn api<K: Namespaced>(ctx: &Context, namespace: Option<&str>) -> Api<K> {
+    match namespace {
+        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+        None => Api::all(ctx.client.clone()),
+    }
+}

@@ -1,0 +1,197 @@
+//! Writing to the apiserver: server-side apply under one field manager, and
+//! the few other writes a controller needs. Every write first checks the
+//! leadership, so a replica that lost the lease stops writing at once, even
+//! in the middle of a reconcile.
+
+use std::fmt::Debug;
+
+use k8s_openapi::NamespaceResourceScope;
+use kube::{
+    Api, Resource, ResourceExt,
+    api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions},
+};
+use serde::{Serialize, de::DeserializeOwned};
+
+use crate::{
+    context::{Context, MANAGER},
+    error::Error,
+};
+
+/// A namespaced built-in or custom kind the controllers write.
+pub trait Namespaced:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + Debug
+    + Serialize
+    + DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Namespaced for K where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + Debug
+        + Serialize
+        + DeserializeOwned
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+fn kube_error<K: Resource<DynamicType = ()>>(
+    action: &'static str,
+    name: &str,
+) -> impl FnOnce(kube::Error) -> Error {
+    let name = name.to_owned();
+    move |source| Error::Kube {
+        action,
+        kind: kind_of::<K>(),
+        name,
+        source,
+    }
+}
+
+fn kind_of<K: Resource<DynamicType = ()>>() -> &'static str {
+    // `K::kind` is a Cow borrowed from a static for every typed kind.
+    match K::kind(&()) {
+        std::borrow::Cow::Borrowed(kind) => kind,
+        std::borrow::Cow::Owned(_) => "object",
+    }
+}
+
+fn api_for<K: Namespaced>(ctx: &Context, object: &K) -> Result<(Api<K>, String), Error> {
+    let namespace = object
+        .namespace()
+        .ok_or(Error::MissingMetadata("metadata.namespace"))?;
+    let name = object
+        .meta()
+        .name
+        .clone()
+        .ok_or(Error::MissingMetadata("metadata.name"))?;
+    Ok((Api::namespaced(ctx.client.clone(), &namespace), name))
+}
+
+fn must_lead(ctx: &Context) -> Result<(), Error> {
+    if ctx.leadership.is_leader() {
+        Ok(())
+    } else {
+        Err(Error::NotLeader)
+    }
+}
+
+/// Server-side applies `object` (forcing ownership of its fields, so a hand
+/// edit of a field the operator sets is reverted) and returns what the
+/// apiserver holds afterwards, status included.
+pub async fn apply<K: Namespaced>(
+    ctx: &Context,
+    controller: &'static str,
+    object: &K,
+) -> Result<K, Error> {
+    must_lead(ctx)?;
+    let (api, name) = api_for(ctx, object)?;
+    let params = PatchParams::apply(MANAGER).force();
+    let applied = api
+        .patch(&name, &params, &Patch::Apply(object))
+        .await
+        .map_err(kube_error::<K>("apply", &name))?;
+    ctx.metrics.wrote(controller);
+    Ok(applied)
+}
+
+/// Creates `object` unless an object of its name exists; whatever exists is
+/// left alone (another controller owns its content). Returns whether it
+/// created.
+pub async fn create_if_absent<K: Namespaced>(
+    ctx: &Context,
+    controller: &'static str,
+    object: &K,
+) -> Result<bool, Error> {
+    let (api, name) = api_for(ctx, object)?;
+    if api
+        .get_metadata_opt(&name)
+        .await
+        .map_err(kube_error::<K>("read", &name))?
+        .is_some()
+    {
+        return Ok(false);
+    }
+    must_lead(ctx)?;
+    match api.create(&PostParams::default(), object).await {
+        Ok(_) => {
+            ctx.metrics.wrote(controller);
+            Ok(true)
+        }
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
+        Err(err) => Err(kube_error::<K>("create", &name)(err)),
+    }
+}
+
+/// Deletes the object `name` if it exists and `owner_uid` controls it; an
+/// object of that name someone else made is left alone. Returns whether it
+/// deleted.
+pub async fn delete_owned<K: Namespaced>(
+    ctx: &Context,
+    controller: &'static str,
+    namespace: &str,
+    name: &str,
+    owner_uid: &str,
+) -> Result<bool, Error> {
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), namespace);
+    let Some(meta) = api
+        .get_metadata_opt(name)
+        .await
+        .map_err(kube_error::<K>("read", name))?
+    else {
+        return Ok(false);
+    };
+    let owned = meta
+        .owner_references()
+        .iter()
+        .any(|o| o.controller == Some(true) && o.uid == owner_uid);
+    if !owned {
+        return Ok(false);
+    }
+    must_lead(ctx)?;
+    // The precondition makes sure it is the object just inspected.
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: meta.uid(),
+            resource_version: None,
+        }),
+        ..DeleteParams::background()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => {
+            ctx.metrics.wrote(controller);
+            Ok(true)
+        }
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(false),
+        Err(err) => Err(kube_error::<K>("delete", name)(err)),
+    }
+}
+
+/// Server-side applies the status of `object` (the `status` subresource).
+pub async fn apply_status<K: Namespaced>(
+    ctx: &Context,
+    controller: &'static str,
+    object: &K,
+    status: serde_json::Value,
+) -> Result<(), Error> {
+    must_lead(ctx)?;
+    let (api, name) = api_for(ctx, object)?;
+    let patch = serde_json::json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "status": status,
+    });
+    let params = PatchParams::apply(MANAGER).force();
+    api.patch_status(&name, &params, &Patch::Apply(&patch))
+        .await
+        .map_err(kube_error::<K>("status", &name))?;
+    ctx.metrics.wrote(controller);
+    Ok(())
+}

@@ -1,0 +1,264 @@
+//! Workload configuration ConfigMaps: the gateway's `gateway.json`, the
+//! inventory's `sale.json`, the initial degradation switches, and the hash
+//! that rolls pods when a configuration changes.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use super::{BuildError, meta::Owner, names, names::Component};
+use crate::api::FlashSale;
+
+/// Key of the gateway's configuration in its ConfigMap.
+pub const GATEWAY_CONFIG_KEY: &str = "gateway.json";
+/// Key of the inventory's sale definition in its ConfigMap.
+pub const INVENTORY_CONFIG_KEY: &str = "sale.json";
+/// Pod-template annotation holding a hash of the workload's configuration:
+/// ConfigMap content is not part of the pod template, so without it a
+/// changed price or stock would never reach running pods.
+pub const CONFIG_HASH_ANNOTATION: &str = "flashsale.dev/config-hash";
+
+/// Mirror of the gateway's `GatewayConfig` (workloads/gateway/src/config.rs).
+/// The gateway refuses unknown fields, so only its fields appear here; field
+/// order is declaration order, which keeps the JSON (and its hash) stable.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct GatewayConfig<'a> {
+    sale: &'a str,
+    items: Vec<ItemPrice<'a>>,
+    rate_limit: RateLimitConfig,
+    waiting_room: WaitingRoomConfig,
+    concurrency: ConcurrencyConfig,
+    opens_at: String,
+    closes_at: String,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ItemPrice<'a> {
+    sku: &'a str,
+    price_minor: i64,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct RateLimitConfig {
+    per_user_per_second: u32,
+    burst: u32,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct WaitingRoomConfig {
+    enabled: bool,
+    admit_per_second: u32,
+    pass_ttl_seconds: u64,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ConcurrencyConfig {
+    min_limit: u32,
+    max_limit: u32,
+    tier0_reserved_percent: u32,
+}
+
+/// Mirror of the inventory's `SaleDefinition` (workloads/inventory/src/store.rs).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SaleDefinition<'a> {
+    sale: &'a str,
+    reservation_ttl_ms: u64,
+    items: Vec<ItemDefinition<'a>>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ItemDefinition<'a> {
+    sku: &'a str,
+    stock: u64,
+    per_user_limit: u64,
+    shards: u32,
+}
+
+/// A rendered configuration document and its hash.
+#[derive(Debug, Clone)]
+pub(super) struct Rendered {
+    /// The document.
+    pub text: String,
+    /// [`config_hash`] of the document.
+    pub hash: String,
+}
+
+impl Rendered {
+    pub(super) fn new(text: String) -> Self {
+        let hash = config_hash(&text);
+        Self { text, hash }
+    }
+}
+
+/// First 16 hex characters of the SHA-256 of `text`: enough to tell
+/// configurations apart, short enough to read in `kubectl describe`.
+pub(super) fn config_hash(text: &str) -> String {
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .take(8)
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+/// Converts a spec integer to the type the workload reads, naming the field
+/// when it does not fit instead of wrapping around.
+fn fit<T, S>(field: &'static str, value: S) -> Result<T, BuildError>
+where
+    T: TryFrom<S>,
+    S: Copy + ToString,
+{
+    T::try_from(value).map_err(|_| BuildError::OutOfRange {
+        field,
+        value: value.to_string(),
+    })
+}
+
+/// The gateway takes whole requests per second; rounding up never makes the
+/// limit stricter than the spec asked.
+fn whole_rate(per_second: f64) -> u32 {
+    // `as` saturates (and maps NaN to 0), and the gateway refuses 0.
+    (per_second.ceil() as u32).max(1)
+}
+
+/// Whole seconds, rounded up so a pass never expires before the spec says.
+fn ceil_secs(duration: std::time::Duration) -> u64 {
+    duration.as_secs() + u64::from(duration.subsec_nanos() > 0)
+}
+
+/// The gateway's `gateway.json`.
+pub(super) fn gateway_json(sale: &FlashSale, sale_name: &str) -> Result<Rendered, BuildError> {
+    let spec = &sale.spec;
+    let gateway = &spec.gateway;
+    let config = GatewayConfig {
+        sale: sale_name,
+        items: spec
+            .items
+            .iter()
+            .map(|item| ItemPrice {
+                sku: &item.sku,
+                price_minor: item.price_minor,
+            })
+            .collect(),
+        rate_limit: RateLimitConfig {
+            per_user_per_second: whole_rate(gateway.rate_limit.per_user_per_second),
+            burst: fit("spec.gateway.rateLimit.burst", gateway.rate_limit.burst)?,
+        },
+        waiting_room: WaitingRoomConfig {
+            enabled: gateway.waiting_room.enabled,
+            admit_per_second: fit(
+                "spec.gateway.waitingRoom.admitPerSecond",
+                gateway.waiting_room.admit_per_second,
+            )?,
+            pass_ttl_seconds: ceil_secs(gateway.waiting_room.pass_ttl.0),
+        },
+        concurrency: ConcurrencyConfig {
+            min_limit: fit(
+                "spec.gateway.concurrency.minLimit",
+                gateway.concurrency.min_limit,
+            )?,
+            max_limit: fit(
+                "spec.gateway.concurrency.maxLimit",
+                gateway.concurrency.max_limit,
+            )?,
+            tier0_reserved_percent: fit(
+                "spec.gateway.concurrency.tier0ReservedPercent",
+                gateway.concurrency.tier0_reserved_percent,
+            )?,
+        },
+        // jiff prints a Timestamp as RFC 3339 in UTC ("…Z").
+        opens_at: spec.schedule.start.0.to_string(),
+        closes_at: spec.schedule.end.0.to_string(),
+    };
+    Ok(Rendered::new(serde_json::to_string_pretty(&config)?))
+}
+
+/// The inventory's `sale.json`.
+pub(super) fn sale_json(sale: &FlashSale, sale_name: &str) -> Result<Rendered, BuildError> {
+    let spec = &sale.spec;
+    let items = spec
+        .items
+        .iter()
+        .map(|item| {
+            Ok(ItemDefinition {
+                sku: &item.sku,
+                stock: fit("spec.items[].stock", item.stock)?,
+                per_user_limit: fit("spec.items[].perUserLimit", item.per_user_limit)?,
+                shards: fit("spec.items[].shards", item.shards)?,
+            })
+        })
+        .collect::<Result<_, BuildError>>()?;
+    let definition = SaleDefinition {
+        sale: sale_name,
+        reservation_ttl_ms: fit("spec.reservationTTL", spec.reservation_ttl.0.as_millis())?,
+        items,
+    };
+    Ok(Rendered::new(serde_json::to_string_pretty(&definition)?))
+}
+
+/// `<sale>-gateway` with `gateway.json`.
+pub(super) fn gateway_config_map(owner: &Owner<'_>, rendered: &Rendered) -> ConfigMap {
+    ConfigMap {
+        metadata: owner.object_meta(names::gateway_config(owner.sale), Component::Gateway),
+        data: Some(BTreeMap::from([(
+            GATEWAY_CONFIG_KEY.to_owned(),
+            rendered.text.clone(),
+        )])),
+        ..ConfigMap::default()
+    }
+}
+
+/// `<sale>-inventory` with `sale.json`.
+pub(super) fn inventory_config_map(owner: &Owner<'_>, rendered: &Rendered) -> ConfigMap {
+    ConfigMap {
+        metadata: owner.object_meta(names::inventory_config(owner.sale), Component::Inventory),
+        data: Some(BTreeMap::from([(
+            INVENTORY_CONFIG_KEY.to_owned(),
+            rendered.text.clone(),
+        )])),
+        ..ConfigMap::default()
+    }
+}
+
+/// The `<sale>-degradation` ConfigMap at tier 0, created once when absent (the
+/// DegradationPolicy controller owns its content afterwards): data tier "0",
+/// generation "1", switches "{}", reason "initial: tier 0 when the sale was
+/// created", changedAt = the sale's metadata.creationTimestamp as RFC 3339
+/// (or "1970-01-01T00:00:00Z" if absent); same labels (component gateway) and
+/// owner reference.
+pub fn degradation_config_map(sale: &FlashSale) -> Result<ConfigMap, BuildError> {
+    let owner = Owner::new(sale)?;
+    // The creation time, not "now": the build stays pure, and a recreated map
+    // says truthfully that tier 0 dates from the sale's creation.
+    let changed_at = sale
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map_or_else(|| "1970-01-01T00:00:00Z".to_owned(), |t| t.0.to_string());
+    let data = [
+        ("tier", "0".to_owned()),
+        ("generation", "1".to_owned()),
+        ("switches", "{}".to_owned()),
+        (
+            "reason",
+            "initial: tier 0 when the sale was created".to_owned(),
+        ),
+        ("changedAt", changed_at),
+    ]
+    .into_iter()
+    .map(|(key, value)| (key.to_owned(), value))
+    .collect();
+    Ok(ConfigMap {
+        metadata: owner.object_meta(names::degradation(sale), Component::Gateway),
+        data: Some(data),
+        ..ConfigMap::default()
+    })
+}

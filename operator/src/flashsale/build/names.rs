@@ -1,0 +1,82 @@
+//! Names of a sale's children, in one place so the controller, the prune step
+//! and the tests agree on them.
+
+use crate::api::FlashSale;
+use kube::ResourceExt;
+
+/// The three workloads of a sale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Component {
+    /// The public entry.
+    Gateway,
+    /// Stock reservations in Redis.
+    Inventory,
+    /// Kafka → SQL order persistence.
+    OrderWriter,
+}
+
+impl Component {
+    /// Every component, in name order (so lists built from it are sorted).
+    pub const ALL: [Self; 3] = [Self::Gateway, Self::Inventory, Self::OrderWriter];
+
+    /// The `app.kubernetes.io/component` value and the suffix of child names.
+    pub const fn label(self) -> &'static str {
+        match self {
+            Self::Gateway => "gateway",
+            Self::Inventory => "inventory",
+            Self::OrderWriter => "order-writer",
+        }
+    }
+}
+
+/// `<sale>-<component>`: the Deployment, Service and PodDisruptionBudget of a
+/// workload.
+pub fn workload(sale: &FlashSale, component: Component) -> String {
+    child(&sale.name_any(), component.label())
+}
+
+/// `<sale>-degradation`: the switches ConfigMap the gateways watch.
+pub fn degradation(sale: &FlashSale) -> String {
+    child(&sale.name_any(), "degradation")
+}
+
+/// `<sale>-gateway`: the ConfigMap holding `gateway.json`.
+pub fn gateway_config(sale: &FlashSale) -> String {
+    workload(sale, Component::Gateway)
+}
+
+/// `<sale>-inventory`: the ConfigMap holding `sale.json`.
+pub fn inventory_config(sale: &FlashSale) -> String {
+    workload(sale, Component::Inventory)
+}
+
+/// `<sale>-gateway`: the gateway's HorizontalPodAutoscaler.
+pub fn gateway_autoscaler(sale: &FlashSale) -> String {
+    workload(sale, Component::Gateway)
+}
+
+/// `<sale>-gateway`: the ServiceAccount the gateway pods run as.
+pub fn gateway_service_account(sale: &FlashSale) -> String {
+    workload(sale, Component::Gateway)
+}
+
+/// `<sale>-gateway`: the Role letting the gateway read its degradation
+/// ConfigMap.
+pub fn gateway_role(sale: &FlashSale) -> String {
+    workload(sale, Component::Gateway)
+}
+
+/// `<sale>-gateway`: the RoleBinding of that Role to that ServiceAccount.
+pub fn gateway_role_binding(sale: &FlashSale) -> String {
+    workload(sale, Component::Gateway)
+}
+
+/// `flashsale-order-writer.<namespace>.<sale>`: one Kafka consumer group per
+/// sale, so two sales (or two namespaces) never share offsets.
+pub fn order_writer_group(namespace: &str, sale_name: &str) -> String {
+    format!("flashsale-order-writer.{namespace}.{sale_name}")
+}
+
+fn child(sale_name: &str, suffix: &str) -> String {
+    format!("{sale_name}-{suffix}")
+}

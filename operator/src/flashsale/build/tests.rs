@@ -1,0 +1,707 @@
+//! Focused checks of the build rules.
+
+use std::collections::BTreeMap;
+
+use anyhow::{Context, bail, ensure};
+use k8s_openapi::{
+    api::{apps::v1::Deployment, core::v1::PodTemplateSpec},
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+};
+use serde::Deserialize;
+
+use super::{
+    BuildError, CONFIG_HASH_ANNOTATION, Component, Desired, GATEWAY_CONFIG_KEY,
+    INVENTORY_CONFIG_KEY, Input, MANAGED_BY, Stage, build, degradation_config_map, fixtures, names,
+    secret_refs,
+};
+use crate::api::{Duration, FlashSale};
+
+fn build_at(sale: &FlashSale, stage: Stage) -> anyhow::Result<Desired> {
+    let images = fixtures::images();
+    Ok(build(&Input {
+        sale,
+        images: &images,
+        stage,
+    })?)
+}
+
+fn deployment<'a>(desired: &'a Desired, name: &str) -> anyhow::Result<&'a Deployment> {
+    desired
+        .deployments
+        .iter()
+        .find(|d| d.metadata.name.as_deref() == Some(name))
+        .with_context(|| format!("no Deployment {name}"))
+}
+
+fn replicas_of(desired: &Desired, sale: &FlashSale) -> anyhow::Result<Vec<Option<i32>>> {
+    Component::ALL
+        .iter()
+        .map(|&c| {
+            let d = deployment(desired, &names::workload(sale, c))?;
+            Ok(d.spec.replicas)
+        })
+        .collect()
+}
+
+fn template<'a>(desired: &'a Desired, name: &str) -> anyhow::Result<&'a PodTemplateSpec> {
+    Ok(&deployment(desired, name)?.spec.template)
+}
+
+fn config_data<'a>(desired: &'a Desired, name: &str, key: &str) -> anyhow::Result<&'a str> {
+    desired
+        .config_maps
+        .iter()
+        .find(|c| c.metadata.name.as_deref() == Some(name))
+        .and_then(|c| c.data.as_ref())
+        .and_then(|d| d.get(key))
+        .map(String::as_str)
+        .with_context(|| format!("no ConfigMap {name} with {key}"))
+}
+
+fn hash_of(desired: &Desired, name: &str) -> anyhow::Result<String> {
+    template(desired, name)?
+        .metadata
+        .as_ref()
+        .and_then(|m| m.annotations.as_ref())
+        .and_then(|a| a.get(CONFIG_HASH_ANNOTATION))
+        .cloned()
+        .with_context(|| format!("{name} has no config hash"))
+}
+
+#[test]
+fn replicas_follow_the_stage_without_autoscaling() -> anyhow::Result<()> {
+    // Gateway 3, inventory default 2, order-writer default 2.
+    let sale = fixtures::small_sale()?;
+    for (stage, expected) in [
+        (Stage::Pending, [Some(1), Some(1), Some(1)]),
+        (Stage::Active, [Some(3), Some(2), Some(2)]),
+        (Stage::Ending, [Some(1), Some(1), Some(2)]),
+        (Stage::Drained, [Some(0), Some(0), Some(0)]),
+    ] {
+        let desired = build_at(&sale, stage)?;
+        assert_eq!(replicas_of(&desired, &sale)?, expected, "{stage:?}");
+        assert!(desired.horizontal_pod_autoscalers.is_empty(), "{stage:?}");
+    }
+    Ok(())
+}
+
+#[test]
+fn replicas_follow_the_stage_with_autoscaling() -> anyhow::Result<()> {
+    // Gateway autoscaled 6..60, inventory 4, order-writer 6.
+    let sale = fixtures::big_sale()?;
+    for (stage, expected, hpas) in [
+        (Stage::Pending, [Some(1), Some(1), Some(1)], 0),
+        (Stage::Active, [None, Some(4), Some(6)], 1),
+        (Stage::Ending, [Some(1), Some(1), Some(6)], 0),
+        (Stage::Drained, [Some(0), Some(0), Some(0)], 0),
+    ] {
+        let desired = build_at(&sale, stage)?;
+        assert_eq!(replicas_of(&desired, &sale)?, expected, "{stage:?}");
+        assert_eq!(desired.horizontal_pod_autoscalers.len(), hpas, "{stage:?}");
+    }
+    let desired = build_at(&sale, Stage::Active)?;
+    let hpa = desired
+        .horizontal_pod_autoscalers
+        .first()
+        .map(|h| &h.spec)
+        .context("no HPA")?;
+    assert_eq!(hpa.scale_target_ref.name, "singles-day-gateway");
+    assert_eq!(hpa.scale_target_ref.kind, "Deployment");
+    assert_eq!(hpa.scale_target_ref.api_version.as_deref(), Some("apps/v1"));
+    assert_eq!((hpa.min_replicas, hpa.max_replicas), (Some(6), 60));
+    let target = hpa
+        .metrics
+        .as_ref()
+        .and_then(|m| m.first())
+        .and_then(|m| m.resource.as_ref())
+        .context("cpu metric")?;
+    assert_eq!(target.name, "cpu");
+    assert_eq!(target.target.type_, "Utilization");
+    assert_eq!(target.target.average_utilization, Some(60));
+    Ok(())
+}
+
+#[test]
+fn a_workload_switched_off_stays_off_before_and_after_the_sale() -> anyhow::Result<()> {
+    let mut sale = fixtures::small_sale()?;
+    sale.spec.inventory.workload.replicas = Some(0);
+    for (stage, expected) in [
+        (Stage::Pending, [Some(1), Some(0), Some(1)]),
+        (Stage::Active, [Some(3), Some(0), Some(2)]),
+        (Stage::Ending, [Some(1), Some(0), Some(2)]),
+    ] {
+        let desired = build_at(&sale, stage)?;
+        assert_eq!(replicas_of(&desired, &sale)?, expected, "{stage:?}");
+    }
+    Ok(())
+}
+
+/// Every object's metadata, with its kind for messages.
+fn all_metadata(desired: &Desired) -> Vec<(&'static str, &ObjectMeta)> {
+    let mut all = Vec::new();
+    all.extend(
+        desired
+            .deployments
+            .iter()
+            .map(|o| ("Deployment", &o.metadata)),
+    );
+    all.extend(desired.services.iter().map(|o| ("Service", &o.metadata)));
+    all.extend(
+        desired
+            .config_maps
+            .iter()
+            .map(|o| ("ConfigMap", &o.metadata)),
+    );
+    all.extend(
+        desired
+            .pod_disruption_budgets
+            .iter()
+            .map(|o| ("PodDisruptionBudget", &o.metadata)),
+    );
+    all.extend(
+        desired
+            .horizontal_pod_autoscalers
+            .iter()
+            .map(|o| ("HorizontalPodAutoscaler", &o.metadata)),
+    );
+    all.extend(
+        desired
+            .service_accounts
+            .iter()
+            .map(|o| ("ServiceAccount", &o.metadata)),
+    );
+    all.extend(desired.roles.iter().map(|o| ("Role", &o.metadata)));
+    all.extend(
+        desired
+            .role_bindings
+            .iter()
+            .map(|o| ("RoleBinding", &o.metadata)),
+    );
+    all
+}
+
+fn check_labels(
+    what: &str,
+    labels: Option<&BTreeMap<String, String>>,
+    sale: &str,
+) -> anyhow::Result<()> {
+    let labels = labels.with_context(|| format!("{what} has no labels"))?;
+    let get = |key: &str| labels.get(key).map(String::as_str);
+    ensure!(
+        get("app.kubernetes.io/managed-by") == Some(MANAGED_BY),
+        "{what}: managed-by"
+    );
+    ensure!(
+        get("app.kubernetes.io/part-of") == Some(sale),
+        "{what}: part-of"
+    );
+    let component = get("app.kubernetes.io/component");
+    ensure!(
+        matches!(component, Some("gateway" | "inventory" | "order-writer")),
+        "{what}: component {component:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn every_object_carries_the_design_labels_and_one_controller_owner() -> anyhow::Result<()> {
+    for sale in [fixtures::big_sale()?, fixtures::small_sale()?] {
+        let uid = sale.metadata.uid.clone().context("fixture uid")?;
+        let name = sale.metadata.name.clone().context("fixture name")?;
+        let desired = build_at(&sale, Stage::Active)?;
+        let degradation = degradation_config_map(&sale)?;
+        let mut all = all_metadata(&desired);
+        all.push(("ConfigMap", &degradation.metadata));
+        assert_eq!(all.len(), if name == "singles-day" { 16 } else { 15 });
+        for (kind, meta) in all {
+            let what = format!("{kind} {:?}", meta.name);
+            check_labels(&what, meta.labels.as_ref(), &name)?;
+            ensure!(
+                meta.namespace.as_deref() == Some("shop"),
+                "{what}: namespace"
+            );
+            let owners = meta.owner_references.as_deref().unwrap_or_default();
+            let [owner] = owners else {
+                bail!("{what}: {} owner references", owners.len());
+            };
+            ensure!(owner.uid == uid, "{what}: owner uid");
+            ensure!(owner.controller == Some(true), "{what}: controller");
+            ensure!(owner.block_owner_deletion == Some(true), "{what}: block");
+            ensure!(owner.kind == "FlashSale", "{what}: owner kind");
+            ensure!(
+                owner.api_version == "flashsale.dev/v1alpha1",
+                "{what}: group"
+            );
+        }
+        for d in &desired.deployments {
+            let what = format!("pod template of {:?}", d.metadata.name);
+            let spec = &d.spec;
+            let pod_labels = spec
+                .template
+                .metadata
+                .as_ref()
+                .and_then(|m| m.labels.as_ref());
+            check_labels(&what, pod_labels, &name)?;
+            // The selector must select the pods, and be part-of + component only.
+            let selector = spec.selector.match_labels.as_ref().context("selector")?;
+            ensure!(selector.len() == 2, "{what}: selector {selector:?}");
+            for (key, value) in selector {
+                ensure!(
+                    pod_labels.and_then(|l| l.get(key)) == Some(value),
+                    "{what}: selector {key}"
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn every_kind_is_sorted_by_name() -> anyhow::Result<()> {
+    let sale = fixtures::big_sale()?;
+    let desired = build_at(&sale, Stage::Active)?;
+    let names = |metas: Vec<&ObjectMeta>| -> Vec<String> {
+        metas.iter().filter_map(|m| m.name.clone()).collect()
+    };
+    let workloads = vec![
+        "singles-day-gateway".to_owned(),
+        "singles-day-inventory".to_owned(),
+        "singles-day-order-writer".to_owned(),
+    ];
+    assert_eq!(
+        names(desired.deployments.iter().map(|d| &d.metadata).collect()),
+        workloads
+    );
+    assert_eq!(
+        names(desired.services.iter().map(|d| &d.metadata).collect()),
+        workloads
+    );
+    assert_eq!(
+        names(
+            desired
+                .pod_disruption_budgets
+                .iter()
+                .map(|d| &d.metadata)
+                .collect()
+        ),
+        workloads
+    );
+    assert_eq!(
+        names(desired.config_maps.iter().map(|d| &d.metadata).collect()),
+        ["singles-day-gateway", "singles-day-inventory"]
+    );
+    Ok(())
+}
+
+/// The gateway's `GatewayConfig` (workloads/gateway/src/config.rs), with the
+/// schedule fields being added to it, refusing unknown fields like it does.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[allow(dead_code)] // Parsing is the check; not every field is read back.
+struct GatewayConfig {
+    sale: String,
+    items: Vec<GatewayItem>,
+    rate_limit: RateLimit,
+    waiting_room: WaitingRoom,
+    concurrency: Concurrency,
+    opens_at: String,
+    closes_at: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct GatewayItem {
+    sku: String,
+    price_minor: i64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RateLimit {
+    per_user_per_second: u32,
+    burst: u32,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct WaitingRoom {
+    enabled: bool,
+    admit_per_second: u32,
+    pass_ttl_seconds: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Concurrency {
+    min_limit: usize,
+    max_limit: usize,
+    tier0_reserved_percent: u32,
+}
+
+#[test]
+fn gateway_json_parses_as_the_gateway_expects() -> anyhow::Result<()> {
+    let mut sale = fixtures::big_sale()?;
+    // 90.5 s must not become 90 s: a pass never expires early.
+    sale.spec.gateway.waiting_room.pass_ttl = Duration::from_millis(90_500);
+    let desired = build_at(&sale, Stage::Active)?;
+    let text = config_data(&desired, "singles-day-gateway", GATEWAY_CONFIG_KEY)?;
+    let config: GatewayConfig = serde_json::from_str(text)?;
+    assert_eq!(config.sale, "singles-day");
+    assert_eq!(config.rate_limit.per_user_per_second, 3, "2.5 rounds up");
+    assert_eq!(config.rate_limit.burst, 5);
+    assert!(config.waiting_room.enabled);
+    assert_eq!(config.waiting_room.admit_per_second, 2000);
+    assert_eq!(config.waiting_room.pass_ttl_seconds, 91);
+    assert_eq!(
+        (config.concurrency.min_limit, config.concurrency.max_limit),
+        (50, 2000)
+    );
+    assert_eq!(config.concurrency.tier0_reserved_percent, 40);
+    assert_eq!(config.items.len(), 2);
+    assert_eq!(
+        (config.items[0].sku.as_str(), config.items[0].price_minor),
+        ("PHONE-X-256", 399_900)
+    );
+    // +08:00 in the spec, UTC in the config.
+    assert_eq!(config.opens_at, "2026-11-10T16:00:00Z");
+    assert_eq!(config.closes_at, "2026-11-10T18:00:00Z");
+    Ok(())
+}
+
+#[test]
+fn a_whole_rate_stays_and_a_tiny_one_becomes_one() -> anyhow::Result<()> {
+    let mut sale = fixtures::small_sale()?;
+    for (rate, expected) in [(2.0, 2), (0.01, 1), (5.000_1, 6)] {
+        sale.spec.gateway.rate_limit.per_user_per_second = rate;
+        let desired = build_at(&sale, Stage::Active)?;
+        let text = config_data(&desired, "weekend-deal-gateway", GATEWAY_CONFIG_KEY)?;
+        let config: GatewayConfig = serde_json::from_str(text)?;
+        assert_eq!(config.rate_limit.per_user_per_second, expected, "{rate}");
+    }
+    Ok(())
+}
+
+/// The inventory's `SaleDefinition` (workloads/inventory/src/store.rs).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct SaleDefinition {
+    sale: String,
+    reservation_ttl_ms: u64,
+    items: Vec<InventoryItem>,
+}
+
+#[derive(Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct InventoryItem {
+    sku: String,
+    stock: u64,
+    per_user_limit: u64,
+    shards: u32,
+}
+
+#[test]
+fn sale_json_parses_as_the_inventory_expects() -> anyhow::Result<()> {
+    let sale = fixtures::big_sale()?;
+    let desired = build_at(&sale, Stage::Pending)?;
+    let text = config_data(&desired, "singles-day-inventory", INVENTORY_CONFIG_KEY)?;
+    let definition: SaleDefinition = serde_json::from_str(text)?;
+    assert_eq!(definition.sale, "singles-day");
+    assert_eq!(definition.reservation_ttl_ms, 15 * 60 * 1000);
+    assert_eq!(
+        definition.items,
+        [
+            InventoryItem {
+                sku: "PHONE-X-256".to_owned(),
+                stock: 10_000,
+                per_user_limit: 1,
+                shards: 8
+            },
+            InventoryItem {
+                sku: "PHONE-CASE".to_owned(),
+                stock: 200_000,
+                per_user_limit: 5,
+                shards: 1
+            },
+        ]
+    );
+    Ok(())
+}
+
+#[test]
+fn a_negative_stock_is_refused_with_its_field() -> anyhow::Result<()> {
+    let mut sale = fixtures::small_sale()?;
+    sale.spec.items[0].stock = -1;
+    match build_at(&sale, Stage::Active) {
+        Err(err) => {
+            let message = err.to_string();
+            assert!(message.contains("spec.items[].stock"), "{message}");
+            Ok(())
+        }
+        Ok(_) => bail!("a negative stock was rendered"),
+    }
+}
+
+#[test]
+fn the_gateway_role_reads_only_its_degradation_config_map() -> anyhow::Result<()> {
+    let sale = fixtures::big_sale()?;
+    let desired = build_at(&sale, Stage::Active)?;
+    let [role] = desired.roles.as_slice() else {
+        bail!("{} roles", desired.roles.len());
+    };
+    let rules = role.rules.as_deref().unwrap_or_default();
+    let [rule] = rules else {
+        bail!("{} rules", rules.len());
+    };
+    assert_eq!(rule.api_groups.as_deref(), Some(&[String::new()][..]));
+    assert_eq!(
+        rule.resources.as_deref(),
+        Some(&["configmaps".to_owned()][..])
+    );
+    assert_eq!(
+        rule.resource_names.as_deref(),
+        Some(&["singles-day-degradation".to_owned()][..])
+    );
+    assert_eq!(rule.verbs, ["get", "list", "watch"]);
+    assert!(rule.non_resource_urls.is_none());
+
+    let [binding] = desired.role_bindings.as_slice() else {
+        bail!("{} role bindings", desired.role_bindings.len());
+    };
+    assert_eq!(binding.role_ref.kind, "Role");
+    assert_eq!(binding.role_ref.name, "singles-day-gateway");
+    let subjects = binding.subjects.as_deref().unwrap_or_default();
+    let [subject] = subjects else {
+        bail!("{} subjects", subjects.len());
+    };
+    assert_eq!(
+        (subject.kind.as_str(), subject.name.as_str()),
+        ("ServiceAccount", "singles-day-gateway")
+    );
+    assert_eq!(subject.namespace.as_deref(), Some("shop"));
+    let gateway_pod = template(&desired, "singles-day-gateway")?
+        .spec
+        .as_ref()
+        .context("pod spec")?;
+    assert_eq!(
+        gateway_pod.service_account_name.as_deref(),
+        Some("singles-day-gateway")
+    );
+    Ok(())
+}
+
+#[test]
+fn config_hash_follows_the_config_not_the_size() -> anyhow::Result<()> {
+    let sale = fixtures::big_sale()?;
+    let base = build_at(&sale, Stage::Active)?;
+    let hashes = |desired: &Desired| -> anyhow::Result<Vec<String>> {
+        Component::ALL
+            .iter()
+            .map(|&c| hash_of(desired, &names::workload(&sale, c)))
+            .collect()
+    };
+    let before = hashes(&base)?;
+    assert!(before.iter().all(|h| h.len() == 16), "{before:?}");
+
+    let mut resized = sale.clone();
+    resized.spec.inventory.workload.replicas = Some(9);
+    resized.spec.order_writer.workload.replicas = Some(1);
+    resized.spec.gateway.workload.replicas = Some(7);
+    assert_eq!(hashes(&build_at(&resized, Stage::Active)?)?, before);
+    assert_eq!(hashes(&build_at(&sale, Stage::Pending)?)?, before);
+
+    let mut repriced = sale.clone();
+    repriced.spec.items[0].price_minor += 100;
+    let after = hashes(&build_at(&repriced, Stage::Active)?)?;
+    assert_ne!(after[0], before[0], "the gateway prices items");
+    assert_eq!(after[1..], before[1..], "the others do not see prices");
+
+    let mut restocked = sale.clone();
+    restocked.spec.items[0].stock += 1;
+    let after = hashes(&build_at(&restocked, Stage::Active)?)?;
+    assert_ne!(after[1], before[1], "the inventory loads stock");
+
+    let mut rebatched = sale.clone();
+    rebatched.spec.order_writer.database.batch_size = 500;
+    let after = hashes(&build_at(&rebatched, Stage::Active)?)?;
+    assert_ne!(after[2], before[2], "the order-writer's settings");
+    Ok(())
+}
+
+#[test]
+fn secret_refs_lists_every_mounted_ref_with_its_path() -> anyhow::Result<()> {
+    let sale = fixtures::big_sale()?;
+    let refs: Vec<_> = secret_refs(&sale)
+        .into_iter()
+        .map(|(path, secret)| (path, secret.name.as_str(), secret.key.as_str()))
+        .collect();
+    assert_eq!(
+        refs,
+        [
+            (
+                "spec.gateway.auth.hs256SecretRef",
+                "singles-day-jwt",
+                "hs256"
+            ),
+            (
+                "spec.gateway.waitingRoom.ticketSecretRef",
+                "singles-day-waiting-room",
+                "hmac-key"
+            ),
+            (
+                "spec.inventory.redis.urlSecretRef",
+                "singles-day-redis",
+                "url"
+            ),
+            (
+                "spec.orderWriter.database.urlSecretRef",
+                "singles-day-db",
+                "url"
+            ),
+        ]
+    );
+
+    let small = fixtures::small_sale()?;
+    let refs: Vec<_> = secret_refs(&small).into_iter().map(|(p, _)| p).collect();
+    assert_eq!(
+        refs,
+        [
+            "spec.gateway.auth.rs256PublicKeySecretRef",
+            "spec.orderWriter.database.urlSecretRef"
+        ]
+    );
+
+    // A disabled waiting room mounts no key, so its ref is not required.
+    let mut closed = sale;
+    closed.spec.gateway.waiting_room.enabled = false;
+    assert!(
+        secret_refs(&closed)
+            .iter()
+            .all(|(p, _)| !p.contains("waitingRoom"))
+    );
+    Ok(())
+}
+
+#[test]
+fn every_secret_ref_is_what_the_pods_mount() -> anyhow::Result<()> {
+    for sale in [fixtures::big_sale()?, fixtures::small_sale()?] {
+        let desired = build_at(&sale, Stage::Active)?;
+        let mut used = Vec::new();
+        for d in &desired.deployments {
+            let pod = d.spec.template.spec.as_ref().context("pod spec")?;
+            for volume in pod.volumes.iter().flatten() {
+                if let Some(secret) = &volume.secret {
+                    for item in secret.items.iter().flatten() {
+                        used.push((
+                            secret.secret_name.clone().unwrap_or_default(),
+                            item.key.clone(),
+                        ));
+                    }
+                }
+            }
+            for env in pod.containers.iter().flat_map(|c| c.env.iter().flatten()) {
+                if let Some(secret) = env
+                    .value_from
+                    .as_ref()
+                    .and_then(|v| v.secret_key_ref.as_ref())
+                {
+                    used.push((secret.name.clone(), secret.key.clone()));
+                }
+            }
+        }
+        used.sort();
+        used.dedup();
+        let mut listed: Vec<_> = secret_refs(&sale)
+            .into_iter()
+            .map(|(_, s)| (s.name.clone(), s.key.clone()))
+            .collect();
+        listed.sort();
+        assert_eq!(used, listed);
+    }
+    Ok(())
+}
+
+#[test]
+fn missing_metadata_is_an_error() -> anyhow::Result<()> {
+    for (field, clear) in [
+        (
+            "uid",
+            (|s: &mut FlashSale| s.metadata.uid = None) as fn(&mut FlashSale),
+        ),
+        ("namespace", |s| s.metadata.namespace = None),
+        ("name", |s| s.metadata.name = None),
+    ] {
+        let mut sale = fixtures::small_sale()?;
+        clear(&mut sale);
+        match build_at(&sale, Stage::Active) {
+            Err(err) => match err.downcast_ref::<BuildError>() {
+                Some(BuildError::MissingMetadata(missing)) => assert_eq!(*missing, field),
+                other => bail!("{field}: unexpected {other:?}"),
+            },
+            Ok(_) => bail!("built without metadata.{field}"),
+        }
+        ensure!(
+            matches!(
+                degradation_config_map(&sale),
+                Err(BuildError::MissingMetadata(missing)) if missing == field
+            ),
+            "degradation map without metadata.{field}"
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn the_degradation_map_starts_at_tier_zero() -> anyhow::Result<()> {
+    let sale = fixtures::small_sale()?;
+    let map = degradation_config_map(&sale)?;
+    assert_eq!(
+        map.metadata.name.as_deref(),
+        Some("weekend-deal-degradation")
+    );
+    let data = map.data.context("data")?;
+    let get = |key: &str| data.get(key).map(String::as_str);
+    assert_eq!(get("tier"), Some("0"));
+    assert_eq!(get("generation"), Some("1"));
+    assert_eq!(get("switches"), Some("{}"));
+    assert_eq!(get("changedAt"), Some("2026-06-01T09:30:00Z"));
+    assert_eq!(
+        map.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("app.kubernetes.io/component"))
+            .map(String::as_str),
+        Some("gateway")
+    );
+
+    let mut undated = sale;
+    undated.metadata.creation_timestamp = None;
+    let data = degradation_config_map(&undated)?.data.context("data")?;
+    assert_eq!(
+        data.get("changedAt").map(String::as_str),
+        Some("1970-01-01T00:00:00Z")
+    );
+    Ok(())
+}
+
+#[test]
+fn the_order_writer_gets_one_consumer_group_per_sale() -> anyhow::Result<()> {
+    let sale = fixtures::big_sale()?;
+    let desired = build_at(&sale, Stage::Active)?;
+    let pod = template(&desired, "singles-day-order-writer")?
+        .spec
+        .as_ref()
+        .context("pod spec")?;
+    let env: BTreeMap<_, _> = pod
+        .containers
+        .iter()
+        .flat_map(|c| c.env.iter().flatten())
+        .map(|e| (e.name.as_str(), e.value.as_deref()))
+        .collect();
+    assert_eq!(
+        env.get("ORDER_WRITER_GROUP"),
+        Some(&Some("flashsale-order-writer.shop.singles-day"))
+    );
+    assert_eq!(env.get("ORDER_WRITER_FLUSH_INTERVAL_MS"), Some(&Some("50")));
+    assert_eq!(pod.automount_service_account_token, Some(false));
+    Ok(())
+}

@@ -1,0 +1,354 @@
+//! One reconcile of a FlashSale: gather → validate → build → apply → prune →
+//! status, then sleep exactly until the next phase change (or the next status
+//! refresh, whichever comes first).
+
+use std::{sync::Arc, time::Instant};
+
+use jiff::Timestamp;
+use k8s_openapi::api::{
+    autoscaling::v2::HorizontalPodAutoscaler,
+    core::v1::{Pod, Secret},
+};
+use kube::{Api, ResourceExt, api::ListParams, runtime::controller::Action};
+
+use super::{
+    build::{self, Component, Input, Stage},
+    lifecycle::{self, Timeline},
+    status::{self, Blocker, Drain, Observation, WorkloadView},
+};
+use crate::{
+    api::{
+        FlashSale,
+        conditions::{DRAINED, reasons},
+        flashsale::SalePhase,
+    },
+    apply::{self, Namespaced},
+    context::Context,
+    error::Error,
+    validate,
+};
+
+/// The controller's name in metrics and logs.
+pub const CONTROLLER: &str = "flashsale";
+
+/// Reconciles one sale; every error is also a Warning Event and a metric.
+pub async fn reconcile(sale: Arc<FlashSale>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let result = reconcile_sale(&sale, &ctx).await;
+    ctx.metrics
+        .reconciled(CONTROLLER, result.is_ok(), started.elapsed());
+    match &result {
+        Ok(_) => {}
+        // A replica that lost the lease must not write, Events included.
+        Err(Error::NotLeader) => ctx.metrics.failed(CONTROLLER, Error::NotLeader.reason()),
+        Err(err) => {
+            tracing::warn!(sale = %key(&sale), reason = err.reason(), %err, "reconcile failed");
+            ctx.metrics.failed(CONTROLLER, err.reason());
+            ctx.event(sale.as_ref(), true, err.reason(), err.to_string())
+                .await;
+        }
+    }
+    result
+}
+
+/// After a failed reconcile: retry with per-sale exponential backoff.
+pub fn error_policy(sale: Arc<FlashSale>, _err: &Error, ctx: Arc<Context>) -> Action {
+    Action::requeue(ctx.backoff(&key(&sale)))
+}
+
+fn key(sale: &FlashSale) -> String {
+    format!(
+        "{}/{}",
+        sale.namespace().unwrap_or_default(),
+        sale.name_any()
+    )
+}
+
+async fn reconcile_sale(sale: &FlashSale, ctx: &Context) -> Result<Action, Error> {
+    // A sale being deleted is left to the garbage collector: applying its
+    // children again would recreate what the collector removes.
+    if sale.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let namespace = sale
+        .namespace()
+        .ok_or(Error::MissingMetadata("metadata.namespace"))?;
+    let now = ctx.clock.now();
+    let old = sale.status.as_ref();
+    let generation = sale.metadata.generation;
+
+    // validate, then gather what the spec refers to.
+    let problems = validate::flash_sale(&sale.spec);
+    let blocker = if problems.is_empty() {
+        missing_secret(ctx, &namespace, sale).await?
+    } else {
+        let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        Some(Blocker {
+            reason: reasons::INVALID_SPEC,
+            message: list.join("; "),
+        })
+    };
+    if let Some(blocker) = blocker {
+        let new = status::blocked(old, generation, &blocker, now);
+        write_status(ctx, sale, &new, Some(&blocker)).await?;
+        // A bad spec waits for an edit; a missing Secret cannot be watched
+        // for cheaply, so it is looked for again, less and less often.
+        return Ok(if blocker.reason == reasons::INVALID_SPEC {
+            Action::await_change()
+        } else {
+            Action::requeue(ctx.backoff(&key(sale)))
+        });
+    }
+
+    let timeline = Timeline::of(&sale.spec);
+    let (phase, next) = timeline.phase_at(now);
+    let settled = timeline.settled(now);
+    let drain = drain(ctx, &namespace, sale, phase, &timeline, settled).await;
+    let stage = lifecycle::stage(phase, settled, drain == Drain::Drained);
+
+    // build (pure) and apply.
+    let desired = build::build(&Input {
+        sale,
+        images: &ctx.settings.images,
+        stage,
+    })?;
+    let degradation = build::degradation_config_map(sale)?;
+    let skus: Vec<String> = sale.spec.items.iter().map(|i| i.sku.clone()).collect();
+    // The writes and the stock reading are independent: run them together,
+    // so a transition shows in the status a few round trips after its time.
+    let writes = async {
+        let workloads = apply_all(ctx, &desired).await?;
+        apply::create_if_absent(ctx, CONTROLLER, &degradation).await?;
+        prune(ctx, &namespace, sale, &desired).await?;
+        Ok::<_, Error>(workloads)
+    };
+    let stock = async {
+        if stage == Stage::Drained {
+            return None;
+        }
+        Some(
+            ctx.probe
+                .stock(&namespace, &sale.name_any(), &skus)
+                .await
+                .map_err(|err| err.to_string()),
+        )
+    };
+    let (workloads, stock) = tokio::join!(writes, stock);
+    let workloads = workloads?;
+    let seen = Observation {
+        phase,
+        next_transition: next,
+        workloads,
+        stock,
+        drain,
+    };
+    let new = status::observed(old, generation, &seen, now);
+    write_status(ctx, sale, &new, None).await?;
+    ctx.reset_backoff(&key(sale));
+    tracing::debug!(sale = %key(sale), ?phase, ?stage, next = ?next, "reconciled");
+    Ok(requeue(ctx, now, next, stage))
+}
+
+/// Wakes at the next phase change, or sooner to refresh replicas and stock
+/// while anything runs.
+fn requeue(ctx: &Context, now: Timestamp, next: Option<Timestamp>, stage: Stage) -> Action {
+    let until_next = next.map(|at| {
+        let wait = at.duration_since(now);
+        // Round up, so the wake-up is never a hair before the change.
+        std::time::Duration::try_from(wait)
+            .unwrap_or_default()
+            .saturating_add(std::time::Duration::from_millis(1))
+    });
+    let refresh = (stage != Stage::Drained).then_some(ctx.settings.refresh);
+    match (until_next, refresh) {
+        (Some(a), Some(b)) => Action::requeue(a.min(b)),
+        (Some(a), None) | (None, Some(a)) => Action::requeue(a),
+        (None, None) => Action::await_change(),
+    }
+}
+
+/// The first Secret the spec names that does not exist or lacks its key.
+async fn missing_secret(
+    ctx: &Context,
+    namespace: &str,
+    sale: &FlashSale,
+) -> Result<Option<Blocker>, Error> {
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
+    for (field, reference) in build::secret_refs(sale) {
+        let secret = api
+            .get_opt(&reference.name)
+            .await
+            .map_err(|source| Error::Kube {
+                action: "read",
+                kind: "Secret",
+                name: reference.name.clone(),
+                source,
+            })?;
+        let Some(secret) = secret else {
+            return Ok(Some(Blocker {
+                reason: reasons::SECRET_MISSING,
+                message: format!(
+                    "Secret {namespace}/{} ({field}) does not exist; create it with key {:?}",
+                    reference.name, reference.key
+                ),
+            }));
+        };
+        let has_key = secret
+            .data
+            .as_ref()
+            .is_some_and(|d| d.contains_key(&reference.key))
+            || secret
+                .string_data
+                .as_ref()
+                .is_some_and(|d| d.contains_key(&reference.key));
+        if !has_key {
+            return Ok(Some(Blocker {
+                reason: reasons::SECRET_KEY_MISSING,
+                message: format!(
+                    "Secret {namespace}/{} ({field}) has no key {:?}",
+                    reference.name, reference.key
+                ),
+            }));
+        }
+    }
+    Ok(None)
+}
+
+/// Where the order-writer's drain stands. Its lag is read only once the
+/// sale is settled, and `Drained` is sticky: after scaling to zero there is
+/// nobody left to ask.
+async fn drain(
+    ctx: &Context,
+    namespace: &str,
+    sale: &FlashSale,
+    phase: SalePhase,
+    timeline: &Timeline,
+    settled: bool,
+) -> Drain {
+    if phase != SalePhase::Ended {
+        return Drain::NotEnded;
+    }
+    if sale
+        .status
+        .as_ref()
+        .is_some_and(|s| s.observed.is_true(DRAINED))
+    {
+        return Drain::Drained;
+    }
+    if !settled {
+        return Drain::Settling(timeline.settled_at);
+    }
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+    let selector = build::selector(&sale.name_any(), Component::OrderWriter)
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let ips = match pods.list(&ListParams::default().labels(&selector)).await {
+        Ok(list) => list
+            .items
+            .iter()
+            .filter_map(|p| p.status.as_ref()?.pod_ip.clone())
+            .collect::<Vec<_>>(),
+        Err(err) => return Drain::Lag(Err(format!("listing the order-writer's pods: {err}"))),
+    };
+    if ips.is_empty() {
+        return Drain::Lag(Err("no order-writer pod has an address".into()));
+    }
+    match ctx.probe.writer_lag(&ips).await {
+        Ok(0) => Drain::Drained,
+        Ok(lag) => Drain::Lag(Ok(lag)),
+        Err(err) => Drain::Lag(Err(err.to_string())),
+    }
+}
+
+/// Applies every desired object; returns the Deployments as the apiserver
+/// now holds them, for the status.
+async fn apply_all(ctx: &Context, desired: &build::Desired) -> Result<Vec<WorkloadView>, Error> {
+    // Two waves of concurrent applies: what the pods refer to (identity,
+    // configuration) first, so new pods never start without it.
+    tokio::try_join!(
+        apply_each(ctx, &desired.service_accounts),
+        apply_each(ctx, &desired.roles),
+        apply_each(ctx, &desired.role_bindings),
+        apply_each(ctx, &desired.config_maps),
+        apply_each(ctx, &desired.services),
+        apply_each(ctx, &desired.pod_disruption_budgets),
+    )?;
+    let (deployments, _) = tokio::try_join!(
+        apply_each(ctx, &desired.deployments),
+        apply_each(ctx, &desired.horizontal_pod_autoscalers),
+    )?;
+    Ok(deployments
+        .iter()
+        .filter_map(|d| {
+            let component = d.labels().get("app.kubernetes.io/component")?;
+            let component = Component::ALL
+                .into_iter()
+                .find(|c| c.label() == component)?;
+            Some(WorkloadView::of(component.label(), d))
+        })
+        .collect())
+}
+
+async fn apply_each<K: Namespaced>(ctx: &Context, objects: &[K]) -> Result<Vec<K>, Error> {
+    futures::future::try_join_all(objects.iter().map(|o| apply::apply(ctx, CONTROLLER, o))).await
+}
+
+/// Deletes what the sale may have but no longer needs. Every other child
+/// exists in every stage, so only the gateway's HPA can go stale.
+async fn prune(
+    ctx: &Context,
+    namespace: &str,
+    sale: &FlashSale,
+    desired: &build::Desired,
+) -> Result<(), Error> {
+    let uid = sale.uid().ok_or(Error::MissingMetadata("metadata.uid"))?;
+    let hpa = build::names::gateway_autoscaler(sale);
+    if desired.horizontal_pod_autoscalers.is_empty() {
+        apply::delete_owned::<HorizontalPodAutoscaler>(ctx, CONTROLLER, namespace, &hpa, &uid)
+            .await?;
+    }
+    Ok(())
+}
+
+/// Writes the status when it changed; publishes an Event when the phase or
+/// the blocker changed, so `kubectl describe` tells the story.
+async fn write_status(
+    ctx: &Context,
+    sale: &FlashSale,
+    new: &crate::api::FlashSaleStatus,
+    blocker: Option<&Blocker>,
+) -> Result<(), Error> {
+    let old = sale.status.clone().unwrap_or_default();
+    if &old == new {
+        return Ok(());
+    }
+    let value = serde_json::to_value(new)?;
+    apply::apply_status(ctx, CONTROLLER, sale, value).await?;
+    if let Some(blocker) = blocker {
+        let was = old
+            .observed
+            .get(crate::api::conditions::STALLED)
+            .map(|c| c.reason.as_str());
+        if was != Some(blocker.reason) {
+            ctx.event(sale, true, blocker.reason, blocker.message.clone())
+                .await;
+        }
+    } else if old.phase != new.phase
+        && let Some(phase) = new.phase
+    {
+        let from = old
+            .phase
+            .map(|p| format!("{p:?}"))
+            .unwrap_or_else(|| "new".into());
+        ctx.event(
+            sale,
+            false,
+            reasons::PHASE_CHANGED,
+            format!("{from} → {phase:?}"),
+        )
+        .await;
+    }
+    Ok(())
+}

@@ -1,1 +1,0 @@
-//! Leader election through a coordination.k8s.io Lease.

@@ -1,0 +1,214 @@
+//! `flashsale-operator run`: the operator process. It checks the CRDs are
+//! installed, takes part in leader election, runs the controllers while it
+//! leads, and serves `/metrics`, `/healthz` and `/readyz` throughout.
+
+use std::{sync::Arc, time::Duration};
+
+use anyhow::Context as _;
+use clap::Args;
+use flashsale_runtime::{Process, Readiness, RuntimeArgs, Shutdown};
+use kube::{Api, Client, CustomResourceExt};
+
+use crate::{
+    api::{self, FlashSale},
+    clock::SystemClock,
+    context::{Context, Settings},
+    flashsale::{self, build::Images, probe::Probe},
+    leader::{self, Leadership, LeaseSettings},
+    metrics::OperatorMetrics,
+};
+
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Flags of `flashsale-operator run`.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// Watch FlashSales (and manage their children) in this namespace only;
+    /// all namespaces when not given.
+    #[arg(long, env = "WATCH_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Default image of the gateway (a sale's `gateway.image` overrides it).
+    #[arg(long, env = "GATEWAY_IMAGE", default_value = concat!("ghcr.io/flashsale-dev/gateway:", env!("CARGO_PKG_VERSION")))]
+    pub gateway_image: String,
+    /// Default image of the inventory.
+    #[arg(long, env = "INVENTORY_IMAGE", default_value = concat!("ghcr.io/flashsale-dev/inventory:", env!("CARGO_PKG_VERSION")))]
+    pub inventory_image: String,
+    /// Default image of the order-writer.
+    #[arg(long, env = "ORDER_WRITER_IMAGE", default_value = concat!("ghcr.io/flashsale-dev/order-writer:", env!("CARGO_PKG_VERSION")))]
+    pub order_writer_image: String,
+    /// Base URL of a sale's inventory API, with `{sale}` and `{namespace}`
+    /// filled in; the operator reads stock per SKU from it.
+    #[arg(
+        long,
+        env = "INVENTORY_URL_TEMPLATE",
+        default_value = "http://{sale}-inventory.{namespace}.svc:8080"
+    )]
+    pub inventory_url_template: String,
+    /// Bound of each call to a workload (stock, consumer lag).
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub probe_timeout: Duration,
+    /// How often a running sale's replicas and stock are refreshed in its
+    /// status when nothing else changes.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub status_refresh: Duration,
+    /// Elect a leader through a Lease so that only one replica writes. Turn
+    /// off only when exactly one replica runs.
+    #[arg(long, env = "LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+    /// Namespace of the Lease (the operator's own namespace in a cluster).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub lease_namespace: String,
+    /// Name of the Lease.
+    #[arg(long, default_value = "flashsale-operator")]
+    pub lease_name: String,
+    /// This replica's name in the Lease and in Events; the pod name in a
+    /// cluster. A random suffix keeps two processes of one host apart.
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// How long a lease lasts without renewal: the longest a standby waits
+    /// after the leader dies.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub lease_duration: Duration,
+    /// The leader steps down if it could not renew for this long (shorter
+    /// than the lease, so two leaders never overlap).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub lease_renew_deadline: Duration,
+    /// How often the lease is renewed or tried.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub lease_retry_period: Duration,
+    /// Logging and ops-server flags.
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    text.parse::<api::Duration>()
+        .map(|d| d.0)
+        .map_err(|err| err.to_string())
+}
+
+/// Runs the operator until SIGTERM/SIGINT.
+pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let mut process = Process::start("flashsale-operator", VERSION, &args.runtime.log)?;
+    let metrics = OperatorMetrics::register(process.registry_mut());
+    let client = Client::try_default().await.context(
+        "cannot build a Kubernetes client from the kubeconfig or the in-cluster service account",
+    )?;
+    check_crds(&client).await?;
+
+    let identity = args.identity.clone().unwrap_or_else(|| {
+        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "flashsale-operator".into());
+        format!("{host}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8])
+    });
+    let shutdown = process.shutdown();
+    let (leadership, election) = if args.leader_elect {
+        let mut settings = LeaseSettings::new(&args.lease_namespace, &args.lease_name, &identity);
+        settings.lease_duration = args.lease_duration;
+        settings.renew_deadline = args.lease_renew_deadline;
+        settings.retry_period = args.lease_retry_period;
+        settings.check()?;
+        let stop = shutdown.clone();
+        let (leadership, election) =
+            leader::spawn(client.clone(), settings, async move { stop.wait().await });
+        (leadership, Some(election))
+    } else {
+        (Leadership::always(), None)
+    };
+
+    let settings = Settings {
+        images: Images {
+            gateway: args.gateway_image.clone(),
+            inventory: args.inventory_image.clone(),
+            order_writer: args.order_writer_image.clone(),
+        },
+        refresh: args.status_refresh,
+    };
+    let probe = Probe::new(args.inventory_url_template.clone(), args.probe_timeout)?;
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        &identity,
+        metrics,
+        Arc::new(SystemClock),
+        leadership.clone(),
+        probe,
+        settings,
+    ));
+    let readiness = Readiness::default().with_check("apiserver", move || {
+        let client = client.clone();
+        async move {
+            client
+                .apiserver_version()
+                .await
+                .map(|_| ())
+                .map_err(|err| format!("apiserver unreachable: {err}"))
+        }
+    });
+    tracing::info!(
+        identity,
+        namespace = args.namespace.as_deref().unwrap_or("(all)"),
+        leader_election = args.leader_elect,
+        "operator starting"
+    );
+    let controllers = lead(ctx, args.namespace.clone(), leadership, shutdown);
+    let (ops, ()) = tokio::join!(process.serve_ops(&args.runtime.ops, readiness), controllers);
+    // Give the lease back, so a standby takes over now rather than when the
+    // lease runs out.
+    if let Some(election) = election {
+        match tokio::time::timeout(Duration::from_secs(5), election).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(err))) => tracing::warn!(%err, "leader election ended with an error"),
+            Ok(Err(err)) => tracing::warn!(%err, "leader election task failed"),
+            Err(_) => tracing::warn!("the lease was not released within 5 s"),
+        }
+    }
+    ops?;
+    Ok(())
+}
+
+/// Fails with how to install the CRDs when they are missing, instead of
+/// starting controllers that would only log watch errors.
+async fn check_crds(client: &Client) -> anyhow::Result<()> {
+    let sales: Api<FlashSale> = Api::all(client.clone());
+    match sales.list(&kube::api::ListParams::default().limit(1)).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => anyhow::bail!(
+            "the CRD {} is not installed; install the CRDs with \
+             `flashsale-operator crd | kubectl apply --server-side -f -` \
+             (or the Helm chart), then start the operator again",
+            FlashSale::crd_name()
+        ),
+        Err(err) => Err(err).context("cannot list FlashSales to check the CRDs"),
+    }
+}
+
+/// Runs the controllers while this replica leads. Losing the lease drops
+/// them at once: in-flight reconciles are cancelled mid-request, and every
+/// write checks the leadership first, so nothing is written after the loss.
+async fn lead(
+    ctx: Arc<Context>,
+    namespace: Option<String>,
+    mut leadership: Leadership,
+    shutdown: Shutdown,
+) {
+    loop {
+        tokio::select! {
+            () = leadership.acquired() => {}
+            () = shutdown.wait() => return,
+        }
+        ctx.metrics.set_leader(true);
+        tracing::info!("leading: controllers start");
+        let stop = shutdown.clone();
+        let controller = flashsale::run(ctx.clone(), namespace.as_deref(), async move {
+            stop.wait().await;
+        });
+        let mut lost = leadership.clone();
+        tokio::select! {
+            () = controller => {}
+            () = lost.lost() => tracing::warn!("leadership lost: controllers stopped"),
+        }
+        ctx.metrics.set_leader(false);
+        if shutdown.is_triggered() {
+            return;
+        }
+    }
+}

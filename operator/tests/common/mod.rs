@@ -1,0 +1,169 @@
+//! What the operator's integration tests share: the CRDs installed once per
+//! test process, an operator process of its own per test, and reading its
+//! metrics.
+
+#![allow(dead_code)] // each test binary uses a different part
+
+use std::{
+    net::TcpListener,
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use flashsale_e2e::{kube::client, wait::poll_until};
+use flashsale_operator::api;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::{
+    Api, Client,
+    api::{Patch, PatchParams},
+};
+
+static CRDS_INSTALLED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+
+/// Installs the CRDs once per test process (server-side apply) and waits
+/// until each is Established.
+pub async fn setup() -> anyhow::Result<Client> {
+    let client = client().await?;
+    CRDS_INSTALLED
+        .get_or_try_init(|| async {
+            let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+            let params = PatchParams::apply("flashsale-operator-tests").force();
+            for crd in api::crds() {
+                let name = crd.metadata.name.clone().unwrap_or_default();
+                crds.patch(&name, &params, &Patch::Apply(&crd)).await?;
+                poll_until(
+                    &format!("CRD {name} Established"),
+                    Duration::from_secs(30),
+                    Duration::from_millis(100),
+                    || {
+                        let crds = crds.clone();
+                        let name = name.clone();
+                        async move {
+                            let crd = crds.get(&name).await.map_err(|e| e.to_string())?;
+                            let established = crd
+                                .status
+                                .and_then(|s| s.conditions)
+                                .unwrap_or_default()
+                                .iter()
+                                .any(|c| c.type_ == "Established" && c.status == "True");
+                            if established {
+                                Ok(())
+                            } else {
+                                Err("not established".to_owned())
+                            }
+                        }
+                    },
+                )
+                .await?;
+            }
+            anyhow::Ok(())
+        })
+        .await?;
+    Ok(client)
+}
+
+/// Lease timings short enough for tests: a standby takes over within 4 s.
+pub const LEASE_DURATION: Duration = Duration::from_secs(4);
+
+/// One `flashsale-operator run` process, limited to a test's namespace (its
+/// Lease lives there too), killed by its PID when dropped.
+pub struct Operator {
+    child: Child,
+    /// Address of its ops endpoints.
+    pub ops: String,
+    /// Its identity in the Lease.
+    pub identity: String,
+    /// Its log file.
+    pub log: PathBuf,
+}
+
+impl Operator {
+    /// Starts an operator for `namespace` with `extra` flags.
+    pub fn start(namespace: &str, identity: &str, extra: &[&str]) -> anyhow::Result<Self> {
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let ops = format!("127.0.0.1:{port}");
+        let log = std::env::temp_dir().join(format!("{namespace}-{identity}.log"));
+        let file = std::fs::File::create(&log)?;
+        let child = Command::new(env!("CARGO_BIN_EXE_flashsale-operator"))
+            .args([
+                "run",
+                "--namespace",
+                namespace,
+                "--lease-namespace",
+                namespace,
+                "--identity",
+                identity,
+                "--ops-addr",
+                &ops,
+                "--lease-duration",
+                "4s",
+                "--lease-renew-deadline",
+                "3s",
+                "--lease-retry-period",
+                "500ms",
+                "--probe-timeout",
+                "300ms",
+                "--log-filter",
+                "info,flashsale_operator=debug",
+            ])
+            .args(if extra.contains(&"--status-refresh") {
+                &[][..]
+            } else {
+                &["--status-refresh", "2s"][..]
+            })
+            .args(extra)
+            .stdout(Stdio::from(file.try_clone()?))
+            .stderr(Stdio::from(file))
+            .spawn()?;
+        Ok(Self {
+            child,
+            ops,
+            identity: identity.to_owned(),
+            log,
+        })
+    }
+
+    /// Kills the process at once (SIGKILL: no lease release, as in a crash).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Its `/metrics` text.
+    pub async fn metrics(&self) -> anyhow::Result<String> {
+        let url = format!("http://{}/metrics", self.ops);
+        Ok(reqwest::get(&url).await?.error_for_status()?.text().await?)
+    }
+
+    /// The sum of every sample of `name` (any labels) in its metrics; 0 when
+    /// absent.
+    pub async fn metric_sum(&self, name: &str) -> anyhow::Result<f64> {
+        Ok(sum_samples(&self.metrics().await?, name))
+    }
+}
+
+/// The sum of every sample of `name` in Prometheus text.
+pub fn sum_samples(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let rest = l.strip_prefix(name)?;
+            let value = if let Some(labelled) = rest.strip_prefix('{') {
+                labelled.split_once("} ")?.1
+            } else {
+                rest.strip_prefix(' ')?
+            };
+            value.split_whitespace().next()?.parse::<f64>().ok()
+        })
+        .sum()
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            eprintln!("operator {} log: {}", self.identity, self.log.display());
+        }
+    }
+}
