@@ -608,3 +608,94 @@ async fn an_invalid_spec_waits_for_an_edit_instead_of_looping() -> anyhow::Resul
     await_condition(&client, &ns.name, "bad", "Ready", "True").await?;
     Ok(())
 }
+
+/// Serves the real inventory API (in this process, on the stack's Redis)
+/// with the sale's definition loaded, as the inventory pods would.
+async fn inventory(sale: &str) -> anyhow::Result<(String, tokio::task::JoinHandle<()>)> {
+    use inventory::store::{ItemDefinition, SaleDefinition, Store};
+    let store = Store::connect(&flashsale_e2e::stack::redis_url()?).await?;
+    let items = [("PHONE", 100, 1), ("CASE", 500, 3)]
+        .map(|(sku, stock, per_user_limit)| ItemDefinition {
+            sku: sku.to_owned(),
+            stock,
+            per_user_limit,
+            shards: 1,
+        })
+        .to_vec();
+    store
+        .load(&SaleDefinition {
+            sale: sale.to_owned(),
+            reservation_ttl_ms: 60_000,
+            items,
+        })
+        .await?;
+    let metrics = inventory::metrics::Metrics::register(
+        &mut prometheus_client::registry::Registry::default(),
+    );
+    let state = inventory::api::AppState::new(store, metrics, Duration::from_millis(200));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, inventory::api::router(state)).await;
+    });
+    Ok((url, task))
+}
+
+#[tokio::test]
+async fn the_status_shows_the_stock_the_inventory_reports() -> anyhow::Result<()> {
+    let client = setup().await?;
+    let ns = TestNamespace::create(&client, "fs-stock").await?;
+    // A sale name of its own: the inventory's Redis keys are per sale.
+    let name = format!("stock-{:x}", Timestamp::now().as_nanosecond() % 0xffff_ffff);
+    let (url, server) = inventory(&name).await?;
+    let _operator = Operator::start(&ns.name, "solo", &["--inventory-url-template", &url])?;
+    secret(&client, &ns.name, "jwt", "hs256").await?;
+    secret(&client, &ns.name, "db", "url").await?;
+    create_sale(&client, &ns.name, sale(&name)).await?;
+
+    let read = await_condition(&client, &ns.name, &name, "InventoryReachable", "True").await?;
+    let status = read.status.clone().unwrap_or_default();
+    let stock: Vec<(String, i64, i64)> = status
+        .items
+        .iter()
+        .map(|i| (i.sku.clone(), i.available, i.reserved))
+        .collect();
+    assert_eq!(
+        stock,
+        [("PHONE".to_owned(), 100, 0), ("CASE".to_owned(), 500, 0)]
+    );
+    assert_eq!(status.stock_left, Some(600));
+
+    // A reservation shows at the next refresh.
+    let reserved = reqwest::Client::new()
+        .post(format!("{url}/v1/sales/{name}/reservations"))
+        .json(&json!({"sku": "PHONE", "user": "u1", "quantity": 1, "requestId": "r1"}))
+        .send()
+        .await?;
+    assert_eq!(reserved.status(), 201, "{:?}", reserved.text().await);
+    poll_until("PHONE at 99 available, 1 reserved", WAIT, TICK, || async {
+        let sale = get_sale(&client, &ns.name, &name).await?;
+        let items = sale.status.map(|s| s.items).unwrap_or_default();
+        match items.iter().find(|i| i.sku == "PHONE") {
+            Some(i) if i.available == 99 && i.reserved == 1 => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await?;
+
+    // The inventory goes away: a condition, the last stock kept, no error loop.
+    server.abort();
+    let cut = await_condition(&client, &ns.name, &name, "InventoryReachable", "False").await?;
+    let status = cut.status.unwrap_or_default();
+    assert_eq!(status.stock_left, Some(599));
+    assert!(
+        status.observed.is_true("Ready"),
+        "still Ready: the workloads run"
+    );
+    flashsale_e2e::redis_keys::unlink_matching(
+        &flashsale_e2e::stack::redis_url()?,
+        &format!("fs:{{{name}}}:*"),
+    )
+    .await?;
+    Ok(())
+}
