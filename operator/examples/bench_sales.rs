@@ -1,0 +1,587 @@
+//! Benchmark: many FlashSales created at once on the local control plane.
+//!
+//! Each run creates `--sales` FlashSales concurrently in a fresh namespace,
+//! watched by an operator process of its own, and measures the time until
+//! every sale is `Ready=True`, the operator's peak memory, and where the time
+//! goes (operator, controller-manager, scheduler, kwok). Needs the stack
+//! (`e2e/local/stack up`, variables from `e2e/local/stack env`) and the
+//! release binary:
+//!
+//! ```text
+//! cargo build --release -p flashsale-operator --bin flashsale-operator
+//! cargo run --release -p flashsale-operator --example bench_sales -- --sales 500 --runs 3
+//! ```
+//!
+//! The sales' pods go to kwok nodes the benchmark creates (tainted, and
+//! selected by an admission policy limited to its namespaces), so the stack's
+//! own nodes and other users' pods are left alone; all of it is removed at
+//! the end unless `--keep`.
+
+#[path = "bench_sales/cluster.rs"]
+mod cluster;
+#[path = "bench_sales/observe.rs"]
+mod observe;
+
+use std::{
+    net::TcpListener,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::Context as _;
+use clap::Parser;
+use flashsale_operator::api::FlashSale;
+use futures::{StreamExt, TryStreamExt, stream};
+use jiff::{SignedDuration, Timestamp};
+use kube::{
+    Api, Client,
+    api::{ListParams, PostParams},
+};
+use observe::{OperatorCounters, Stage, Throttle};
+use serde_json::json;
+
+#[derive(Debug, Parser)]
+#[command(about = "Time N FlashSales created at once until all are Ready")]
+struct Args {
+    /// FlashSales per run.
+    #[arg(long, default_value_t = 500)]
+    sales: usize,
+    /// Runs, each in a fresh namespace with a fresh operator process.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Prefix of the runs' namespaces.
+    #[arg(long, default_value = "bench-sales")]
+    namespace_prefix: String,
+    /// Keep namespaces, benchmark nodes and admission policy at the end.
+    #[arg(long)]
+    keep: bool,
+    /// Creates in flight at once; 0 issues all of them together.
+    #[arg(long, default_value_t = 0)]
+    create_concurrency: usize,
+    /// kwok nodes created for the benchmark.
+    #[arg(long, default_value_t = 4)]
+    bench_nodes: usize,
+    /// Pod capacity of each benchmark node.
+    #[arg(long, default_value_t = 1000)]
+    pods_per_node: u32,
+    /// Give up on a run when not all sales are Ready after this many seconds.
+    #[arg(long, default_value_t = 600)]
+    timeout_secs: u64,
+    /// How long to wait for a run's namespace to be gone.
+    #[arg(long, default_value_t = 900)]
+    delete_timeout_secs: u64,
+    /// The operator binary; by default `flashsale-operator` of the same
+    /// target folder and profile as this example.
+    #[arg(long)]
+    operator_bin: Option<PathBuf>,
+    /// Metrics of the stack's controller-manager.
+    #[arg(long, default_value = "https://127.0.0.1:20257/metrics")]
+    kcm_metrics: String,
+    /// Metrics of the stack's scheduler.
+    #[arg(long, default_value = "https://127.0.0.1:20259/metrics")]
+    scheduler_metrics: String,
+}
+
+/// Pods per sale while Pending: one per workload.
+const PODS_PER_SALE: usize = 3;
+/// CPU requested per sale while Pending (gateway 250m, inventory and
+/// order-writer 100m each), to check the benchmark nodes can hold them.
+const CPU_PER_SALE: f64 = 0.45;
+const NODE_CPU: f64 = 256.0;
+const POLL: Duration = Duration::from_millis(250);
+
+#[derive(Debug, Clone, Default)]
+struct RunResult {
+    namespace: String,
+    created_s: f64,
+    applied_s: Option<f64>,
+    half_ready_s: Option<f64>,
+    ready_s: Option<f64>,
+    peak_rss_mb: f64,
+    max_sampled_rss_mb: f64,
+    at_applied: OperatorCounters,
+    at_end: OperatorCounters,
+    slowest_list_ms: f64,
+    stages: Vec<Stage>,
+    cpu: Vec<(&'static str, f64)>,
+    machine_busy: f64,
+    kcm: Option<Throttle>,
+    scheduler: Option<Throttle>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    anyhow::ensure!(args.sales > 0 && args.runs > 0, "--sales and --runs must be positive");
+    let pods = args.sales * PODS_PER_SALE;
+    let capacity = args.bench_nodes * args.pods_per_node as usize;
+    anyhow::ensure!(
+        pods <= capacity && args.sales as f64 * CPU_PER_SALE <= args.bench_nodes as f64 * NODE_CPU,
+        "{pods} pods do not fit on {} benchmark nodes of {} pods; raise --bench-nodes or --pods-per-node",
+        args.bench_nodes,
+        args.pods_per_node
+    );
+    let operator_bin = operator_binary(args.operator_bin.as_deref())?;
+    let client = flashsale_e2e::kube::client().await?;
+    let bench_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
+
+    println!(
+        "{} runs of {} FlashSales ({} pods); operator {}",
+        args.runs,
+        args.sales,
+        pods,
+        operator_bin.display()
+    );
+    cluster::install_crds(&client).await?;
+    let outcome = tokio::select! {
+        outcome = async {
+            cluster::install_policy(&client).await?;
+            cluster::create_nodes(&client, args.bench_nodes, args.pods_per_node).await?;
+            run_all(&client, &args, &operator_bin, &bench_id).await
+        } => outcome,
+        signal = tokio::signal::ctrl_c() => {
+            signal?;
+            Err(anyhow::anyhow!("interrupted"))
+        }
+    };
+    if args.keep {
+        println!(
+            "kept: namespaces labelled {}={bench_id}, nodes {}..{}, MutatingAdmissionPolicy flashsale-bench-nodes",
+            cluster::BENCH_ID_LABEL,
+            cluster::node_name(1),
+            cluster::node_name(args.bench_nodes)
+        );
+    } else if let Err(err) = teardown(&client, &args, &bench_id).await {
+        eprintln!("cleaning up failed: {err:#}");
+    }
+    let results = outcome?;
+    summary(&args, &results);
+    Ok(())
+}
+
+/// The operator binary next to this example's folder (`<target>/<profile>/`).
+fn operator_binary(given: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let path = match given {
+        Some(path) => path.to_owned(),
+        None => {
+            let exe = std::env::current_exe()?;
+            let profile_dir = exe
+                .parent()
+                .and_then(Path::parent)
+                .context("cannot locate the target folder from this example's path")?;
+            profile_dir.join("flashsale-operator")
+        }
+    };
+    anyhow::ensure!(
+        path.is_file(),
+        "{} not found: build it first with `cargo build --release -p flashsale-operator --bin flashsale-operator` \
+         (same CARGO_TARGET_DIR), or pass --operator-bin",
+        path.display()
+    );
+    Ok(path)
+}
+
+async fn run_all(
+    client: &Client,
+    args: &Args,
+    operator_bin: &Path,
+    bench_id: &str,
+) -> anyhow::Result<Vec<RunResult>> {
+    let mut results = Vec::new();
+    for run in 1..=args.runs {
+        let ns = format!("{}-{run}-{bench_id}", args.namespace_prefix);
+        println!("\n== run {run}/{}: namespace {ns}", args.runs);
+        let result = run_once(client, args, operator_bin, &ns, bench_id).await?;
+        report(&result);
+        results.push(result);
+        if !args.keep {
+            cluster::delete_namespace(client, &ns, Duration::from_secs(args.delete_timeout_secs))
+                .await?;
+        }
+    }
+    Ok(results)
+}
+
+/// The operator process of one run, killed when dropped.
+struct Operator {
+    child: Child,
+    ops: String,
+}
+
+impl Operator {
+    fn start(bin: &Path, ns: &str) -> anyhow::Result<Self> {
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let ops = format!("127.0.0.1:{port}");
+        let log = std::env::temp_dir().join(format!("{ns}-operator.log"));
+        let file = std::fs::File::create(&log)?;
+        let child = Command::new(bin)
+            .args([
+                "run",
+                "--namespace",
+                ns,
+                "--lease-namespace",
+                ns,
+                "--ops-addr",
+                &ops,
+                "--leader-elect",
+                "false",
+                "--log-filter",
+                "warn",
+            ])
+            .stdout(Stdio::from(file.try_clone()?))
+            .stderr(Stdio::from(file))
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        println!("  operator pid {} (log {})", child.id(), log.display());
+        Ok(Self { child, ops })
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    async fn metrics(&self) -> anyhow::Result<String> {
+        let url = format!("http://{}/metrics", self.ops);
+        Ok(reqwest::get(&url).await?.error_for_status()?.text().await?)
+    }
+
+    /// Waits until the operator serves metrics and runs its controllers.
+    async fn await_leading(&mut self) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                anyhow::bail!("the operator exited with {status} before it was ready");
+            }
+            if let Ok(text) = self.metrics().await
+                && observe::sum_samples(&text, "flashsale_operator_leader", "") >= 1.0
+            {
+                return Ok(());
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "the operator did not start its controllers within 60 s"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A sale far in the future: Pending, so every workload runs one replica.
+fn sale(name: &str) -> anyhow::Result<FlashSale> {
+    let start = Timestamp::now() + SignedDuration::from_hours(24 * 30);
+    let end = start + SignedDuration::from_hours(2);
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "flashsale.dev/v1alpha1",
+        "kind": "FlashSale",
+        "metadata": {"name": name},
+        "spec": {
+            "schedule": {"start": start.to_string(), "end": end.to_string(), "warmUp": "2h"},
+            "region": "local",
+            "reservationTTL": "1s",
+            "items": [
+                {"sku": "PHONE", "stock": 100, "perUserLimit": 1, "priceMinor": 100},
+                {"sku": "CASE", "stock": 500, "perUserLimit": 3, "priceMinor": 10}
+            ],
+            "gateway": {
+                "replicas": 2,
+                "auth": {"hs256SecretRef": {"name": "jwt", "key": "hs256"}}
+            },
+            "inventory": {"replicas": 1, "redis": {"url": "redis://redis:6379"}},
+            "orderWriter": {
+                "replicas": 1,
+                "kafka": {"brokers": ["kafka:9092"]},
+                "database": {"driver": "postgres", "urlSecretRef": {"name": "db", "key": "url"}}
+            }
+        }
+    }))?)
+}
+
+/// CPU ticks of the operator and the stack's processes, and of the machine.
+struct CpuSnapshot {
+    processes: Vec<(&'static str, Option<u64>)>,
+    machine: Option<(u64, u64)>,
+}
+
+impl CpuSnapshot {
+    fn take(processes: &[(&'static str, u32)]) -> Self {
+        Self {
+            processes: processes
+                .iter()
+                .map(|&(name, pid)| (name, observe::cpu_ticks(pid)))
+                .collect(),
+            machine: observe::machine_ticks(),
+        }
+    }
+
+    /// CPU seconds per process since `before`, and the machine's busy share.
+    fn since(&self, before: &Self) -> (Vec<(&'static str, f64)>, f64) {
+        let tps = observe::ticks_per_second();
+        let cpu = self
+            .processes
+            .iter()
+            .zip(&before.processes)
+            .filter_map(|((name, now), (_, then))| {
+                Some((*name, now.as_ref()?.saturating_sub((*then)?) as f64 / tps))
+            })
+            .collect();
+        let busy = match (self.machine, before.machine) {
+            (Some((busy, total)), Some((busy0, total0))) if total > total0 => {
+                (busy - busy0) as f64 / (total - total0) as f64
+            }
+            _ => f64::NAN,
+        };
+        (cpu, busy)
+    }
+}
+
+async fn run_once(
+    client: &Client,
+    args: &Args,
+    operator_bin: &Path,
+    ns: &str,
+    bench_id: &str,
+) -> anyhow::Result<RunResult> {
+    cluster::create_namespace(client, ns, bench_id).await?;
+    cluster::await_policy(client, ns).await?;
+    cluster::create_secrets(client, ns).await?;
+    let mut operator = Operator::start(operator_bin, ns)?;
+    operator.await_leading().await?;
+    let pid = operator.pid();
+    let mut processes = observe::stack_pids();
+    processes.push(("operator", pid));
+    let objects = (0..args.sales)
+        .map(|i| sale(&format!("bench-{i:04}")))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+
+    let kcm_before = Throttle::scrape(&args.kcm_metrics);
+    let scheduler_before = Throttle::scrape(&args.scheduler_metrics);
+    let cpu_before = CpuSnapshot::take(&processes);
+    let sales: Api<FlashSale> = Api::namespaced(client.clone(), ns);
+    let started = Instant::now();
+    let started_at = Timestamp::now();
+    let concurrency = match args.create_concurrency {
+        0 => args.sales,
+        n => n,
+    };
+    stream::iter(objects)
+        .map(|sale| {
+            let sales = sales.clone();
+            async move { sales.create(&PostParams::default(), &sale).await }
+        })
+        .buffer_unordered(concurrency)
+        .try_collect::<Vec<_>>()
+        .await
+        .context("creating the FlashSales")?;
+    let mut result = RunResult {
+        namespace: ns.to_owned(),
+        created_s: started.elapsed().as_secs_f64(),
+        ..RunResult::default()
+    };
+    println!(
+        "  created {} FlashSales in {:.1} s",
+        args.sales, result.created_s
+    );
+
+    let mut tick = tokio::time::interval(POLL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_print = (usize::MAX, usize::MAX, Instant::now());
+    loop {
+        tick.tick().await;
+        let listed = Instant::now();
+        let list = sales.list(&ListParams::default()).await?;
+        result.slowest_list_ms = result
+            .slowest_list_ms
+            .max(listed.elapsed().as_secs_f64() * 1000.0);
+        let elapsed = started.elapsed().as_secs_f64();
+        let rss = observe::memory_mb(pid, "VmRSS:").unwrap_or(0.0);
+        result.max_sampled_rss_mb = result.max_sampled_rss_mb.max(rss);
+        let statuses = list.items.iter().filter_map(|s| s.status.as_ref());
+        let (mut applied, mut ready) = (0, 0);
+        for status in statuses {
+            applied += usize::from(status.workloads.len() == 3);
+            ready += usize::from(status.observed.is_true("Ready"));
+        }
+        if result.applied_s.is_none() && applied == args.sales {
+            result.applied_s = Some(elapsed);
+            result.at_applied = OperatorCounters::parse(&operator.metrics().await?);
+            println!("  all {applied} sales applied after {elapsed:.1} s");
+        }
+        if result.half_ready_s.is_none() && ready * 2 >= args.sales {
+            result.half_ready_s = Some(elapsed);
+        }
+        let done = ready == args.sales;
+        let changed = (applied, ready) != (last_print.0, last_print.1);
+        let waited = last_print.2.elapsed();
+        if done || (changed && waited >= Duration::from_secs(1)) || waited >= Duration::from_secs(5)
+        {
+            println!(
+                "  ready {ready}/{} after {elapsed:.1} s (applied {applied}, operator RSS {rss:.0} MB)",
+                args.sales
+            );
+            last_print = (applied, ready, Instant::now());
+        }
+        if done {
+            result.ready_s = Some(elapsed);
+            break;
+        }
+        if elapsed >= args.timeout_secs as f64 {
+            println!(
+                "  gave up: {ready}/{} Ready after {elapsed:.0} s",
+                args.sales
+            );
+            break;
+        }
+    }
+
+    let cpu_after = CpuSnapshot::take(&processes);
+    result.peak_rss_mb = observe::memory_mb(pid, "VmHWM:").unwrap_or(f64::NAN);
+    result.at_end = OperatorCounters::parse(&operator.metrics().await?);
+    result.kcm = Throttle::scrape(&args.kcm_metrics)
+        .zip(kcm_before)
+        .map(|(after, before)| after.since(before));
+    result.scheduler = Throttle::scrape(&args.scheduler_metrics)
+        .zip(scheduler_before)
+        .map(|(after, before)| after.since(before));
+    (result.cpu, result.machine_busy) = cpu_after.since(&cpu_before);
+    drop(operator);
+    result.stages = observe::timeline(client, ns, started_at).await?;
+    Ok(result)
+}
+
+fn secs(value: Option<f64>) -> String {
+    value.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"))
+}
+
+fn report(r: &RunResult) {
+    let end = r.at_end;
+    println!("  --- {}", r.namespace);
+    println!(
+        "  created {:.1} s, all applied {} s, half Ready {} s, all Ready {} s",
+        r.created_s,
+        secs(r.applied_s),
+        secs(r.half_ready_s),
+        secs(r.ready_s)
+    );
+    println!(
+        "  operator: peak RSS (VmHWM) {:.1} MB, highest sampled VmRSS {:.1} MB",
+        r.peak_rss_mb, r.max_sampled_rss_mb
+    );
+    println!(
+        "  operator: {:.0} reconciles ({:.0} errors), {:.0} writes, mean reconcile {:.1} ms; \
+         at all-applied {:.0} reconciles, {:.0} writes",
+        end.reconciles,
+        end.reconcile_errors,
+        end.writes,
+        end.mean_reconcile_ms(),
+        r.at_applied.reconciles,
+        r.at_applied.writes
+    );
+    println!("  slowest LIST of the sales: {:.0} ms", r.slowest_list_ms);
+    println!("  stage (s after the creates)   count    p50    p90   last");
+    for s in &r.stages {
+        println!(
+            "    {:<26} {:>6} {:>6.1} {:>6.1} {:>6.1}",
+            s.name, s.count, s.p50, s.p90, s.last
+        );
+    }
+    let cpu: Vec<String> = r
+        .cpu
+        .iter()
+        .map(|(name, seconds)| format!("{name} {seconds:.1}"))
+        .collect();
+    println!(
+        "  CPU seconds until all Ready: {} (machine busy {:.0}%)",
+        cpu.join(", "),
+        r.machine_busy * 100.0
+    );
+    for (name, throttle) in [("controller-manager", r.kcm), ("scheduler", r.scheduler)] {
+        match throttle {
+            Some(t) => println!(
+                "  {name} client-side rate limiter: {:.0} requests, {:.1} s waited in total, {:.0} waited > 1 s",
+                t.requests, t.wait_seconds, t.over_1s
+            ),
+            None => println!("  {name}: metrics unreachable"),
+        }
+    }
+}
+
+fn median(mut values: Vec<f64>) -> Option<f64> {
+    values.retain(|v| v.is_finite());
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    Some(if values.len() % 2 == 0 {
+        f64::midpoint(values[mid - 1], values[mid])
+    } else {
+        values[mid]
+    })
+}
+
+fn summary(args: &Args, results: &[RunResult]) {
+    println!("\n== {} runs of {} FlashSales", results.len(), args.sales);
+    println!(
+        "| run | all applied (s) | all Ready (s) | peak RSS (MB) | reconciles | writes | mean reconcile (ms) | last pod created (s) | last pod scheduled (s) | last pod Ready (s) |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    let stage_last = |r: &RunResult, name: &str| {
+        r.stages
+            .iter()
+            .find(|s| s.name == name)
+            .map_or(f64::NAN, |s| s.last)
+    };
+    let row = |label: String, values: [Option<f64>; 9]| {
+        let cells: Vec<String> = values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match (i, v) {
+                (_, None) => "-".to_owned(),
+                (3 | 4, Some(v)) => format!("{v:.0}"),
+                (_, Some(v)) => format!("{v:.1}"),
+            })
+            .collect();
+        println!("| {label} | {} |", cells.join(" | "));
+    };
+    let columns = |r: &RunResult| {
+        [
+            r.applied_s,
+            r.ready_s,
+            Some(r.peak_rss_mb),
+            Some(r.at_end.reconciles),
+            Some(r.at_end.writes),
+            Some(r.at_end.mean_reconcile_ms()),
+            Some(stage_last(r, "Pod created")),
+            Some(stage_last(r, "Pod scheduled")),
+            Some(stage_last(r, "Pod Ready")),
+        ]
+    };
+    for (i, r) in results.iter().enumerate() {
+        row((i + 1).to_string(), columns(r));
+    }
+    let all: Vec<[Option<f64>; 9]> = results.iter().map(columns).collect();
+    let medians: [Option<f64>; 9] =
+        std::array::from_fn(|c| median(all.iter().filter_map(|r| r[c]).collect()));
+    row("median".to_owned(), medians);
+}
+
+async fn teardown(client: &Client, args: &Args, bench_id: &str) -> anyhow::Result<()> {
+    // Pods must be gone before their nodes, or they stay Terminating until
+    // the pod garbage collector finds them.
+    for ns in cluster::own_namespaces(client, bench_id).await? {
+        cluster::delete_namespace(client, &ns, Duration::from_secs(args.delete_timeout_secs))
+            .await?;
+    }
+    cluster::delete_policy(client).await?;
+    cluster::delete_nodes(client, args.bench_nodes).await?;
+    println!("removed the benchmark nodes and admission policy");
+    Ok(())
+}

@@ -1,0 +1,290 @@
+//! What the benchmark reads besides the FlashSales: /proc (memory and CPU of
+//! the operator and of the stack's processes), Prometheus text from the
+//! operator, the controller-manager and the scheduler, and the timestamps of
+//! the objects each stage of the pipeline creates.
+
+use std::{path::PathBuf, process::Command};
+
+use jiff::Timestamp;
+use k8s_openapi::{
+    api::{
+        apps::v1::{Deployment, ReplicaSet},
+        core::v1::Pod,
+    },
+    apimachinery::pkg::apis::meta::v1::Time,
+};
+use kube::{Api, Client, api::ListParams};
+
+/// `VmRSS` or `VmHWM` of `pid` in MB, from /proc/<pid>/status.
+pub fn memory_mb(pid: u32, field: &str) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+/// CPU time (user + system) `pid` has used so far, in clock ticks.
+pub fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces; the fields after it do not.
+    let (_, rest) = stat.rsplit_once(')')?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// Clock ticks per second (`getconf CLK_TCK`; 100 on every usual Linux).
+pub fn ticks_per_second() -> f64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+/// Busy and total jiffies of all CPUs, from the first line of /proc/stat.
+pub fn machine_ticks() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().next()?;
+    let values: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    let total: u64 = values.iter().sum();
+    // idle and iowait
+    let idle = values.get(3)? + values.get(4)?;
+    Some((total - idle, total))
+}
+
+/// The stack's control-plane processes, by the PID files `e2e/local/stack`
+/// keeps in its state folder.
+pub fn stack_pids() -> Vec<(&'static str, u32)> {
+    let Some(state) = std::env::var_os("FLASHSALE_STATE_DIR") else {
+        return Vec::new();
+    };
+    let run = PathBuf::from(state).join("run");
+    [
+        "etcd",
+        "apiserver",
+        "controller-manager",
+        "scheduler",
+        "kwok",
+    ]
+    .into_iter()
+    .filter_map(|name| {
+        let text = std::fs::read_to_string(run.join(format!("{name}.pid"))).ok()?;
+        let pid = text.split_whitespace().next()?.parse().ok()?;
+        Some((name, pid))
+    })
+    .collect()
+}
+
+/// Prometheus text of an HTTPS endpoint of the stack (self-signed, metrics
+/// path allowed without credentials), through curl; `None` when unreachable.
+pub fn scrape_https(url: &str) -> Option<String> {
+    let out = Command::new("curl")
+        .args(["-ksS", "--max-time", "5", url])
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Sum of every sample of `name` whose labels contain `label` (any labels
+/// when empty); 0 when absent.
+pub fn sum_samples(text: &str, name: &str, label: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let rest = l.strip_prefix(name)?;
+            let value = if let Some(labelled) = rest.strip_prefix('{') {
+                let (labels, value) = labelled.split_once("} ")?;
+                if !labels.contains(label) {
+                    return None;
+                }
+                value
+            } else if label.is_empty() {
+                rest.strip_prefix(' ')?
+            } else {
+                return None;
+            };
+            value.split_whitespace().next()?.parse::<f64>().ok()
+        })
+        .sum()
+}
+
+/// The operator's counters at one moment.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OperatorCounters {
+    pub reconciles: f64,
+    pub reconcile_errors: f64,
+    pub reconcile_seconds: f64,
+    pub writes: f64,
+}
+
+impl OperatorCounters {
+    pub fn parse(text: &str) -> Self {
+        Self {
+            reconciles: sum_samples(text, "flashsale_operator_reconcile_total", ""),
+            reconcile_errors: sum_samples(
+                text,
+                "flashsale_operator_reconcile_total",
+                r#"result="error""#,
+            ),
+            reconcile_seconds: sum_samples(
+                text,
+                "flashsale_operator_reconcile_duration_seconds_sum",
+                "",
+            ),
+            writes: sum_samples(text, "flashsale_operator_writes_total", ""),
+        }
+    }
+
+    /// Mean reconcile duration in ms.
+    pub fn mean_reconcile_ms(&self) -> f64 {
+        if self.reconciles > 0.0 {
+            1000.0 * self.reconcile_seconds / self.reconciles
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Client-side rate limiting of a Kubernetes component (client-go's
+/// `rest_client_rate_limiter_duration_seconds`), plus its requests.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Throttle {
+    /// Seconds requests spent waiting for the rate limiter, summed.
+    pub wait_seconds: f64,
+    /// Requests that went through the rate limiter.
+    pub requests: f64,
+    /// Requests that waited more than 1 s.
+    pub over_1s: f64,
+}
+
+impl Throttle {
+    pub fn scrape(url: &str) -> Option<Self> {
+        let text = scrape_https(url)?;
+        let name = "rest_client_rate_limiter_duration_seconds";
+        let requests = sum_samples(&text, &format!("{name}_count"), "");
+        Some(Self {
+            wait_seconds: sum_samples(&text, &format!("{name}_sum"), ""),
+            requests,
+            over_1s: requests - sum_samples(&text, &format!("{name}_bucket"), r#"le="1""#),
+        })
+    }
+
+    pub fn since(self, before: Self) -> Self {
+        Self {
+            wait_seconds: self.wait_seconds - before.wait_seconds,
+            requests: self.requests - before.requests,
+            over_1s: self.over_1s - before.over_1s,
+        }
+    }
+}
+
+/// When the objects of one stage appeared, in seconds since the sales were
+/// created (timestamps have 1 s resolution).
+#[derive(Debug, Clone, Default)]
+pub struct Stage {
+    pub name: &'static str,
+    pub count: usize,
+    pub p50: f64,
+    pub p90: f64,
+    pub last: f64,
+}
+
+impl Stage {
+    fn of(name: &'static str, since: Timestamp, times: impl Iterator<Item = Timestamp>) -> Self {
+        let mut offsets: Vec<f64> = times
+            .map(|t| t.duration_since(since).as_secs_f64())
+            .collect();
+        offsets.sort_by(f64::total_cmp);
+        let at = |q: f64| {
+            if offsets.is_empty() {
+                f64::NAN
+            } else {
+                let i = ((offsets.len() - 1) as f64 * q).round() as usize;
+                offsets[i]
+            }
+        };
+        Self {
+            name,
+            count: offsets.len(),
+            p50: at(0.5),
+            p90: at(0.9),
+            last: at(1.0),
+        }
+    }
+}
+
+/// The pipeline's stages from the objects' timestamps: Deployments (written
+/// by the operator), ReplicaSets (controller-manager's deployment
+/// controller), pods created (its replicaset controller), bound (scheduler)
+/// and Ready (kwok).
+pub async fn timeline(client: &Client, ns: &str, since: Timestamp) -> anyhow::Result<Vec<Stage>> {
+    let created = |t: Option<&Time>| t.map(|t| t.0);
+    let deployments = Api::<Deployment>::namespaced(client.clone(), ns)
+        .list_metadata(&ListParams::default())
+        .await?;
+    let replica_sets = Api::<ReplicaSet>::namespaced(client.clone(), ns)
+        .list_metadata(&ListParams::default())
+        .await?;
+    let pods = Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await?;
+    let condition = |pod: &Pod, type_: &str| {
+        pod.status
+            .as_ref()?
+            .conditions
+            .as_ref()?
+            .iter()
+            .find(|c| c.type_ == type_ && c.status == "True")?
+            .last_transition_time
+            .as_ref()
+            .map(|t| t.0)
+    };
+    Ok(vec![
+        Stage::of(
+            "Deployment created",
+            since,
+            deployments
+                .items
+                .iter()
+                .filter_map(|d| created(d.metadata.creation_timestamp.as_ref())),
+        ),
+        Stage::of(
+            "ReplicaSet created",
+            since,
+            replica_sets
+                .items
+                .iter()
+                .filter_map(|r| created(r.metadata.creation_timestamp.as_ref())),
+        ),
+        Stage::of(
+            "Pod created",
+            since,
+            pods.items
+                .iter()
+                .filter_map(|p| created(p.metadata.creation_timestamp.as_ref())),
+        ),
+        Stage::of(
+            "Pod scheduled",
+            since,
+            pods.items
+                .iter()
+                .filter_map(|p| condition(p, "PodScheduled")),
+        ),
+        Stage::of(
+            "Pod Ready",
+            since,
+            pods.items.iter().filter_map(|p| condition(p, "Ready")),
+        ),
+    ])
+}
