@@ -1,12 +1,21 @@
 //! Kubernetes helpers for tests against the local control plane.
 
-use k8s_openapi::api::core::v1::Namespace;
+use std::{collections::BTreeMap, time::Duration};
+
+use k8s_openapi::{
+    ByteString,
+    api::core::v1::{Namespace, Secret},
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+};
 use kube::{
     Api, Client,
-    api::{DeleteParams, ObjectMeta, PostParams},
+    api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams},
 };
 
-use crate::stack;
+use crate::{
+    stack,
+    wait::{Timeout, poll_until},
+};
 
 /// Why no client could be had.
 #[derive(Debug, thiserror::Error)]
@@ -24,6 +33,91 @@ pub enum ClientError {
 pub async fn client() -> Result<Client, ClientError> {
     stack::kubeconfig()?;
     Ok(Client::try_default().await?)
+}
+
+/// Why CRDs could not be installed.
+#[derive(Debug, thiserror::Error)]
+pub enum InstallError {
+    /// The apiserver refused the CRD.
+    #[error("applying CRD {name}: {source}")]
+    Apply {
+        /// The CRD.
+        name: String,
+        /// What the apiserver said.
+        source: kube::Error,
+    },
+    /// The CRD did not become Established in time.
+    #[error(transparent)]
+    NotEstablished(#[from] Timeout),
+}
+
+/// Installs `crds` (server-side apply as `manager`) and waits until each is
+/// Established, so objects of their kinds can be created at once.
+pub async fn install_crds(
+    client: &Client,
+    crds: &[CustomResourceDefinition],
+    manager: &str,
+) -> Result<(), InstallError> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let params = PatchParams::apply(manager).force();
+    for crd in crds {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        api.patch(&name, &params, &Patch::Apply(crd))
+            .await
+            .map_err(|source| InstallError::Apply {
+                name: name.clone(),
+                source,
+            })?;
+        poll_until(
+            &format!("CRD {name} Established"),
+            Duration::from_secs(30),
+            Duration::from_millis(100),
+            || {
+                let (api, name) = (api.clone(), name.clone());
+                async move {
+                    let crd = api.get(&name).await.map_err(|e| e.to_string())?;
+                    let established = crd
+                        .status
+                        .and_then(|s| s.conditions)
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|c| c.type_ == "Established" && c.status == "True");
+                    if established {
+                        Ok(())
+                    } else {
+                        Err("not established".to_owned())
+                    }
+                }
+            },
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Creates the Secret `name` in `namespace` with one `key` holding 32 bytes
+/// of test data (long enough for an HS256 or HMAC key).
+pub async fn create_secret(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    key: &str,
+) -> Result<(), kube::Error> {
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            ..ObjectMeta::default()
+        },
+        data: Some(BTreeMap::from([(
+            key.to_owned(),
+            ByteString(b"0123456789abcdef0123456789abcdef".to_vec()),
+        )])),
+        ..Secret::default()
+    };
+    Api::<Secret>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &secret)
+        .await?;
+    Ok(())
 }
 
 /// A namespace for one test, deleted (in the background) when dropped, so

@@ -9,27 +9,24 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{Operator, setup};
+use common::{Operator, secret, setup};
 use flashsale_e2e::{kube::TestNamespace, wait::poll_until};
 use flashsale_operator::{
     api::{FlashSale, flashsale::SalePhase},
     flashsale::build::MANAGED_BY,
 };
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::{
-    ByteString,
-    api::{
-        apps::v1::Deployment,
-        autoscaling::v2::HorizontalPodAutoscaler,
-        core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount},
-        events::v1::Event,
-        policy::v1::PodDisruptionBudget,
-        rbac::v1::{Role, RoleBinding},
-    },
+use k8s_openapi::api::{
+    apps::v1::Deployment,
+    autoscaling::v2::HorizontalPodAutoscaler,
+    core::v1::{ConfigMap, Pod, Service, ServiceAccount},
+    events::v1::Event,
+    policy::v1::PodDisruptionBudget,
+    rbac::v1::{Role, RoleBinding},
 };
 use kube::{
     Api, Client, Resource, ResourceExt,
-    api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams},
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
 };
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -73,24 +70,6 @@ fn sale_at(name: &str, start: Timestamp, end: Timestamp, warm_up: &str) -> Value
             }
         }
     })
-}
-
-async fn secret(client: &Client, ns: &str, name: &str, key: &str) -> anyhow::Result<()> {
-    let secret = Secret {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            ..ObjectMeta::default()
-        },
-        data: Some(BTreeMap::from([(
-            key.to_owned(),
-            ByteString(b"0123456789abcdef0123456789abcdef".to_vec()),
-        )])),
-        ..Secret::default()
-    };
-    Api::<Secret>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &secret)
-        .await?;
-    Ok(())
 }
 
 async fn create_sale(client: &Client, ns: &str, object: Value) -> anyhow::Result<FlashSale> {

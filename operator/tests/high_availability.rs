@@ -4,21 +4,15 @@
 
 mod common;
 
-use std::{
-    collections::BTreeMap,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
-use common::{LEASE_DURATION, Operator, setup};
+use common::{LEASE_DURATION, Operator, secret, setup};
 use flashsale_e2e::{kube::TestNamespace, wait::poll_until};
 use flashsale_operator::api::FlashSale;
-use k8s_openapi::{
-    ByteString,
-    api::{apps::v1::Deployment, coordination::v1::Lease, core::v1::Secret},
-};
+use k8s_openapi::api::{apps::v1::Deployment, coordination::v1::Lease};
 use kube::{
     Api, Client,
-    api::{ObjectMeta, Patch, PatchParams, PostParams},
+    api::{Patch, PatchParams, PostParams},
 };
 use serde_json::json;
 
@@ -34,24 +28,6 @@ async fn holder(client: &Client, ns: &str) -> Result<String, String> {
         .and_then(|l| l.spec)
         .and_then(|s| s.holder_identity)
         .unwrap_or_default())
-}
-
-async fn secret(client: &Client, ns: &str, name: &str, key: &str) -> anyhow::Result<()> {
-    let secret = Secret {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            ..ObjectMeta::default()
-        },
-        data: Some(BTreeMap::from([(
-            key.to_owned(),
-            ByteString(b"0123456789abcdef0123456789abcdef".to_vec()),
-        )])),
-        ..Secret::default()
-    };
-    Api::<Secret>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &secret)
-        .await?;
-    Ok(())
 }
 
 #[tokio::test]

@@ -95,6 +95,7 @@ spec:
   schedule: {start: "2026-11-11T00:00:00Z", end: "2026-11-11T01:00:00Z"}
   region: local
   items: [{sku: A, stock: 1, priceMinor: 100}]
+  gateway: {auth: {hs256SecretRef: {name: jwt, key: hs256}}}
   inventory: {redis: {url: "redis://127.0.0.1:6379"}}
   orderWriter:
     kafka: {brokers: ["127.0.0.1:9092"]}

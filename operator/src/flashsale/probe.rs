@@ -14,7 +14,7 @@ use crate::api::flashsale::ItemStatus;
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
     /// The request failed or timed out.
-    #[error("{url}: {source}")]
+    #[error("{url}: {}", causes(source))]
     Http {
         /// What was asked.
         url: String,
@@ -150,6 +150,19 @@ impl Probe {
             message: format!("unexpected answer: {err}"),
         })
     }
+}
+
+/// An error and its causes on one line: reqwest's own message ("error
+/// sending request") hides the reason (DNS, refused, timeout) in its sources.
+fn causes(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 /// The value of an unlabelled gauge in Prometheus/OpenMetrics text.

@@ -11,53 +11,21 @@ use std::{
     time::Duration,
 };
 
-use flashsale_e2e::{kube::client, wait::poll_until};
+#[allow(unused_imports)] // not every test binary creates Secrets
+pub use flashsale_e2e::kube::create_secret as secret;
+use flashsale_e2e::kube::{client, install_crds};
 use flashsale_operator::api;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::{
-    Api, Client,
-    api::{Patch, PatchParams},
-};
+use kube::Client;
 
 static CRDS_INSTALLED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
 
-/// Installs the CRDs once per test process (server-side apply) and waits
-/// until each is Established.
+/// A client of the local control plane, with the CRDs installed (once per
+/// test process) and Established.
 pub async fn setup() -> anyhow::Result<Client> {
     let client = client().await?;
     CRDS_INSTALLED
         .get_or_try_init(|| async {
-            let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-            let params = PatchParams::apply("flashsale-operator-tests").force();
-            for crd in api::crds() {
-                let name = crd.metadata.name.clone().unwrap_or_default();
-                crds.patch(&name, &params, &Patch::Apply(&crd)).await?;
-                poll_until(
-                    &format!("CRD {name} Established"),
-                    Duration::from_secs(30),
-                    Duration::from_millis(100),
-                    || {
-                        let crds = crds.clone();
-                        let name = name.clone();
-                        async move {
-                            let crd = crds.get(&name).await.map_err(|e| e.to_string())?;
-                            let established = crd
-                                .status
-                                .and_then(|s| s.conditions)
-                                .unwrap_or_default()
-                                .iter()
-                                .any(|c| c.type_ == "Established" && c.status == "True");
-                            if established {
-                                Ok(())
-                            } else {
-                                Err("not established".to_owned())
-                            }
-                        }
-                    },
-                )
-                .await?;
-            }
-            anyhow::Ok(())
+            install_crds(&client, &api::crds(), "flashsale-operator-tests").await
         })
         .await?;
     Ok(client)
