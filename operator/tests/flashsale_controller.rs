@@ -266,11 +266,11 @@ async fn a_sale_deploys_its_children_follows_its_spec_and_reverts_hand_edits() -
         .count();
     assert_eq!(running, 4, "2 gateways, 1 inventory, 1 order-writer");
     assert!(
-        !events(&client, &ns.name, "PhaseChanged")
+        !events(&client, &ns.name, "PhaseWarmingUp")
             .await
             .map_err(anyhow::Error::msg)?
             .is_empty(),
-        "a PhaseChanged Event"
+        "a PhaseWarmingUp Event"
     );
 
     // A change of the spec is applied.
@@ -480,6 +480,25 @@ async fn the_phases_change_at_their_exact_times() -> anyhow::Result<()> {
         }
     })
     .await?;
+    // Each change is an Event of its own, for `kubectl describe`.
+    for (reason, note) in [
+        ("PhaseWarmingUp", "Pending → WarmingUp"),
+        ("PhaseLive", "WarmingUp → Live"),
+        ("PhaseEnded", "Live → Ended"),
+    ] {
+        poll_until(&format!("a {reason} Event"), WAIT, TICK, || async {
+            let found = events(&client, &ns.name, reason).await?;
+            if found.iter().any(|e| e.note.as_deref() == Some(note)) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{:?}",
+                    found.iter().map(|e| &e.note).collect::<Vec<_>>()
+                ))
+            }
+        })
+        .await?;
+    }
     // The kwok order-writer exposes no lag, so the sale does not scale to
     // zero and says why.
     let ended = get_sale(&client, &ns.name, "tick")

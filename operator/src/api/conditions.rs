@@ -43,6 +43,7 @@ pub mod reasons {
     pub const DRAINING: &str = "Draining";
     /// Nothing is left to persist.
     pub const ORDERS_DRAINED: &str = "OrdersDrained";
-    /// The sale moved to another phase (an Event reason).
-    pub const PHASE_CHANGED: &str = "PhaseChanged";
+    /// Prefix of the Event reason of a phase change, followed by the new
+    /// phase: `PhaseWarmingUp`, `PhaseLive`, `PhaseEnded`.
+    pub const PHASE_EVENT_PREFIX: &str = "Phase";
 }

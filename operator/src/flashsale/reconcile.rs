@@ -342,13 +342,11 @@ async fn write_status(
             .phase
             .map(|p| format!("{p:?}"))
             .unwrap_or_else(|| "new".into());
-        ctx.event(
-            sale,
-            false,
-            reasons::PHASE_CHANGED,
-            format!("{from} → {phase:?}"),
-        )
-        .await;
+        // One reason per phase: Events of the same reason on one object are
+        // folded into a series that keeps the first message.
+        let reason = format!("{}{phase:?}", reasons::PHASE_EVENT_PREFIX);
+        ctx.event(sale, false, &reason, format!("{from} → {phase:?}"))
+            .await;
     }
     Ok(())
 }
