@@ -61,8 +61,9 @@ pub struct RunArgs {
     /// Name of the Lease.
     #[arg(long, default_value = "flashsale-operator")]
     pub lease_name: String,
-    /// This replica's name in the Lease and in Events; the pod name in a
-    /// cluster. A random suffix keeps two processes of one host apart.
+    /// This replica's name in the Lease and in Events: the pod name in a
+    /// cluster. When not given, the host name with a random suffix, so two
+    /// processes on one host stay apart.
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
     /// How long a lease lasts without renewal: the longest a standby waits
