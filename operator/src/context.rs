@@ -28,6 +28,8 @@ pub struct Settings {
     /// How often a running sale's status (replicas, stock) is refreshed when
     /// nothing else wakes the controller.
     pub refresh: Duration,
+    /// Reconciles run at once, per controller.
+    pub concurrency: u16,
 }
 
 /// The shared context of the controllers.

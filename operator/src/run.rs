@@ -51,6 +51,11 @@ pub struct RunArgs {
     /// status when nothing else changes.
     #[arg(long, default_value = "15s", value_parser = parse_duration)]
     pub status_refresh: Duration,
+    /// Reconciles run at once per controller. Each sale's reconcile sends a
+    /// dozen requests, so this bounds the load on the apiserver when many
+    /// sales change together.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
+    pub max_concurrent_reconciles: u16,
     /// Elect a leader through a Lease so that only one replica writes. Turn
     /// off only when exactly one replica runs.
     #[arg(long, env = "LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
@@ -61,9 +66,9 @@ pub struct RunArgs {
     /// Name of the Lease.
     #[arg(long, default_value = "flashsale-operator")]
     pub lease_name: String,
-    /// This replica's name in the Lease and in Events: the pod name in a
-    /// cluster. When not given, the host name with a random suffix, so two
-    /// processes on one host stay apart.
+    /// This replica's name in the Lease and in Events (the pod name in a
+    /// cluster; the host name when not given), followed by a random suffix
+    /// per process.
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
     /// How long a lease lasts without renewal: the longest a standby waits
@@ -97,10 +102,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     )?;
     check_crds(&client).await?;
 
-    let identity = args.identity.clone().unwrap_or_else(|| {
-        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "flashsale-operator".into());
-        format!("{host}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8])
+    // A suffix per process: a restarted pod keeps its name, and must not
+    // take its predecessor's lease for its own.
+    let name = args.identity.clone().unwrap_or_else(|| {
+        std::env::var("HOSTNAME").unwrap_or_else(|_| "flashsale-operator".into())
     });
+    let identity = format!("{name}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     let shutdown = process.shutdown();
     let (leadership, election) = if args.leader_elect {
         let mut settings = LeaseSettings::new(&args.lease_namespace, &args.lease_name, &identity);
@@ -123,6 +130,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             order_writer: args.order_writer_image.clone(),
         },
         refresh: args.status_refresh,
+        concurrency: args.max_concurrent_reconciles,
     };
     let probe = Probe::new(args.inventory_url_template.clone(), args.probe_timeout)?;
     let ctx = Arc::new(Context::new(

@@ -19,7 +19,7 @@ use k8s_openapi::api::{
 };
 use kube::{
     Api,
-    runtime::{Controller, watcher},
+    runtime::{Controller, controller, watcher},
 };
 
 use crate::{api::FlashSale, apply::Namespaced, context::Context};
@@ -38,7 +38,12 @@ pub async fn run(
         "app.kubernetes.io/managed-by={}",
         build::MANAGED_BY
     ));
+    // Bounded concurrency: hundreds of sales created at once must not become
+    // thousands of requests in flight, which time out at the apiserver and
+    // hold memory here.
+    let config = controller::Config::default().concurrency(ctx.settings.concurrency);
     Controller::new(sales, watcher::Config::default().any_semantic())
+        .with_config(config)
         .owns(api::<Deployment>(&ctx, namespace), children.clone())
         .owns(api::<Service>(&ctx, namespace), children.clone())
         .owns(api::<ConfigMap>(&ctx, namespace), children.clone())
