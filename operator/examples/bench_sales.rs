@@ -38,7 +38,7 @@ use kube::{
     Api, Client,
     api::{ListParams, PostParams},
 };
-use observe::{OperatorCounters, Stage, Throttle};
+use observe::{ApiserverCounters, OperatorCounters, Stage, Throttle};
 use serde_json::json;
 
 #[derive(Debug, Parser)]
@@ -98,11 +98,16 @@ struct RunResult {
     applied_s: Option<f64>,
     half_ready_s: Option<f64>,
     ready_s: Option<f64>,
+    /// Sales Ready and applied when the run ended (all, unless it timed out).
+    ready_at_end: usize,
+    applied_at_end: usize,
     peak_rss_mb: f64,
     max_sampled_rss_mb: f64,
     at_applied: OperatorCounters,
     at_end: OperatorCounters,
     slowest_list_ms: f64,
+    max_sockets: usize,
+    apiserver: Option<ApiserverCounters>,
     stages: Vec<Stage>,
     cpu: Vec<(&'static str, f64)>,
     machine_busy: f64,
@@ -113,7 +118,10 @@ struct RunResult {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    anyhow::ensure!(args.sales > 0 && args.runs > 0, "--sales and --runs must be positive");
+    anyhow::ensure!(
+        args.sales > 0 && args.runs > 0,
+        "--sales and --runs must be positive"
+    );
     let pods = args.sales * PODS_PER_SALE;
     let capacity = args.bench_nodes * args.pods_per_node as usize;
     anyhow::ensure!(
@@ -152,8 +160,22 @@ async fn main() -> anyhow::Result<()> {
             cluster::node_name(1),
             cluster::node_name(args.bench_nodes)
         );
-    } else if let Err(err) = teardown(&client, &args, &bench_id).await {
-        eprintln!("cleaning up failed: {err:#}");
+    } else {
+        // The Ctrl-C handler stays installed: a second one stops the cleanup.
+        tokio::select! {
+            cleaned = teardown(&client, &args, &bench_id) => {
+                if let Err(err) = cleaned {
+                    eprintln!("cleaning up failed: {err:#}");
+                }
+            }
+            _ = tokio::signal::ctrl_c() => eprintln!(
+                "cleanup interrupted: delete namespaces labelled {}={bench_id}, nodes {}..{} \
+                 and MutatingAdmissionPolicy flashsale-bench-nodes by hand",
+                cluster::BENCH_ID_LABEL,
+                cluster::node_name(1),
+                cluster::node_name(args.bench_nodes)
+            ),
+        }
     }
     let results = outcome?;
     summary(&args, &results);
@@ -361,6 +383,7 @@ async fn run_once(
         .map(|i| sale(&format!("bench-{i:04}")))
         .collect::<anyhow::Result<Vec<_>>>()?;
 
+    let apiserver_before = ApiserverCounters::scrape();
     let kcm_before = Throttle::scrape(&args.kcm_metrics);
     let scheduler_before = Throttle::scrape(&args.scheduler_metrics);
     let cpu_before = CpuSnapshot::take(&processes);
@@ -403,6 +426,7 @@ async fn run_once(
         let elapsed = started.elapsed().as_secs_f64();
         let rss = observe::memory_mb(pid, "VmRSS:").unwrap_or(0.0);
         result.max_sampled_rss_mb = result.max_sampled_rss_mb.max(rss);
+        result.max_sockets = result.max_sockets.max(observe::sockets(pid));
         let statuses = list.items.iter().filter_map(|s| s.status.as_ref());
         let (mut applied, mut ready) = (0, 0);
         for status in statuses {
@@ -417,6 +441,7 @@ async fn run_once(
         if result.half_ready_s.is_none() && ready * 2 >= args.sales {
             result.half_ready_s = Some(elapsed);
         }
+        (result.ready_at_end, result.applied_at_end) = (ready, applied);
         let done = ready == args.sales;
         let changed = (applied, ready) != (last_print.0, last_print.1);
         let waited = last_print.2.elapsed();
@@ -450,6 +475,9 @@ async fn run_once(
     result.scheduler = Throttle::scrape(&args.scheduler_metrics)
         .zip(scheduler_before)
         .map(|(after, before)| after.since(before));
+    result.apiserver = ApiserverCounters::scrape()
+        .zip(apiserver_before)
+        .map(|(after, before)| after.since(before));
     (result.cpu, result.machine_busy) = cpu_after.since(&cpu_before);
     drop(operator);
     result.stages = observe::timeline(client, ns, started_at).await?;
@@ -464,11 +492,13 @@ fn report(r: &RunResult) {
     let end = r.at_end;
     println!("  --- {}", r.namespace);
     println!(
-        "  created {:.1} s, all applied {} s, half Ready {} s, all Ready {} s",
+        "  created {:.1} s, all applied {} s, half Ready {} s, all Ready {} s ({} Ready, {} applied at the end)",
         r.created_s,
         secs(r.applied_s),
         secs(r.half_ready_s),
-        secs(r.ready_s)
+        secs(r.ready_s),
+        r.ready_at_end,
+        r.applied_at_end
     );
     println!(
         "  operator: peak RSS (VmHWM) {:.1} MB, highest sampled VmRSS {:.1} MB",
@@ -484,7 +514,17 @@ fn report(r: &RunResult) {
         r.at_applied.reconciles,
         r.at_applied.writes
     );
-    println!("  slowest LIST of the sales: {:.0} ms", r.slowest_list_ms);
+    println!(
+        "  slowest LIST of the sales: {:.0} ms; operator sockets at most {}",
+        r.slowest_list_ms, r.max_sockets
+    );
+    if let Some(a) = r.apiserver {
+        println!(
+            "  apiserver: {:.0} requests, {:.0} Service and {:.0} other requests timed out (504), \
+             {:.0} IPAddress creates and {:.0} deletes",
+            a.requests, a.timeouts_services, a.timeouts_other, a.ip_creates, a.ip_deletes
+        );
+    }
     println!("  stage (s after the creates)   count    p50    p90   last");
     for s in &r.stages {
         println!(
@@ -498,7 +538,7 @@ fn report(r: &RunResult) {
         .map(|(name, seconds)| format!("{name} {seconds:.1}"))
         .collect();
     println!(
-        "  CPU seconds until all Ready: {} (machine busy {:.0}%)",
+        "  CPU seconds from the creates to the end of the run: {} (machine busy {:.0}%)",
         cpu.join(", "),
         r.machine_busy * 100.0
     );
@@ -520,7 +560,7 @@ fn median(mut values: Vec<f64>) -> Option<f64> {
     }
     values.sort_by(f64::total_cmp);
     let mid = values.len() / 2;
-    Some(if values.len() % 2 == 0 {
+    Some(if values.len().is_multiple_of(2) {
         f64::midpoint(values[mid - 1], values[mid])
     } else {
         values[mid]
@@ -530,16 +570,16 @@ fn median(mut values: Vec<f64>) -> Option<f64> {
 fn summary(args: &Args, results: &[RunResult]) {
     println!("\n== {} runs of {} FlashSales", results.len(), args.sales);
     println!(
-        "| run | all applied (s) | all Ready (s) | peak RSS (MB) | reconciles | writes | mean reconcile (ms) | last pod created (s) | last pod scheduled (s) | last pod Ready (s) |"
+        "| run | Ready at end | all applied (s) | all Ready (s) | peak RSS (MB) | reconciles | writes | mean reconcile (ms) | last pod created (s) | last pod scheduled (s) | last pod Ready (s) |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let stage_last = |r: &RunResult, name: &str| {
         r.stages
             .iter()
             .find(|s| s.name == name)
             .map_or(f64::NAN, |s| s.last)
     };
-    let row = |label: String, values: [Option<f64>; 9]| {
+    let row = |label: String, ready: String, values: [Option<f64>; 9]| {
         let cells: Vec<String> = values
             .iter()
             .enumerate()
@@ -549,7 +589,7 @@ fn summary(args: &Args, results: &[RunResult]) {
                 (_, Some(v)) => format!("{v:.1}"),
             })
             .collect();
-        println!("| {label} | {} |", cells.join(" | "));
+        println!("| {label} | {ready} | {} |", cells.join(" | "));
     };
     let columns = |r: &RunResult| {
         [
@@ -565,12 +605,21 @@ fn summary(args: &Args, results: &[RunResult]) {
         ]
     };
     for (i, r) in results.iter().enumerate() {
-        row((i + 1).to_string(), columns(r));
+        row(
+            (i + 1).to_string(),
+            format!("{}/{}", r.ready_at_end, args.sales),
+            columns(r),
+        );
     }
     let all: Vec<[Option<f64>; 9]> = results.iter().map(columns).collect();
     let medians: [Option<f64>; 9] =
         std::array::from_fn(|c| median(all.iter().filter_map(|r| r[c]).collect()));
-    row("median".to_owned(), medians);
+    let ready = median(results.iter().map(|r| r.ready_at_end as f64).collect());
+    row(
+        "median".to_owned(),
+        format!("{:.0}/{}", ready.unwrap_or(0.0), args.sales),
+        medians,
+    );
 }
 
 async fn teardown(client: &Client, args: &Args, bench_id: &str) -> anyhow::Result<()> {

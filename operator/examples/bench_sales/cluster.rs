@@ -288,7 +288,11 @@ pub async fn own_namespaces(client: &Client, bench_id: &str) -> anyhow::Result<V
     let list = Api::<Namespace>::all(client.clone())
         .list(&ListParams::default().labels(&format!("{BENCH_ID_LABEL}={bench_id}")))
         .await?;
-    Ok(list.items.into_iter().filter_map(|n| n.metadata.name).collect())
+    Ok(list
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect())
 }
 
 /// The Secrets a sale references (`jwt`/`hs256` and `db`/`url`).
@@ -324,7 +328,11 @@ where
 
 /// Deletes namespace `name` and waits until it is gone, printing how many
 /// pods are left; gives up (with a warning) after `deadline`.
-pub async fn delete_namespace(client: &Client, name: &str, deadline: Duration) -> anyhow::Result<()> {
+pub async fn delete_namespace(
+    client: &Client,
+    name: &str,
+    deadline: Duration,
+) -> anyhow::Result<()> {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let pods: Api<Pod> = Api::namespaced(client.clone(), name);
     delete_if_present(&namespaces, name).await?;

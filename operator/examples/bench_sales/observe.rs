@@ -84,6 +84,85 @@ pub fn stack_pids() -> Vec<(&'static str, u32)> {
     .collect()
 }
 
+/// Open sockets of `pid` (its connections, mostly to the apiserver).
+pub fn sockets(pid: u32) -> usize {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return 0;
+    };
+    fds.filter_map(Result::ok)
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .filter(|target| target.to_string_lossy().starts_with("socket:"))
+        .count()
+}
+
+/// The apiserver's own metrics, through `kubectl get --raw` (the stack's
+/// kubeconfig); `None` when kubectl is not on PATH or fails.
+pub fn scrape_apiserver() -> Option<String> {
+    let out = Command::new("kubectl")
+        .args(["get", "--raw", "/metrics"])
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// What the apiserver answered: requests that hit its 60 s timeout (504),
+/// and the IPAddress objects ClusterIP allocation created and deleted.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ApiserverCounters {
+    pub requests: f64,
+    pub timeouts_services: f64,
+    pub timeouts_other: f64,
+    pub ip_creates: f64,
+    pub ip_deletes: f64,
+}
+
+impl ApiserverCounters {
+    pub fn scrape() -> Option<Self> {
+        let text = scrape_apiserver()?;
+        let name = "apiserver_request_total";
+        let timeouts = sum_samples(&text, name, r#"code="504""#);
+        let timeouts_services = text
+            .lines()
+            .filter(|l| {
+                l.starts_with(name)
+                    && l.contains(r#"code="504""#)
+                    && l.contains(r#"resource="services""#)
+            })
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .fold(0.0, |sum, v| sum + v);
+        let ip = |verb: &str| {
+            text.lines()
+                .filter(|l| {
+                    l.starts_with(name)
+                        && l.contains(r#"resource="ipaddresses""#)
+                        && l.contains(&format!(r#"verb="{verb}""#))
+                        && (l.contains(r#"code="200""#) || l.contains(r#"code="201""#))
+                })
+                .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+                .fold(0.0, |sum, v| sum + v)
+        };
+        Some(Self {
+            requests: sum_samples(&text, name, ""),
+            timeouts_services,
+            timeouts_other: timeouts - timeouts_services,
+            ip_creates: ip("POST"),
+            ip_deletes: ip("DELETE"),
+        })
+    }
+
+    pub fn since(self, before: Self) -> Self {
+        Self {
+            requests: self.requests - before.requests,
+            timeouts_services: self.timeouts_services - before.timeouts_services,
+            timeouts_other: self.timeouts_other - before.timeouts_other,
+            ip_creates: self.ip_creates - before.ip_creates,
+            ip_deletes: self.ip_deletes - before.ip_deletes,
+        }
+    }
+}
+
 /// Prometheus text of an HTTPS endpoint of the stack (self-signed, metrics
 /// path allowed without credentials), through curl; `None` when unreachable.
 pub fn scrape_https(url: &str) -> Option<String> {
@@ -116,7 +195,8 @@ pub fn sum_samples(text: &str, name: &str, label: &str) -> f64 {
             };
             value.split_whitespace().next()?.parse::<f64>().ok()
         })
-        .sum()
+        // An empty sum of floats is -0.0.
+        .fold(0.0, |sum, v| sum + v)
 }
 
 /// The operator's counters at one moment.
