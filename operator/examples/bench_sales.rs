@@ -75,6 +75,10 @@ struct Args {
     /// target folder and profile as this example.
     #[arg(long)]
     operator_bin: Option<PathBuf>,
+    /// Extra flag for the operator's `run`, e.g. `--operator-arg=--status-refresh=5m`;
+    /// repeat for more.
+    #[arg(long = "operator-arg", allow_hyphen_values = true)]
+    operator_args: Vec<String>,
     /// Metrics of the stack's controller-manager.
     #[arg(long, default_value = "https://127.0.0.1:20257/metrics")]
     kcm_metrics: String,
@@ -135,11 +139,12 @@ async fn main() -> anyhow::Result<()> {
     let bench_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
 
     println!(
-        "{} runs of {} FlashSales ({} pods); operator {}",
+        "{} runs of {} FlashSales ({} pods); operator {} {}",
         args.runs,
         args.sales,
         pods,
-        operator_bin.display()
+        operator_bin.display(),
+        args.operator_args.join(" ")
     );
     cluster::install_crds(&client).await?;
     let outcome = tokio::select! {
@@ -232,7 +237,7 @@ struct Operator {
 }
 
 impl Operator {
-    fn start(bin: &Path, ns: &str) -> anyhow::Result<Self> {
+    fn start(bin: &Path, ns: &str, extra: &[String]) -> anyhow::Result<Self> {
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let ops = format!("127.0.0.1:{port}");
         let log = std::env::temp_dir().join(format!("{ns}-operator.log"));
@@ -251,6 +256,7 @@ impl Operator {
                 "--log-filter",
                 "warn",
             ])
+            .args(extra)
             .stdout(Stdio::from(file.try_clone()?))
             .stderr(Stdio::from(file))
             .spawn()
@@ -374,7 +380,7 @@ async fn run_once(
     cluster::create_namespace(client, ns, bench_id).await?;
     cluster::await_policy(client, ns).await?;
     cluster::create_secrets(client, ns).await?;
-    let mut operator = Operator::start(operator_bin, ns)?;
+    let mut operator = Operator::start(operator_bin, ns, &args.operator_args)?;
     operator.await_leading().await?;
     let pid = operator.pid();
     let mut processes = observe::stack_pids();
