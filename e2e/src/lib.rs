@@ -3,6 +3,7 @@
 //! instead of sleeping.
 
 pub mod faults;
+pub mod kafka;
 pub mod kube;
 pub mod private_redis;
 pub mod redis_keys;

@@ -18,10 +18,11 @@ use axum::{
     routing::{get, post},
 };
 use flashsale_runtime::ApiError;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::json;
 
 use crate::{
+    auth::{self, Tokens},
     metrics::Metrics,
     store::{
         CancelOutcome, ConfirmOutcome, ReserveOutcome, ReserveRequest, SaleDefinition, Store,
@@ -41,6 +42,7 @@ pub struct AppState {
     metrics: Metrics,
     sold_out: Arc<Mutex<HashMap<(String, String), Instant>>>,
     sold_out_staleness: Duration,
+    tokens: Tokens,
 }
 
 impl AppState {
@@ -53,7 +55,14 @@ impl AppState {
             metrics,
             sold_out: Arc::default(),
             sold_out_staleness,
+            tokens: Tokens::default(),
         }
+    }
+
+    /// Requires these tokens on every route (see [`auth`]).
+    pub fn with_tokens(mut self, tokens: Tokens) -> Self {
+        self.tokens = tokens;
+        self
     }
 
     fn known_sold_out(&self, sale: &str, sku: &str) -> bool {
@@ -89,16 +98,28 @@ impl AppState {
     }
 }
 
-/// The API routes.
+/// The API routes; loading a sale and adjusting stock need the admin token,
+/// the rest the API token (when tokens are configured).
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    let tokens = state.tokens.clone();
+    let admin = Router::new()
         .route("/v1/sales", post(load_sale))
+        .route("/v1/sales/{sale}/items/{sku}/adjustments", post(adjust))
+        .route_layer(axum::middleware::from_fn_with_state(
+            tokens.clone(),
+            auth::require_admin,
+        ));
+    Router::new()
         .route("/v1/sales/{sale}/reservations", post(reserve))
         .route("/v1/sales/{sale}/reservations/{id}", get(reservation))
         .route("/v1/sales/{sale}/reservations/{id}/confirm", post(confirm))
         .route("/v1/sales/{sale}/reservations/{id}/cancel", post(cancel))
         .route("/v1/sales/{sale}/items/{sku}/stock", get(stock))
-        .route("/v1/sales/{sale}/items/{sku}/adjustments", post(adjust))
+        .route_layer(axum::middleware::from_fn_with_state(
+            tokens,
+            auth::require_api,
+        ))
+        .merge(admin)
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
@@ -181,13 +202,9 @@ struct ReserveBody {
     user: String,
     quantity: i64,
     request_id: String,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Reserved {
-    id: String,
-    expires_at_ms: u64,
+    /// The price of the units as the caller computed it; kept on the record.
+    #[serde(default)]
+    amount_minor: i64,
 }
 
 async fn reserve(
@@ -204,6 +221,8 @@ async fn reserve(
         .ok()
         .filter(|q| (1..=MAX_QUANTITY).contains(q))
         .ok_or_else(|| ApiError::bad_request(format!("quantity must be 1-{MAX_QUANTITY}")))?;
+    let amount_minor = u64::try_from(body.amount_minor)
+        .map_err(|_| ApiError::bad_request("amountMinor must not be negative"))?;
     if state.known_sold_out(&sale, &body.sku) {
         state.metrics.reservation("sold_out");
         return Err(ApiError::new(
@@ -212,24 +231,51 @@ async fn reserve(
             format!("{} is sold out", body.sku),
         ));
     }
-    let request = ReserveRequest {
-        sale: &sale,
-        sku: &body.sku,
-        user: &body.user,
-        quantity,
-        request_id: &body.request_id,
-    };
-    let outcome = state
-        .store
-        .reserve(&request)
-        .await
-        .inspect_err(|_| state.metrics.reservation("error"))?;
+    // A sharded reservation takes several steps; run them on a task of
+    // their own so a caller that goes away mid-way does not leave a claim
+    // pending until the sweeper's deadline.
+    let store = state.store.clone();
+    let (task_sale, sku, user, request_id) = (
+        sale.clone(),
+        body.sku.clone(),
+        body.user.clone(),
+        body.request_id.clone(),
+    );
+    let outcome = tokio::spawn(async move {
+        let request = ReserveRequest {
+            sale: &task_sale,
+            sku: &sku,
+            user: &user,
+            quantity,
+            request_id: &request_id,
+            amount_minor,
+        };
+        store.reserve(&request).await
+    })
+    .await
+    .map_err(|err| {
+        tracing::warn!(error = %err, "reservation task failed");
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "the reservation did not finish; retry with the same request id",
+        )
+    })?
+    .inspect_err(|_| state.metrics.reservation("error"))?;
     match outcome {
-        ReserveOutcome::Reserved { id, expires_at_ms } => {
+        ReserveOutcome::Reserved(record) => {
             state.metrics.reservation("ok");
-            Ok((StatusCode::CREATED, Json(Reserved { id, expires_at_ms })).into_response())
+            Ok((StatusCode::CREATED, Json(record)).into_response())
         }
         ReserveOutcome::Existing(existing) => Ok((StatusCode::OK, Json(existing)).into_response()),
+        ReserveOutcome::Mismatch { id } => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "idempotency_mismatch",
+            format!(
+                "request id {:?} was used for another SKU or quantity (reservation {id})",
+                body.request_id
+            ),
+        )),
         ReserveOutcome::SoldOut => {
             state.metrics.reservation("sold_out");
             state.set_sold_out(&sale, &body.sku, true);

@@ -7,9 +7,10 @@
 //! |---|---|---|
 //! | `fs:{S}:sku:<K>` | hash | `stock` (as first loaded), `limit`, `shards`, `sold` |
 //! | `fs:{S}:user:<K>:<U>` | int | units user U holds of K (reserved + sold) |
-//! | `fs:{S}:req:<R>` | string | request id R → reservation id |
-//! | `fs:{S}:resv:<ID>` | hash | `sku`, `user`, `qty`, `shard`, `state`, `expires_at` (ms), `request` |
+//! | `fs:{S}:req:<R>` | string | request id R → `<reservation id> <sku> <qty>`; lives as long as the reservation |
+//! | `fs:{S}:resv:<ID>` | hash | `sku`, `user`, `qty`, `amount` (minor units), `shard`, `state`, `expires_at` (ms), `request`, and once released `reason` and `prior` (the state it left) |
 //! | `fs:{S}:expiry` | zset | reservation id → when the sweeper must look at it (ms) |
+//! | `fs:{S}:outbox` | stream | `reservation` ids that lapsed unpaid, until their `expired` order event is acknowledged by Kafka; consumer group `publishers` |
 //! | `fs:{S}:audit` | stream | stock adjustments: sku, requested, applied, reason, stock before/after |
 //! | `<shard>avail:<K>:<i>` | int | units shard i can still give |
 //! | `<shard>held:<K>:<i>` | int | units shard i gave (reserved or sold) |
@@ -79,6 +80,11 @@ impl SaleKeys {
         self.key("expiry")
     }
 
+    /// Reservations whose `expired` event is still to be published.
+    pub fn outbox(&self) -> String {
+        self.key("outbox")
+    }
+
     /// Keys of shard `index` of `sku`, which has `shards` shards.
     pub fn shard(&self, sku: &str, shards: u32, index: u32) -> ShardKeys {
         let prefix = if shards <= 1 {
@@ -140,6 +146,7 @@ mod tests {
             keys.request("r1"),
             keys.reservation("id"),
             keys.expiry(),
+            keys.outbox(),
             single.avail(),
             single.held(),
             single.taken("id"),

@@ -4,10 +4,13 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use anyhow::Context;
 use clap::Parser;
+use flashsale_orders::{OrderProducer, ProducerSettings};
 use flashsale_runtime::{Process, Readiness, RuntimeArgs};
 use inventory::{
     api::{self, AppState},
+    auth::Tokens,
     metrics::Metrics,
+    outbox,
     store::{SaleDefinition, Store},
     sweeper,
 };
@@ -31,6 +34,26 @@ struct Args {
     /// How long a replica answers "sold out" from memory before asking Redis again.
     #[arg(long, env = "INVENTORY_SOLD_OUT_STALENESS_MS", default_value_t = 200)]
     sold_out_staleness_ms: u64,
+    /// File holding the token callers (gateway, operator) must send as
+    /// `Authorization: Bearer`; without it and --admin-token-file the API is open.
+    #[arg(long, env = "INVENTORY_API_TOKEN_FILE")]
+    api_token_file: Option<PathBuf>,
+    /// File holding the token that loading a sale and stock adjustments need.
+    #[arg(long, env = "INVENTORY_ADMIN_TOKEN_FILE")]
+    admin_token_file: Option<PathBuf>,
+    /// Kafka bootstrap servers for the `expired` order events of lapsed
+    /// reservations; without them no such event is published.
+    #[arg(long, env = "KAFKA_BROKERS")]
+    kafka_brokers: Option<String>,
+    /// Topic of order events.
+    #[arg(long, env = "ORDERS_TOPIC", default_value = "flashsale.orders")]
+    orders_topic: String,
+    /// How often the outbox of expired order events is published.
+    #[arg(long, env = "INVENTORY_OUTBOX_INTERVAL_MS", default_value_t = 250)]
+    outbox_interval_ms: u64,
+    /// This replica's name in the outbox's consumer group (the pod name).
+    #[arg(long, env = "POD_NAME")]
+    pod_name: Option<String>,
     #[command(flatten)]
     runtime: RuntimeArgs,
 }
@@ -40,6 +63,16 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let mut process = Process::start("inventory", env!("CARGO_PKG_VERSION"), &args.runtime.log)?;
     let metrics = Metrics::register(process.registry_mut());
+    let tokens = Tokens::from_files(
+        args.api_token_file.as_deref(),
+        args.admin_token_file.as_deref(),
+    )
+    .context("reading the API tokens")?;
+    if !tokens.enforced() {
+        tracing::warn!(
+            "no API token configured: any caller may reserve, confirm, cancel, load and adjust stock"
+        );
+    }
     let store = Store::connect(&args.redis_url)
         .await
         .context("connecting to Redis")?;
@@ -55,15 +88,40 @@ async fn main() -> anyhow::Result<()> {
         store.clone(),
         metrics.clone(),
         Duration::from_millis(args.sold_out_staleness_ms),
-    );
+    )
+    .with_tokens(tokens);
     let shutdown = process.shutdown();
     tokio::spawn(sweeper::run(
         store.clone(),
         state.clone(),
-        metrics,
+        metrics.clone(),
         Duration::from_millis(args.sweep_interval_ms.max(10)),
         shutdown.clone(),
     ));
+    match &args.kafka_brokers {
+        Some(brokers) => {
+            let producer = OrderProducer::new(&ProducerSettings {
+                topic: args.orders_topic.clone(),
+                ..ProducerSettings::new(brokers.clone())
+            })
+            .context("building the order-event producer")?;
+            let consumer = args
+                .pod_name
+                .clone()
+                .unwrap_or_else(|| format!("inventory-{}", uuid::Uuid::new_v4().simple()));
+            tokio::spawn(outbox::run(
+                store.clone(),
+                producer,
+                metrics.clone(),
+                consumer,
+                Duration::from_millis(args.outbox_interval_ms.max(10)),
+                shutdown.clone(),
+            ));
+        }
+        None => tracing::warn!(
+            "no Kafka brokers configured: orders of lapsed reservations are not marked expired"
+        ),
+    }
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;

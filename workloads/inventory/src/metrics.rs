@@ -13,6 +13,8 @@ pub struct Metrics {
     reservations: Family<Labels, Counter>,
     stock_available: Family<Labels, Gauge>,
     expired: Counter,
+    expired_published: Counter,
+    outbox_pending: Gauge,
 }
 
 impl Metrics {
@@ -33,6 +35,16 @@ impl Metrics {
             "inventory_expired",
             "Unpaid reservations returned to stock",
             metrics.expired.clone(),
+        );
+        registry.register(
+            "inventory_expired_published",
+            "Expired order events acknowledged by Kafka",
+            metrics.expired_published.clone(),
+        );
+        registry.register(
+            "inventory_outbox_pending",
+            "Expired order events not yet acknowledged by Kafka (last sale published)",
+            metrics.outbox_pending.clone(),
         );
         metrics
     }
@@ -55,5 +67,12 @@ impl Metrics {
     /// Counts reservations returned by a sweep.
     pub fn expired(&self, count: u64) {
         self.expired.inc_by(count);
+    }
+
+    /// Records one outbox round: events published, entries left.
+    pub fn outbox(&self, published: u64, pending: u64) {
+        self.expired_published.inc_by(published);
+        self.outbox_pending
+            .set(i64::try_from(pending).unwrap_or(i64::MAX));
     }
 }

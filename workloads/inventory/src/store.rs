@@ -10,8 +10,6 @@ use tokio::sync::RwLock;
 
 use crate::keys::{SaleKeys, ShardKeys};
 
-/// How long a request id stays known after its reservation, for retries.
-const REQUEST_ID_TTL_SECS: u64 = 24 * 3600;
 /// How long a sharded claim may take between its first and last step; longer
 /// than any request deadline, so a late step cannot race the sweeper.
 const CLAIM_WINDOW_MS: u64 = 10_000;
@@ -72,20 +70,25 @@ pub struct ReserveRequest<'a> {
     pub quantity: u64,
     /// Client-chosen id; a retry with the same id gets the same answer.
     pub request_id: &'a str,
+    /// What the units cost, in minor units, as the caller priced them; kept
+    /// on the record so every event about the order says the same amount.
+    pub amount_minor: u64,
 }
 
 /// The answer to a reservation request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReserveOutcome {
-    /// Units are held until `expires_at_ms` (Unix ms, Redis clock).
-    Reserved {
-        /// Reservation id.
-        id: String,
-        /// When it lapses unless confirmed.
-        expires_at_ms: u64,
-    },
-    /// The request id was seen before; this is its reservation as it is now.
+    /// Units are held until the record's `expires_at_ms` (Unix ms, Redis clock).
+    Reserved(Reservation),
+    /// The request id was seen before, for the same SKU and quantity; this is
+    /// its reservation as it is now.
     Existing(Reservation),
+    /// The request id was used before for another SKU or quantity: refused,
+    /// so one idempotency key never stands for two different orders.
+    Mismatch {
+        /// The reservation the request id belongs to.
+        id: String,
+    },
     /// Not enough units left.
     SoldOut,
     /// The user already holds `held` units and the limit forbids more.
@@ -124,6 +127,10 @@ pub struct Reservation {
     pub user: String,
     /// Units.
     pub quantity: u64,
+    /// Price of the units in minor units, as given when reserved.
+    pub amount_minor: u64,
+    /// The request id it was made under.
+    pub request_id: String,
     /// Where it is in its life.
     pub state: ReservationState,
     /// Why it was released, if it was.
@@ -309,6 +316,11 @@ impl Store {
         self.sales.read().await.keys().cloned().collect()
     }
 
+    /// A handle on the store's Redis connection (multiplexed; cheap).
+    pub(crate) fn connection(&self) -> ConnectionManager {
+        self.conn.clone()
+    }
+
     /// Whether Redis answers.
     pub async fn ping(&self) -> Result<(), StoreError> {
         let mut conn = self.conn.clone();
@@ -336,6 +348,17 @@ impl Store {
         let uuid = uuid::Uuid::new_v4();
         let id = uuid.simple().to_string();
         let mut conn = self.conn.clone();
+        let fresh = |expires_at_ms| Reservation {
+            id: id.clone(),
+            sku: req.sku.to_owned(),
+            user: req.user.to_owned(),
+            quantity: req.quantity,
+            amount_minor: req.amount_minor,
+            request_id: req.request_id.to_owned(),
+            state: ReservationState::Reserved,
+            reason: None,
+            expires_at_ms,
+        };
         if shards == 1 {
             let shard = keys.shard(req.sku, 1, 0);
             let reply: Vec<String> =
@@ -345,14 +368,14 @@ impl Store {
                     .key(shard.taken(&id))
                     .invoke_async(&mut conn)
                     .await?;
-            return self.reserve_reply(&keys, reply).await;
+            return self.reserve_reply(&keys, reply, fresh).await;
         }
 
         let reply: Vec<String> = admission(&self.scripts.claim, &keys, req, &id, CLAIM_WINDOW_MS)
             .invoke_async(&mut conn)
             .await?;
         if reply.first().map(String::as_str) != Some("claimed") {
-            return self.reserve_reply(&keys, reply).await;
+            return self.reserve_reply(&keys, reply, fresh).await;
         }
         let deadline = reply
             .get(2)
@@ -396,13 +419,12 @@ impl Store {
             .invoke_async(&mut conn)
             .await?;
         match settled.first().map(String::as_str) {
-            Some("reserved") => Ok(ReserveOutcome::Reserved {
-                id,
-                expires_at_ms: settled
+            Some("reserved") => Ok(ReserveOutcome::Reserved(fresh(
+                settled
                     .get(1)
                     .and_then(|e| e.parse().ok())
                     .unwrap_or_default(),
-            }),
+            ))),
             Some("sold_out") => Ok(ReserveOutcome::SoldOut),
             _ => Err(StoreError::ClaimExpired(id)),
         }
@@ -412,13 +434,14 @@ impl Store {
         &self,
         keys: &SaleKeys,
         reply: Vec<String>,
+        fresh: impl FnOnce(u64) -> Reservation,
     ) -> Result<ReserveOutcome, StoreError> {
         let field = |i: usize| reply.get(i).cloned().unwrap_or_default();
         match reply.first().map(String::as_str) {
-            Some("reserved") => Ok(ReserveOutcome::Reserved {
-                id: field(1),
-                expires_at_ms: field(2).parse().unwrap_or_default(),
-            }),
+            Some("reserved") => Ok(ReserveOutcome::Reserved(fresh(
+                field(2).parse().unwrap_or_default(),
+            ))),
+            Some("mismatch") => Ok(ReserveOutcome::Mismatch { id: field(1) }),
             Some("duplicate") => match self.reservation_by_key(keys, &field(1)).await? {
                 Some(existing) => Ok(ReserveOutcome::Existing(existing)),
                 None => Err(StoreError::Corrupt(format!(
@@ -484,6 +507,12 @@ impl Store {
             quantity: get("qty")?
                 .parse()
                 .map_err(|_| StoreError::Corrupt(format!("reservation {id} qty")))?,
+            // Absent on records written before amounts were kept.
+            amount_minor: fields
+                .get("amount")
+                .and_then(|a| a.parse().ok())
+                .unwrap_or(0),
+            request_id: get("request")?,
             state,
             reason: fields.get("reason").cloned(),
             expires_at_ms: get("expires_at")?.parse().unwrap_or_default(),
@@ -604,6 +633,7 @@ impl Store {
             .key(keys.reservation(id))
             .key(keys.expiry())
             .key(keys.user(&sku, &user))
+            .key(keys.outbox())
             .arg(id)
             .invoke_async(&mut conn)
             .await?;
@@ -803,7 +833,7 @@ fn admission<'a>(
         .arg(req.user)
         .arg(req.sku)
         .arg(window_ms)
-        .arg(REQUEST_ID_TTL_SECS)
+        .arg(req.amount_minor)
         .arg(req.request_id);
     invocation
 }

@@ -5,11 +5,22 @@ use std::time::Duration;
 use flashsale_e2e::stack;
 use inventory::{
     api::{self, AppState, MAX_BODY_BYTES},
+    auth::Tokens,
     metrics::Metrics,
     store::Store,
 };
-use reqwest::{Client, StatusCode};
+use reqwest::{Client, StatusCode, header};
 use serde_json::{Value, json};
+
+const API_TOKEN: &str = "api-token-of-the-tests";
+const ADMIN_TOKEN: &str = "admin-token-of-the-tests";
+
+/// A client that sends `token` on every request.
+fn client_with(token: &str) -> anyhow::Result<Client> {
+    let mut headers = header::HeaderMap::new();
+    headers.insert(header::AUTHORIZATION, format!("Bearer {token}").parse()?);
+    Ok(Client::builder().default_headers(headers).build()?)
+}
 
 struct Api {
     base: String,
@@ -24,13 +35,14 @@ impl Api {
 
     async fn start_with(sold_out_staleness: Duration) -> anyhow::Result<Self> {
         let store = Store::connect(&stack::redis_url()?).await?;
-        let state = AppState::new(store, Metrics::default(), sold_out_staleness);
+        let state = AppState::new(store, Metrics::default(), sold_out_staleness)
+            .with_tokens(Tokens::new(Some(API_TOKEN), Some(ADMIN_TOKEN)));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let base = format!("http://{}", listener.local_addr()?);
         tokio::spawn(async move { axum::serve(listener, api::router(state)).await });
         let api = Self {
             base,
-            http: Client::new(),
+            http: client_with(ADMIN_TOKEN)?,
             sale: stack::unique_name("http"),
         };
         let (status, body) = api
@@ -93,6 +105,25 @@ async fn reserve_confirm_cancel_and_stock_over_http() -> anyhow::Result<()> {
     let (status, body) = api.reserve("u1", 2, "r1").await?;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     let id = body["id"].as_str().unwrap_or_default().to_owned();
+    // A fresh reservation answers with its whole record: callers build the
+    // order from it, not from their request.
+    assert_eq!(
+        (
+            &body["sku"],
+            &body["user"],
+            &body["quantity"],
+            &body["state"],
+            &body["request_id"]
+        ),
+        (
+            &json!("PHONE"),
+            &json!("u1"),
+            &json!(2),
+            &json!("reserved"),
+            &json!("r1")
+        ),
+        "{body}"
+    );
 
     let (status, retry) = api.reserve("u1", 2, "r1").await?;
     assert_eq!(
@@ -422,5 +453,74 @@ async fn sold_out_is_remembered_for_the_staleness_bound_only() -> anyhow::Result
         "flag lapsed early"
     );
     assert!(created["id"].is_string());
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_request_id_reused_for_another_order_is_a_409() -> anyhow::Result<()> {
+    let api = Api::start().await?;
+    let (status, first) = api.reserve("u1", 1, "same-key").await?;
+    assert_eq!(status, StatusCode::CREATED, "{first}");
+    let (status, body) = api.reserve("u1", 2, "same-key").await?;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::CONFLICT, Some("idempotency_mismatch")),
+        "{body}"
+    );
+    // The first order stands, alone.
+    let (status, again) = api.reserve("u1", 1, "same-key").await?;
+    assert_eq!((status, &again["id"]), (StatusCode::OK, &first["id"]));
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_api_needs_its_token_and_stock_changes_need_the_admin_token() -> anyhow::Result<()> {
+    let api = Api::start().await?;
+    let reserve = format!("{}{}", api.base, api.reservations());
+    let adjust = format!("{}/v1/sales/{}/items/PHONE/adjustments", api.base, api.sale);
+    let order = json!({"sku": "PHONE", "user": "u9", "quantity": 1, "requestId": "t1"});
+    let adjustment = json!({"delta": 5, "reason": "restock"});
+    let status = |client: Client, url: String, body: Value| async move {
+        let response = client.post(url).json(&body).send().await?;
+        let status = response.status();
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        anyhow::Ok((status, body["error"].as_str().map(str::to_owned)))
+    };
+    let none = Client::new();
+    let wrong = client_with("not-the-token-at-all")?;
+    let gateway = client_with(API_TOKEN)?;
+    assert_eq!(
+        status(none.clone(), reserve.clone(), order.clone()).await?,
+        (StatusCode::UNAUTHORIZED, Some("unauthorized".to_owned()))
+    );
+    assert_eq!(
+        status(wrong, reserve.clone(), order.clone()).await?.0,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        status(gateway.clone(), reserve, order).await?.0,
+        StatusCode::CREATED
+    );
+    // The gateway's token cannot add stock or reload a sale.
+    assert_eq!(
+        status(gateway.clone(), adjust.clone(), adjustment.clone()).await?,
+        (StatusCode::FORBIDDEN, Some("forbidden".to_owned()))
+    );
+    let load = json!({"sale": api.sale, "reservationTtlMs": 1,
+                      "items": [{"sku": "PHONE", "stock": 999, "perUserLimit": 99, "shards": 1}]});
+    assert_eq!(
+        status(gateway, format!("{}/v1/sales", api.base), load)
+            .await?
+            .0,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        status(none, adjust.clone(), adjustment.clone()).await?.0,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        status(api.http.clone(), adjust, adjustment).await?.0,
+        StatusCode::OK
+    );
     Ok(())
 }

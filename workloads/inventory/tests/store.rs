@@ -10,7 +10,7 @@ use std::{
 
 use flashsale_e2e::{stack, wait::poll_until};
 use inventory::store::{
-    CancelOutcome, ConfirmOutcome, ItemDefinition, ReservationState, ReserveOutcome,
+    CancelOutcome, ConfirmOutcome, ItemDefinition, Reservation, ReservationState, ReserveOutcome,
     ReserveRequest, SaleDefinition, Store,
 };
 
@@ -58,28 +58,74 @@ async fn reserve(
             user,
             quantity: qty,
             request_id,
+            amount_minor: qty * 100,
         })
         .await?)
 }
 
+/// Units the test itself asked for and was granted. A call is counted in
+/// `asked` before it is made and in `granted` once it answered yes, so at
+/// any instant the store's count must lie between the two.
+#[derive(Default)]
+struct Ledger {
+    reserve_asked: AtomicU64,
+    reserved: AtomicU64,
+    confirm_asked: AtomicU64,
+    confirmed: AtomicU64,
+}
+
+impl Ledger {
+    /// Checks a stock reading taken between two loads of the ledger.
+    fn bracket(
+        &self,
+        before: [u64; 4],
+        level: &inventory::store::StockLevel,
+    ) -> Result<(), String> {
+        let after = self.load();
+        let held = level.reserved + level.sold;
+        // granted-before <= store <= asked-after, for held units and sold units.
+        if held < before[1] || held > after[0] || level.sold < before[3] || level.sold > after[2] {
+            return Err(format!(
+                "store {level:?} outside the test's own books: before {before:?}, after {after:?}"
+            ));
+        }
+        Ok(())
+    }
+
+    fn load(&self) -> [u64; 4] {
+        [
+            self.reserve_asked.load(Ordering::SeqCst),
+            self.reserved.load(Ordering::SeqCst),
+            self.confirm_asked.load(Ordering::SeqCst),
+            self.confirmed.load(Ordering::SeqCst),
+        ]
+    }
+}
+
 /// 200 concurrent clients, 800 users, stock 1,000, limit 2: nothing oversold,
-/// nobody over the limit, and the books balance at every check.
+/// nobody over the limit, and the store's counts agree at every check with
+/// the units the test itself reserved and confirmed.
 async fn hammer(shards: u32) -> anyhow::Result<()> {
     const STOCK: u64 = 1_000;
     let (store, sale) = store_with(STOCK, 2, shards, 600_000).await?;
     let done = Arc::new(AtomicBool::new(false));
     let checks = Arc::new(AtomicU64::new(0));
+    let ledger = Arc::new(Ledger::default());
 
     let checker = {
-        let (store, sale, done, checks) =
-            (store.clone(), sale.clone(), done.clone(), checks.clone());
+        let (store, sale, done, checks, ledger) = (
+            store.clone(),
+            sale.clone(),
+            done.clone(),
+            checks.clone(),
+            ledger.clone(),
+        );
         tokio::spawn(async move {
             while !done.load(Ordering::SeqCst) {
+                let before = ledger.load();
                 let level = stock_of(&store, &sale).await?;
-                anyhow::ensure!(
-                    level.available + level.reserved + level.sold == STOCK,
-                    "books off: {level:?}"
-                );
+                ledger.bracket(before, &level).map_err(anyhow::Error::msg)?;
+                anyhow::ensure!(level.stock == STOCK, "stock changed: {level:?}");
                 checks.fetch_add(1, Ordering::SeqCst);
                 tokio::task::yield_now().await;
             }
@@ -89,20 +135,24 @@ async fn hammer(shards: u32) -> anyhow::Result<()> {
 
     let clients: Vec<_> = (0..200)
         .map(|client| {
-            let (store, sale) = (store.clone(), sale.clone());
+            let (store, sale, ledger) = (store.clone(), sale.clone(), ledger.clone());
             tokio::spawn(async move {
-                let mut confirmed = 0u64;
                 for k in 0..4 {
                     let user = format!("u{}", client * 4 + k);
                     for attempt in 0..3 {
                         let qty = 1 + (client + k + attempt) % 2;
                         let rid = format!("{user}-{attempt}");
+                        ledger.reserve_asked.fetch_add(qty, Ordering::SeqCst);
                         match reserve(&store, &sale, &user, qty, &rid).await? {
-                            ReserveOutcome::Reserved { id, .. } => {
-                                if (client + attempt) % 3 == 0
-                                    && store.confirm(&sale, &id).await? == ConfirmOutcome::Confirmed
-                                {
-                                    confirmed += qty;
+                            ReserveOutcome::Reserved(r) => {
+                                ledger.reserved.fetch_add(qty, Ordering::SeqCst);
+                                if (client + attempt) % 3 == 0 {
+                                    ledger.confirm_asked.fetch_add(qty, Ordering::SeqCst);
+                                    if store.confirm(&sale, &r.id).await?
+                                        == ConfirmOutcome::Confirmed
+                                    {
+                                        ledger.confirmed.fetch_add(qty, Ordering::SeqCst);
+                                    }
                                 }
                             }
                             ReserveOutcome::SoldOut | ReserveOutcome::UserLimit { .. } => break,
@@ -110,7 +160,7 @@ async fn hammer(shards: u32) -> anyhow::Result<()> {
                         }
                     }
                 }
-                anyhow::Ok(confirmed)
+                anyhow::Ok(())
             })
         })
         .collect();
@@ -119,8 +169,12 @@ async fn hammer(shards: u32) -> anyhow::Result<()> {
     }
     // Requests of 2 can leave single units behind; buy them one at a time.
     for n in 0.. {
+        ledger.reserve_asked.fetch_add(1, Ordering::SeqCst);
         match reserve(&store, &sale, &format!("late-{n}"), 1, &format!("late-{n}")).await? {
-            ReserveOutcome::Reserved { .. } => continue,
+            ReserveOutcome::Reserved(_) => {
+                ledger.reserved.fetch_add(1, Ordering::SeqCst);
+                continue;
+            }
             ReserveOutcome::SoldOut => break,
             other => anyhow::bail!("unexpected {other:?}"),
         }
@@ -129,9 +183,13 @@ async fn hammer(shards: u32) -> anyhow::Result<()> {
     checker.await??;
 
     let level = stock_of(&store, &sale).await?;
+    let [_, reserved, _, confirmed] = ledger.load();
+    // Exactly what the test was granted: every unit accounted for.
+    assert_eq!(reserved, STOCK, "the test was granted the whole stock");
     assert_eq!(level.available, 0, "{level:?}");
-    assert_eq!(level.reserved + level.sold, STOCK, "{level:?}");
-    assert!(level.sold > 0, "some were confirmed: {level:?}");
+    assert_eq!(level.sold, confirmed, "{level:?}");
+    assert_eq!(level.reserved, reserved - confirmed, "{level:?}");
+    assert!(confirmed > 0, "some were confirmed: {level:?}");
     assert!(
         // How many reads overlap the clients depends on scheduling; one is the proof.
         checks.load(Ordering::SeqCst) >= 1,
@@ -166,7 +224,7 @@ async fn a_retry_returns_the_same_reservation_and_takes_nothing_twice() -> anyho
     for shards in [1, 4] {
         let (store, sale) = store_with(10, 5, shards, 60_000).await?;
         let first = reserve(&store, &sale, "alice", 2, "req-1").await?;
-        let ReserveOutcome::Reserved { id, .. } = first else {
+        let ReserveOutcome::Reserved(Reservation { id, .. }) = first else {
             anyhow::bail!("{first:?}")
         };
         let retry = reserve(&store, &sale, "alice", 2, "req-1").await?;
@@ -189,7 +247,7 @@ async fn per_user_limit_and_unknown_sku() -> anyhow::Result<()> {
     let (store, sale) = store_with(10, 2, 1, 60_000).await?;
     assert!(matches!(
         reserve(&store, &sale, "bob", 2, "b1").await?,
-        ReserveOutcome::Reserved { .. }
+        ReserveOutcome::Reserved(_)
     ));
     assert_eq!(
         reserve(&store, &sale, "bob", 1, "b2").await?,
@@ -202,6 +260,7 @@ async fn per_user_limit_and_unknown_sku() -> anyhow::Result<()> {
             user: "bob",
             quantity: 1,
             request_id: "b3",
+            amount_minor: 100,
         })
         .await?;
     assert_eq!(unknown, ReserveOutcome::UnknownSku);
@@ -215,7 +274,7 @@ async fn unpaid_reservations_return_once_with_two_sweepers() -> anyhow::Result<(
         let mut ids = Vec::new();
         for u in 0..50 {
             match reserve(&store, &sale, &format!("u{u}"), 1, &format!("r{u}")).await? {
-                ReserveOutcome::Reserved { id, .. } => ids.push(id),
+                ReserveOutcome::Reserved(Reservation { id, .. }) => ids.push(id),
                 other => anyhow::bail!("{other:?}"),
             }
         }
@@ -282,8 +341,9 @@ async fn unpaid_reservations_return_once_with_two_sweepers() -> anyhow::Result<(
 #[tokio::test]
 async fn confirm_after_expiry_is_refused_before_any_sweep() -> anyhow::Result<()> {
     let (store, sale) = store_with(5, 1, 1, 200).await?;
-    let ReserveOutcome::Reserved { id, expires_at_ms } =
-        reserve(&store, &sale, "carol", 1, "c1").await?
+    let ReserveOutcome::Reserved(Reservation {
+        id, expires_at_ms, ..
+    }) = reserve(&store, &sale, "carol", 1, "c1").await?
     else {
         anyhow::bail!("not reserved")
     };
@@ -324,7 +384,8 @@ async fn confirm_after_expiry_is_refused_before_any_sweep() -> anyhow::Result<()
 async fn cancel_twice_is_harmless_and_paid_orders_are_not_released() -> anyhow::Result<()> {
     for shards in [1, 4] {
         let (store, sale) = store_with(10, 3, shards, 60_000).await?;
-        let ReserveOutcome::Reserved { id, .. } = reserve(&store, &sale, "dave", 3, "d1").await?
+        let ReserveOutcome::Reserved(Reservation { id, .. }) =
+            reserve(&store, &sale, "dave", 3, "d1").await?
         else {
             anyhow::bail!("not reserved")
         };
@@ -341,7 +402,8 @@ async fn cancel_twice_is_harmless_and_paid_orders_are_not_released() -> anyhow::
         );
         assert_eq!(store.held_by(&sale, "HOT", "dave").await?, 0);
 
-        let ReserveOutcome::Reserved { id, .. } = reserve(&store, &sale, "dave", 1, "d2").await?
+        let ReserveOutcome::Reserved(Reservation { id, .. }) =
+            reserve(&store, &sale, "dave", 1, "d2").await?
         else {
             anyhow::bail!("not reserved")
         };
@@ -366,7 +428,7 @@ async fn scripts_come_back_after_script_flush() -> anyhow::Result<()> {
     let (store, sale) = store_with(10, 5, 1, 60_000).await?;
     assert!(matches!(
         reserve(&store, &sale, "erin", 1, "e1").await?,
-        ReserveOutcome::Reserved { .. }
+        ReserveOutcome::Reserved(_)
     ));
     let redis = redis::Client::open(stack::redis_url()?)?;
     let mut conn = redis.get_multiplexed_async_connection().await?;
@@ -376,7 +438,7 @@ async fn scripts_come_back_after_script_flush() -> anyhow::Result<()> {
         .await?;
     assert!(matches!(
         reserve(&store, &sale, "erin", 1, "e2").await?,
-        ReserveOutcome::Reserved { .. }
+        ReserveOutcome::Reserved(_)
     ));
     let level = stock_of(&store, &sale).await?;
     assert_eq!(level.reserved, 2);
@@ -386,14 +448,15 @@ async fn scripts_come_back_after_script_flush() -> anyhow::Result<()> {
 #[tokio::test]
 async fn loading_again_never_resets_counts() -> anyhow::Result<()> {
     let (store, sale) = store_with(20, 5, 4, 60_000).await?;
-    let ReserveOutcome::Reserved { id, .. } = reserve(&store, &sale, "frank", 3, "f1").await?
+    let ReserveOutcome::Reserved(Reservation { id, .. }) =
+        reserve(&store, &sale, "frank", 3, "f1").await?
     else {
         anyhow::bail!("not reserved")
     };
     assert_eq!(store.confirm(&sale, &id).await?, ConfirmOutcome::Confirmed);
     assert!(matches!(
         reserve(&store, &sale, "grace", 2, "g1").await?,
-        ReserveOutcome::Reserved { .. }
+        ReserveOutcome::Reserved(_)
     ));
 
     // A restarted replica loads the same sale, even with an edited stock figure.
@@ -444,7 +507,7 @@ async fn a_crashed_sharded_claim_is_settled_by_the_sweeper() -> anyhow::Result<(
         .arg("henry")
         .arg("HOT")
         .arg(300) // a short claim window for the test
-        .arg(3600)
+        .arg(200) // amount
         .arg("h1")
         .invoke_async(&mut conn)
         .await?;
@@ -506,5 +569,40 @@ async fn a_crashed_sharded_claim_is_settled_by_the_sweeper() -> anyhow::Result<(
         .invoke_async(&mut conn)
         .await?;
     assert_eq!(late, "late");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_request_id_for_another_sku_or_quantity_is_refused_and_never_forgotten()
+-> anyhow::Result<()> {
+    for shards in [1, 4] {
+        let (store, sale) = store_with(10, 5, shards, 60_000).await?;
+        let ReserveOutcome::Reserved(first) = reserve(&store, &sale, "ivy", 1, "k1").await? else {
+            anyhow::bail!("not reserved")
+        };
+        assert_eq!(
+            reserve(&store, &sale, "ivy", 3, "k1").await?,
+            ReserveOutcome::Mismatch {
+                id: first.id.clone()
+            },
+            "shards={shards}"
+        );
+        let level = stock_of(&store, &sale).await?;
+        assert_eq!(level.reserved, 1, "the refused request took nothing");
+        // The request id lives as long as its reservation record: no TTL.
+        let redis = redis::Client::open(stack::redis_url()?)?;
+        let mut conn = redis.get_multiplexed_async_connection().await?;
+        let keys = inventory::keys::SaleKeys::new(&sale);
+        let ttl: i64 = redis::cmd("TTL")
+            .arg(keys.request("k1"))
+            .query_async(&mut conn)
+            .await?;
+        assert_eq!(ttl, -1, "request id key has no expiry (shards={shards})");
+        let record = store.reservation(&sale, &first.id).await?;
+        assert_eq!(
+            record.map(|r| (r.amount_minor, r.request_id)),
+            Some((100, "k1".to_owned()))
+        );
+    }
     Ok(())
 }

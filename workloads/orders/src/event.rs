@@ -54,6 +54,70 @@ fn created() -> EventKind {
     EventKind::Created
 }
 
+/// Prefix of every order id: an order is named after its reservation.
+pub const ORDER_ID_PREFIX: &str = "ord-";
+
+/// The order id of a reservation. The gateway (created, paid) and the
+/// inventory (expired) name an order the same way without asking each other.
+pub fn order_id(reservation_id: &str) -> String {
+    format!("{ORDER_ID_PREFIX}{reservation_id}")
+}
+
+/// The reservation id inside an order id, if `order_id` is one.
+pub fn reservation_id(order_id: &str) -> Option<&str> {
+    order_id.strip_prefix(ORDER_ID_PREFIX)
+}
+
+/// What the inventory's record says about a reservation: every event of an
+/// order is built from it, never from a client's request, so an order is
+/// exactly what was reserved.
+#[derive(Debug, Clone, Copy)]
+pub struct ReservedFacts<'a> {
+    /// Sale id.
+    pub sale: &'a str,
+    /// Reservation id.
+    pub reservation_id: &'a str,
+    /// Buyer.
+    pub user_id: &'a str,
+    /// SKU.
+    pub sku: &'a str,
+    /// Units.
+    pub quantity: u64,
+    /// Total price in minor units.
+    pub amount_minor: u64,
+    /// The inventory request id the reservation was made under (the
+    /// created event's idempotency key).
+    pub request_id: &'a str,
+}
+
+impl OrderEvent {
+    /// The `kind` event of the order behind a reservation, stamped `at`.
+    /// `created` carries the request id as its idempotency key; `paid` and
+    /// `expired` carry one of their own per order.
+    pub fn of_reservation(kind: EventKind, facts: ReservedFacts<'_>, at: jiff::Timestamp) -> Self {
+        let order_id = order_id(facts.reservation_id);
+        let idempotency_key = match kind {
+            EventKind::Created => facts.request_id.to_owned(),
+            EventKind::Paid => format!("paid:{order_id}"),
+            EventKind::Expired => format!("expired:{order_id}"),
+        };
+        Self {
+            schema_version: SCHEMA_VERSION,
+            kind,
+            order_id,
+            sale: facts.sale.to_owned(),
+            user_id: facts.user_id.to_owned(),
+            sku: facts.sku.to_owned(),
+            // Both are bounded by validation; out-of-range values fail it.
+            quantity: i64::try_from(facts.quantity).unwrap_or(i64::MAX),
+            amount_minor: i64::try_from(facts.amount_minor).unwrap_or(i64::MAX),
+            idempotency_key,
+            reservation_id: facts.reservation_id.to_owned(),
+            created_at: at,
+        }
+    }
+}
+
 /// Why an event cannot be stored; the reason header of its dead letter.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Poison {
@@ -126,7 +190,7 @@ impl OrderEvent {
         }
         for (field, value, max) in [
             ("order_id", &self.order_id, 64),
-            ("sale", &self.sale, 63),
+            ("sale", &self.sale, 128),
             ("user_id", &self.user_id, 128),
             ("sku", &self.sku, 64),
             ("idempotency_key", &self.idempotency_key, 128),
@@ -163,6 +227,35 @@ mod tests {
             idempotency_key: "k-1".into(),
             reservation_id: "r-1".into(),
             created_at: jiff::Timestamp::UNIX_EPOCH,
+        }
+    }
+
+    #[test]
+    fn events_of_a_reservation_share_the_order_and_differ_in_key() {
+        let facts = ReservedFacts {
+            sale: "ns.sale.0123abcd",
+            reservation_id: "r1",
+            user_id: "u1",
+            sku: "PHONE",
+            quantity: 2,
+            amount_minor: 500,
+            request_id: "req-1",
+        };
+        let at = jiff::Timestamp::UNIX_EPOCH;
+        let created = OrderEvent::of_reservation(EventKind::Created, facts, at);
+        let paid = OrderEvent::of_reservation(EventKind::Paid, facts, at);
+        let expired = OrderEvent::of_reservation(EventKind::Expired, facts, at);
+        assert_eq!(created.order_id, "ord-r1");
+        assert_eq!(reservation_id(&created.order_id), Some("r1"));
+        assert_eq!(created.idempotency_key, "req-1");
+        assert_eq!(paid.idempotency_key, "paid:ord-r1");
+        assert_eq!(expired.idempotency_key, "expired:ord-r1");
+        for e in [&created, &paid, &expired] {
+            assert_eq!(
+                (e.quantity, e.amount_minor, e.sku.as_str()),
+                (2, 500, "PHONE")
+            );
+            assert_eq!(e.validate(), Ok(()));
         }
     }
 

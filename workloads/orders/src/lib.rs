@@ -6,5 +6,8 @@
 pub mod event;
 pub mod producer;
 
-pub use event::{EventKind, OrderEvent, Poison, SCHEMA_VERSION};
+pub use event::{
+    EventKind, ORDER_ID_PREFIX, OrderEvent, Poison, ReservedFacts, SCHEMA_VERSION, order_id,
+    reservation_id,
+};
 pub use producer::{OrderProducer, ProduceError, ProducerSettings};

@@ -1,6 +1,8 @@
 -- Start returning a reservation's units (cancel, expiry, or a pending claim
 -- past its deadline). Exactly one caller moves it to 'releasing'; the entry
 -- stays in the expiry zset (due now) so a crash before finish is retried.
+-- The state it left is kept as `prior`: only a reservation that was an
+-- order (not a claim that never settled) announces its expiry.
 -- Answers {state, shard, qty, sku, user}.
 -- KEYS: 1 reservation hash, 2 expiry zset
 -- ARGV: 1 reservation id, 2 reason ('cancelled' or 'expired'), 3 'due' to
@@ -28,6 +30,6 @@ if state == 'pending' and now < tonumber(redis.call('HGET', KEYS[1], 'expires_at
   -- A claim still inside its window may yet be settled: only its deadline releases it.
   return {'pending'}
 end
-redis.call('HSET', KEYS[1], 'state', 'releasing', 'reason', ARGV[2])
+redis.call('HSET', KEYS[1], 'state', 'releasing', 'reason', ARGV[2], 'prior', state)
 redis.call('ZADD', KEYS[2], now, ARGV[1])
 return releasing()
