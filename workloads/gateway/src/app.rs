@@ -25,7 +25,9 @@ use crate::{
     inventory_client::InventoryClient,
     items::ItemCache,
     metrics::GatewayMetrics,
-    orders, queue,
+    orders,
+    payments::{self, PaymentVerifier},
+    queue,
     ratelimit::{RateLimiter, rate_limit_headers},
     waiting_room::WaitingRoom,
 };
@@ -59,6 +61,8 @@ pub struct Inner {
     pub redis: Option<redis::aio::ConnectionManager>,
     /// Stock status cache.
     pub items: ItemCache,
+    /// Checks the payment provider's callbacks, when a secret is configured.
+    pub payments: Option<PaymentVerifier>,
     /// Shop-chat throttle used when the chat is degraded.
     pub chat: ChatThrottle,
     /// Metrics.
@@ -180,7 +184,8 @@ pub fn router(state: AppState) -> Router {
     let metrics = state.metrics.clone();
     Router::new()
         .route("/api/v1/orders", post(orders::place))
-        .route("/api/v1/orders/{id}/pay", post(orders::pay))
+        .route("/api/v1/orders/{id}/pay", post(payments::start))
+        .route("/api/v1/payments/callback", post(payments::callback))
         .route("/api/v1/orders/history", get(features::order_history))
         .route("/api/v1/items/{sku}", get(features::item_status))
         .route("/api/v1/recommendations", get(features::recommendations))

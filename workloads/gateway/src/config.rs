@@ -44,6 +44,8 @@ pub struct GatewayConfig {
     pub sale: String,
     /// What is for sale, with prices.
     pub items: Vec<ItemPrice>,
+    /// ISO 4217 code of the prices; a payment in another currency is refused.
+    pub currency: String,
     /// Per-user GCRA rate limit.
     #[serde(default)]
     pub rate_limit: RateLimitConfig,
@@ -241,8 +243,14 @@ impl GatewayConfig {
     /// Checks ranges serde cannot express.
     pub fn check(&self) -> Result<(), ConfigError> {
         let invalid = |message: String| Err(ConfigError::Invalid(message));
-        if self.sale.is_empty() || self.sale.len() > 63 {
-            return invalid("sale must be 1-63 characters".into());
+        if self.sale.is_empty() || self.sale.len() > 128 {
+            return invalid("sale must be 1-128 characters".into());
+        }
+        if self.currency.len() != 3 || !self.currency.bytes().all(|b| b.is_ascii_uppercase()) {
+            return invalid(format!(
+                "currency must be an ISO 4217 code such as CNY, got {:?}",
+                self.currency
+            ));
         }
         if self.items.is_empty() {
             return invalid("items must not be empty".into());
@@ -331,7 +339,8 @@ mod tests {
 
     #[test]
     fn a_minimal_config_gets_defaults() -> Result<(), String> {
-        let config = parse(r#"{"sale":"s1","items":[{"sku":"A","priceMinor":100}]}"#)?;
+        let config =
+            parse(r#"{"sale":"s1","currency":"CNY","items":[{"sku":"A","priceMinor":100}]}"#)?;
         assert_eq!(config.rate_limit.per_user_per_second, 5);
         assert!(!config.waiting_room.enabled);
         assert_eq!(config.request_timeout(), Duration::from_secs(2));
@@ -341,17 +350,17 @@ mod tests {
 
     #[test]
     fn bad_values_are_named() {
-        let unknown = parse(r#"{"sale":"s1","items":[],"rateLimt":{}}"#);
+        let unknown = parse(r#"{"sale":"s1","currency":"CNY","items":[],"rateLimt":{}}"#);
         assert!(unknown.is_err_and(|e| e.contains("rateLimt")));
-        let empty = parse(r#"{"sale":"s1","items":[]}"#);
+        let empty = parse(r#"{"sale":"s1","currency":"CNY","items":[]}"#);
         assert!(empty.is_err_and(|e| e.contains("items")));
         let bounds = parse(
-            r#"{"sale":"s1","items":[{"sku":"A","priceMinor":1}],"concurrency":{"minLimit":9,"maxLimit":3}}"#,
+            r#"{"sale":"s1","currency":"CNY","items":[{"sku":"A","priceMinor":1}],"concurrency":{"minLimit":9,"maxLimit":3}}"#,
         );
         assert!(bounds.is_err_and(|e| e.contains("minLimit")));
     }
 
-    const BASE: &str = r#""sale":"s1","items":[{"sku":"A","priceMinor":1}]"#;
+    const BASE: &str = r#""sale":"s1","currency":"CNY","items":[{"sku":"A","priceMinor":1}]"#;
 
     fn with_window(fields: &str) -> Result<GatewayConfig, String> {
         parse(&format!("{{{BASE}{fields}}}"))

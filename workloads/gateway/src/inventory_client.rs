@@ -39,31 +39,62 @@ pub enum InventoryError {
     },
 }
 
-/// A reservation as the inventory reports it.
+/// Why a client could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The HTTP client could not be built.
+    #[error("HTTP client: {0}")]
+    Http(#[from] reqwest::Error),
+    /// The token cannot be sent in a header.
+    #[error("the inventory token contains characters not allowed in a header")]
+    Token,
+}
+
+/// A reservation record as the inventory keeps it: what an order is made
+/// of, whatever a client's request said.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Reservation {
     /// Reservation id.
     pub id: String,
-    /// Where it is: `reserved`, `confirmed`, `released`, ... (absent on a
-    /// fresh reservation, which is `reserved`).
-    #[serde(default = "reserved")]
-    pub state: String,
+    /// Where it is in its life.
+    pub state: ReservationState,
     /// When it lapses unless confirmed (Unix ms).
-    #[serde(alias = "expiresAtMs")]
     pub expires_at_ms: u64,
-    /// Buyer (absent on a fresh reservation).
-    #[serde(default)]
-    pub user: Option<String>,
-    /// SKU (absent on a fresh reservation).
-    #[serde(default)]
-    pub sku: Option<String>,
-    /// Units (absent on a fresh reservation).
-    #[serde(default)]
-    pub quantity: Option<u64>,
+    /// Buyer.
+    pub user: String,
+    /// SKU.
+    pub sku: String,
+    /// Units.
+    pub quantity: u64,
+    /// Price of the units in minor units, as priced when reserved.
+    pub amount_minor: u64,
+    /// The request id it was made under.
+    pub request_id: String,
 }
 
-fn reserved() -> String {
-    "reserved".to_owned()
+/// The answer to a reservation request.
+#[derive(Debug, Clone)]
+pub struct Reserved {
+    /// The reservation as it is now.
+    pub record: Reservation,
+    /// Whether this call made it (not a retry of an earlier one).
+    pub fresh: bool,
+}
+
+/// Lifecycle of a reservation (the inventory's states).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReservationState {
+    /// A sharded claim between its steps: not yet holding stock for sure.
+    Pending,
+    /// Units held, payment awaited.
+    Reserved,
+    /// Paid.
+    Confirmed,
+    /// Units being returned.
+    Releasing,
+    /// Units returned (cancelled, expired or sold out).
+    Released,
 }
 
 /// Stock of one SKU.
@@ -87,36 +118,61 @@ pub struct InventoryClient {
     http: reqwest::Client,
     base: String,
     sale: String,
+    /// `Bearer <token>` when the inventory requires one.
+    authorization: Option<reqwest::header::HeaderValue>,
 }
 
 impl InventoryClient {
-    /// A client for `sale` at `base_url` (e.g. `http://inventory:8080`).
-    pub fn new(base_url: &str, sale: &str) -> Result<Self, reqwest::Error> {
+    /// A client for `sale` at `base_url` (e.g. `http://inventory:8080`),
+    /// sending `token` as a bearer token when given.
+    pub fn new(base_url: &str, sale: &str, token: Option<&str>) -> Result<Self, ClientError> {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_millis(500))
             .pool_max_idle_per_host(256)
             .tcp_nodelay(true)
             .build()?;
+        let authorization = token
+            .map(|t| {
+                let mut value = reqwest::header::HeaderValue::try_from(format!("Bearer {t}"))
+                    .map_err(|_| ClientError::Token)?;
+                value.set_sensitive(true);
+                Ok::<_, ClientError>(value)
+            })
+            .transpose()?;
         Ok(Self {
             http,
             base: base_url.trim_end_matches('/').to_owned(),
             sale: sale.to_owned(),
+            authorization,
         })
     }
 
-    /// Reserves `quantity` of `sku` for `user`; a repeat of `request_id`
-    /// returns the same reservation as it is now.
+    /// Reserves `quantity` of `sku` for `user` at `amount_minor`; a repeat
+    /// of `request_id` returns the same reservation as it is now, and one
+    /// for another SKU or quantity is refused (`idempotency_mismatch`).
     pub async fn reserve(
         &self,
         sku: &str,
         user: &str,
         quantity: u64,
+        amount_minor: u64,
         request_id: &str,
         deadline: Instant,
-    ) -> Result<Reservation, InventoryError> {
-        let body = json!({"sku": sku, "user": user, "quantity": quantity, "requestId": request_id});
-        self.call(Method::POST, "reservations", Some(body), deadline)
-            .await
+    ) -> Result<Reserved, InventoryError> {
+        let body = json!({
+            "sku": sku,
+            "user": user,
+            "quantity": quantity,
+            "amountMinor": amount_minor,
+            "requestId": request_id,
+        });
+        let (status, record) = self
+            .call(Method::POST, "reservations", Some(body), deadline)
+            .await?;
+        Ok(Reserved {
+            record,
+            fresh: status == StatusCode::CREATED,
+        })
     }
 
     /// One reservation.
@@ -127,6 +183,7 @@ impl InventoryClient {
     ) -> Result<Reservation, InventoryError> {
         self.call(Method::GET, &format!("reservations/{id}"), None, deadline)
             .await
+            .map(|(_, record)| record)
     }
 
     /// Marks a reservation paid (idempotent).
@@ -149,6 +206,7 @@ impl InventoryClient {
     pub async fn stock(&self, sku: &str, deadline: Instant) -> Result<StockLevel, InventoryError> {
         self.call(Method::GET, &format!("items/{sku}/stock"), None, deadline)
             .await
+            .map(|(_, level)| level)
     }
 
     async fn call<T: DeserializeOwned>(
@@ -157,7 +215,7 @@ impl InventoryClient {
         path: &str,
         body: Option<serde_json::Value>,
         deadline: Instant,
-    ) -> Result<T, InventoryError> {
+    ) -> Result<(StatusCode, T), InventoryError> {
         let url = format!("{}/v1/sales/{}/{path}", self.base, self.sale);
         let mut attempts = 0;
         let mut backoff = FIRST_BACKOFF;
@@ -168,6 +226,9 @@ impl InventoryClient {
                 "deadline reached".to_owned()
             } else {
                 let mut request = self.http.request(method.clone(), &url).timeout(left);
+                if let Some(authorization) = &self.authorization {
+                    request = request.header(reqwest::header::AUTHORIZATION, authorization.clone());
+                }
                 if let Some(body) = &body {
                     request = request.json(body);
                 }
@@ -193,7 +254,7 @@ impl InventoryClient {
     async fn attempt<T: DeserializeOwned>(
         &self,
         request: reqwest::RequestBuilder,
-    ) -> Result<T, Attempt> {
+    ) -> Result<(StatusCode, T), Attempt> {
         let response = request
             .send()
             .await
@@ -203,6 +264,7 @@ impl InventoryClient {
             return response
                 .json::<T>()
                 .await
+                .map(|value| (status, value))
                 .map_err(|e| Attempt::Retry(format!("unreadable answer: {e}")));
         }
         if status.is_server_error() {

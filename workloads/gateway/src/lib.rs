@@ -11,6 +11,7 @@ pub mod inventory_client;
 pub mod items;
 pub mod metrics;
 pub mod orders;
+pub mod payments;
 pub mod queue;
 pub mod ratelimit;
 pub mod server;

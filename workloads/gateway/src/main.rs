@@ -38,6 +38,13 @@ struct Args {
     /// Base URL of the inventory service.
     #[arg(long, env = "INVENTORY_URL")]
     inventory_url: String,
+    /// File holding the token the inventory API requires (sent as a bearer token).
+    #[arg(long, env = "INVENTORY_API_TOKEN_FILE")]
+    inventory_token_file: Option<PathBuf>,
+    /// File holding the secret the payment provider signs its callbacks with
+    /// (at least 32 bytes); without it payment callbacks are refused.
+    #[arg(long, env = "PAYMENT_SECRET_FILE")]
+    payment_secret_file: Option<PathBuf>,
     /// Kafka bootstrap servers for order events.
     #[arg(long, env = "KAFKA_BROKERS")]
     kafka_brokers: String,
@@ -107,12 +114,32 @@ async fn main() -> anyhow::Result<()> {
         },
         (None, None) => SwitchSource::None,
     };
+    let inventory_token = match &args.inventory_token_file {
+        Some(path) => Some(
+            String::from_utf8(read(path, "inventory token")?)
+                .context("the inventory token is not UTF-8")?
+                .trim()
+                .to_owned(),
+        ),
+        None => None,
+    };
+    let payment_secret = match &args.payment_secret_file {
+        Some(path) => Some(read(path, "payment secret")?.trim_ascii().to_vec()),
+        None => {
+            tracing::warn!(
+                "no payment secret: payment callbacks are refused, so no order can be paid"
+            );
+            None
+        }
+    };
     let mut producer = ProducerSettings::new(args.kafka_brokers);
     producer.topic = args.orders_topic;
     let settings = Settings {
         config,
         redis_url: args.redis_url,
         inventory_url: args.inventory_url,
+        inventory_token,
+        payment_secret,
         producer,
         verifier,
         ticket_key,

@@ -35,6 +35,7 @@ pub struct GatewayMetrics {
     admitted: Counter,
     degradation_tier: Gauge,
     degradation_generation: Gauge,
+    payment_callbacks: Family<Labels, Counter>,
 }
 
 impl Default for GatewayMetrics {
@@ -50,6 +51,7 @@ impl Default for GatewayMetrics {
             admitted: Counter::default(),
             degradation_tier: Gauge::default(),
             degradation_generation: Gauge::default(),
+            payment_callbacks: Family::default(),
         }
     }
 }
@@ -109,7 +111,19 @@ impl GatewayMetrics {
             "Generation of the degradation switches in force",
             m.degradation_generation.clone(),
         );
+        registry.register(
+            "gateway_payment_callbacks",
+            "Payment-provider callbacks by outcome (paid, refused, unauthenticated, error)",
+            m.payment_callbacks.clone(),
+        );
         m
+    }
+
+    /// One payment-provider callback answered with `outcome`.
+    pub fn payment_callback(&self, outcome: &'static str) {
+        self.payment_callbacks
+            .get_or_create(&vec![("outcome", outcome.to_owned())])
+            .inc();
     }
 
     /// One answered request.

@@ -17,14 +17,11 @@ use std::time::Duration;
 
 use axum::{
     Json,
-    extract::{
-        Path, State,
-        rejection::{JsonRejection, PathRejection},
-    },
+    extract::{State, rejection::JsonRejection},
     http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
-use flashsale_orders::{EventKind, OrderEvent, SCHEMA_VERSION};
+use flashsale_orders::{EventKind, OrderEvent, ReservedFacts, order_id, reservation_id};
 use flashsale_runtime::ApiError;
 use serde::Deserialize;
 use serde_json::json;
@@ -35,7 +32,7 @@ use crate::{
     app::{AppState, MAX_BODY_BYTES, RateScope},
     auth::User,
     concurrency::Partition,
-    inventory_client::{InventoryError, Reservation},
+    inventory_client::{InventoryError, Reservation, ReservationState, Reserved},
     queue,
     waiting_room::Redeemed,
 };
@@ -45,7 +42,6 @@ const MAX_KEY_LEN: usize = 64;
 /// Budget for returning a reservation after a failed publish: the request's
 /// own deadline may be spent, and the units must not wait for the TTL.
 const CANCEL_BUDGET: Duration = Duration::from_secs(1);
-const ORDER_PREFIX: &str = "ord-";
 
 /// Body of `POST /api/v1/orders`.
 #[derive(Debug, Deserialize)]
@@ -122,7 +118,7 @@ struct Order {
     sku: String,
     quantity: u64,
     request_id: String,
-    amount_minor: i64,
+    amount_minor: u64,
 }
 
 fn validate(
@@ -168,7 +164,8 @@ fn validate(
         sku: request.sku.clone(),
         quantity,
         request_id: request_id(sale, &user.0, key),
-        amount_minor: price.saturating_mul(quantity as i64),
+        // The configuration refuses negative prices.
+        amount_minor: u64::try_from(price).unwrap_or(0).saturating_mul(quantity),
     })
 }
 
@@ -185,74 +182,77 @@ fn request_id(sale: &str, user: &str, key: &str) -> String {
 
 async fn intake(state: &AppState, user: &User, order: &Order) -> Result<Response, ApiError> {
     let deadline = Instant::now() + state.config.request_timeout();
-    let reservation = state
+    let Reserved { record, fresh } = state
         .inventory
         .reserve(
             &order.sku,
             &user.0,
             order.quantity,
+            order.amount_minor,
             &order.request_id,
             deadline,
         )
         .await
         .map_err(inventory_refusal)?;
-    match reservation.state.as_str() {
-        "released" => {
+    match record.state {
+        ReservationState::Reserved => {}
+        // A retry of an order already paid: its events are in Kafka.
+        ReservationState::Confirmed => return Ok(accepted(&record, "paid", StatusCode::OK)),
+        // A sharded claim not settled yet holds no stock for sure: not an order.
+        ReservationState::Pending => {
+            return Err(unavailable(
+                "the reservation is still being made; retry with the same idempotency key",
+            ));
+        }
+        ReservationState::Releasing | ReservationState::Released => {
             return Err(ApiError::new(
                 StatusCode::CONFLICT,
                 "order_abandoned",
                 "an earlier attempt with this idempotency key failed or lapsed and its stock was returned; use a new key",
             ));
         }
-        // A retry of an order already paid: its events are in Kafka.
-        "confirmed" => return Ok(accepted(&reservation, order, "paid", StatusCode::OK)),
-        _ => {}
     }
-    let order_id = order_id(&reservation.id);
-    // Only a repeated request id comes back with the full record (user
-    // set); a fresh reservation cannot have been published yet.
-    if reservation.user.is_some() && published(state, &order_id).await {
-        return Ok(accepted(
-            &reservation,
-            order,
-            "reserved",
-            StatusCode::CREATED,
-        ));
+    let order_id = order_id(&record.id);
+    // A fresh reservation cannot have been published yet.
+    if !fresh && published(state, &order_id).await {
+        return Ok(accepted(&record, "reserved", StatusCode::CREATED));
     }
-    let event = OrderEvent {
-        schema_version: SCHEMA_VERSION,
-        kind: EventKind::Created,
-        order_id: order_id.clone(),
-        sale: state.config.sale.clone(),
-        user_id: user.0.clone(),
-        sku: order.sku.clone(),
-        quantity: order.quantity as i64,
-        amount_minor: order.amount_minor,
-        idempotency_key: order.request_id.clone(),
-        reservation_id: reservation.id.clone(),
-        created_at: jiff::Timestamp::now(),
-    };
+    // Built from the record: an order is what was reserved, whatever the
+    // request that reached this replica said.
+    let event = OrderEvent::of_reservation(
+        EventKind::Created,
+        facts(state, &record),
+        jiff::Timestamp::now(),
+    );
     if let Err(reason) = publish(state, &event).await {
         tracing::warn!(order = event.order_id, %reason, "order event not acknowledged; returning the reservation");
         let cancelled = state
             .inventory
-            .cancel(&reservation.id, Instant::now() + CANCEL_BUDGET)
+            .cancel(&record.id, Instant::now() + CANCEL_BUDGET)
             .await;
         if let Err(err) = cancelled {
             // The inventory's sweeper returns it at the reservation's TTL.
-            tracing::warn!(reservation = reservation.id, error = %err, "cancel failed; the reservation lapses at its TTL");
+            tracing::warn!(reservation = record.id, error = %err, "cancel failed; the reservation lapses at its TTL");
         }
         return Err(unavailable(
             "orders cannot be recorded right now; nothing was charged or held",
         ));
     }
     note_published(state, &order_id).await;
-    Ok(accepted(
-        &reservation,
-        order,
-        "reserved",
-        StatusCode::CREATED,
-    ))
+    Ok(accepted(&record, "reserved", StatusCode::CREATED))
+}
+
+/// What the order events of `record` say.
+pub(crate) fn facts<'a>(state: &'a AppState, record: &'a Reservation) -> ReservedFacts<'a> {
+    ReservedFacts {
+        sale: &state.config.sale,
+        reservation_id: &record.id,
+        user_id: &record.user,
+        sku: &record.sku,
+        quantity: record.quantity,
+        amount_minor: record.amount_minor,
+        request_id: &record.request_id,
+    }
 }
 
 /// How long the "published" note of an order is kept: far longer than any
@@ -305,7 +305,7 @@ async fn note_published(state: &AppState, order_id: &str) {
 /// failure final (an event abandoned here but still retried inside the
 /// client could land after its reservation was cancelled). So an order
 /// answers within about reserve time + the request timeout.
-async fn publish(state: &AppState, event: &OrderEvent) -> Result<(), String> {
+pub(crate) async fn publish(state: &AppState, event: &OrderEvent) -> Result<(), String> {
     state
         .producer
         .send(event)
@@ -314,33 +314,30 @@ async fn publish(state: &AppState, event: &OrderEvent) -> Result<(), String> {
         .map_err(|err| err.to_string())
 }
 
-fn accepted(reservation: &Reservation, order: &Order, status: &str, code: StatusCode) -> Response {
+fn accepted(record: &Reservation, status: &str, code: StatusCode) -> Response {
     (
         code,
         Json(json!({
-            "orderId": order_id(&reservation.id),
-            "reservationId": reservation.id,
-            "sku": order.sku,
-            "quantity": order.quantity,
-            "amountMinor": order.amount_minor,
+            "orderId": order_id(&record.id),
+            "reservationId": record.id,
+            "sku": record.sku,
+            "quantity": record.quantity,
+            "amountMinor": record.amount_minor,
             "status": status,
-            "payBeforeMs": reservation.expires_at_ms,
+            "payBeforeMs": record.expires_at_ms,
         })),
     )
         .into_response()
 }
 
-fn order_id(reservation_id: &str) -> String {
-    format!("{ORDER_PREFIX}{reservation_id}")
-}
-
-fn unavailable(message: &str) -> ApiError {
+/// A 503 the client should retry after a second.
+pub(crate) fn unavailable(message: &str) -> ApiError {
     ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
         .with_header(header::RETRY_AFTER, HeaderValue::from_static("1"))
 }
 
 /// The inventory's refusals pass through with their codes; trouble is a 503.
-fn inventory_refusal(err: InventoryError) -> ApiError {
+pub(crate) fn inventory_refusal(err: InventoryError) -> ApiError {
     match err {
         InventoryError::Refused {
             status,
@@ -354,6 +351,7 @@ fn inventory_refusal(err: InventoryError) -> ApiError {
                 "unknown_reservation" => "unknown_order",
                 "not_reserved" => "order_lapsed",
                 "confirmed" => "already_paid",
+                "idempotency_mismatch" => "idempotency_key_reused",
                 _ => "refused",
             };
             let status = StatusCode::from_u16(status.as_u16()).unwrap_or(StatusCode::CONFLICT);
@@ -366,85 +364,31 @@ fn inventory_refusal(err: InventoryError) -> ApiError {
     }
 }
 
-/// `POST /api/v1/orders/{id}/pay`: confirms the reservation and publishes
-/// the `paid` event. Both steps are idempotent, so a failed attempt is
-/// simply retried by the client. Not bound by the sale window: an order
-/// reserved before `closesAt` may be paid until its reservation expires.
-pub async fn pay(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    path: Result<Path<String>, PathRejection>,
-) -> Result<Response, ApiError> {
-    let Path(order) = path?;
-    let admitted = state
-        .admit(&headers, Partition::Core, RateScope::Shared)
-        .await?;
-    let result = settle(&state, &admitted.user, &order).await;
-    if result
-        .as_ref()
-        .is_err_and(|e| !e.status().is_server_error())
-    {
-        admitted.permit.ignore();
-    } else {
-        admitted.permit.success();
-    }
-    Ok(admitted.rate.on(result?))
-}
-
-async fn settle(state: &AppState, user: &User, order: &str) -> Result<Response, ApiError> {
-    let unknown = || {
-        ApiError::new(
-            StatusCode::NOT_FOUND,
-            "unknown_order",
-            format!("no order {order:?}"),
-        )
-    };
-    let reservation_id = order
-        .strip_prefix(ORDER_PREFIX)
+/// The reservation behind order id `order`, read from the inventory.
+/// An id that is not an order id is an unknown order.
+pub(crate) async fn reservation_of(
+    state: &AppState,
+    order: &str,
+    deadline: Instant,
+) -> Result<Reservation, ApiError> {
+    let reservation_id = reservation_id(order)
         .filter(|id| {
             !id.is_empty() && id.len() <= 64 && id.chars().all(|c| c.is_ascii_alphanumeric())
         })
-        .ok_or_else(unknown)?;
-    let deadline = Instant::now() + state.config.request_timeout();
-    let reservation = state
+        .ok_or_else(|| unknown_order(order))?;
+    state
         .inventory
         .reservation(reservation_id, deadline)
         .await
-        .map_err(inventory_refusal)?;
-    // Someone else's order is "not found", not "forbidden": ids do not leak.
-    if reservation.user.as_deref() != Some(user.0.as_str()) {
-        return Err(unknown());
-    }
-    let (Some(sku), Some(quantity)) = (reservation.sku.clone(), reservation.quantity) else {
-        return Err(unavailable(
-            "the reservation record is incomplete; retry shortly",
-        ));
-    };
-    state
-        .inventory
-        .confirm(reservation_id, deadline)
-        .await
-        .map_err(inventory_refusal)?;
-    let price = state.config.price(&sku).unwrap_or(0);
-    let event = OrderEvent {
-        schema_version: SCHEMA_VERSION,
-        kind: EventKind::Paid,
-        order_id: order.to_owned(),
-        sale: state.config.sale.clone(),
-        user_id: user.0.clone(),
-        sku: sku.clone(),
-        quantity: quantity as i64,
-        amount_minor: price.saturating_mul(quantity as i64),
-        // Unique per order; the created event carries the client's key.
-        idempotency_key: format!("paid:{order}"),
-        reservation_id: reservation_id.to_owned(),
-        created_at: jiff::Timestamp::now(),
-    };
-    publish(state, &event).await.map_err(|reason| {
-        tracing::warn!(order, %reason, "paid event not acknowledged");
-        unavailable("payment recorded in stock but not yet in orders; retry to finish")
-    })?;
-    Ok(Json(json!({"orderId": order, "status": "paid"})).into_response())
+        .map_err(inventory_refusal)
+}
+
+fn unknown_order(order: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "unknown_order",
+        format!("no order {order:?}"),
+    )
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ use crate::{
     inventory_client::InventoryClient,
     items::ItemCache,
     metrics::GatewayMetrics,
+    payments::PaymentVerifier,
     ratelimit::{self, RateLimiter},
     waiting_room::{self, Signer, WaitingRoom},
 };
@@ -42,7 +43,10 @@ pub enum BuildError {
     Producer(#[from] flashsale_orders::ProduceError),
     /// The inventory client could not be created.
     #[error("inventory client: {0}")]
-    Inventory(#[from] reqwest::Error),
+    Inventory(#[from] crate::inventory_client::ClientError),
+    /// The payment secret cannot be used.
+    #[error("payment secret: {0}")]
+    Payments(#[from] crate::payments::SignatureError),
     /// The Kubernetes client could not be created.
     #[error("kubernetes client for the degradation ConfigMap: {0}")]
     Kube(#[from] kube::Error),
@@ -80,6 +84,11 @@ pub struct Settings {
     pub redis_url: Option<String>,
     /// The inventory's base URL.
     pub inventory_url: String,
+    /// The token the inventory API requires, if any.
+    pub inventory_token: Option<String>,
+    /// The secret payment-provider callbacks are signed with; without it
+    /// callbacks are refused.
+    pub payment_secret: Option<Vec<u8>>,
     /// The order-event producer.
     pub producer: ProducerSettings,
     /// Bearer-token verification.
@@ -139,7 +148,16 @@ impl Gateway {
         // it kept retrying after the order was answered 503 could still land.
         let mut producer = settings.producer;
         producer.send_timeout = config.request_timeout();
-        let inventory = InventoryClient::new(&settings.inventory_url, &config.sale)?;
+        let inventory = InventoryClient::new(
+            &settings.inventory_url,
+            &config.sale,
+            settings.inventory_token.as_deref(),
+        )?;
+        let payments = settings
+            .payment_secret
+            .as_deref()
+            .map(PaymentVerifier::new)
+            .transpose()?;
         let items = ItemCache::new(
             inventory.clone(),
             config.items.iter().map(|i| i.sku.clone()),
@@ -168,6 +186,7 @@ impl Gateway {
             producer: Arc::new(OrderProducer::new(&producer)?),
             redis,
             items,
+            payments,
             chat: ChatThrottle::default(),
             metrics: GatewayMetrics::register(registry),
             config,

@@ -33,7 +33,10 @@ struct Slow {
     most_waiting: Arc<AtomicUsize>,
 }
 
-async fn reserve(State(slow): State<Slow>) -> Result<(StatusCode, Json<Value>), StatusCode> {
+async fn reserve(
+    State(slow): State<Slow>,
+    Json(request): Json<Value>,
+) -> Result<(StatusCode, Json<Value>), StatusCode> {
     let queued = slow.waiting.fetch_add(1, Ordering::SeqCst) + 1;
     slow.most_waiting.fetch_max(queued, Ordering::SeqCst);
     let permit = slow
@@ -48,7 +51,16 @@ async fn reserve(State(slow): State<Slow>) -> Result<(StatusCode, Json<Value>), 
     let expires = jiff::Timestamp::now().as_millisecond() + 60_000;
     Ok((
         StatusCode::CREATED,
-        Json(json!({"id": id, "expiresAtMs": expires})),
+        Json(json!({
+            "id": id,
+            "state": "reserved",
+            "expires_at_ms": expires,
+            "user": request["user"],
+            "sku": request["sku"],
+            "quantity": request["quantity"],
+            "amount_minor": request["amountMinor"],
+            "request_id": request["requestId"],
+        })),
     ))
 }
 
@@ -72,6 +84,7 @@ async fn the_limit_finds_a_slow_inventorys_capacity_and_sheds_the_rest() -> anyh
     create_topic(&brokers, &topic).await?;
     let config: GatewayConfig = serde_json::from_value(json!({
         "sale": sale,
+        "currency": "CNY",
         "items": [{"sku": "A", "priceMinor": 100}],
         "rateLimit": {"perUserPerSecond": 100000, "burst": 100000},
         "concurrency": {"minLimit": 2, "maxLimit": 500},

@@ -18,18 +18,16 @@ use gateway::{
 use inventory::store::{ItemDefinition, SaleDefinition, Store};
 use jsonwebtoken::{EncodingKey, Header};
 use prometheus_client::registry::Registry;
-use rdkafka::{
-    ClientConfig, Message, Offset, TopicPartitionList,
-    admin::{AdminClient, AdminOptions, NewTopic, TopicReplication},
-    client::DefaultClientContext,
-    consumer::{BaseConsumer, Consumer},
-};
 use serde_json::{Value, json};
 
 /// The bearer-token secret of the tests.
 pub const JWT_SECRET: &[u8] = b"test-secret-test-secret-test-secret!";
 /// The waiting-room key of the tests.
 pub const ROOM_KEY: &[u8] = b"room-key-room-key-room-key-room-key!";
+/// The token the tests' inventory requires of the gateway.
+pub const INVENTORY_TOKEN: &str = "inventory-token-of-the-tests";
+/// The secret the tests' payment provider signs callbacks with.
+pub const PAYMENT_SECRET: &[u8] = b"payment-secret-of-the-tests-0123456789";
 
 /// A running inventory over the stack's Redis.
 pub struct Inventory {
@@ -43,7 +41,8 @@ impl Inventory {
         let store = Store::connect(&stack::redis_url()?).await?;
         store.load(sale).await?;
         let metrics = inventory::metrics::Metrics::register(&mut Registry::default());
-        let state = inventory::api::AppState::new(store, metrics, Duration::from_millis(200));
+        let state = inventory::api::AppState::new(store, metrics, Duration::from_millis(200))
+            .with_tokens(inventory::auth::Tokens::new(Some(INVENTORY_TOKEN), None));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let url = format!("http://{}", listener.local_addr()?);
         let task = tokio::spawn(async move {
@@ -119,6 +118,8 @@ impl Running {
             config,
             redis_url: Some(stack::redis_url()?),
             inventory_url: inventory_url.to_owned(),
+            inventory_token: Some(INVENTORY_TOKEN.to_owned()),
+            payment_secret: Some(PAYMENT_SECRET.to_vec()),
             producer,
             verifier: Verifier::hs256(JWT_SECRET)?,
             ticket_key: Some(ROOM_KEY.to_vec()),
@@ -189,6 +190,7 @@ impl Funnel {
         create_topic(&brokers, &topic).await?;
         let mut config = json!({
             "sale": sale,
+            "currency": "CNY",
             "items": [{"sku": "A", "priceMinor": 1999}, {"sku": "B", "priceMinor": 500}],
             "rateLimit": {"perUserPerSecond": 1000, "burst": 1000},
             "requestTimeoutMs": 1500,
@@ -236,7 +238,13 @@ impl Funnel {
             "{}/v1/sales/{}/items/{sku}/stock",
             self.inventory.url, self.sale
         );
-        let level: Value = reqwest::get(url).await?.json().await?;
+        let level: Value = http()
+            .get(url)
+            .bearer_auth(INVENTORY_TOKEN)
+            .send()
+            .await?
+            .json()
+            .await?;
         level["available"]
             .as_u64()
             .ok_or_else(|| anyhow::anyhow!("no available in {level}"))
@@ -290,53 +298,14 @@ pub async fn order(
     Ok((status, body, headers))
 }
 
+/// A fresh one-partition topic.
 pub async fn create_topic(brokers: &str, topic: &str) -> anyhow::Result<()> {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .create()?;
-    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    for result in admin
-        .create_topics(
-            &[NewTopic::new(topic, 1, TopicReplication::Fixed(1))],
-            &options,
-        )
-        .await?
-    {
-        result.map_err(|(name, code)| anyhow::anyhow!("creating {name}: {code}"))?;
-    }
-    Ok(())
+    Ok(flashsale_e2e::kafka::create_topic(brokers, topic, 1).await?)
 }
 
-/// Every event in the topic's single partition, read to its end.
+/// Every event in the topic.
 pub async fn events(brokers: &str, topic: &str) -> anyhow::Result<Vec<OrderEvent>> {
-    let (brokers, topic) = (brokers.to_owned(), topic.to_owned());
-    tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<OrderEvent>> {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &brokers)
-            .set("group.id", stack::unique_name("gw-reader"))
-            .set("enable.auto.commit", "false")
-            .create()?;
-        let (_, high) = consumer.fetch_watermarks(&topic, 0, Duration::from_secs(10))?;
-        let mut assignment = TopicPartitionList::new();
-        assignment.add_partition_offset(&topic, 0, Offset::Beginning)?;
-        consumer.assign(&assignment)?;
-        let mut events = Vec::new();
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        let mut next = 0;
-        while next < high {
-            if std::time::Instant::now() > deadline {
-                anyhow::bail!("read {next} of {high} messages of {topic} in 20 s");
-            }
-            if let Some(message) = consumer.poll(Duration::from_millis(200)) {
-                let message = message?;
-                next = message.offset() + 1;
-                let payload = message.payload().unwrap_or_default();
-                events.push(OrderEvent::parse(payload).map_err(|p| anyhow::anyhow!("{p:?}"))?);
-            }
-        }
-        Ok(events)
-    })
-    .await?
+    Ok(flashsale_e2e::kafka::events(brokers, topic).await?)
 }
 
 /// Polls `GET /api/v1/queue/status` with `ticket` until admitted; returns the pass.
