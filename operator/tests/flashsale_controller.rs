@@ -19,7 +19,7 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::{
     apps::v1::Deployment,
     autoscaling::v2::HorizontalPodAutoscaler,
-    core::v1::{ConfigMap, Pod, Service, ServiceAccount},
+    core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount},
     events::v1::Event,
     policy::v1::PodDisruptionBudget,
     rbac::v1::{Role, RoleBinding},
@@ -236,6 +236,22 @@ async fn a_sale_deploys_its_children_follows_its_spec_and_reverts_hand_edits() -
         };
         owned_child::<ConfigMap>(&client, &ns.name, name, &ready, component).await?;
     }
+    // The inventory API's tokens: made once, random, owned by the sale.
+    let internal =
+        owned_child::<Secret>(&client, &ns.name, "d11-internal", &ready, "inventory").await?;
+    let tokens = internal.data.clone().unwrap_or_default();
+    let token = |key: &str| {
+        let value = tokens.get(key).map(|v| v.0.clone()).unwrap_or_default();
+        String::from_utf8(value).unwrap_or_default()
+    };
+    let (api_token, admin_token) = (token("inventory-token"), token("inventory-admin-token"));
+    for value in [&api_token, &admin_token] {
+        assert!(
+            value.len() == 64 && value.chars().all(|c| c.is_ascii_hexdigit()),
+            "a token of 32 random bytes in hex: {value:?}"
+        );
+    }
+    assert_ne!(api_token, admin_token);
     owned_child::<ServiceAccount>(&client, &ns.name, "d11-gateway", &ready, "gateway").await?;
     let role = owned_child::<Role>(&client, &ns.name, "d11-gateway", &ready, "gateway").await?;
     owned_child::<RoleBinding>(&client, &ns.name, "d11-gateway", &ready, "gateway").await?;
@@ -360,6 +376,13 @@ async fn a_sale_deploys_its_children_follows_its_spec_and_reverts_hand_edits() -
     })
     .await?;
 
+    // Reconciled many times since: the tokens were never replaced.
+    let kept = Api::<Secret>::namespaced(client.clone(), &ns.name)
+        .get("d11-internal")
+        .await?;
+    assert_eq!(kept.metadata.uid, internal.metadata.uid);
+    assert_eq!(kept.data, internal.data, "the tokens stay as first made");
+
     // Deleting the sale removes its children (garbage collection by owner).
     sales.delete("d11", &DeleteParams::foreground()).await?;
     poll_until("every child gone", WAIT, TICK, || async {
@@ -377,6 +400,12 @@ async fn a_sale_deploys_its_children_follows_its_spec_and_reverts_hand_edits() -
                 .items
                 .len()
             + Api::<Service>::namespaced(client.clone(), &ns.name)
+                .list(&selector)
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+                .len()
+            + Api::<Secret>::namespaced(client.clone(), &ns.name)
                 .list(&selector)
                 .await
                 .map_err(|e| e.to_string())?
@@ -607,9 +636,21 @@ async fn an_invalid_spec_waits_for_an_edit_instead_of_looping() -> anyhow::Resul
     Ok(())
 }
 
-/// Serves the real inventory API (in this process, on the stack's Redis)
-/// with the sale's definition loaded, as the inventory pods would.
-async fn inventory(sale: &str) -> anyhow::Result<(String, tokio::task::JoinHandle<()>)> {
+/// Serves the real inventory API (in this process, on the stack's Redis) on
+/// `listener`, with the sale's definition loaded under `sale_id`, as the
+/// inventory pods would, answering only requests that carry `token` as a
+/// bearer token.
+async fn serve_inventory(
+    listener: tokio::net::TcpListener,
+    sale_id: &str,
+    token: &str,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    use axum::{
+        extract::Request,
+        http::{StatusCode, header::AUTHORIZATION},
+        middleware::{self, Next},
+        response::{IntoResponse, Response},
+    };
     use inventory::store::{ItemDefinition, SaleDefinition, Store};
     let store = Store::connect(&flashsale_e2e::stack::redis_url()?).await?;
     let items = [("PHONE", 100, 1), ("CASE", 500, 3)]
@@ -622,7 +663,7 @@ async fn inventory(sale: &str) -> anyhow::Result<(String, tokio::task::JoinHandl
         .to_vec();
     store
         .load(&SaleDefinition {
-            sale: sale.to_owned(),
+            sale: sale_id.to_owned(),
             reservation_ttl_ms: 60_000,
             items,
         })
@@ -631,27 +672,75 @@ async fn inventory(sale: &str) -> anyhow::Result<(String, tokio::task::JoinHandl
         &mut prometheus_client::registry::Registry::default(),
     );
     let state = inventory::api::AppState::new(store, metrics, Duration::from_millis(200));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}", listener.local_addr()?);
-    let task = tokio::spawn(async move {
-        let _ = axum::serve(listener, inventory::api::router(state)).await;
-    });
-    Ok((url, task))
+    let expected = format!("Bearer {token}");
+    let authenticated = move |request: Request, next: Next| {
+        let expected = expected.clone();
+        async move {
+            let sent = request.headers().get(AUTHORIZATION);
+            if sent.is_some_and(|v| v.as_bytes() == expected.as_bytes()) {
+                next.run(request).await
+            } else {
+                let refused: Response = (StatusCode::UNAUTHORIZED, "unauthorized").into_response();
+                refused
+            }
+        }
+    };
+    let app = inventory::api::router(state).layer(middleware::from_fn(authenticated));
+    Ok(tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    }))
+}
+
+/// `<namespace>.<name>.<uid8>`, as the operator renders it.
+fn sale_id_of(sale: &FlashSale) -> anyhow::Result<String> {
+    Ok(flashsale_operator::flashsale::build::sale_id(sale)?)
 }
 
 #[tokio::test]
 async fn the_status_shows_the_stock_the_inventory_reports() -> anyhow::Result<()> {
     let client = setup().await?;
     let ns = TestNamespace::create(&client, "fs-stock").await?;
-    // A sale name of its own: the inventory's Redis keys are per sale.
-    let name = format!("stock-{:x}", Timestamp::now().as_nanosecond() % 0xffff_ffff);
-    let (url, server) = inventory(&name).await?;
+    // The address first: the operator is told it at start, and the
+    // inventory can load the sale only once its id (with the uid) is known.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
     let _operator = Operator::start(&ns.name, "solo", &["--inventory-url-template", &url])?;
     secret(&client, &ns.name, "jwt", "hs256").await?;
     secret(&client, &ns.name, "db", "url").await?;
-    create_sale(&client, &ns.name, sale(&name)).await?;
+    let name = "stock";
+    let created = create_sale(&client, &ns.name, sale(name)).await?;
+    let sale_id = sale_id_of(&created)?;
+    assert!(
+        sale_id.starts_with(&format!("{}.{name}.", ns.name)),
+        "{sale_id}"
+    );
+    // The token the operator made for the sale, which its probe must send.
+    let token = poll_until("the sale's internal Secret", WAIT, TICK, || async {
+        let secret = Api::<Secret>::namespaced(client.clone(), &ns.name)
+            .get_opt(&format!("{name}-internal"))
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("not there yet")?;
+        let value = secret
+            .data
+            .and_then(|d| d.get("inventory-token").cloned())
+            .ok_or("no inventory-token")?;
+        String::from_utf8(value.0).map_err(|e| e.to_string())
+    })
+    .await?;
+    let server = serve_inventory(listener, &sale_id, &token).await?;
+    let http = reqwest::Client::new();
+    let anonymous = http
+        .get(format!("{url}/v1/sales/{sale_id}/items/PHONE/stock"))
+        .send()
+        .await?;
+    assert_eq!(
+        anonymous.status(),
+        401,
+        "the test inventory needs the token"
+    );
 
-    let read = await_condition(&client, &ns.name, &name, "InventoryReachable", "True").await?;
+    let read = await_condition(&client, &ns.name, name, "InventoryReachable", "True").await?;
     let status = read.status.clone().unwrap_or_default();
     let stock: Vec<(String, i64, i64)> = status
         .items
@@ -665,14 +754,15 @@ async fn the_status_shows_the_stock_the_inventory_reports() -> anyhow::Result<()
     assert_eq!(status.stock_left, Some(600));
 
     // A reservation shows at the next refresh.
-    let reserved = reqwest::Client::new()
-        .post(format!("{url}/v1/sales/{name}/reservations"))
+    let reserved = http
+        .post(format!("{url}/v1/sales/{sale_id}/reservations"))
+        .bearer_auth(&token)
         .json(&json!({"sku": "PHONE", "user": "u1", "quantity": 1, "requestId": "r1"}))
         .send()
         .await?;
     assert_eq!(reserved.status(), 201, "{:?}", reserved.text().await);
     poll_until("PHONE at 99 available, 1 reserved", WAIT, TICK, || async {
-        let sale = get_sale(&client, &ns.name, &name).await?;
+        let sale = get_sale(&client, &ns.name, name).await?;
         let items = sale.status.map(|s| s.items).unwrap_or_default();
         match items.iter().find(|i| i.sku == "PHONE") {
             Some(i) if i.available == 99 && i.reserved == 1 => Ok(()),
@@ -683,7 +773,7 @@ async fn the_status_shows_the_stock_the_inventory_reports() -> anyhow::Result<()
 
     // The inventory goes away: a condition, the last stock kept, no error loop.
     server.abort();
-    let cut = await_condition(&client, &ns.name, &name, "InventoryReachable", "False").await?;
+    let cut = await_condition(&client, &ns.name, name, "InventoryReachable", "False").await?;
     let status = cut.status.unwrap_or_default();
     assert_eq!(status.stock_left, Some(599));
     assert!(
@@ -692,7 +782,8 @@ async fn the_status_shows_the_stock_the_inventory_reports() -> anyhow::Result<()
     );
     flashsale_e2e::redis_keys::unlink_matching(
         &flashsale_e2e::stack::redis_url()?,
-        &format!("fs:{{{name}}}:*"),
+        // `fs:{<id>}:…` and the sharded `fs:{<id>#<sku>#<shard>}:…`.
+        &format!("fs:{{{sale_id}*"),
     )
     .await?;
     Ok(())

@@ -6,6 +6,7 @@ pub mod lifecycle;
 pub mod probe;
 pub mod reconcile;
 pub mod status;
+pub mod tokens;
 
 use std::{future::Future, sync::Arc};
 

@@ -41,6 +41,18 @@ pub struct Probe {
     inventory_url: String,
 }
 
+/// One sale, as the probe addresses its inventory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SaleAddress {
+    /// metadata.namespace: fills `{namespace}` of the URL template.
+    pub namespace: String,
+    /// metadata.name: fills `{sale}` of the URL template, since the
+    /// inventory's Service is named after it.
+    pub name: String,
+    /// The sale id the inventory knows the sale by, in the URL path.
+    pub id: String,
+}
+
 /// SKUs asked at once; a sale has at most 200.
 const CONCURRENCY: usize = 16;
 
@@ -74,26 +86,28 @@ impl Probe {
             .replace("{namespace}", namespace)
     }
 
-    /// Stock of every SKU, in the order given.
+    /// Stock of every SKU, in the order given, asked with the inventory API
+    /// `token` (the inventory refuses stock reads without it).
     pub async fn stock(
         &self,
-        namespace: &str,
-        sale: &str,
+        sale: &SaleAddress,
+        token: &str,
         skus: &[String],
     ) -> Result<Vec<ItemStatus>, ProbeError> {
-        let base = self.inventory_base(namespace, sale);
+        let base = self.inventory_base(&sale.namespace, &sale.name);
+        let id = &sale.id;
         // Owned items: a stream over borrowed ones trips the higher-ranked
         // lifetime check of the controller's Send bound.
         let asks: Vec<(String, String)> = skus
             .iter()
             .map(|sku| {
-                let url = format!("{base}/v1/sales/{sale}/items/{sku}/stock");
+                let url = format!("{base}/v1/sales/{id}/items/{sku}/stock");
                 (sku.clone(), url)
             })
             .collect();
         stream::iter(asks)
             .map(|(sku, url)| async move {
-                let stock: Stock = self.get_json(&url).await?;
+                let stock: Stock = self.get_json(&url, token).await?;
                 Ok(ItemStatus {
                     sku,
                     available: stock.available,
@@ -115,7 +129,7 @@ impl Probe {
             .collect();
         let lags: Vec<i64> = stream::iter(urls)
             .map(|url| async move {
-                let text = self.get_text(&url).await?;
+                let text = self.get_text(&url, None).await?;
                 parse_gauge(&text, "order_writer_consumer_lag").ok_or_else(|| ProbeError::Answer {
                     url,
                     message: "no order_writer_consumer_lag in the metrics".into(),
@@ -127,13 +141,17 @@ impl Probe {
         Ok(lags.iter().sum())
     }
 
-    async fn get_text(&self, url: &str) -> Result<String, ProbeError> {
+    async fn get_text(&self, url: &str, token: Option<&str>) -> Result<String, ProbeError> {
         let http = |source| ProbeError::Http {
             url: url.to_owned(),
             source,
         };
-        self.http
-            .get(url)
+        let request = self.http.get(url);
+        let request = match token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        };
+        request
             .send()
             .await
             .and_then(reqwest::Response::error_for_status)
@@ -143,8 +161,12 @@ impl Probe {
             .map_err(http)
     }
 
-    async fn get_json<T: for<'de> Deserialize<'de>>(&self, url: &str) -> Result<T, ProbeError> {
-        let text = self.get_text(url).await?;
+    async fn get_json<T: for<'de> Deserialize<'de>>(
+        &self,
+        url: &str,
+        token: &str,
+    ) -> Result<T, ProbeError> {
+        let text = self.get_text(url, Some(token)).await?;
         serde_json::from_str(&text).map_err(|err| ProbeError::Answer {
             url: url.to_owned(),
             message: format!("unexpected answer: {err}"),

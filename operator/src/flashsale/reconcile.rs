@@ -14,7 +14,9 @@ use kube::{Api, ResourceExt, api::ListParams, runtime::controller::Action};
 use super::{
     build::{self, Component, Input, Stage},
     lifecycle::{self, Timeline},
+    probe::SaleAddress,
     status::{self, Blocker, Drain, Observation, WorkloadView},
+    tokens,
 };
 use crate::{
     api::{
@@ -77,28 +79,21 @@ async fn reconcile_sale(sale: &FlashSale, ctx: &Context) -> Result<Action, Error
     let old = sale.status.as_ref();
     let generation = sale.metadata.generation;
 
-    // validate, then gather what the spec refers to.
-    let problems = validate::flash_sale(&sale.spec);
-    let blocker = if problems.is_empty() {
-        missing_secret(ctx, &namespace, sale).await?
-    } else {
-        let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
-        Some(Blocker {
-            reason: reasons::INVALID_SPEC,
-            message: list.join("; "),
-        })
+    let token = match gather(ctx, &namespace, sale).await? {
+        Ok(token) => token,
+        Err(blocker) => {
+            let new = status::blocked(old, generation, &blocker, now);
+            write_status(ctx, sale, &new, Some(&blocker)).await?;
+            // A bad spec waits for an edit; a missing Secret cannot be
+            // watched for cheaply, so it is looked for again, less and less
+            // often.
+            return Ok(if blocker.reason == reasons::INVALID_SPEC {
+                Action::await_change()
+            } else {
+                Action::requeue(ctx.backoff(&key(sale)))
+            });
+        }
     };
-    if let Some(blocker) = blocker {
-        let new = status::blocked(old, generation, &blocker, now);
-        write_status(ctx, sale, &new, Some(&blocker)).await?;
-        // A bad spec waits for an edit; a missing Secret cannot be watched
-        // for cheaply, so it is looked for again, less and less often.
-        return Ok(if blocker.reason == reasons::INVALID_SPEC {
-            Action::await_change()
-        } else {
-            Action::requeue(ctx.backoff(&key(sale)))
-        });
-    }
 
     let timeline = Timeline::of(&sale.spec);
     let (phase, next) = timeline.phase_at(now);
@@ -114,6 +109,11 @@ async fn reconcile_sale(sale: &FlashSale, ctx: &Context) -> Result<Action, Error
     })?;
     let degradation = build::degradation_config_map(sale)?;
     let skus: Vec<String> = sale.spec.items.iter().map(|i| i.sku.clone()).collect();
+    let address = SaleAddress {
+        namespace: namespace.clone(),
+        name: sale.name_any(),
+        id: build::sale_id(sale)?,
+    };
     // The writes and the stock reading are independent: run them together,
     // so a transition shows in the status a few round trips after its time.
     let writes = async {
@@ -128,7 +128,7 @@ async fn reconcile_sale(sale: &FlashSale, ctx: &Context) -> Result<Action, Error
         }
         Some(
             ctx.probe
-                .stock(&namespace, &sale.name_any(), &skus)
+                .stock(&address, &token, &skus)
                 .await
                 .map_err(|err| err.to_string()),
         )
@@ -165,6 +165,28 @@ fn requeue(ctx: &Context, now: Timestamp, next: Option<Timestamp>, stage: Stage)
         (Some(a), None) | (None, Some(a)) => Action::requeue(a),
         (None, None) => Action::await_change(),
     }
+}
+
+/// Validates the spec, then gathers what it refers to: the Secrets it names,
+/// and the sale's internal Secret (created when absent), whose API token is
+/// returned. The first problem found blocks the sale.
+async fn gather(
+    ctx: &Context,
+    namespace: &str,
+    sale: &FlashSale,
+) -> Result<Result<String, Blocker>, Error> {
+    let problems = validate::flash_sale(&sale.spec);
+    if !problems.is_empty() {
+        let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        return Ok(Err(Blocker {
+            reason: reasons::INVALID_SPEC,
+            message: list.join("; "),
+        }));
+    }
+    if let Some(blocker) = missing_secret(ctx, namespace, sale).await? {
+        return Ok(Err(blocker));
+    }
+    tokens::ensure(ctx, namespace, sale).await
 }
 
 /// The first Secret the spec names that does not exist or lacks its key.

@@ -9,6 +9,7 @@
 mod config;
 mod deployments;
 mod error;
+mod internal;
 mod labels;
 mod meta;
 pub mod names;
@@ -39,6 +40,7 @@ pub use config::{
     CONFIG_HASH_ANNOTATION, GATEWAY_CONFIG_KEY, INVENTORY_CONFIG_KEY, degradation_config_map,
 };
 pub use error::BuildError;
+pub use internal::{ADMIN_TOKEN_KEY, API_TOKEN_KEY, InternalTokens, internal_secret};
 pub use labels::{
     COMPONENT_KEY, MANAGED_BY, MANAGED_BY_KEY, NAME_KEY, PART_OF_KEY, labels, selector,
 };
@@ -123,8 +125,9 @@ pub fn build(input: &Input<'_>) -> Result<Desired, BuildError> {
         stage,
     } = *input;
     let owner = Owner::new(sale)?;
-    let gateway_config = config::gateway_json(sale, owner.name)?;
-    let sale_config = config::sale_json(sale, owner.name)?;
+    let sale_id = owner.sale_id();
+    let gateway_config = config::gateway_json(sale, &sale_id)?;
+    let sale_config = config::sale_json(sale, &sale_id)?;
     let templates = [
         (
             Component::Gateway,
@@ -176,6 +179,12 @@ pub fn build(input: &Input<'_>) -> Result<Desired, BuildError> {
         roles: vec![rbac::gateway_role(&owner)],
         role_bindings: vec![rbac::gateway_role_binding(&owner)],
     })
+}
+
+/// The sale id the workloads know the sale by (`<namespace>.<name>.<uid8>`,
+/// see [`names::sale_id`]); the operator's own calls to the inventory use it.
+pub fn sale_id(sale: &FlashSale) -> Result<String, BuildError> {
+    Ok(Owner::new(sale)?.sale_id())
 }
 
 /// Sorts objects by name, so the result does not depend on build order.

@@ -9,7 +9,9 @@ use k8s_openapi::api::{
 };
 use serde::Serialize;
 
-use super::{Desired, Input, Stage, build, degradation_config_map, fixtures};
+use super::{
+    Desired, Input, InternalTokens, Stage, build, degradation_config_map, fixtures, internal_secret,
+};
 
 /// `Desired` as one serializable document, kinds in a fixed order.
 #[derive(Serialize)]
@@ -65,5 +67,11 @@ fn small_sale_pending() -> anyhow::Result<()> {
     })?;
     insta::assert_yaml_snapshot!("small_sale_pending", Snapshot::from(&desired));
     insta::assert_yaml_snapshot!("small_sale_degradation", degradation_config_map(&sale)?);
+    // Fixed tokens: the operator makes random ones once.
+    let tokens = InternalTokens {
+        api: "a".repeat(64),
+        admin: "b".repeat(64),
+    };
+    insta::assert_yaml_snapshot!("small_sale_internal", internal_secret(&sale, &tokens)?);
     Ok(())
 }

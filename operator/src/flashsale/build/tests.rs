@@ -346,7 +346,7 @@ fn gateway_json_parses_as_the_gateway_expects() -> anyhow::Result<()> {
     let desired = build_at(&sale, Stage::Active)?;
     let text = config_data(&desired, "singles-day-gateway", GATEWAY_CONFIG_KEY)?;
     let config: GatewayConfig = serde_json::from_str(text)?;
-    assert_eq!(config.sale, "singles-day");
+    assert_eq!(config.sale, "shop.singles-day.6f1c5b8e");
     assert_eq!(config.rate_limit.per_user_per_second, 3, "2.5 rounds up");
     assert_eq!(config.rate_limit.burst, 5);
     assert!(config.waiting_room.enabled);
@@ -405,7 +405,7 @@ fn sale_json_parses_as_the_inventory_expects() -> anyhow::Result<()> {
     let desired = build_at(&sale, Stage::Pending)?;
     let text = config_data(&desired, "singles-day-inventory", INVENTORY_CONFIG_KEY)?;
     let definition: SaleDefinition = serde_json::from_str(text)?;
-    assert_eq!(definition.sale, "singles-day");
+    assert_eq!(definition.sale, "shop.singles-day.6f1c5b8e");
     assert_eq!(definition.reservation_ttl_ms, 15 * 60 * 1000);
     assert_eq!(
         definition.items,
@@ -610,6 +610,9 @@ fn every_secret_ref_is_what_the_pods_mount() -> anyhow::Result<()> {
         }
         used.sort();
         used.dedup();
+        // The internal Secret is the operator's own, not the spec's.
+        let internal = names::internal_secret(&sale);
+        used.retain(|(name, _)| *name != internal);
         let mut listed: Vec<_> = secret_refs(&sale)
             .into_iter()
             .map(|(_, s)| (s.name.clone(), s.key.clone()))
@@ -703,5 +706,143 @@ fn the_order_writer_gets_one_consumer_group_per_sale() -> anyhow::Result<()> {
     );
     assert_eq!(env.get("ORDER_WRITER_FLUSH_INTERVAL_MS"), Some(&Some("50")));
     assert_eq!(pod.automount_service_account_token, Some(false));
+    Ok(())
+}
+
+#[test]
+fn the_sale_id_tells_namespaces_and_incarnations_apart() -> anyhow::Result<()> {
+    let sale = fixtures::big_sale()?;
+    assert_eq!(super::sale_id(&sale)?, "shop.singles-day.6f1c5b8e");
+    let mut elsewhere = sale.clone();
+    elsewhere.metadata.namespace = Some("outlet".to_owned());
+    assert_eq!(super::sale_id(&elsewhere)?, "outlet.singles-day.6f1c5b8e");
+    // Created again: the apiserver gives it a new uid.
+    let mut again = sale.clone();
+    again.metadata.uid = Some("0a9b8c7d-6e5f-4a3b-8c1d-000000000001".to_owned());
+    assert_eq!(super::sale_id(&again)?, "shop.singles-day.0a9b8c7d");
+    // Only the sale's configuration changes: its children keep their names.
+    let (first, second) = (
+        build_at(&sale, Stage::Active)?,
+        build_at(&again, Stage::Active)?,
+    );
+    let names = |d: &Desired| -> Vec<Option<String>> {
+        all_metadata(d)
+            .iter()
+            .map(|(_, m)| m.name.clone())
+            .collect()
+    };
+    assert_eq!(names(&first), names(&second));
+    // The longest namespace and name still fit the workloads' 128 characters.
+    let longest = names::sale_id(&"n".repeat(63), &"s".repeat(50), "6f1c5b8e-2b1a");
+    assert_eq!(longest.len(), 123);
+    ensure!(
+        matches!(
+            super::sale_id(&{
+                let mut s = sale;
+                s.metadata.uid = None;
+                s
+            }),
+            Err(BuildError::MissingMetadata("uid"))
+        ),
+        "a sale id without a uid"
+    );
+    Ok(())
+}
+
+/// A container's env as name → literal value.
+fn env_of(desired: &Desired, name: &str) -> anyhow::Result<BTreeMap<String, Option<String>>> {
+    let pod = template(desired, name)?.spec.as_ref().context("pod spec")?;
+    Ok(pod
+        .containers
+        .iter()
+        .flat_map(|c| c.env.iter().flatten())
+        .map(|e| (e.name.clone(), e.value.clone()))
+        .collect())
+}
+
+/// One Secret volume of a pod: the Secret, its (key, file) items and where
+/// it is mounted.
+type SecretMount = (String, Vec<(String, String)>, String);
+
+/// A pod's Secret volumes.
+fn secret_mounts(desired: &Desired, name: &str) -> anyhow::Result<Vec<SecretMount>> {
+    let pod = template(desired, name)?.spec.as_ref().context("pod spec")?;
+    let mounts: BTreeMap<&str, &str> = pod
+        .containers
+        .iter()
+        .flat_map(|c| c.volume_mounts.iter().flatten())
+        .map(|m| (m.name.as_str(), m.mount_path.as_str()))
+        .collect();
+    pod.volumes
+        .iter()
+        .flatten()
+        .filter_map(|v| Some((v, v.secret.as_ref()?)))
+        .map(|(volume, secret)| {
+            let items = secret
+                .items
+                .iter()
+                .flatten()
+                .map(|i| (i.key.clone(), i.path.clone()))
+                .collect();
+            let at = mounts
+                .get(volume.name.as_str())
+                .with_context(|| format!("volume {} is not mounted", volume.name))?;
+            Ok((
+                secret.secret_name.clone().unwrap_or_default(),
+                items,
+                (*at).to_owned(),
+            ))
+        })
+        .collect()
+}
+
+#[test]
+fn the_inventory_tokens_are_mounted_where_each_workload_needs_them() -> anyhow::Result<()> {
+    let sale = fixtures::small_sale()?;
+    let desired = build_at(&sale, Stage::Active)?;
+    let internal = |keys: &[&str]| {
+        (
+            "weekend-deal-internal".to_owned(),
+            keys.iter()
+                .map(|k| ((*k).to_owned(), (*k).to_owned()))
+                .collect::<Vec<_>>(),
+            "/etc/flashsale/internal".to_owned(),
+        )
+    };
+    let of = |mounts: Vec<SecretMount>| {
+        mounts
+            .into_iter()
+            .filter(|m| m.0 == "weekend-deal-internal")
+            .collect::<Vec<_>>()
+    };
+    // The gateway sends the API token; it never holds the admin token.
+    assert_eq!(
+        of(secret_mounts(&desired, "weekend-deal-gateway")?),
+        [internal(&["inventory-token"])]
+    );
+    let gateway = env_of(&desired, "weekend-deal-gateway")?;
+    assert_eq!(
+        gateway.get("INVENTORY_API_TOKEN_FILE"),
+        Some(&Some("/etc/flashsale/internal/inventory-token".to_owned()))
+    );
+    assert!(!gateway.contains_key("INVENTORY_ADMIN_TOKEN_FILE"));
+    // The inventory checks both.
+    assert_eq!(
+        of(secret_mounts(&desired, "weekend-deal-inventory")?),
+        [internal(&["inventory-token", "inventory-admin-token"])]
+    );
+    let inventory = env_of(&desired, "weekend-deal-inventory")?;
+    assert_eq!(
+        inventory.get("INVENTORY_API_TOKEN_FILE"),
+        Some(&Some("/etc/flashsale/internal/inventory-token".to_owned()))
+    );
+    assert_eq!(
+        inventory.get("INVENTORY_ADMIN_TOKEN_FILE"),
+        Some(&Some(
+            "/etc/flashsale/internal/inventory-admin-token".to_owned()
+        ))
+    );
+    // The order-writer does not talk to the inventory.
+    assert!(of(secret_mounts(&desired, "weekend-deal-order-writer")?).is_empty());
     Ok(())
 }
