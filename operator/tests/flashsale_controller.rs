@@ -548,7 +548,9 @@ async fn a_missing_secret_is_a_condition_until_it_appears() -> anyhow::Result<()
     let ns = TestNamespace::create(&client, "fs-secret").await?;
     let _operator = Operator::start(&ns.name, "solo", &[])?;
     secret(&client, &ns.name, "db", "url").await?;
-    create_sale(&client, &ns.name, sale("nosecret")).await?;
+    let mut object = sale("nosecret");
+    object["spec"]["gateway"]["payment"] = json!({"secretRef": {"name": "payment", "key": "hmac"}});
+    create_sale(&client, &ns.name, object).await?;
 
     let stalled = await_condition(&client, &ns.name, "nosecret", "Stalled", "True").await?;
     let (_, reason, message) = condition(&stalled, "Stalled").unwrap_or_default();
@@ -579,8 +581,31 @@ async fn a_missing_secret_is_a_condition_until_it_appears() -> anyhow::Result<()
         "nothing is deployed without its Secret"
     );
 
-    let created = Instant::now();
+    // The payment provider's key is gathered like the others.
     secret(&client, &ns.name, "jwt", "hs256").await?;
+    poll_until(
+        "the payment Secret reported missing",
+        WAIT,
+        TICK,
+        || async {
+            let sale = get_sale(&client, &ns.name, "nosecret").await?;
+            match condition(&sale, "Stalled") {
+                Some((status, reason, message))
+                    if status == "True"
+                        && reason == "SecretMissing"
+                        && message.contains(&format!("Secret {}/payment", ns.name))
+                        && message.contains("spec.gateway.payment.secretRef") =>
+                {
+                    Ok(())
+                }
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await?;
+
+    let created = Instant::now();
+    secret(&client, &ns.name, "payment", "hmac").await?;
     let recovered = await_condition(&client, &ns.name, "nosecret", "Ready", "True").await?;
     println!(
         "recovered {:?} after the Secret appeared",
@@ -594,6 +619,28 @@ async fn a_missing_secret_is_a_condition_until_it_appears() -> anyhow::Result<()
         condition(&recovered, "Stalled").map(|c| c.0),
         Some("False".to_owned())
     );
+    let gateway = Api::<Deployment>::namespaced(client.clone(), &ns.name)
+        .get("nosecret-gateway")
+        .await?;
+    let pod = gateway.spec.template.spec.unwrap_or_default();
+    let env: Vec<(String, Option<String>)> = pod
+        .containers
+        .iter()
+        .flat_map(|c| c.env.iter().flatten())
+        .map(|e| (e.name.clone(), e.value.clone()))
+        .collect();
+    assert!(
+        env.contains(&(
+            "PAYMENT_SECRET_FILE".to_owned(),
+            Some("/etc/flashsale/payment/secret".to_owned())
+        )),
+        "{env:?}"
+    );
+    let payment = pod.volumes.unwrap_or_default().into_iter().find_map(|v| {
+        v.secret
+            .filter(|s| s.secret_name.as_deref() == Some("payment"))
+    });
+    assert!(payment.is_some(), "the payment Secret is mounted");
     Ok(())
 }
 

@@ -28,6 +28,8 @@ pub const CONFIG_HASH_ANNOTATION: &str = "flashsale.dev/config-hash";
 struct GatewayConfig<'a> {
     sale: &'a str,
     items: Vec<ItemPrice<'a>>,
+    /// ISO 4217 code of every price, checked against payment callbacks.
+    currency: &'a str,
     rate_limit: RateLimitConfig,
     waiting_room: WaitingRoomConfig,
     concurrency: ConcurrencyConfig,
@@ -148,6 +150,7 @@ pub(super) fn gateway_json(sale: &FlashSale, sale_id: &str) -> Result<Rendered, 
                 price_minor: item.price_minor,
             })
             .collect(),
+        currency: &spec.currency,
         rate_limit: RateLimitConfig {
             per_user_per_second: whole_rate(gateway.rate_limit.per_user_per_second),
             burst: fit("spec.gateway.rateLimit.burst", gateway.rate_limit.burst)?,

@@ -301,6 +301,7 @@ fn every_kind_is_sorted_by_name() -> anyhow::Result<()> {
 struct GatewayConfig {
     sale: String,
     items: Vec<GatewayItem>,
+    currency: String,
     rate_limit: RateLimit,
     waiting_room: WaitingRoom,
     concurrency: Concurrency,
@@ -347,6 +348,7 @@ fn gateway_json_parses_as_the_gateway_expects() -> anyhow::Result<()> {
     let text = config_data(&desired, "singles-day-gateway", GATEWAY_CONFIG_KEY)?;
     let config: GatewayConfig = serde_json::from_str(text)?;
     assert_eq!(config.sale, "shop.singles-day.6f1c5b8e");
+    assert_eq!(config.currency, "CNY");
     assert_eq!(config.rate_limit.per_user_per_second, 3, "2.5 rounds up");
     assert_eq!(config.rate_limit.burst, 5);
     assert!(config.waiting_room.enabled);
@@ -541,6 +543,11 @@ fn secret_refs_lists_every_mounted_ref_with_its_path() -> anyhow::Result<()> {
                 "spec.gateway.auth.hs256SecretRef",
                 "singles-day-jwt",
                 "hs256"
+            ),
+            (
+                "spec.gateway.payment.secretRef",
+                "singles-day-payment",
+                "webhook-secret"
             ),
             (
                 "spec.gateway.waitingRoom.ticketSecretRef",
@@ -844,5 +851,43 @@ fn the_inventory_tokens_are_mounted_where_each_workload_needs_them() -> anyhow::
     );
     // The order-writer does not talk to the inventory.
     assert!(of(secret_mounts(&desired, "weekend-deal-order-writer")?).is_empty());
+    Ok(())
+}
+
+#[test]
+fn the_payment_secret_is_mounted_into_the_gateway_only() -> anyhow::Result<()> {
+    let sale = fixtures::big_sale()?;
+    let desired = build_at(&sale, Stage::Active)?;
+    let payment = |name: &str| -> anyhow::Result<Vec<SecretMount>> {
+        Ok(secret_mounts(&desired, name)?
+            .into_iter()
+            .filter(|m| m.0 == "singles-day-payment")
+            .collect())
+    };
+    assert_eq!(
+        payment("singles-day-gateway")?,
+        [(
+            "singles-day-payment".to_owned(),
+            vec![("webhook-secret".to_owned(), "secret".to_owned())],
+            "/etc/flashsale/payment".to_owned()
+        )]
+    );
+    assert_eq!(
+        env_of(&desired, "singles-day-gateway")?.get("PAYMENT_SECRET_FILE"),
+        Some(&Some("/etc/flashsale/payment/secret".to_owned()))
+    );
+    for other in ["singles-day-inventory", "singles-day-order-writer"] {
+        assert!(payment(other)?.is_empty(), "{other}");
+        assert!(!env_of(&desired, other)?.contains_key("PAYMENT_SECRET_FILE"));
+    }
+    // Without a payment block: no mount, no variable, no Secret to wait for.
+    let small = fixtures::small_sale()?;
+    let desired = build_at(&small, Stage::Active)?;
+    assert!(!env_of(&desired, "weekend-deal-gateway")?.contains_key("PAYMENT_SECRET_FILE"));
+    assert!(
+        secret_refs(&small)
+            .iter()
+            .all(|(path, _)| !path.contains("payment"))
+    );
     Ok(())
 }

@@ -24,6 +24,10 @@ use crate::api::{
 
 /// Where the gateway's token key is mounted.
 const JWT_DIR: &str = "/etc/flashsale/jwt";
+/// Where the payment provider's signing secret is mounted, as the file
+/// `secret`.
+const PAYMENT_DIR: &str = "/etc/flashsale/payment";
+const PAYMENT_FILE: &str = "secret";
 /// Where the waiting room's HMAC key is mounted.
 const WAITING_ROOM_DIR: &str = "/etc/flashsale/waiting-room";
 /// The env variable naming the inventory API token's file, in the gateway
@@ -173,6 +177,19 @@ pub(super) fn gateway(
         redis_url(&spec.inventory.redis)?,
         env(jwt_env, format!("{JWT_DIR}/{SECRET_FILE}")),
     ];
+    if let Some(payment) = &gateway.payment {
+        let secret = &payment.secret_ref;
+        volumes.push(pod::secret_files(
+            "payment",
+            PAYMENT_DIR,
+            &secret.name,
+            &[(&secret.key, PAYMENT_FILE)],
+        ));
+        env.push(pod::env(
+            "PAYMENT_SECRET_FILE",
+            format!("{PAYMENT_DIR}/{PAYMENT_FILE}"),
+        ));
+    }
     if let Some(issuer) = &gateway.auth.issuer {
         env.push(pod::env("JWT_ISSUER", issuer.as_str()));
     }
