@@ -2,6 +2,7 @@
 //! phases on exact timers, and reports it in its status.
 
 pub mod build;
+pub mod drain;
 pub mod lifecycle;
 pub mod probe;
 pub mod reconcile;

@@ -3,11 +3,12 @@
 //! is bounded, and a failure is a status condition, never a reconcile error:
 //! an unreachable inventory must not put the controller in a retry loop.
 
-use std::time::Duration;
+use std::{net::SocketAddr, time::Duration};
 
 use futures::{StreamExt, TryStreamExt, stream};
 use serde::Deserialize;
 
+use super::drain::{LagReading, ReplicaLag};
 use crate::api::flashsale::ItemStatus;
 
 /// Why a workload could not be read.
@@ -120,25 +121,25 @@ impl Probe {
             .await
     }
 
-    /// The order-writer's total consumer lag: the sum of
-    /// `order_writer_consumer_lag` over its replicas' ops endpoints.
-    pub async fn writer_lag(&self, pod_ips: &[String]) -> Result<i64, ProbeError> {
-        let urls: Vec<String> = pod_ips
+    /// What each order-writer replica reports as the group's consumer lag
+    /// (`order_writer_consumer_lag` on its ops endpoint `addr`), in the order
+    /// given. Never fails as a whole: each replica's failure is its reading.
+    pub async fn writer_lags(&self, replicas: &[(String, SocketAddr)]) -> Vec<ReplicaLag> {
+        let asks: Vec<(String, String)> = replicas
             .iter()
-            .map(|ip| format!("http://{ip}:9090/metrics"))
+            .map(|(pod, addr)| (pod.clone(), format!("http://{addr}/metrics")))
             .collect();
-        let lags: Vec<i64> = stream::iter(urls)
-            .map(|url| async move {
-                let text = self.get_text(&url, None).await?;
-                parse_gauge(&text, "order_writer_consumer_lag").ok_or_else(|| ProbeError::Answer {
-                    url,
-                    message: "no order_writer_consumer_lag in the metrics".into(),
-                })
+        stream::iter(asks)
+            .map(|(pod, url)| async move {
+                let reading = match self.get_text(&url, None).await {
+                    Ok(text) => lag_reading(&text),
+                    Err(err) => LagReading::Failed(err.to_string()),
+                };
+                ReplicaLag { pod, reading }
             })
-            .buffer_unordered(CONCURRENCY)
-            .try_collect()
-            .await?;
-        Ok(lags.iter().sum())
+            .buffered(CONCURRENCY)
+            .collect()
+            .await
     }
 
     async fn get_text(&self, url: &str, token: Option<&str>) -> Result<String, ProbeError> {
@@ -187,14 +188,30 @@ fn causes(err: &dyn std::error::Error) -> String {
     text
 }
 
-/// The value of an unlabelled gauge in Prometheus/OpenMetrics text.
-fn parse_gauge(text: &str, name: &str) -> Option<i64> {
+/// The order-writer's lag gauge in its metrics: absent means not measured
+/// yet; a value that is not a count (negative, NaN) is an error, never a 0.
+fn lag_reading(text: &str) -> LagReading {
+    const GAUGE: &str = "order_writer_consumer_lag";
+    match parse_gauge(text, GAUGE) {
+        None => LagReading::NotMeasured,
+        Some(Ok(value)) if value.is_finite() && value >= 0.0 => {
+            // `as` saturates, and no backlog comes near i64::MAX.
+            LagReading::Measured(value as i64)
+        }
+        Some(Ok(value)) => LagReading::Failed(format!("{GAUGE} is {value}, not a count")),
+        Some(Err(text)) => LagReading::Failed(format!("{GAUGE} is {text:?}, not a number")),
+    }
+}
+
+/// The value of an unlabelled gauge in Prometheus/OpenMetrics text, or the
+/// text of a value that is not a number.
+fn parse_gauge<'a>(text: &'a str, name: &str) -> Option<Result<f64, &'a str>> {
     text.lines()
         .filter(|line| !line.starts_with('#'))
         .find_map(|line| {
             let rest = line.strip_prefix(name)?;
             let value = rest.strip_prefix(' ')?.split_whitespace().next()?;
-            value.parse::<f64>().ok().map(|v| v as i64)
+            Some(value.parse::<f64>().map_err(|_| value))
         })
 }
 
@@ -208,15 +225,13 @@ mod tests {
                     # TYPE order_writer_consumer_lag gauge\n\
                     order_writer_consumer_lag_total 99\n\
                     order_writer_consumer_lag 42\n";
-        assert_eq!(parse_gauge(text, "order_writer_consumer_lag"), Some(42));
-        assert_eq!(parse_gauge("x 1\n", "order_writer_consumer_lag"), None);
-        assert_eq!(
-            parse_gauge(
-                "order_writer_consumer_lag NaNx\n",
-                "order_writer_consumer_lag"
-            ),
-            None
-        );
+        assert_eq!(lag_reading(text), LagReading::Measured(42));
+        assert_eq!(lag_reading("x 1\n"), LagReading::NotMeasured);
+        // Not a count is never read as zero.
+        for bad in ["NaN", "-1", "NaNx", "+Inf"] {
+            let text = format!("order_writer_consumer_lag {bad}\n");
+            assert!(matches!(lag_reading(&text), LagReading::Failed(_)), "{bad}");
+        }
     }
 
     #[test]
@@ -228,6 +243,101 @@ mod tests {
         assert_eq!(
             probe.inventory_base("shop", "d11"),
             "http://d11-inventory.shop.svc:8080"
+        );
+        Ok(())
+    }
+
+    /// Serves `app` on a free local port; returns its address.
+    async fn serve(app: axum::Router) -> anyhow::Result<SocketAddr> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(addr)
+    }
+
+    fn metrics(text: &'static str) -> axum::Router {
+        axum::Router::new().route("/metrics", axum::routing::get(move || async move { text }))
+    }
+
+    #[tokio::test]
+    async fn each_replica_is_read_on_its_own() -> anyhow::Result<()> {
+        let measured = serve(metrics("order_writer_consumer_lag 0\n")).await?;
+        let starting = serve(metrics("order_writer_events_total 3\n")).await?;
+        let broken = serve(axum::Router::new()).await?;
+        // A port nobody listens on any more.
+        let gone = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+            listener.local_addr()?
+        };
+        let probe = Probe::new("http://unused", Duration::from_secs(1))?;
+        let replicas = [
+            ("a".to_owned(), measured),
+            ("b".to_owned(), starting),
+            ("c".to_owned(), broken),
+            ("d".to_owned(), gone),
+        ];
+        let readings: Vec<(String, LagReading)> = probe
+            .writer_lags(&replicas)
+            .await
+            .into_iter()
+            .map(|r| (r.pod, r.reading))
+            .collect();
+        assert_eq!(readings[0], ("a".to_owned(), LagReading::Measured(0)));
+        assert_eq!(readings[1], ("b".to_owned(), LagReading::NotMeasured));
+        for (pod, reading) in &readings[2..] {
+            assert!(
+                matches!(reading, LagReading::Failed(err) if err.contains("/metrics")),
+                "{pod}: {reading:?}"
+            );
+        }
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn the_stock_reading_sends_the_api_token_and_the_sale_id() -> anyhow::Result<()> {
+        use axum::{
+            extract::Path,
+            http::{HeaderMap, StatusCode, header::AUTHORIZATION},
+            routing::get,
+        };
+        let stock = get(
+            |Path((sale, sku)): Path<(String, String)>, headers: HeaderMap| async move {
+                let bearer = headers.get(AUTHORIZATION).and_then(|v| v.to_str().ok());
+                if bearer != Some("Bearer s3cret") {
+                    return Err(StatusCode::UNAUTHORIZED);
+                }
+                if sale != "shop.d11.6f1c5b8e" {
+                    return Err(StatusCode::NOT_FOUND);
+                }
+                let available = if sku == "A" { 7 } else { 0 };
+                Ok(axum::Json(serde_json::json!({
+                    "available": available, "reserved": 1, "sold": 2
+                })))
+            },
+        );
+        let app = axum::Router::new().route("/v1/sales/{sale}/items/{sku}/stock", stock);
+        let addr = serve(app).await?;
+        let probe = Probe::new(format!("http://{addr}"), Duration::from_secs(1))?;
+        let sale = SaleAddress {
+            namespace: "shop".into(),
+            name: "d11".into(),
+            id: "shop.d11.6f1c5b8e".into(),
+        };
+        let skus = ["A".to_owned(), "B".to_owned()];
+        let items = probe.stock(&sale, "s3cret", &skus).await?;
+        let seen: Vec<(&str, i64)> = items
+            .iter()
+            .map(|i| (i.sku.as_str(), i.available))
+            .collect();
+        assert_eq!(seen, [("A", 7), ("B", 0)]);
+        let refused = probe.stock(&sale, "wrong", &skus).await;
+        assert!(
+            refused
+                .as_ref()
+                .is_err_and(|e| e.to_string().contains("401")),
+            "{refused:?}"
         );
         Ok(())
     }

@@ -13,6 +13,7 @@ use kube::{Api, ResourceExt, api::ListParams, runtime::controller::Action};
 
 use super::{
     build::{self, Component, Input, Stage},
+    drain,
     lifecycle::{self, Timeline},
     probe::SaleAddress,
     status::{self, Blocker, Drain, Observation, WorkloadView},
@@ -266,22 +267,12 @@ async fn drain(
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
         .join(",");
-    let ips = match pods.list(&ListParams::default().labels(&selector)).await {
-        Ok(list) => list
-            .items
-            .iter()
-            .filter_map(|p| p.status.as_ref()?.pod_ip.clone())
-            .collect::<Vec<_>>(),
-        Err(err) => return Drain::Lag(Err(format!("listing the order-writer's pods: {err}"))),
+    let listed = match pods.list(&ListParams::default().labels(&selector)).await {
+        Ok(list) => list.items,
+        Err(err) => return Drain::Unknown(format!("listing the order-writer's pods: {err}")),
     };
-    if ips.is_empty() {
-        return Drain::Lag(Err("no order-writer pod has an address".into()));
-    }
-    match ctx.probe.writer_lag(&ips).await {
-        Ok(0) => Drain::Drained,
-        Ok(lag) => Drain::Lag(Ok(lag)),
-        Err(err) => Drain::Lag(Err(err.to_string())),
-    }
+    let replicas = drain::ready_replicas(&listed, build::OPS_PORT_NUMBER);
+    drain::verdict(&ctx.probe.writer_lags(&replicas).await)
 }
 
 /// Applies every desired object; returns the Deployments as the apiserver

@@ -45,6 +45,7 @@ pub use labels::{
     COMPONENT_KEY, MANAGED_BY, MANAGED_BY_KEY, NAME_KEY, PART_OF_KEY, labels, selector,
 };
 pub use names::Component;
+pub use pod::OPS_PORT_NUMBER;
 pub use secrets::secret_refs;
 
 use crate::api::FlashSale;

@@ -21,7 +21,9 @@ use crate::api::common::SecretKeyRef;
 /// Port of the public API (gateway) or reservation API (inventory).
 pub(super) const HTTP_PORT: i32 = 8080;
 /// Port of `/healthz`, `/readyz` and `/metrics`, on every workload.
-pub(super) const OPS_PORT: i32 = 9090;
+pub(super) const OPS_PORT: i32 = OPS_PORT_NUMBER as i32;
+/// The same port as a socket port, for the operator's own calls.
+pub const OPS_PORT_NUMBER: u16 = 9090;
 /// Name of the API port, referenced by probes and Services.
 pub(super) const HTTP_PORT_NAME: &str = "http";
 /// Name of the ops port.
