@@ -891,3 +891,23 @@ fn the_payment_secret_is_mounted_into_the_gateway_only() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+#[test]
+fn the_inventory_publishes_expiries_to_the_orders_topic() -> anyhow::Result<()> {
+    let sale = fixtures::big_sale()?;
+    let desired = build_at(&sale, Stage::Active)?;
+    let gateway = env_of(&desired, "singles-day-gateway")?;
+    let inventory = env_of(&desired, "singles-day-inventory")?;
+    for key in ["KAFKA_BROKERS", "ORDERS_TOPIC"] {
+        assert_eq!(inventory.get(key), gateway.get(key), "{key}");
+    }
+    assert_eq!(
+        inventory.get("ORDERS_TOPIC"),
+        Some(&Some("flashsale.orders".to_owned()))
+    );
+    assert_eq!(
+        inventory.get("KAFKA_BROKERS"),
+        Some(&Some("kafka-0.kafka:9092,kafka-1.kafka:9092".to_owned()))
+    );
+    Ok(())
+}

@@ -236,6 +236,7 @@ pub(super) fn inventory(
     images: &Images,
     config: &Rendered,
 ) -> Result<PodTemplateSpec, BuildError> {
+    let kafka = &owner.sale.spec.order_writer.kafka;
     let env = vec![
         env(LOG_FORMAT.0, LOG_FORMAT.1),
         redis_url(&owner.sale.spec.inventory.redis)?,
@@ -243,6 +244,10 @@ pub(super) fn inventory(
             "INVENTORY_SALE_FILE",
             format!("{CONFIG_DIR}/{INVENTORY_CONFIG_KEY}"),
         ),
+        // Where it publishes an `expired` order event for every reservation
+        // that lapses unpaid: the topic the gateway and order-writer use.
+        env("KAFKA_BROKERS", kafka.brokers.join(",")),
+        env("ORDERS_TOPIC", kafka.topic.as_str()),
         env(API_TOKEN_ENV, internal_file(API_TOKEN_KEY)),
         env(ADMIN_TOKEN_ENV, internal_file(ADMIN_TOKEN_KEY)),
     ];
