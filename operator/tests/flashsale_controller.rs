@@ -683,6 +683,116 @@ async fn an_invalid_spec_waits_for_an_edit_instead_of_looping() -> anyhow::Resul
     Ok(())
 }
 
+/// How many objects of kind `K` carry the sale's part-of label.
+async fn count_children<K>(client: &Client, ns: &str, sale: &str) -> Result<usize, String>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    let selector = ListParams::default().labels(&format!("app.kubernetes.io/part-of={sale}"));
+    Api::<K>::namespaced(client.clone(), ns)
+        .list(&selector)
+        .await
+        .map(|list| list.items.len())
+        .map_err(|e| format!("{}: {e}", K::kind(&())))
+}
+
+#[tokio::test]
+async fn an_image_outside_the_allowlist_is_refused_and_nothing_is_applied() -> anyhow::Result<()> {
+    let client = setup().await?;
+    let ns = TestNamespace::create(&client, "fs-images").await?;
+    // The env form of `--allowed-image`: a folder and one exact reference.
+    let _operator = Operator::start_with_env(
+        &ns.name,
+        "solo",
+        &[],
+        &[(
+            "FLASHSALE_ALLOWED_IMAGES",
+            "registry.example.com/team/,mirror.example.com/writer:1.4",
+        )],
+    )?;
+    secret(&client, &ns.name, "jwt", "hs256").await?;
+    secret(&client, &ns.name, "db", "url").await?;
+    let mut object = sale("img");
+    object["spec"]["gateway"]["image"] = json!("evil.example.com/gateway:1");
+    object["spec"]["orderWriter"]["image"] = json!("mirror.example.com/writer:1.4");
+    create_sale(&client, &ns.name, object).await?;
+
+    let stalled = await_condition(&client, &ns.name, "img", "Stalled", "True").await?;
+    let (_, reason, message) = condition(&stalled, "Stalled").unwrap_or_default();
+    assert_eq!(reason, "ImageNotAllowed");
+    assert!(
+        message.contains("spec.gateway.image: \"evil.example.com/gateway:1\"")
+            && !message.contains("spec.orderWriter.image"),
+        "{message}"
+    );
+    assert_eq!(
+        stalled.status.as_ref().and_then(|s| s.phase),
+        Some(SalePhase::Failed)
+    );
+    poll_until("an ImageNotAllowed Warning Event", WAIT, TICK, || async {
+        let found = events(&client, &ns.name, "ImageNotAllowed").await?;
+        if found.iter().any(|e| e.type_.as_deref() == Some("Warning")) {
+            Ok(())
+        } else {
+            Err("none".into())
+        }
+    })
+    .await?;
+    // Nothing of the sale was written: no workload, no configuration, not
+    // even its internal Secret.
+    let written = count_children::<Deployment>(&client, &ns.name, "img")
+        .await
+        .map_err(anyhow::Error::msg)?
+        + count_children::<ConfigMap>(&client, &ns.name, "img")
+            .await
+            .map_err(anyhow::Error::msg)?
+        + count_children::<Service>(&client, &ns.name, "img")
+            .await
+            .map_err(anyhow::Error::msg)?
+        + count_children::<Secret>(&client, &ns.name, "img")
+            .await
+            .map_err(anyhow::Error::msg)?;
+    assert_eq!(written, 0, "children of a refused sale");
+
+    // An allowed image: the sale proceeds and runs it.
+    Api::<FlashSale>::namespaced(client.clone(), &ns.name)
+        .patch(
+            "img",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"gateway": {"image": "registry.example.com/team/gateway:2"}}}),
+            ),
+        )
+        .await?;
+    await_condition(&client, &ns.name, "img", "Ready", "True").await?;
+    let images = |name: &'static str| {
+        let client = client.clone();
+        let ns = ns.name.clone();
+        async move {
+            let deployment = Api::<Deployment>::namespaced(client, &ns).get(name).await?;
+            let pod = deployment.spec.template.spec.unwrap_or_default();
+            anyhow::Ok(
+                pod.containers
+                    .into_iter()
+                    .filter_map(|c| c.image)
+                    .collect::<Vec<_>>(),
+            )
+        }
+    };
+    assert_eq!(
+        images("img-gateway").await?,
+        ["registry.example.com/team/gateway:2"]
+    );
+    assert_eq!(
+        images("img-order-writer").await?,
+        ["mirror.example.com/writer:1.4"]
+    );
+    Ok(())
+}
+
 /// Serves the real inventory API (in this process, on the stack's Redis) on
 /// `listener`, with the sale's definition loaded under `sale_id`, as the
 /// inventory pods would, answering only requests that carry `token` as a

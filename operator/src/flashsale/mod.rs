@@ -1,6 +1,7 @@
 //! The FlashSale controller: deploys a sale's workloads, walks it through its
 //! phases on exact timers, and reports it in its status.
 
+pub mod allowlist;
 pub mod build;
 pub mod drain;
 pub mod lifecycle;

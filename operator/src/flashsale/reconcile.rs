@@ -85,10 +85,11 @@ async fn reconcile_sale(sale: &FlashSale, ctx: &Context) -> Result<Action, Error
         Err(blocker) => {
             let new = status::blocked(old, generation, &blocker, now);
             write_status(ctx, sale, &new, Some(&blocker)).await?;
-            // A bad spec waits for an edit; a missing Secret cannot be
-            // watched for cheaply, so it is looked for again, less and less
-            // often.
-            return Ok(if blocker.reason == reasons::INVALID_SPEC {
+            // A bad spec (or image) waits for an edit; a missing Secret
+            // cannot be watched for cheaply, so it is looked for again, less
+            // and less often.
+            let edit_needed = [reasons::INVALID_SPEC, reasons::IMAGE_NOT_ALLOWED];
+            return Ok(if edit_needed.contains(&blocker.reason) {
                 Action::await_change()
             } else {
                 Action::requeue(ctx.backoff(&key(sale)))
@@ -168,21 +169,30 @@ fn requeue(ctx: &Context, now: Timestamp, next: Option<Timestamp>, stage: Stage)
     }
 }
 
-/// Validates the spec, then gathers what it refers to: the Secrets it names,
-/// and the sale's internal Secret (created when absent), whose API token is
-/// returned. The first problem found blocks the sale.
+/// Validates the spec and its images, then gathers what it refers to: the
+/// Secrets it names, and the sale's internal Secret (created when absent),
+/// whose API token is returned. The first problem found blocks the sale,
+/// before anything of it is written.
 async fn gather(
     ctx: &Context,
     namespace: &str,
     sale: &FlashSale,
 ) -> Result<Result<String, Blocker>, Error> {
-    let problems = validate::flash_sale(&sale.spec);
-    if !problems.is_empty() {
-        let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
-        return Ok(Err(Blocker {
-            reason: reasons::INVALID_SPEC,
-            message: list.join("; "),
-        }));
+    let checks = [
+        (reasons::INVALID_SPEC, validate::flash_sale(&sale.spec)),
+        (
+            reasons::IMAGE_NOT_ALLOWED,
+            ctx.settings.allowed_images.refused(&sale.spec),
+        ),
+    ];
+    for (reason, problems) in checks {
+        if !problems.is_empty() {
+            let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
+            return Ok(Err(Blocker {
+                reason,
+                message: list.join("; "),
+            }));
+        }
     }
     if let Some(blocker) = missing_secret(ctx, namespace, sale).await? {
         return Ok(Err(blocker));
