@@ -29,6 +29,9 @@ pub struct Settings {
     pub images: Images,
     /// The images a FlashSale may name.
     pub allowed_images: ImageAllowlist,
+    /// The operator's own namespace, let through the sales' NetworkPolicies
+    /// to the inventory API and the order-writer's metrics.
+    pub operator_namespace: String,
     /// How often a running sale's status (replicas, stock) is refreshed when
     /// nothing else wakes the controller.
     pub refresh: Duration,

@@ -71,6 +71,11 @@ pub struct RunArgs {
     /// off only when exactly one replica runs.
     #[arg(long, env = "LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
     pub leader_elect: bool,
+    /// The operator's own namespace: each sale's NetworkPolicies let pods
+    /// of this namespace reach its inventory API (stock) and its
+    /// order-writer's metrics (the drain).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub operator_namespace: String,
     /// Namespace of the Lease (the operator's own namespace in a cluster).
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
     pub lease_namespace: String,
@@ -141,6 +146,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let settings = Settings {
         allowed_images: ImageAllowlist::new(args.allowed_images.clone(), &images),
+        operator_namespace: args.operator_namespace.clone(),
         images,
         refresh: args.status_refresh,
         concurrency: args.max_concurrent_reconciles,

@@ -21,6 +21,7 @@ use k8s_openapi::api::{
     autoscaling::v2::HorizontalPodAutoscaler,
     core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount},
     events::v1::Event,
+    networking::v1::NetworkPolicy,
     policy::v1::PodDisruptionBudget,
     rbac::v1::{Role, RoleBinding},
 };
@@ -227,6 +228,18 @@ async fn a_sale_deploys_its_children_follows_its_spec_and_reverts_hand_edits() -
         owned_child::<Deployment>(&client, &ns.name, &name, &ready, component).await?;
         owned_child::<Service>(&client, &ns.name, &name, &ready, component).await?;
         owned_child::<PodDisruptionBudget>(&client, &ns.name, &name, &ready, component).await?;
+        let policy =
+            owned_child::<NetworkPolicy>(&client, &ns.name, &name, &ready, component).await?;
+        let selects = policy
+            .spec
+            .and_then(|s| s.pod_selector)
+            .and_then(|s| s.match_labels)
+            .and_then(|l| l.get("app.kubernetes.io/component").cloned());
+        assert_eq!(
+            selects.as_deref(),
+            Some(component),
+            "{name} selects its pods"
+        );
     }
     for name in ["d11-gateway", "d11-inventory", "d11-degradation"] {
         let component = if name == "d11-inventory" {
@@ -376,6 +389,23 @@ async fn a_sale_deploys_its_children_follows_its_spec_and_reverts_hand_edits() -
     })
     .await?;
 
+    // A NetworkPolicy deleted by hand comes back.
+    let policies = Api::<NetworkPolicy>::namespaced(client.clone(), &ns.name);
+    policies
+        .delete("d11-inventory", &DeleteParams::default())
+        .await?;
+    poll_until("the inventory's NetworkPolicy back", WAIT, TICK, || async {
+        match policies
+            .get_opt("d11-inventory")
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            Some(p) if p.metadata.deletion_timestamp.is_none() => Ok(()),
+            other => Err(format!("{:?}", other.map(|p| p.metadata.uid))),
+        }
+    })
+    .await?;
+
     // Reconciled many times since: the tokens were never replaced.
     let kept = Api::<Secret>::namespaced(client.clone(), &ns.name)
         .get("d11-internal")
@@ -406,6 +436,12 @@ async fn a_sale_deploys_its_children_follows_its_spec_and_reverts_hand_edits() -
                 .items
                 .len()
             + Api::<Secret>::namespaced(client.clone(), &ns.name)
+                .list(&selector)
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+                .len()
+            + Api::<NetworkPolicy>::namespaced(client.clone(), &ns.name)
                 .list(&selector)
                 .await
                 .map_err(|e| e.to_string())?
@@ -750,6 +786,9 @@ async fn an_image_outside_the_allowlist_is_refused_and_nothing_is_applied() -> a
             .await
             .map_err(anyhow::Error::msg)?
         + count_children::<Service>(&client, &ns.name, "img")
+            .await
+            .map_err(anyhow::Error::msg)?
+        + count_children::<NetworkPolicy>(&client, &ns.name, "img")
             .await
             .map_err(anyhow::Error::msg)?
         + count_children::<Secret>(&client, &ns.name, "img")

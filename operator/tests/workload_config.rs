@@ -41,6 +41,7 @@ fn the_gateway_and_the_inventory_accept_what_the_operator_renders() -> anyhow::R
             sale: &sale,
             images: &images,
             stage,
+            operator_namespace: "flashsale-system",
         })?;
         let gateway: GatewayConfig =
             serde_json::from_str(data(&desired, "singles-day-gateway", "gateway.json")?)?;

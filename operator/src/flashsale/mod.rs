@@ -17,6 +17,7 @@ use k8s_openapi::api::{
     apps::v1::Deployment,
     autoscaling::v2::HorizontalPodAutoscaler,
     core::v1::{ConfigMap, Service, ServiceAccount},
+    networking::v1::NetworkPolicy,
     policy::v1::PodDisruptionBudget,
     rbac::v1::{Role, RoleBinding},
 };
@@ -58,6 +59,7 @@ pub async fn run(
             api::<HorizontalPodAutoscaler>(&ctx, namespace),
             children.clone(),
         )
+        .owns(api::<NetworkPolicy>(&ctx, namespace), children.clone())
         .owns(api::<ServiceAccount>(&ctx, namespace), children.clone())
         .owns(api::<Role>(&ctx, namespace), children.clone())
         .owns(api::<RoleBinding>(&ctx, namespace), children)

@@ -108,6 +108,7 @@ async fn reconcile_sale(sale: &FlashSale, ctx: &Context) -> Result<Action, Error
         sale,
         images: &ctx.settings.images,
         stage,
+        operator_namespace: &ctx.settings.operator_namespace,
     })?;
     let degradation = build::degradation_config_map(sale)?;
     let skus: Vec<String> = sale.spec.items.iter().map(|i| i.sku.clone()).collect();
@@ -289,7 +290,8 @@ async fn drain(
 /// now holds them, for the status.
 async fn apply_all(ctx: &Context, desired: &build::Desired) -> Result<Vec<WorkloadView>, Error> {
     // Two waves of concurrent applies: what the pods refer to (identity,
-    // configuration) first, so new pods never start without it.
+    // configuration) and what guards them (disruption budgets, network
+    // policies) first, so new pods never start without it.
     tokio::try_join!(
         apply_each(ctx, &desired.service_accounts),
         apply_each(ctx, &desired.roles),
@@ -297,6 +299,7 @@ async fn apply_all(ctx: &Context, desired: &build::Desired) -> Result<Vec<Worklo
         apply_each(ctx, &desired.config_maps),
         apply_each(ctx, &desired.services),
         apply_each(ctx, &desired.pod_disruption_budgets),
+        apply_each(ctx, &desired.network_policies),
     )?;
     let (deployments, _) = tokio::try_join!(
         apply_each(ctx, &desired.deployments),

@@ -13,6 +13,7 @@ mod internal;
 mod labels;
 mod meta;
 pub mod names;
+mod network;
 mod pod;
 mod policy;
 mod rbac;
@@ -31,6 +32,7 @@ use k8s_openapi::api::{
     apps::v1::Deployment,
     autoscaling::v2::HorizontalPodAutoscaler,
     core::v1::{ConfigMap, Service, ServiceAccount},
+    networking::v1::NetworkPolicy,
     policy::v1::PodDisruptionBudget,
     rbac::v1::{Role, RoleBinding},
 };
@@ -94,6 +96,9 @@ pub struct Input<'a> {
     pub images: &'a Images,
     /// Where the sale is in its life.
     pub stage: Stage,
+    /// The operator's own namespace, whose pods may reach the inventory API
+    /// and the order-writer's metrics.
+    pub operator_namespace: &'a str,
 }
 
 /// Everything a sale needs, one Vec per kind, each sorted by name.
@@ -108,6 +113,8 @@ pub struct Desired {
     pub config_maps: Vec<ConfigMap>,
     /// One per workload, same names.
     pub pod_disruption_budgets: Vec<PodDisruptionBudget>,
+    /// One per workload, same names: who may connect to its pods.
+    pub network_policies: Vec<NetworkPolicy>,
     /// `<sale>-gateway` while [`Stage::Active`] with autoscaling, else none.
     pub horizontal_pod_autoscalers: Vec<HorizontalPodAutoscaler>,
     /// `<sale>-gateway`.
@@ -124,6 +131,7 @@ pub fn build(input: &Input<'_>) -> Result<Desired, BuildError> {
         sale,
         images,
         stage,
+        operator_namespace,
     } = *input;
     let owner = Owner::new(sale)?;
     let sale_id = owner.sale_id();
@@ -173,6 +181,12 @@ pub fn build(input: &Input<'_>) -> Result<Desired, BuildError> {
             Component::ALL
                 .iter()
                 .map(|&c| policy::pod_disruption_budget(&owner, c))
+                .collect(),
+        ),
+        network_policies: by_name(
+            Component::ALL
+                .iter()
+                .map(|&c| network::network_policy(&owner, c, operator_namespace))
                 .collect(),
         ),
         horizontal_pod_autoscalers: autoscaler.into_iter().collect(),

@@ -35,6 +35,11 @@ pub fn workload(sale: &FlashSale, component: Component) -> String {
     child(&sale.name_any(), component.label())
 }
 
+/// `<sale>-<component>`: the NetworkPolicy of a workload's pods.
+pub fn network_policy(sale: &FlashSale, component: Component) -> String {
+    workload(sale, component)
+}
+
 /// `<sale>-degradation`: the switches ConfigMap the gateways watch.
 pub fn degradation(sale: &FlashSale) -> String {
     child(&sale.name_any(), "degradation")

@@ -22,6 +22,7 @@ fn build_at(sale: &FlashSale, stage: Stage) -> anyhow::Result<Desired> {
         sale,
         images: &images,
         stage,
+        operator_namespace: "flashsale-system",
     })?)
 }
 
@@ -160,6 +161,12 @@ fn all_metadata(desired: &Desired) -> Vec<(&'static str, &ObjectMeta)> {
     );
     all.extend(
         desired
+            .network_policies
+            .iter()
+            .map(|o| ("NetworkPolicy", &o.metadata)),
+    );
+    all.extend(
+        desired
             .horizontal_pod_autoscalers
             .iter()
             .map(|o| ("HorizontalPodAutoscaler", &o.metadata)),
@@ -212,7 +219,7 @@ fn every_object_carries_the_design_labels_and_one_controller_owner() -> anyhow::
         let degradation = degradation_config_map(&sale)?;
         let mut all = all_metadata(&desired);
         all.push(("ConfigMap", &degradation.metadata));
-        assert_eq!(all.len(), if name == "singles-day" { 16 } else { 15 });
+        assert_eq!(all.len(), if name == "singles-day" { 19 } else { 18 });
         for (kind, meta) in all {
             let what = format!("{kind} {:?}", meta.name);
             check_labels(&what, meta.labels.as_ref(), &name)?;
@@ -280,6 +287,16 @@ fn every_kind_is_sorted_by_name() -> anyhow::Result<()> {
         names(
             desired
                 .pod_disruption_budgets
+                .iter()
+                .map(|d| &d.metadata)
+                .collect()
+        ),
+        workloads
+    );
+    assert_eq!(
+        names(
+            desired
+                .network_policies
                 .iter()
                 .map(|d| &d.metadata)
                 .collect()
@@ -909,5 +926,125 @@ fn the_inventory_publishes_expiries_to_the_orders_topic() -> anyhow::Result<()> 
         inventory.get("KAFKA_BROKERS"),
         Some(&Some("kafka-0.kafka:9092,kafka-1.kafka:9092".to_owned()))
     );
+    Ok(())
+}
+
+/// One ingress rule as (sources, ports): sources `None` = anywhere, else
+/// each peer as "pods <labels>" or "namespace <name>".
+type IngressRule = (Option<Vec<String>>, Vec<String>);
+
+/// A policy's ingress rules.
+fn ingress_of(desired: &Desired, name: &str) -> anyhow::Result<Vec<IngressRule>> {
+    let policy = desired
+        .network_policies
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some(name))
+        .with_context(|| format!("no NetworkPolicy {name}"))?;
+    let spec = policy.spec.as_ref().context("spec")?;
+    ensure!(
+        spec.policy_types.as_deref() == Some(&["Ingress".to_owned()][..]),
+        "{name}: ingress only"
+    );
+    let labels = |s: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>| {
+        s.as_ref().map(|s| {
+            s.match_labels
+                .iter()
+                .flatten()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+    };
+    Ok(spec
+        .ingress
+        .iter()
+        .flatten()
+        .map(|rule| {
+            let from = rule.from.as_ref().map(|peers| {
+                peers
+                    .iter()
+                    .map(
+                        |p| match (labels(&p.namespace_selector), labels(&p.pod_selector)) {
+                            (Some(ns), None) => format!("namespace {ns}"),
+                            (None, Some(pods)) => format!("pods {{{pods}}}"),
+                            other => format!("{other:?}"),
+                        },
+                    )
+                    .collect()
+            });
+            let ports = rule
+                .ports
+                .iter()
+                .flatten()
+                .map(|p| format!("{:?}/{}", p.port, p.protocol.as_deref().unwrap_or("")))
+                .collect();
+            (from, ports)
+        })
+        .collect())
+}
+
+#[test]
+fn each_workload_admits_only_whom_it_serves() -> anyhow::Result<()> {
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    let sale = fixtures::big_sale()?;
+    let desired = build_at(&sale, Stage::Active)?;
+    let http = format!("{:?}/TCP", Some(IntOrString::String("http".into())));
+    let ops = format!("{:?}/TCP", Some(IntOrString::String("ops".into())));
+    let namespace = "pods {}".to_owned();
+    let operator = "namespace kubernetes.io/metadata.name=flashsale-system".to_owned();
+    let gateways =
+        "pods {app.kubernetes.io/component=gateway,app.kubernetes.io/part-of=singles-day}"
+            .to_owned();
+    assert_eq!(
+        ingress_of(&desired, "singles-day-gateway")?,
+        [
+            (None, vec![http.clone()]),
+            (Some(vec![namespace.clone()]), vec![ops.clone()]),
+        ]
+    );
+    assert_eq!(
+        ingress_of(&desired, "singles-day-inventory")?,
+        [
+            (Some(vec![gateways, operator.clone()]), vec![http]),
+            (Some(vec![namespace.clone()]), vec![ops.clone()]),
+        ]
+    );
+    assert_eq!(
+        ingress_of(&desired, "singles-day-order-writer")?,
+        [(Some(vec![namespace, operator]), vec![ops])]
+    );
+    // Each policy selects exactly its workload's pods, and names only ports
+    // those pods have.
+    for component in Component::ALL {
+        let name = names::workload(&sale, component);
+        let policy = desired
+            .network_policies
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some(name.as_str()))
+            .context("policy")?;
+        let deployment = deployment(&desired, &name)?;
+        assert_eq!(
+            policy.spec.as_ref().and_then(|s| s.pod_selector.as_ref()),
+            Some(&deployment.spec.selector),
+            "{name}"
+        );
+        let pod = deployment.spec.template.spec.as_ref().context("pod")?;
+        let container_ports: Vec<String> = pod
+            .containers
+            .iter()
+            .flat_map(|c| c.ports.iter().flatten())
+            .filter_map(|p| p.name.clone())
+            .collect();
+        for rule in policy.spec.iter().flat_map(|s| s.ingress.iter().flatten()) {
+            for port in rule.ports.iter().flatten() {
+                match &port.port {
+                    Some(IntOrString::String(port)) => {
+                        ensure!(container_ports.contains(port), "{name}: port {port}")
+                    }
+                    other => bail!("{name}: port {other:?} is not named"),
+                }
+            }
+        }
+    }
     Ok(())
 }
