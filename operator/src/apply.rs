@@ -119,13 +119,24 @@ pub async fn create_if_absent<K: Namespaced>(
     {
         return Ok(false);
     }
+    Ok(create(ctx, controller, object).await?.is_some())
+}
+
+/// Creates `object` and returns it as created; `None` when an object of its
+/// name exists already (created in between by someone else).
+pub async fn create<K: Namespaced>(
+    ctx: &Context,
+    controller: &'static str,
+    object: &K,
+) -> Result<Option<K>, Error> {
     must_lead(ctx)?;
+    let (api, name) = api_for(ctx, object)?;
     match api.create(&PostParams::default(), object).await {
-        Ok(_) => {
+        Ok(created) => {
             ctx.metrics.wrote(controller);
-            Ok(true)
+            Ok(Some(created))
         }
-        Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(None),
         Err(err) => Err(kube_error::<K>("create", &name)(err)),
     }
 }

@@ -13,7 +13,9 @@ use kube::{
 };
 
 use crate::{
-    clock::Clock, flashsale::build::Images, flashsale::probe::Probe, leader::Leadership,
+    clock::Clock,
+    flashsale::{allowlist::ImageAllowlist, build::Images, probe::Probe},
+    leader::Leadership,
     metrics::OperatorMetrics,
 };
 
@@ -25,6 +27,11 @@ pub const MANAGER: &str = "flashsale-operator";
 pub struct Settings {
     /// Default images of the workloads.
     pub images: Images,
+    /// The images a FlashSale may name.
+    pub allowed_images: ImageAllowlist,
+    /// The operator's own namespace, let through the sales' NetworkPolicies
+    /// to the inventory API and the order-writer's metrics.
+    pub operator_namespace: String,
     /// How often a running sale's status (replicas, stock) is refreshed when
     /// nothing else wakes the controller.
     pub refresh: Duration,

@@ -13,7 +13,7 @@ use crate::{
     api::{self, FlashSale},
     clock::SystemClock,
     context::{Context, Settings},
-    flashsale::{self, build::Images, probe::Probe},
+    flashsale::{self, allowlist::ImageAllowlist, build::Images, probe::Probe},
     leader::{self, Leadership, LeaseSettings},
     metrics::OperatorMetrics,
 };
@@ -36,6 +36,17 @@ pub struct RunArgs {
     /// Default image of the order-writer.
     #[arg(long, env = "ORDER_WRITER_IMAGE", default_value = concat!("ghcr.io/flashsale-dev/order-writer:", env!("CARGO_PKG_VERSION")))]
     pub order_writer_image: String,
+    /// An image a FlashSale may run besides the defaults above: a prefix
+    /// ending in `/` (`registry.example.com/team/`) or a full reference
+    /// (`repo:tag`, `repo@sha256:…`). Repeatable. A sale naming any other
+    /// image is refused (condition and Warning Event `ImageNotAllowed`) and
+    /// nothing of it is applied; without this flag only the defaults run.
+    #[arg(
+        long = "allowed-image",
+        env = "FLASHSALE_ALLOWED_IMAGES",
+        value_delimiter = ','
+    )]
+    pub allowed_images: Vec<String>,
     /// Base URL of a sale's inventory API, with `{sale}` and `{namespace}`
     /// filled in; the operator reads stock per SKU from it.
     #[arg(
@@ -60,6 +71,11 @@ pub struct RunArgs {
     /// off only when exactly one replica runs.
     #[arg(long, env = "LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
     pub leader_elect: bool,
+    /// The operator's own namespace: each sale's NetworkPolicies let pods
+    /// of this namespace reach its inventory API (stock) and its
+    /// order-writer's metrics (the drain).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub operator_namespace: String,
     /// Namespace of the Lease (the operator's own namespace in a cluster).
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
     pub lease_namespace: String,
@@ -123,12 +139,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         (Leadership::always(), None)
     };
 
+    let images = Images {
+        gateway: args.gateway_image.clone(),
+        inventory: args.inventory_image.clone(),
+        order_writer: args.order_writer_image.clone(),
+    };
     let settings = Settings {
-        images: Images {
-            gateway: args.gateway_image.clone(),
-            inventory: args.inventory_image.clone(),
-            order_writer: args.order_writer_image.clone(),
-        },
+        allowed_images: ImageAllowlist::new(args.allowed_images.clone(), &images),
+        operator_namespace: args.operator_namespace.clone(),
+        images,
         refresh: args.status_refresh,
         concurrency: args.max_concurrent_reconciles,
     };
@@ -219,5 +238,38 @@ async fn lead(
         if shutdown.is_triggered() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    #[test]
+    fn allowed_images_repeat_and_split_on_commas() -> anyhow::Result<()> {
+        let cli = Cli::try_parse_from([
+            "flashsale-operator",
+            "--allowed-image",
+            "registry.example.com/team/",
+            "--allowed-image",
+            "mirror.example.com/gateway:1.4,mirror.example.com/tools/",
+        ])?;
+        assert_eq!(
+            cli.run.allowed_images,
+            [
+                "registry.example.com/team/",
+                "mirror.example.com/gateway:1.4",
+                "mirror.example.com/tools/"
+            ]
+        );
+        Ok(())
     }
 }

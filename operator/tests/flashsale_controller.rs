@@ -19,8 +19,9 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::{
     apps::v1::Deployment,
     autoscaling::v2::HorizontalPodAutoscaler,
-    core::v1::{ConfigMap, Pod, Service, ServiceAccount},
+    core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount},
     events::v1::Event,
+    networking::v1::NetworkPolicy,
     policy::v1::PodDisruptionBudget,
     rbac::v1::{Role, RoleBinding},
 };
@@ -227,6 +228,18 @@ async fn a_sale_deploys_its_children_follows_its_spec_and_reverts_hand_edits() -
         owned_child::<Deployment>(&client, &ns.name, &name, &ready, component).await?;
         owned_child::<Service>(&client, &ns.name, &name, &ready, component).await?;
         owned_child::<PodDisruptionBudget>(&client, &ns.name, &name, &ready, component).await?;
+        let policy =
+            owned_child::<NetworkPolicy>(&client, &ns.name, &name, &ready, component).await?;
+        let selects = policy
+            .spec
+            .and_then(|s| s.pod_selector)
+            .and_then(|s| s.match_labels)
+            .and_then(|l| l.get("app.kubernetes.io/component").cloned());
+        assert_eq!(
+            selects.as_deref(),
+            Some(component),
+            "{name} selects its pods"
+        );
     }
     for name in ["d11-gateway", "d11-inventory", "d11-degradation"] {
         let component = if name == "d11-inventory" {
@@ -236,6 +249,22 @@ async fn a_sale_deploys_its_children_follows_its_spec_and_reverts_hand_edits() -
         };
         owned_child::<ConfigMap>(&client, &ns.name, name, &ready, component).await?;
     }
+    // The inventory API's tokens: made once, random, owned by the sale.
+    let internal =
+        owned_child::<Secret>(&client, &ns.name, "d11-internal", &ready, "inventory").await?;
+    let tokens = internal.data.clone().unwrap_or_default();
+    let token = |key: &str| {
+        let value = tokens.get(key).map(|v| v.0.clone()).unwrap_or_default();
+        String::from_utf8(value).unwrap_or_default()
+    };
+    let (api_token, admin_token) = (token("inventory-token"), token("inventory-admin-token"));
+    for value in [&api_token, &admin_token] {
+        assert!(
+            value.len() == 64 && value.chars().all(|c| c.is_ascii_hexdigit()),
+            "a token of 32 random bytes in hex: {value:?}"
+        );
+    }
+    assert_ne!(api_token, admin_token);
     owned_child::<ServiceAccount>(&client, &ns.name, "d11-gateway", &ready, "gateway").await?;
     let role = owned_child::<Role>(&client, &ns.name, "d11-gateway", &ready, "gateway").await?;
     owned_child::<RoleBinding>(&client, &ns.name, "d11-gateway", &ready, "gateway").await?;
@@ -360,6 +389,30 @@ async fn a_sale_deploys_its_children_follows_its_spec_and_reverts_hand_edits() -
     })
     .await?;
 
+    // A NetworkPolicy deleted by hand comes back.
+    let policies = Api::<NetworkPolicy>::namespaced(client.clone(), &ns.name);
+    policies
+        .delete("d11-inventory", &DeleteParams::default())
+        .await?;
+    poll_until("the inventory's NetworkPolicy back", WAIT, TICK, || async {
+        match policies
+            .get_opt("d11-inventory")
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            Some(p) if p.metadata.deletion_timestamp.is_none() => Ok(()),
+            other => Err(format!("{:?}", other.map(|p| p.metadata.uid))),
+        }
+    })
+    .await?;
+
+    // Reconciled many times since: the tokens were never replaced.
+    let kept = Api::<Secret>::namespaced(client.clone(), &ns.name)
+        .get("d11-internal")
+        .await?;
+    assert_eq!(kept.metadata.uid, internal.metadata.uid);
+    assert_eq!(kept.data, internal.data, "the tokens stay as first made");
+
     // Deleting the sale removes its children (garbage collection by owner).
     sales.delete("d11", &DeleteParams::foreground()).await?;
     poll_until("every child gone", WAIT, TICK, || async {
@@ -377,6 +430,18 @@ async fn a_sale_deploys_its_children_follows_its_spec_and_reverts_hand_edits() -
                 .items
                 .len()
             + Api::<Service>::namespaced(client.clone(), &ns.name)
+                .list(&selector)
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+                .len()
+            + Api::<Secret>::namespaced(client.clone(), &ns.name)
+                .list(&selector)
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+                .len()
+            + Api::<NetworkPolicy>::namespaced(client.clone(), &ns.name)
                 .list(&selector)
                 .await
                 .map_err(|e| e.to_string())?
@@ -519,7 +584,9 @@ async fn a_missing_secret_is_a_condition_until_it_appears() -> anyhow::Result<()
     let ns = TestNamespace::create(&client, "fs-secret").await?;
     let _operator = Operator::start(&ns.name, "solo", &[])?;
     secret(&client, &ns.name, "db", "url").await?;
-    create_sale(&client, &ns.name, sale("nosecret")).await?;
+    let mut object = sale("nosecret");
+    object["spec"]["gateway"]["payment"] = json!({"secretRef": {"name": "payment", "key": "hmac"}});
+    create_sale(&client, &ns.name, object).await?;
 
     let stalled = await_condition(&client, &ns.name, "nosecret", "Stalled", "True").await?;
     let (_, reason, message) = condition(&stalled, "Stalled").unwrap_or_default();
@@ -550,8 +617,31 @@ async fn a_missing_secret_is_a_condition_until_it_appears() -> anyhow::Result<()
         "nothing is deployed without its Secret"
     );
 
-    let created = Instant::now();
+    // The payment provider's key is gathered like the others.
     secret(&client, &ns.name, "jwt", "hs256").await?;
+    poll_until(
+        "the payment Secret reported missing",
+        WAIT,
+        TICK,
+        || async {
+            let sale = get_sale(&client, &ns.name, "nosecret").await?;
+            match condition(&sale, "Stalled") {
+                Some((status, reason, message))
+                    if status == "True"
+                        && reason == "SecretMissing"
+                        && message.contains(&format!("Secret {}/payment", ns.name))
+                        && message.contains("spec.gateway.payment.secretRef") =>
+                {
+                    Ok(())
+                }
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await?;
+
+    let created = Instant::now();
+    secret(&client, &ns.name, "payment", "hmac").await?;
     let recovered = await_condition(&client, &ns.name, "nosecret", "Ready", "True").await?;
     println!(
         "recovered {:?} after the Secret appeared",
@@ -565,6 +655,28 @@ async fn a_missing_secret_is_a_condition_until_it_appears() -> anyhow::Result<()
         condition(&recovered, "Stalled").map(|c| c.0),
         Some("False".to_owned())
     );
+    let gateway = Api::<Deployment>::namespaced(client.clone(), &ns.name)
+        .get("nosecret-gateway")
+        .await?;
+    let pod = gateway.spec.template.spec.unwrap_or_default();
+    let env: Vec<(String, Option<String>)> = pod
+        .containers
+        .iter()
+        .flat_map(|c| c.env.iter().flatten())
+        .map(|e| (e.name.clone(), e.value.clone()))
+        .collect();
+    assert!(
+        env.contains(&(
+            "PAYMENT_SECRET_FILE".to_owned(),
+            Some("/etc/flashsale/payment/secret".to_owned())
+        )),
+        "{env:?}"
+    );
+    let payment = pod.volumes.unwrap_or_default().into_iter().find_map(|v| {
+        v.secret
+            .filter(|s| s.secret_name.as_deref() == Some("payment"))
+    });
+    assert!(payment.is_some(), "the payment Secret is mounted");
     Ok(())
 }
 
@@ -607,9 +719,134 @@ async fn an_invalid_spec_waits_for_an_edit_instead_of_looping() -> anyhow::Resul
     Ok(())
 }
 
-/// Serves the real inventory API (in this process, on the stack's Redis)
-/// with the sale's definition loaded, as the inventory pods would.
-async fn inventory(sale: &str) -> anyhow::Result<(String, tokio::task::JoinHandle<()>)> {
+/// How many objects of kind `K` carry the sale's part-of label.
+async fn count_children<K>(client: &Client, ns: &str, sale: &str) -> Result<usize, String>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    let selector = ListParams::default().labels(&format!("app.kubernetes.io/part-of={sale}"));
+    Api::<K>::namespaced(client.clone(), ns)
+        .list(&selector)
+        .await
+        .map(|list| list.items.len())
+        .map_err(|e| format!("{}: {e}", K::kind(&())))
+}
+
+#[tokio::test]
+async fn an_image_outside_the_allowlist_is_refused_and_nothing_is_applied() -> anyhow::Result<()> {
+    let client = setup().await?;
+    let ns = TestNamespace::create(&client, "fs-images").await?;
+    // The env form of `--allowed-image`: a folder and one exact reference.
+    let _operator = Operator::start_with_env(
+        &ns.name,
+        "solo",
+        &[],
+        &[(
+            "FLASHSALE_ALLOWED_IMAGES",
+            "registry.example.com/team/,mirror.example.com/writer:1.4",
+        )],
+    )?;
+    secret(&client, &ns.name, "jwt", "hs256").await?;
+    secret(&client, &ns.name, "db", "url").await?;
+    let mut object = sale("img");
+    object["spec"]["gateway"]["image"] = json!("evil.example.com/gateway:1");
+    object["spec"]["orderWriter"]["image"] = json!("mirror.example.com/writer:1.4");
+    create_sale(&client, &ns.name, object).await?;
+
+    let stalled = await_condition(&client, &ns.name, "img", "Stalled", "True").await?;
+    let (_, reason, message) = condition(&stalled, "Stalled").unwrap_or_default();
+    assert_eq!(reason, "ImageNotAllowed");
+    assert!(
+        message.contains("spec.gateway.image: \"evil.example.com/gateway:1\"")
+            && !message.contains("spec.orderWriter.image"),
+        "{message}"
+    );
+    assert_eq!(
+        stalled.status.as_ref().and_then(|s| s.phase),
+        Some(SalePhase::Failed)
+    );
+    poll_until("an ImageNotAllowed Warning Event", WAIT, TICK, || async {
+        let found = events(&client, &ns.name, "ImageNotAllowed").await?;
+        if found.iter().any(|e| e.type_.as_deref() == Some("Warning")) {
+            Ok(())
+        } else {
+            Err("none".into())
+        }
+    })
+    .await?;
+    // Nothing of the sale was written: no workload, no configuration, not
+    // even its internal Secret.
+    let written = count_children::<Deployment>(&client, &ns.name, "img")
+        .await
+        .map_err(anyhow::Error::msg)?
+        + count_children::<ConfigMap>(&client, &ns.name, "img")
+            .await
+            .map_err(anyhow::Error::msg)?
+        + count_children::<Service>(&client, &ns.name, "img")
+            .await
+            .map_err(anyhow::Error::msg)?
+        + count_children::<NetworkPolicy>(&client, &ns.name, "img")
+            .await
+            .map_err(anyhow::Error::msg)?
+        + count_children::<Secret>(&client, &ns.name, "img")
+            .await
+            .map_err(anyhow::Error::msg)?;
+    assert_eq!(written, 0, "children of a refused sale");
+
+    // An allowed image: the sale proceeds and runs it.
+    Api::<FlashSale>::namespaced(client.clone(), &ns.name)
+        .patch(
+            "img",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"gateway": {"image": "registry.example.com/team/gateway:2"}}}),
+            ),
+        )
+        .await?;
+    await_condition(&client, &ns.name, "img", "Ready", "True").await?;
+    let images = |name: &'static str| {
+        let client = client.clone();
+        let ns = ns.name.clone();
+        async move {
+            let deployment = Api::<Deployment>::namespaced(client, &ns).get(name).await?;
+            let pod = deployment.spec.template.spec.unwrap_or_default();
+            anyhow::Ok(
+                pod.containers
+                    .into_iter()
+                    .filter_map(|c| c.image)
+                    .collect::<Vec<_>>(),
+            )
+        }
+    };
+    assert_eq!(
+        images("img-gateway").await?,
+        ["registry.example.com/team/gateway:2"]
+    );
+    assert_eq!(
+        images("img-order-writer").await?,
+        ["mirror.example.com/writer:1.4"]
+    );
+    Ok(())
+}
+
+/// Serves the real inventory API (in this process, on the stack's Redis) on
+/// `listener`, with the sale's definition loaded under `sale_id`, as the
+/// inventory pods would, answering only requests that carry `token` as a
+/// bearer token.
+async fn serve_inventory(
+    listener: tokio::net::TcpListener,
+    sale_id: &str,
+    token: &str,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    use axum::{
+        extract::Request,
+        http::{StatusCode, header::AUTHORIZATION},
+        middleware::{self, Next},
+        response::{IntoResponse, Response},
+    };
     use inventory::store::{ItemDefinition, SaleDefinition, Store};
     let store = Store::connect(&flashsale_e2e::stack::redis_url()?).await?;
     let items = [("PHONE", 100, 1), ("CASE", 500, 3)]
@@ -622,7 +859,7 @@ async fn inventory(sale: &str) -> anyhow::Result<(String, tokio::task::JoinHandl
         .to_vec();
     store
         .load(&SaleDefinition {
-            sale: sale.to_owned(),
+            sale: sale_id.to_owned(),
             reservation_ttl_ms: 60_000,
             items,
         })
@@ -631,27 +868,75 @@ async fn inventory(sale: &str) -> anyhow::Result<(String, tokio::task::JoinHandl
         &mut prometheus_client::registry::Registry::default(),
     );
     let state = inventory::api::AppState::new(store, metrics, Duration::from_millis(200));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}", listener.local_addr()?);
-    let task = tokio::spawn(async move {
-        let _ = axum::serve(listener, inventory::api::router(state)).await;
-    });
-    Ok((url, task))
+    let expected = format!("Bearer {token}");
+    let authenticated = move |request: Request, next: Next| {
+        let expected = expected.clone();
+        async move {
+            let sent = request.headers().get(AUTHORIZATION);
+            if sent.is_some_and(|v| v.as_bytes() == expected.as_bytes()) {
+                next.run(request).await
+            } else {
+                let refused: Response = (StatusCode::UNAUTHORIZED, "unauthorized").into_response();
+                refused
+            }
+        }
+    };
+    let app = inventory::api::router(state).layer(middleware::from_fn(authenticated));
+    Ok(tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    }))
+}
+
+/// `<namespace>.<name>.<uid8>`, as the operator renders it.
+fn sale_id_of(sale: &FlashSale) -> anyhow::Result<String> {
+    Ok(flashsale_operator::flashsale::build::sale_id(sale)?)
 }
 
 #[tokio::test]
 async fn the_status_shows_the_stock_the_inventory_reports() -> anyhow::Result<()> {
     let client = setup().await?;
     let ns = TestNamespace::create(&client, "fs-stock").await?;
-    // A sale name of its own: the inventory's Redis keys are per sale.
-    let name = format!("stock-{:x}", Timestamp::now().as_nanosecond() % 0xffff_ffff);
-    let (url, server) = inventory(&name).await?;
+    // The address first: the operator is told it at start, and the
+    // inventory can load the sale only once its id (with the uid) is known.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
     let _operator = Operator::start(&ns.name, "solo", &["--inventory-url-template", &url])?;
     secret(&client, &ns.name, "jwt", "hs256").await?;
     secret(&client, &ns.name, "db", "url").await?;
-    create_sale(&client, &ns.name, sale(&name)).await?;
+    let name = "stock";
+    let created = create_sale(&client, &ns.name, sale(name)).await?;
+    let sale_id = sale_id_of(&created)?;
+    assert!(
+        sale_id.starts_with(&format!("{}.{name}.", ns.name)),
+        "{sale_id}"
+    );
+    // The token the operator made for the sale, which its probe must send.
+    let token = poll_until("the sale's internal Secret", WAIT, TICK, || async {
+        let secret = Api::<Secret>::namespaced(client.clone(), &ns.name)
+            .get_opt(&format!("{name}-internal"))
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("not there yet")?;
+        let value = secret
+            .data
+            .and_then(|d| d.get("inventory-token").cloned())
+            .ok_or("no inventory-token")?;
+        String::from_utf8(value.0).map_err(|e| e.to_string())
+    })
+    .await?;
+    let server = serve_inventory(listener, &sale_id, &token).await?;
+    let http = reqwest::Client::new();
+    let anonymous = http
+        .get(format!("{url}/v1/sales/{sale_id}/items/PHONE/stock"))
+        .send()
+        .await?;
+    assert_eq!(
+        anonymous.status(),
+        401,
+        "the test inventory needs the token"
+    );
 
-    let read = await_condition(&client, &ns.name, &name, "InventoryReachable", "True").await?;
+    let read = await_condition(&client, &ns.name, name, "InventoryReachable", "True").await?;
     let status = read.status.clone().unwrap_or_default();
     let stock: Vec<(String, i64, i64)> = status
         .items
@@ -665,14 +950,15 @@ async fn the_status_shows_the_stock_the_inventory_reports() -> anyhow::Result<()
     assert_eq!(status.stock_left, Some(600));
 
     // A reservation shows at the next refresh.
-    let reserved = reqwest::Client::new()
-        .post(format!("{url}/v1/sales/{name}/reservations"))
+    let reserved = http
+        .post(format!("{url}/v1/sales/{sale_id}/reservations"))
+        .bearer_auth(&token)
         .json(&json!({"sku": "PHONE", "user": "u1", "quantity": 1, "requestId": "r1"}))
         .send()
         .await?;
     assert_eq!(reserved.status(), 201, "{:?}", reserved.text().await);
     poll_until("PHONE at 99 available, 1 reserved", WAIT, TICK, || async {
-        let sale = get_sale(&client, &ns.name, &name).await?;
+        let sale = get_sale(&client, &ns.name, name).await?;
         let items = sale.status.map(|s| s.items).unwrap_or_default();
         match items.iter().find(|i| i.sku == "PHONE") {
             Some(i) if i.available == 99 && i.reserved == 1 => Ok(()),
@@ -683,7 +969,7 @@ async fn the_status_shows_the_stock_the_inventory_reports() -> anyhow::Result<()
 
     // The inventory goes away: a condition, the last stock kept, no error loop.
     server.abort();
-    let cut = await_condition(&client, &ns.name, &name, "InventoryReachable", "False").await?;
+    let cut = await_condition(&client, &ns.name, name, "InventoryReachable", "False").await?;
     let status = cut.status.unwrap_or_default();
     assert_eq!(status.stock_left, Some(599));
     assert!(
@@ -692,7 +978,8 @@ async fn the_status_shows_the_stock_the_inventory_reports() -> anyhow::Result<()
     );
     flashsale_e2e::redis_keys::unlink_matching(
         &flashsale_e2e::stack::redis_url()?,
-        &format!("fs:{{{name}}}:*"),
+        // `fs:{<id>}:…` and the sharded `fs:{<id>#<sku>#<shard>}:…`.
+        &format!("fs:{{{sale_id}*"),
     )
     .await?;
     Ok(())

@@ -41,11 +41,13 @@ fn the_gateway_and_the_inventory_accept_what_the_operator_renders() -> anyhow::R
             sale: &sale,
             images: &images,
             stage,
+            operator_namespace: "flashsale-system",
         })?;
         let gateway: GatewayConfig =
             serde_json::from_str(data(&desired, "singles-day-gateway", "gateway.json")?)?;
         gateway.check()?;
-        assert_eq!(gateway.sale, "singles-day");
+        // The sale id, not the bare name: `<namespace>.<name>.<uid8>`.
+        assert_eq!(gateway.sale, "default.singles-day.6f1c5b8e");
         assert_eq!(gateway.items.len(), sale.spec.items.len());
         assert_eq!(gateway.price("PHONE-X-256"), Some(399_900));
         assert_eq!(gateway.rate_limit.per_user_per_second, 2);
@@ -66,7 +68,7 @@ fn the_gateway_and_the_inventory_accept_what_the_operator_renders() -> anyhow::R
 
         let inventory: SaleDefinition =
             serde_json::from_str(data(&desired, "singles-day-inventory", "sale.json")?)?;
-        assert_eq!(inventory.sale, "singles-day");
+        assert_eq!(inventory.sale, gateway.sale);
         assert_eq!(inventory.reservation_ttl_ms, 15 * 60 * 1000);
         let phone = inventory.items.iter().find(|i| i.sku == "PHONE-X-256");
         assert_eq!(

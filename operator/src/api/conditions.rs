@@ -25,6 +25,12 @@ pub mod reasons {
     pub const SECRET_MISSING: &str = "SecretMissing";
     /// A Secret exists but lacks the key the spec names.
     pub const SECRET_KEY_MISSING: &str = "SecretKeyMissing";
+    /// A Secret the operator makes for the sale (`<sale>-internal`) exists
+    /// but belongs to something else; the message says how to clear it.
+    pub const SECRET_NOT_OWNED: &str = "SecretNotOwned";
+    /// A workload image of the spec is outside the operator's allowlist
+    /// (`--allowed-image`); the message names each field.
+    pub const IMAGE_NOT_ALLOWED: &str = "ImageNotAllowed";
     /// Every workload has all its desired replicas ready.
     pub const WORKLOADS_READY: &str = "WorkloadsReady";
     /// Some workload has fewer ready replicas than desired.

@@ -162,6 +162,10 @@ pub struct GatewaySpec {
     pub workload: WorkloadSpec,
     /// How buyers' bearer tokens (JWT) are verified.
     pub auth: GatewayAuth,
+    /// How the payment provider's callbacks are verified. Without it the
+    /// gateway cannot verify a callback, so no payment confirms an order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payment: Option<GatewayPayment>,
     /// Scale on CPU between bounds instead of a fixed `replicas`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscaling: Option<Autoscaling>,
@@ -204,6 +208,15 @@ pub struct GatewayAuth {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 512))]
     pub audience: Option<String>,
+}
+
+/// The payment provider's side of the gateway.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayPayment {
+    /// A Secret key holding the provider's callback signing secret (the
+    /// HMAC-SHA256 key of the `Flashsale-Signature` header).
+    pub secret_ref: SecretKeyRef,
 }
 
 /// Horizontal autoscaling of the gateway.

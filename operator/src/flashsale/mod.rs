@@ -1,11 +1,14 @@
 //! The FlashSale controller: deploys a sale's workloads, walks it through its
 //! phases on exact timers, and reports it in its status.
 
+pub mod allowlist;
 pub mod build;
+pub mod drain;
 pub mod lifecycle;
 pub mod probe;
 pub mod reconcile;
 pub mod status;
+pub mod tokens;
 
 use std::{future::Future, sync::Arc};
 
@@ -14,6 +17,7 @@ use k8s_openapi::api::{
     apps::v1::Deployment,
     autoscaling::v2::HorizontalPodAutoscaler,
     core::v1::{ConfigMap, Service, ServiceAccount},
+    networking::v1::NetworkPolicy,
     policy::v1::PodDisruptionBudget,
     rbac::v1::{Role, RoleBinding},
 };
@@ -55,6 +59,7 @@ pub async fn run(
             api::<HorizontalPodAutoscaler>(&ctx, namespace),
             children.clone(),
         )
+        .owns(api::<NetworkPolicy>(&ctx, namespace), children.clone())
         .owns(api::<ServiceAccount>(&ctx, namespace), children.clone())
         .owns(api::<Role>(&ctx, namespace), children.clone())
         .owns(api::<RoleBinding>(&ctx, namespace), children)

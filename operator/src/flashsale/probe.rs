@@ -3,11 +3,12 @@
 //! is bounded, and a failure is a status condition, never a reconcile error:
 //! an unreachable inventory must not put the controller in a retry loop.
 
-use std::time::Duration;
+use std::{net::SocketAddr, time::Duration};
 
 use futures::{StreamExt, TryStreamExt, stream};
 use serde::Deserialize;
 
+use super::drain::{LagReading, ReplicaLag};
 use crate::api::flashsale::ItemStatus;
 
 /// Why a workload could not be read.
@@ -39,6 +40,18 @@ pub enum ProbeError {
 pub struct Probe {
     http: reqwest::Client,
     inventory_url: String,
+}
+
+/// One sale, as the probe addresses its inventory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SaleAddress {
+    /// metadata.namespace: fills `{namespace}` of the URL template.
+    pub namespace: String,
+    /// metadata.name: fills `{sale}` of the URL template, since the
+    /// inventory's Service is named after it.
+    pub name: String,
+    /// The sale id the inventory knows the sale by, in the URL path.
+    pub id: String,
 }
 
 /// SKUs asked at once; a sale has at most 200.
@@ -74,26 +87,28 @@ impl Probe {
             .replace("{namespace}", namespace)
     }
 
-    /// Stock of every SKU, in the order given.
+    /// Stock of every SKU, in the order given, asked with the inventory API
+    /// `token` (the inventory refuses stock reads without it).
     pub async fn stock(
         &self,
-        namespace: &str,
-        sale: &str,
+        sale: &SaleAddress,
+        token: &str,
         skus: &[String],
     ) -> Result<Vec<ItemStatus>, ProbeError> {
-        let base = self.inventory_base(namespace, sale);
+        let base = self.inventory_base(&sale.namespace, &sale.name);
+        let id = &sale.id;
         // Owned items: a stream over borrowed ones trips the higher-ranked
         // lifetime check of the controller's Send bound.
         let asks: Vec<(String, String)> = skus
             .iter()
             .map(|sku| {
-                let url = format!("{base}/v1/sales/{sale}/items/{sku}/stock");
+                let url = format!("{base}/v1/sales/{id}/items/{sku}/stock");
                 (sku.clone(), url)
             })
             .collect();
         stream::iter(asks)
             .map(|(sku, url)| async move {
-                let stock: Stock = self.get_json(&url).await?;
+                let stock: Stock = self.get_json(&url, token).await?;
                 Ok(ItemStatus {
                     sku,
                     available: stock.available,
@@ -106,34 +121,38 @@ impl Probe {
             .await
     }
 
-    /// The order-writer's total consumer lag: the sum of
-    /// `order_writer_consumer_lag` over its replicas' ops endpoints.
-    pub async fn writer_lag(&self, pod_ips: &[String]) -> Result<i64, ProbeError> {
-        let urls: Vec<String> = pod_ips
+    /// What each order-writer replica reports as the group's consumer lag
+    /// (`order_writer_consumer_lag` on its ops endpoint `addr`), in the order
+    /// given. Never fails as a whole: each replica's failure is its reading.
+    pub async fn writer_lags(&self, replicas: &[(String, SocketAddr)]) -> Vec<ReplicaLag> {
+        let asks: Vec<(String, String)> = replicas
             .iter()
-            .map(|ip| format!("http://{ip}:9090/metrics"))
+            .map(|(pod, addr)| (pod.clone(), format!("http://{addr}/metrics")))
             .collect();
-        let lags: Vec<i64> = stream::iter(urls)
-            .map(|url| async move {
-                let text = self.get_text(&url).await?;
-                parse_gauge(&text, "order_writer_consumer_lag").ok_or_else(|| ProbeError::Answer {
-                    url,
-                    message: "no order_writer_consumer_lag in the metrics".into(),
-                })
+        stream::iter(asks)
+            .map(|(pod, url)| async move {
+                let reading = match self.get_text(&url, None).await {
+                    Ok(text) => lag_reading(&text),
+                    Err(err) => LagReading::Failed(err.to_string()),
+                };
+                ReplicaLag { pod, reading }
             })
-            .buffer_unordered(CONCURRENCY)
-            .try_collect()
-            .await?;
-        Ok(lags.iter().sum())
+            .buffered(CONCURRENCY)
+            .collect()
+            .await
     }
 
-    async fn get_text(&self, url: &str) -> Result<String, ProbeError> {
+    async fn get_text(&self, url: &str, token: Option<&str>) -> Result<String, ProbeError> {
         let http = |source| ProbeError::Http {
             url: url.to_owned(),
             source,
         };
-        self.http
-            .get(url)
+        let request = self.http.get(url);
+        let request = match token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        };
+        request
             .send()
             .await
             .and_then(reqwest::Response::error_for_status)
@@ -143,8 +162,12 @@ impl Probe {
             .map_err(http)
     }
 
-    async fn get_json<T: for<'de> Deserialize<'de>>(&self, url: &str) -> Result<T, ProbeError> {
-        let text = self.get_text(url).await?;
+    async fn get_json<T: for<'de> Deserialize<'de>>(
+        &self,
+        url: &str,
+        token: &str,
+    ) -> Result<T, ProbeError> {
+        let text = self.get_text(url, Some(token)).await?;
         serde_json::from_str(&text).map_err(|err| ProbeError::Answer {
             url: url.to_owned(),
             message: format!("unexpected answer: {err}"),
@@ -165,14 +188,30 @@ fn causes(err: &dyn std::error::Error) -> String {
     text
 }
 
-/// The value of an unlabelled gauge in Prometheus/OpenMetrics text.
-fn parse_gauge(text: &str, name: &str) -> Option<i64> {
+/// The order-writer's lag gauge in its metrics: absent means not measured
+/// yet; a value that is not a count (negative, NaN) is an error, never a 0.
+fn lag_reading(text: &str) -> LagReading {
+    const GAUGE: &str = "order_writer_consumer_lag";
+    match parse_gauge(text, GAUGE) {
+        None => LagReading::NotMeasured,
+        Some(Ok(value)) if value.is_finite() && value >= 0.0 => {
+            // `as` saturates, and no backlog comes near i64::MAX.
+            LagReading::Measured(value as i64)
+        }
+        Some(Ok(value)) => LagReading::Failed(format!("{GAUGE} is {value}, not a count")),
+        Some(Err(text)) => LagReading::Failed(format!("{GAUGE} is {text:?}, not a number")),
+    }
+}
+
+/// The value of an unlabelled gauge in Prometheus/OpenMetrics text, or the
+/// text of a value that is not a number.
+fn parse_gauge<'a>(text: &'a str, name: &str) -> Option<Result<f64, &'a str>> {
     text.lines()
         .filter(|line| !line.starts_with('#'))
         .find_map(|line| {
             let rest = line.strip_prefix(name)?;
             let value = rest.strip_prefix(' ')?.split_whitespace().next()?;
-            value.parse::<f64>().ok().map(|v| v as i64)
+            Some(value.parse::<f64>().map_err(|_| value))
         })
 }
 
@@ -186,15 +225,13 @@ mod tests {
                     # TYPE order_writer_consumer_lag gauge\n\
                     order_writer_consumer_lag_total 99\n\
                     order_writer_consumer_lag 42\n";
-        assert_eq!(parse_gauge(text, "order_writer_consumer_lag"), Some(42));
-        assert_eq!(parse_gauge("x 1\n", "order_writer_consumer_lag"), None);
-        assert_eq!(
-            parse_gauge(
-                "order_writer_consumer_lag NaNx\n",
-                "order_writer_consumer_lag"
-            ),
-            None
-        );
+        assert_eq!(lag_reading(text), LagReading::Measured(42));
+        assert_eq!(lag_reading("x 1\n"), LagReading::NotMeasured);
+        // Not a count is never read as zero.
+        for bad in ["NaN", "-1", "NaNx", "+Inf"] {
+            let text = format!("order_writer_consumer_lag {bad}\n");
+            assert!(matches!(lag_reading(&text), LagReading::Failed(_)), "{bad}");
+        }
     }
 
     #[test]
@@ -206,6 +243,101 @@ mod tests {
         assert_eq!(
             probe.inventory_base("shop", "d11"),
             "http://d11-inventory.shop.svc:8080"
+        );
+        Ok(())
+    }
+
+    /// Serves `app` on a free local port; returns its address.
+    async fn serve(app: axum::Router) -> anyhow::Result<SocketAddr> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(addr)
+    }
+
+    fn metrics(text: &'static str) -> axum::Router {
+        axum::Router::new().route("/metrics", axum::routing::get(move || async move { text }))
+    }
+
+    #[tokio::test]
+    async fn each_replica_is_read_on_its_own() -> anyhow::Result<()> {
+        let measured = serve(metrics("order_writer_consumer_lag 0\n")).await?;
+        let starting = serve(metrics("order_writer_events_total 3\n")).await?;
+        let broken = serve(axum::Router::new()).await?;
+        // A port nobody listens on any more.
+        let gone = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+            listener.local_addr()?
+        };
+        let probe = Probe::new("http://unused", Duration::from_secs(1))?;
+        let replicas = [
+            ("a".to_owned(), measured),
+            ("b".to_owned(), starting),
+            ("c".to_owned(), broken),
+            ("d".to_owned(), gone),
+        ];
+        let readings: Vec<(String, LagReading)> = probe
+            .writer_lags(&replicas)
+            .await
+            .into_iter()
+            .map(|r| (r.pod, r.reading))
+            .collect();
+        assert_eq!(readings[0], ("a".to_owned(), LagReading::Measured(0)));
+        assert_eq!(readings[1], ("b".to_owned(), LagReading::NotMeasured));
+        for (pod, reading) in &readings[2..] {
+            assert!(
+                matches!(reading, LagReading::Failed(err) if err.contains("/metrics")),
+                "{pod}: {reading:?}"
+            );
+        }
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn the_stock_reading_sends_the_api_token_and_the_sale_id() -> anyhow::Result<()> {
+        use axum::{
+            extract::Path,
+            http::{HeaderMap, StatusCode, header::AUTHORIZATION},
+            routing::get,
+        };
+        let stock = get(
+            |Path((sale, sku)): Path<(String, String)>, headers: HeaderMap| async move {
+                let bearer = headers.get(AUTHORIZATION).and_then(|v| v.to_str().ok());
+                if bearer != Some("Bearer s3cret") {
+                    return Err(StatusCode::UNAUTHORIZED);
+                }
+                if sale != "shop.d11.6f1c5b8e" {
+                    return Err(StatusCode::NOT_FOUND);
+                }
+                let available = if sku == "A" { 7 } else { 0 };
+                Ok(axum::Json(serde_json::json!({
+                    "available": available, "reserved": 1, "sold": 2
+                })))
+            },
+        );
+        let app = axum::Router::new().route("/v1/sales/{sale}/items/{sku}/stock", stock);
+        let addr = serve(app).await?;
+        let probe = Probe::new(format!("http://{addr}"), Duration::from_secs(1))?;
+        let sale = SaleAddress {
+            namespace: "shop".into(),
+            name: "d11".into(),
+            id: "shop.d11.6f1c5b8e".into(),
+        };
+        let skus = ["A".to_owned(), "B".to_owned()];
+        let items = probe.stock(&sale, "s3cret", &skus).await?;
+        let seen: Vec<(&str, i64)> = items
+            .iter()
+            .map(|i| (i.sku.as_str(), i.available))
+            .collect();
+        assert_eq!(seen, [("A", 7), ("B", 0)]);
+        let refused = probe.stock(&sale, "wrong", &skus).await;
+        assert!(
+            refused
+                .as_ref()
+                .is_err_and(|e| e.to_string().contains("401")),
+            "{refused:?}"
         );
         Ok(())
     }

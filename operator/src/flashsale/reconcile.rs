@@ -13,8 +13,11 @@ use kube::{Api, ResourceExt, api::ListParams, runtime::controller::Action};
 
 use super::{
     build::{self, Component, Input, Stage},
+    drain,
     lifecycle::{self, Timeline},
+    probe::SaleAddress,
     status::{self, Blocker, Drain, Observation, WorkloadView},
+    tokens,
 };
 use crate::{
     api::{
@@ -77,28 +80,22 @@ async fn reconcile_sale(sale: &FlashSale, ctx: &Context) -> Result<Action, Error
     let old = sale.status.as_ref();
     let generation = sale.metadata.generation;
 
-    // validate, then gather what the spec refers to.
-    let problems = validate::flash_sale(&sale.spec);
-    let blocker = if problems.is_empty() {
-        missing_secret(ctx, &namespace, sale).await?
-    } else {
-        let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
-        Some(Blocker {
-            reason: reasons::INVALID_SPEC,
-            message: list.join("; "),
-        })
+    let token = match gather(ctx, &namespace, sale).await? {
+        Ok(token) => token,
+        Err(blocker) => {
+            let new = status::blocked(old, generation, &blocker, now);
+            write_status(ctx, sale, &new, Some(&blocker)).await?;
+            // A bad spec (or image) waits for an edit; a missing Secret
+            // cannot be watched for cheaply, so it is looked for again, less
+            // and less often.
+            let edit_needed = [reasons::INVALID_SPEC, reasons::IMAGE_NOT_ALLOWED];
+            return Ok(if edit_needed.contains(&blocker.reason) {
+                Action::await_change()
+            } else {
+                Action::requeue(ctx.backoff(&key(sale)))
+            });
+        }
     };
-    if let Some(blocker) = blocker {
-        let new = status::blocked(old, generation, &blocker, now);
-        write_status(ctx, sale, &new, Some(&blocker)).await?;
-        // A bad spec waits for an edit; a missing Secret cannot be watched
-        // for cheaply, so it is looked for again, less and less often.
-        return Ok(if blocker.reason == reasons::INVALID_SPEC {
-            Action::await_change()
-        } else {
-            Action::requeue(ctx.backoff(&key(sale)))
-        });
-    }
 
     let timeline = Timeline::of(&sale.spec);
     let (phase, next) = timeline.phase_at(now);
@@ -111,9 +108,15 @@ async fn reconcile_sale(sale: &FlashSale, ctx: &Context) -> Result<Action, Error
         sale,
         images: &ctx.settings.images,
         stage,
+        operator_namespace: &ctx.settings.operator_namespace,
     })?;
     let degradation = build::degradation_config_map(sale)?;
     let skus: Vec<String> = sale.spec.items.iter().map(|i| i.sku.clone()).collect();
+    let address = SaleAddress {
+        namespace: namespace.clone(),
+        name: sale.name_any(),
+        id: build::sale_id(sale)?,
+    };
     // The writes and the stock reading are independent: run them together,
     // so a transition shows in the status a few round trips after its time.
     let writes = async {
@@ -128,7 +131,7 @@ async fn reconcile_sale(sale: &FlashSale, ctx: &Context) -> Result<Action, Error
         }
         Some(
             ctx.probe
-                .stock(&namespace, &sale.name_any(), &skus)
+                .stock(&address, &token, &skus)
                 .await
                 .map_err(|err| err.to_string()),
         )
@@ -165,6 +168,37 @@ fn requeue(ctx: &Context, now: Timestamp, next: Option<Timestamp>, stage: Stage)
         (Some(a), None) | (None, Some(a)) => Action::requeue(a),
         (None, None) => Action::await_change(),
     }
+}
+
+/// Validates the spec and its images, then gathers what it refers to: the
+/// Secrets it names, and the sale's internal Secret (created when absent),
+/// whose API token is returned. The first problem found blocks the sale,
+/// before anything of it is written.
+async fn gather(
+    ctx: &Context,
+    namespace: &str,
+    sale: &FlashSale,
+) -> Result<Result<String, Blocker>, Error> {
+    let checks = [
+        (reasons::INVALID_SPEC, validate::flash_sale(&sale.spec)),
+        (
+            reasons::IMAGE_NOT_ALLOWED,
+            ctx.settings.allowed_images.refused(&sale.spec),
+        ),
+    ];
+    for (reason, problems) in checks {
+        if !problems.is_empty() {
+            let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
+            return Ok(Err(Blocker {
+                reason,
+                message: list.join("; "),
+            }));
+        }
+    }
+    if let Some(blocker) = missing_secret(ctx, namespace, sale).await? {
+        return Ok(Err(blocker));
+    }
+    tokens::ensure(ctx, namespace, sale).await
 }
 
 /// The first Secret the spec names that does not exist or lacks its key.
@@ -244,29 +278,20 @@ async fn drain(
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
         .join(",");
-    let ips = match pods.list(&ListParams::default().labels(&selector)).await {
-        Ok(list) => list
-            .items
-            .iter()
-            .filter_map(|p| p.status.as_ref()?.pod_ip.clone())
-            .collect::<Vec<_>>(),
-        Err(err) => return Drain::Lag(Err(format!("listing the order-writer's pods: {err}"))),
+    let listed = match pods.list(&ListParams::default().labels(&selector)).await {
+        Ok(list) => list.items,
+        Err(err) => return Drain::Unknown(format!("listing the order-writer's pods: {err}")),
     };
-    if ips.is_empty() {
-        return Drain::Lag(Err("no order-writer pod has an address".into()));
-    }
-    match ctx.probe.writer_lag(&ips).await {
-        Ok(0) => Drain::Drained,
-        Ok(lag) => Drain::Lag(Ok(lag)),
-        Err(err) => Drain::Lag(Err(err.to_string())),
-    }
+    let replicas = drain::ready_replicas(&listed, build::OPS_PORT_NUMBER);
+    drain::verdict(&ctx.probe.writer_lags(&replicas).await)
 }
 
 /// Applies every desired object; returns the Deployments as the apiserver
 /// now holds them, for the status.
 async fn apply_all(ctx: &Context, desired: &build::Desired) -> Result<Vec<WorkloadView>, Error> {
     // Two waves of concurrent applies: what the pods refer to (identity,
-    // configuration) first, so new pods never start without it.
+    // configuration) and what guards them (disruption budgets, network
+    // policies) first, so new pods never start without it.
     tokio::try_join!(
         apply_each(ctx, &desired.service_accounts),
         apply_each(ctx, &desired.roles),
@@ -274,6 +299,7 @@ async fn apply_all(ctx: &Context, desired: &build::Desired) -> Result<Vec<Worklo
         apply_each(ctx, &desired.config_maps),
         apply_each(ctx, &desired.services),
         apply_each(ctx, &desired.pod_disruption_budgets),
+        apply_each(ctx, &desired.network_policies),
     )?;
     let (deployments, _) = tokio::try_join!(
         apply_each(ctx, &desired.deployments),

@@ -62,8 +62,11 @@ pub enum Drain {
     NotEnded,
     /// Ended; reservations can still be paid until the given time.
     Settling(Timestamp),
-    /// Settled; the lag was read (or could not be: the error).
-    Lag(Result<i64, String>),
+    /// Settled; every ready replica measured, the largest lag is this.
+    Lag(i64),
+    /// Settled; the lag is not known for every ready replica (the message
+    /// names each one and why), so the order-writer keeps running.
+    Unknown(String),
     /// Nothing left to write (sticky).
     Drained,
 }
@@ -238,18 +241,18 @@ pub fn observed(
             format!("reservations may still be paid until {until}"),
             &now,
         ),
-        Drain::Lag(Ok(lag)) => conditions.set(
+        Drain::Lag(lag) => conditions.set(
             DRAINED,
             false,
             reasons::DRAINING,
             format!("the order-writer still has {lag} events to write"),
             &now,
         ),
-        Drain::Lag(Err(err)) => conditions.set(
+        Drain::Unknown(why) => conditions.set(
             DRAINED,
             false,
             reasons::DRAINING,
-            format!("the order-writer's lag cannot be read, so it keeps running: {err}"),
+            format!("the order-writer's lag is not known, so it keeps running: {why}"),
             &now,
         ),
         Drain::Drained => conditions.set(
@@ -403,7 +406,7 @@ mod tests {
     fn the_drain_is_reported_until_done() {
         let mut ended = seen(vec![view("order-writer", 1, 1)]);
         ended.phase = SalePhase::Ended;
-        ended.drain = Drain::Lag(Ok(40));
+        ended.drain = Drain::Lag(40);
         let status = observed(None, Some(1), &ended, at(100));
         assert_eq!(condition(&status, DRAINED), ("False", "Draining"));
         ended.drain = Drain::Drained;

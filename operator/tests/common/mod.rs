@@ -49,6 +49,17 @@ pub struct Operator {
 impl Operator {
     /// Starts an operator for `namespace` with `extra` flags.
     pub fn start(namespace: &str, identity: &str, extra: &[&str]) -> anyhow::Result<Self> {
+        Self::start_with_env(namespace, identity, extra, &[])
+    }
+
+    /// Starts an operator for `namespace` with `extra` flags and `env`
+    /// variables.
+    pub fn start_with_env(
+        namespace: &str,
+        identity: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let ops = format!("127.0.0.1:{port}");
         let log = std::env::temp_dir().join(format!("{namespace}-{identity}.log"));
@@ -81,6 +92,7 @@ impl Operator {
                 &["--status-refresh", "2s"][..]
             })
             .args(extra)
+            .envs(env.iter().copied())
             .stdout(Stdio::from(file.try_clone()?))
             .stderr(Stdio::from(file))
             .spawn()?;

@@ -28,6 +28,8 @@ pub const CONFIG_HASH_ANNOTATION: &str = "flashsale.dev/config-hash";
 struct GatewayConfig<'a> {
     sale: &'a str,
     items: Vec<ItemPrice<'a>>,
+    /// ISO 4217 code of every price, checked against payment callbacks.
+    currency: &'a str,
     rate_limit: RateLimitConfig,
     waiting_room: WaitingRoomConfig,
     concurrency: ConcurrencyConfig,
@@ -134,12 +136,12 @@ fn ceil_secs(duration: std::time::Duration) -> u64 {
     duration.as_secs() + u64::from(duration.subsec_nanos() > 0)
 }
 
-/// The gateway's `gateway.json`.
-pub(super) fn gateway_json(sale: &FlashSale, sale_name: &str) -> Result<Rendered, BuildError> {
+/// The gateway's `gateway.json`; `sale_id` is [`super::names::sale_id`].
+pub(super) fn gateway_json(sale: &FlashSale, sale_id: &str) -> Result<Rendered, BuildError> {
     let spec = &sale.spec;
     let gateway = &spec.gateway;
     let config = GatewayConfig {
-        sale: sale_name,
+        sale: sale_id,
         items: spec
             .items
             .iter()
@@ -148,6 +150,7 @@ pub(super) fn gateway_json(sale: &FlashSale, sale_name: &str) -> Result<Rendered
                 price_minor: item.price_minor,
             })
             .collect(),
+        currency: &spec.currency,
         rate_limit: RateLimitConfig {
             per_user_per_second: whole_rate(gateway.rate_limit.per_user_per_second),
             burst: fit("spec.gateway.rateLimit.burst", gateway.rate_limit.burst)?,
@@ -181,8 +184,8 @@ pub(super) fn gateway_json(sale: &FlashSale, sale_name: &str) -> Result<Rendered
     Ok(Rendered::new(serde_json::to_string_pretty(&config)?))
 }
 
-/// The inventory's `sale.json`.
-pub(super) fn sale_json(sale: &FlashSale, sale_name: &str) -> Result<Rendered, BuildError> {
+/// The inventory's `sale.json`; `sale_id` is [`super::names::sale_id`].
+pub(super) fn sale_json(sale: &FlashSale, sale_id: &str) -> Result<Rendered, BuildError> {
     let spec = &sale.spec;
     let items = spec
         .items
@@ -197,7 +200,7 @@ pub(super) fn sale_json(sale: &FlashSale, sale_name: &str) -> Result<Rendered, B
         })
         .collect::<Result<_, BuildError>>()?;
     let definition = SaleDefinition {
-        sale: sale_name,
+        sale: sale_id,
         reservation_ttl_ms: fit("spec.reservationTTL", spec.reservation_ttl.0.as_millis())?,
         items,
     };

@@ -17,7 +17,7 @@ fn parse(yaml: &str) -> anyhow::Result<FlashSale> {
 }
 
 /// A big live sale: autoscaling, waiting room, HS256 with issuer and
-/// audience, Redis URL from a Secret, MySQL.
+/// audience, a payment provider's secret, Redis URL from a Secret, MySQL.
 pub(super) fn big_sale() -> anyhow::Result<FlashSale> {
     parse(
         r#"
@@ -45,6 +45,8 @@ spec:
       hs256SecretRef: {name: singles-day-jwt, key: hs256}
       issuer: https://login.example.com
       audience: flashsale
+    payment:
+      secretRef: {name: singles-day-payment, key: webhook-secret}
     autoscaling: {minReplicas: 6, maxReplicas: 60, targetCPUUtilizationPercent: 60}
     resources:
       requests: {cpu: 500m, memory: 256Mi}

@@ -4,7 +4,10 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Resource;
 
-use super::{BuildError, labels, names::Component};
+use super::{
+    BuildError, labels,
+    names::{self, Component},
+};
 use crate::api::FlashSale;
 
 /// A sale whose name, namespace and uid are known.
@@ -15,6 +18,8 @@ pub(super) struct Owner<'a> {
     pub name: &'a str,
     /// metadata.namespace.
     pub namespace: &'a str,
+    /// metadata.uid.
+    pub uid: &'a str,
     owner: OwnerReference,
 }
 
@@ -32,9 +37,11 @@ impl<'a> Owner<'a> {
             .as_deref()
             .filter(|n| !n.is_empty())
             .ok_or(BuildError::MissingMetadata("namespace"))?;
-        if meta.uid.as_deref().is_none_or(str::is_empty) {
-            return Err(BuildError::MissingMetadata("uid"));
-        }
+        let uid = meta
+            .uid
+            .as_deref()
+            .filter(|u| !u.is_empty())
+            .ok_or(BuildError::MissingMetadata("uid"))?;
         let owner = sale
             .controller_owner_ref(&())
             .ok_or(BuildError::MissingMetadata("uid"))?;
@@ -42,6 +49,7 @@ impl<'a> Owner<'a> {
             sale,
             name,
             namespace,
+            uid,
             owner: OwnerReference {
                 // kube sets only `controller`; blocking deletion keeps a
                 // foreground delete of the sale waiting for its children.
@@ -49,6 +57,11 @@ impl<'a> Owner<'a> {
                 ..owner
             },
         })
+    }
+
+    /// The sale id the workloads use, see [`names::sale_id`].
+    pub fn sale_id(&self) -> String {
+        names::sale_id(self.namespace, self.name, self.uid)
     }
 
     /// Metadata of a child: its name, the sale's namespace, the DESIGN labels

@@ -9,9 +9,11 @@
 mod config;
 mod deployments;
 mod error;
+mod internal;
 mod labels;
 mod meta;
 pub mod names;
+mod network;
 mod pod;
 mod policy;
 mod rbac;
@@ -30,6 +32,7 @@ use k8s_openapi::api::{
     apps::v1::Deployment,
     autoscaling::v2::HorizontalPodAutoscaler,
     core::v1::{ConfigMap, Service, ServiceAccount},
+    networking::v1::NetworkPolicy,
     policy::v1::PodDisruptionBudget,
     rbac::v1::{Role, RoleBinding},
 };
@@ -39,10 +42,12 @@ pub use config::{
     CONFIG_HASH_ANNOTATION, GATEWAY_CONFIG_KEY, INVENTORY_CONFIG_KEY, degradation_config_map,
 };
 pub use error::BuildError;
+pub use internal::{ADMIN_TOKEN_KEY, API_TOKEN_KEY, InternalTokens, internal_secret};
 pub use labels::{
     COMPONENT_KEY, MANAGED_BY, MANAGED_BY_KEY, NAME_KEY, PART_OF_KEY, labels, selector,
 };
 pub use names::Component;
+pub use pod::OPS_PORT_NUMBER;
 pub use secrets::secret_refs;
 
 use crate::api::FlashSale;
@@ -91,6 +96,9 @@ pub struct Input<'a> {
     pub images: &'a Images,
     /// Where the sale is in its life.
     pub stage: Stage,
+    /// The operator's own namespace, whose pods may reach the inventory API
+    /// and the order-writer's metrics.
+    pub operator_namespace: &'a str,
 }
 
 /// Everything a sale needs, one Vec per kind, each sorted by name.
@@ -105,6 +113,8 @@ pub struct Desired {
     pub config_maps: Vec<ConfigMap>,
     /// One per workload, same names.
     pub pod_disruption_budgets: Vec<PodDisruptionBudget>,
+    /// One per workload, same names: who may connect to its pods.
+    pub network_policies: Vec<NetworkPolicy>,
     /// `<sale>-gateway` while [`Stage::Active`] with autoscaling, else none.
     pub horizontal_pod_autoscalers: Vec<HorizontalPodAutoscaler>,
     /// `<sale>-gateway`.
@@ -121,10 +131,12 @@ pub fn build(input: &Input<'_>) -> Result<Desired, BuildError> {
         sale,
         images,
         stage,
+        operator_namespace,
     } = *input;
     let owner = Owner::new(sale)?;
-    let gateway_config = config::gateway_json(sale, owner.name)?;
-    let sale_config = config::sale_json(sale, owner.name)?;
+    let sale_id = owner.sale_id();
+    let gateway_config = config::gateway_json(sale, &sale_id)?;
+    let sale_config = config::sale_json(sale, &sale_id)?;
     let templates = [
         (
             Component::Gateway,
@@ -171,11 +183,23 @@ pub fn build(input: &Input<'_>) -> Result<Desired, BuildError> {
                 .map(|&c| policy::pod_disruption_budget(&owner, c))
                 .collect(),
         ),
+        network_policies: by_name(
+            Component::ALL
+                .iter()
+                .map(|&c| network::network_policy(&owner, c, operator_namespace))
+                .collect(),
+        ),
         horizontal_pod_autoscalers: autoscaler.into_iter().collect(),
         service_accounts: vec![rbac::gateway_service_account(&owner)],
         roles: vec![rbac::gateway_role(&owner)],
         role_bindings: vec![rbac::gateway_role_binding(&owner)],
     })
+}
+
+/// The sale id the workloads know the sale by (`<namespace>.<name>.<uid8>`,
+/// see [`names::sale_id`]); the operator's own calls to the inventory use it.
+pub fn sale_id(sale: &FlashSale) -> Result<String, BuildError> {
+    Ok(Owner::new(sale)?.sale_id())
 }
 
 /// Sorts objects by name, so the result does not depend on build order.

@@ -35,6 +35,11 @@ pub fn workload(sale: &FlashSale, component: Component) -> String {
     child(&sale.name_any(), component.label())
 }
 
+/// `<sale>-<component>`: the NetworkPolicy of a workload's pods.
+pub fn network_policy(sale: &FlashSale, component: Component) -> String {
+    workload(sale, component)
+}
+
 /// `<sale>-degradation`: the switches ConfigMap the gateways watch.
 pub fn degradation(sale: &FlashSale) -> String {
     child(&sale.name_any(), "degradation")
@@ -71,10 +76,26 @@ pub fn gateway_role_binding(sale: &FlashSale) -> String {
     workload(sale, Component::Gateway)
 }
 
+/// `<sale>-internal`: the Secret holding the inventory API's tokens.
+pub fn internal_secret(sale: &FlashSale) -> String {
+    child(&sale.name_any(), "internal")
+}
+
 /// `flashsale-order-writer.<namespace>.<sale>`: one Kafka consumer group per
 /// sale, so two sales (or two namespaces) never share offsets.
 pub fn order_writer_group(namespace: &str, sale_name: &str) -> String {
     format!("flashsale-order-writer.{namespace}.{sale_name}")
+}
+
+/// The sale id the workloads key everything by (Redis keys, inventory URL
+/// paths, order events and rows): `<namespace>.<name>.<uid8>`, where `uid8` is
+/// the first 8 hex digits of metadata.uid without dashes. The name alone is
+/// not enough: two namespaces may hold sales of one name, and a sale deleted
+/// and created again must not find the old one's stock or counters. At most
+/// 63 + 1 + 50 + 1 + 8 = 123 characters, within the workloads' 128.
+pub fn sale_id(namespace: &str, name: &str, uid: &str) -> String {
+    let uid8: String = uid.chars().filter(|c| *c != '-').take(8).collect();
+    format!("{namespace}.{name}.{uid8}")
 }
 
 fn child(sale_name: &str, suffix: &str) -> String {

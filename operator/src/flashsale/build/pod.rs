@@ -21,7 +21,9 @@ use crate::api::common::SecretKeyRef;
 /// Port of the public API (gateway) or reservation API (inventory).
 pub(super) const HTTP_PORT: i32 = 8080;
 /// Port of `/healthz`, `/readyz` and `/metrics`, on every workload.
-pub(super) const OPS_PORT: i32 = 9090;
+pub(super) const OPS_PORT: i32 = OPS_PORT_NUMBER as i32;
+/// The same port as a socket port, for the operator's own calls.
+pub const OPS_PORT_NUMBER: u16 = 9090;
 /// Name of the API port, referenced by probes and Services.
 pub(super) const HTTP_PORT_NAME: &str = "http";
 /// Name of the ops port.
@@ -211,23 +213,38 @@ pub(super) fn config_volume(volume: &str, config_map: String) -> (Volume, Volume
     )
 }
 
-/// One key of a Secret mounted as `<dir>/key`; the file is readable by the
-/// container's group only (0440 with fsGroup), not by every user.
+/// One key of a Secret mounted as `<dir>/key`.
 pub(super) fn secret_volume(
     volume: &str,
     dir: &str,
     secret: &SecretKeyRef,
 ) -> (Volume, VolumeMount) {
+    secret_files(volume, dir, &secret.name, &[(&secret.key, SECRET_FILE)])
+}
+
+/// Keys of the Secret `secret_name` mounted in `dir`, each as the file name
+/// paired with it; the files are readable by the container's group only
+/// (0440 with fsGroup), not by every user.
+pub(super) fn secret_files(
+    volume: &str,
+    dir: &str,
+    secret_name: &str,
+    files: &[(&str, &str)],
+) -> (Volume, VolumeMount) {
+    let items = files
+        .iter()
+        .map(|&(key, file)| KeyToPath {
+            key: key.to_owned(),
+            path: file.to_owned(),
+            ..KeyToPath::default()
+        })
+        .collect();
     (
         Volume {
             name: volume.to_owned(),
             secret: Some(SecretVolumeSource {
-                secret_name: Some(secret.name.clone()),
-                items: Some(vec![KeyToPath {
-                    key: secret.key.clone(),
-                    path: SECRET_FILE.to_owned(),
-                    ..KeyToPath::default()
-                }]),
+                secret_name: Some(secret_name.to_owned()),
+                items: Some(items),
                 default_mode: Some(0o440),
                 ..SecretVolumeSource::default()
             }),

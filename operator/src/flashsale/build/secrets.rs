@@ -24,6 +24,10 @@ pub fn secret_refs(sale: &FlashSale) -> Vec<(&'static str, &SecretKeyRef)> {
             auth.rs256_public_key_secret_ref.as_ref(),
         ),
         (
+            "spec.gateway.payment.secretRef",
+            spec.gateway.payment.as_ref().map(|p| &p.secret_ref),
+        ),
+        (
             "spec.gateway.waitingRoom.ticketSecretRef",
             waiting_room
                 .ticket_secret_ref

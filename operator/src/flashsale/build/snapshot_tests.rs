@@ -4,12 +4,15 @@ use k8s_openapi::api::{
     apps::v1::Deployment,
     autoscaling::v2::HorizontalPodAutoscaler,
     core::v1::{ConfigMap, Service, ServiceAccount},
+    networking::v1::NetworkPolicy,
     policy::v1::PodDisruptionBudget,
     rbac::v1::{Role, RoleBinding},
 };
 use serde::Serialize;
 
-use super::{Desired, Input, Stage, build, degradation_config_map, fixtures};
+use super::{
+    Desired, Input, InternalTokens, Stage, build, degradation_config_map, fixtures, internal_secret,
+};
 
 /// `Desired` as one serializable document, kinds in a fixed order.
 #[derive(Serialize)]
@@ -19,6 +22,7 @@ struct Snapshot<'a> {
     services: &'a [Service],
     config_maps: &'a [ConfigMap],
     pod_disruption_budgets: &'a [PodDisruptionBudget],
+    network_policies: &'a [NetworkPolicy],
     horizontal_pod_autoscalers: &'a [HorizontalPodAutoscaler],
     service_accounts: &'a [ServiceAccount],
     roles: &'a [Role],
@@ -32,6 +36,7 @@ impl<'a> From<&'a Desired> for Snapshot<'a> {
             services: &d.services,
             config_maps: &d.config_maps,
             pod_disruption_budgets: &d.pod_disruption_budgets,
+            network_policies: &d.network_policies,
             horizontal_pod_autoscalers: &d.horizontal_pod_autoscalers,
             service_accounts: &d.service_accounts,
             roles: &d.roles,
@@ -48,6 +53,7 @@ fn big_sale_active() -> anyhow::Result<()> {
         sale: &sale,
         images: &images,
         stage: Stage::Active,
+        operator_namespace: "flashsale-system",
     })?;
     insta::assert_yaml_snapshot!("big_sale_active", Snapshot::from(&desired));
     insta::assert_yaml_snapshot!("big_sale_degradation", degradation_config_map(&sale)?);
@@ -62,8 +68,15 @@ fn small_sale_pending() -> anyhow::Result<()> {
         sale: &sale,
         images: &images,
         stage: Stage::Pending,
+        operator_namespace: "flashsale-system",
     })?;
     insta::assert_yaml_snapshot!("small_sale_pending", Snapshot::from(&desired));
     insta::assert_yaml_snapshot!("small_sale_degradation", degradation_config_map(&sale)?);
+    // Fixed tokens: the operator makes random ones once.
+    let tokens = InternalTokens {
+        api: "a".repeat(64),
+        admin: "b".repeat(64),
+    };
+    insta::assert_yaml_snapshot!("small_sale_internal", internal_secret(&sale, &tokens)?);
     Ok(())
 }

@@ -22,6 +22,7 @@ fn build_at(sale: &FlashSale, stage: Stage) -> anyhow::Result<Desired> {
         sale,
         images: &images,
         stage,
+        operator_namespace: "flashsale-system",
     })?)
 }
 
@@ -160,6 +161,12 @@ fn all_metadata(desired: &Desired) -> Vec<(&'static str, &ObjectMeta)> {
     );
     all.extend(
         desired
+            .network_policies
+            .iter()
+            .map(|o| ("NetworkPolicy", &o.metadata)),
+    );
+    all.extend(
+        desired
             .horizontal_pod_autoscalers
             .iter()
             .map(|o| ("HorizontalPodAutoscaler", &o.metadata)),
@@ -212,7 +219,7 @@ fn every_object_carries_the_design_labels_and_one_controller_owner() -> anyhow::
         let degradation = degradation_config_map(&sale)?;
         let mut all = all_metadata(&desired);
         all.push(("ConfigMap", &degradation.metadata));
-        assert_eq!(all.len(), if name == "singles-day" { 16 } else { 15 });
+        assert_eq!(all.len(), if name == "singles-day" { 19 } else { 18 });
         for (kind, meta) in all {
             let what = format!("{kind} {:?}", meta.name);
             check_labels(&what, meta.labels.as_ref(), &name)?;
@@ -287,6 +294,16 @@ fn every_kind_is_sorted_by_name() -> anyhow::Result<()> {
         workloads
     );
     assert_eq!(
+        names(
+            desired
+                .network_policies
+                .iter()
+                .map(|d| &d.metadata)
+                .collect()
+        ),
+        workloads
+    );
+    assert_eq!(
         names(desired.config_maps.iter().map(|d| &d.metadata).collect()),
         ["singles-day-gateway", "singles-day-inventory"]
     );
@@ -301,6 +318,7 @@ fn every_kind_is_sorted_by_name() -> anyhow::Result<()> {
 struct GatewayConfig {
     sale: String,
     items: Vec<GatewayItem>,
+    currency: String,
     rate_limit: RateLimit,
     waiting_room: WaitingRoom,
     concurrency: Concurrency,
@@ -346,7 +364,8 @@ fn gateway_json_parses_as_the_gateway_expects() -> anyhow::Result<()> {
     let desired = build_at(&sale, Stage::Active)?;
     let text = config_data(&desired, "singles-day-gateway", GATEWAY_CONFIG_KEY)?;
     let config: GatewayConfig = serde_json::from_str(text)?;
-    assert_eq!(config.sale, "singles-day");
+    assert_eq!(config.sale, "shop.singles-day.6f1c5b8e");
+    assert_eq!(config.currency, "CNY");
     assert_eq!(config.rate_limit.per_user_per_second, 3, "2.5 rounds up");
     assert_eq!(config.rate_limit.burst, 5);
     assert!(config.waiting_room.enabled);
@@ -405,7 +424,7 @@ fn sale_json_parses_as_the_inventory_expects() -> anyhow::Result<()> {
     let desired = build_at(&sale, Stage::Pending)?;
     let text = config_data(&desired, "singles-day-inventory", INVENTORY_CONFIG_KEY)?;
     let definition: SaleDefinition = serde_json::from_str(text)?;
-    assert_eq!(definition.sale, "singles-day");
+    assert_eq!(definition.sale, "shop.singles-day.6f1c5b8e");
     assert_eq!(definition.reservation_ttl_ms, 15 * 60 * 1000);
     assert_eq!(
         definition.items,
@@ -543,6 +562,11 @@ fn secret_refs_lists_every_mounted_ref_with_its_path() -> anyhow::Result<()> {
                 "hs256"
             ),
             (
+                "spec.gateway.payment.secretRef",
+                "singles-day-payment",
+                "webhook-secret"
+            ),
+            (
                 "spec.gateway.waitingRoom.ticketSecretRef",
                 "singles-day-waiting-room",
                 "hmac-key"
@@ -610,6 +634,9 @@ fn every_secret_ref_is_what_the_pods_mount() -> anyhow::Result<()> {
         }
         used.sort();
         used.dedup();
+        // The internal Secret is the operator's own, not the spec's.
+        let internal = names::internal_secret(&sale);
+        used.retain(|(name, _)| *name != internal);
         let mut listed: Vec<_> = secret_refs(&sale)
             .into_iter()
             .map(|(_, s)| (s.name.clone(), s.key.clone()))
@@ -703,5 +730,321 @@ fn the_order_writer_gets_one_consumer_group_per_sale() -> anyhow::Result<()> {
     );
     assert_eq!(env.get("ORDER_WRITER_FLUSH_INTERVAL_MS"), Some(&Some("50")));
     assert_eq!(pod.automount_service_account_token, Some(false));
+    Ok(())
+}
+
+#[test]
+fn the_sale_id_tells_namespaces_and_incarnations_apart() -> anyhow::Result<()> {
+    let sale = fixtures::big_sale()?;
+    assert_eq!(super::sale_id(&sale)?, "shop.singles-day.6f1c5b8e");
+    let mut elsewhere = sale.clone();
+    elsewhere.metadata.namespace = Some("outlet".to_owned());
+    assert_eq!(super::sale_id(&elsewhere)?, "outlet.singles-day.6f1c5b8e");
+    // Created again: the apiserver gives it a new uid.
+    let mut again = sale.clone();
+    again.metadata.uid = Some("0a9b8c7d-6e5f-4a3b-8c1d-000000000001".to_owned());
+    assert_eq!(super::sale_id(&again)?, "shop.singles-day.0a9b8c7d");
+    // Only the sale's configuration changes: its children keep their names.
+    let (first, second) = (
+        build_at(&sale, Stage::Active)?,
+        build_at(&again, Stage::Active)?,
+    );
+    let names = |d: &Desired| -> Vec<Option<String>> {
+        all_metadata(d)
+            .iter()
+            .map(|(_, m)| m.name.clone())
+            .collect()
+    };
+    assert_eq!(names(&first), names(&second));
+    // The longest namespace and name still fit the workloads' 128 characters.
+    let longest = names::sale_id(&"n".repeat(63), &"s".repeat(50), "6f1c5b8e-2b1a");
+    assert_eq!(longest.len(), 123);
+    ensure!(
+        matches!(
+            super::sale_id(&{
+                let mut s = sale;
+                s.metadata.uid = None;
+                s
+            }),
+            Err(BuildError::MissingMetadata("uid"))
+        ),
+        "a sale id without a uid"
+    );
+    Ok(())
+}
+
+/// A container's env as name → literal value.
+fn env_of(desired: &Desired, name: &str) -> anyhow::Result<BTreeMap<String, Option<String>>> {
+    let pod = template(desired, name)?.spec.as_ref().context("pod spec")?;
+    Ok(pod
+        .containers
+        .iter()
+        .flat_map(|c| c.env.iter().flatten())
+        .map(|e| (e.name.clone(), e.value.clone()))
+        .collect())
+}
+
+/// One Secret volume of a pod: the Secret, its (key, file) items and where
+/// it is mounted.
+type SecretMount = (String, Vec<(String, String)>, String);
+
+/// A pod's Secret volumes.
+fn secret_mounts(desired: &Desired, name: &str) -> anyhow::Result<Vec<SecretMount>> {
+    let pod = template(desired, name)?.spec.as_ref().context("pod spec")?;
+    let mounts: BTreeMap<&str, &str> = pod
+        .containers
+        .iter()
+        .flat_map(|c| c.volume_mounts.iter().flatten())
+        .map(|m| (m.name.as_str(), m.mount_path.as_str()))
+        .collect();
+    pod.volumes
+        .iter()
+        .flatten()
+        .filter_map(|v| Some((v, v.secret.as_ref()?)))
+        .map(|(volume, secret)| {
+            let items = secret
+                .items
+                .iter()
+                .flatten()
+                .map(|i| (i.key.clone(), i.path.clone()))
+                .collect();
+            let at = mounts
+                .get(volume.name.as_str())
+                .with_context(|| format!("volume {} is not mounted", volume.name))?;
+            Ok((
+                secret.secret_name.clone().unwrap_or_default(),
+                items,
+                (*at).to_owned(),
+            ))
+        })
+        .collect()
+}
+
+#[test]
+fn the_inventory_tokens_are_mounted_where_each_workload_needs_them() -> anyhow::Result<()> {
+    let sale = fixtures::small_sale()?;
+    let desired = build_at(&sale, Stage::Active)?;
+    let internal = |keys: &[&str]| {
+        (
+            "weekend-deal-internal".to_owned(),
+            keys.iter()
+                .map(|k| ((*k).to_owned(), (*k).to_owned()))
+                .collect::<Vec<_>>(),
+            "/etc/flashsale/internal".to_owned(),
+        )
+    };
+    let of = |mounts: Vec<SecretMount>| {
+        mounts
+            .into_iter()
+            .filter(|m| m.0 == "weekend-deal-internal")
+            .collect::<Vec<_>>()
+    };
+    // The gateway sends the API token; it never holds the admin token.
+    assert_eq!(
+        of(secret_mounts(&desired, "weekend-deal-gateway")?),
+        [internal(&["inventory-token"])]
+    );
+    let gateway = env_of(&desired, "weekend-deal-gateway")?;
+    assert_eq!(
+        gateway.get("INVENTORY_API_TOKEN_FILE"),
+        Some(&Some("/etc/flashsale/internal/inventory-token".to_owned()))
+    );
+    assert!(!gateway.contains_key("INVENTORY_ADMIN_TOKEN_FILE"));
+    // The inventory checks both.
+    assert_eq!(
+        of(secret_mounts(&desired, "weekend-deal-inventory")?),
+        [internal(&["inventory-token", "inventory-admin-token"])]
+    );
+    let inventory = env_of(&desired, "weekend-deal-inventory")?;
+    assert_eq!(
+        inventory.get("INVENTORY_API_TOKEN_FILE"),
+        Some(&Some("/etc/flashsale/internal/inventory-token".to_owned()))
+    );
+    assert_eq!(
+        inventory.get("INVENTORY_ADMIN_TOKEN_FILE"),
+        Some(&Some(
+            "/etc/flashsale/internal/inventory-admin-token".to_owned()
+        ))
+    );
+    // The order-writer does not talk to the inventory.
+    assert!(of(secret_mounts(&desired, "weekend-deal-order-writer")?).is_empty());
+    Ok(())
+}
+
+#[test]
+fn the_payment_secret_is_mounted_into_the_gateway_only() -> anyhow::Result<()> {
+    let sale = fixtures::big_sale()?;
+    let desired = build_at(&sale, Stage::Active)?;
+    let payment = |name: &str| -> anyhow::Result<Vec<SecretMount>> {
+        Ok(secret_mounts(&desired, name)?
+            .into_iter()
+            .filter(|m| m.0 == "singles-day-payment")
+            .collect())
+    };
+    assert_eq!(
+        payment("singles-day-gateway")?,
+        [(
+            "singles-day-payment".to_owned(),
+            vec![("webhook-secret".to_owned(), "secret".to_owned())],
+            "/etc/flashsale/payment".to_owned()
+        )]
+    );
+    assert_eq!(
+        env_of(&desired, "singles-day-gateway")?.get("PAYMENT_SECRET_FILE"),
+        Some(&Some("/etc/flashsale/payment/secret".to_owned()))
+    );
+    for other in ["singles-day-inventory", "singles-day-order-writer"] {
+        assert!(payment(other)?.is_empty(), "{other}");
+        assert!(!env_of(&desired, other)?.contains_key("PAYMENT_SECRET_FILE"));
+    }
+    // Without a payment block: no mount, no variable, no Secret to wait for.
+    let small = fixtures::small_sale()?;
+    let desired = build_at(&small, Stage::Active)?;
+    assert!(!env_of(&desired, "weekend-deal-gateway")?.contains_key("PAYMENT_SECRET_FILE"));
+    assert!(
+        secret_refs(&small)
+            .iter()
+            .all(|(path, _)| !path.contains("payment"))
+    );
+    Ok(())
+}
+
+#[test]
+fn the_inventory_publishes_expiries_to_the_orders_topic() -> anyhow::Result<()> {
+    let sale = fixtures::big_sale()?;
+    let desired = build_at(&sale, Stage::Active)?;
+    let gateway = env_of(&desired, "singles-day-gateway")?;
+    let inventory = env_of(&desired, "singles-day-inventory")?;
+    for key in ["KAFKA_BROKERS", "ORDERS_TOPIC"] {
+        assert_eq!(inventory.get(key), gateway.get(key), "{key}");
+    }
+    assert_eq!(
+        inventory.get("ORDERS_TOPIC"),
+        Some(&Some("flashsale.orders".to_owned()))
+    );
+    assert_eq!(
+        inventory.get("KAFKA_BROKERS"),
+        Some(&Some("kafka-0.kafka:9092,kafka-1.kafka:9092".to_owned()))
+    );
+    Ok(())
+}
+
+/// One ingress rule as (sources, ports): sources `None` = anywhere, else
+/// each peer as "pods <labels>" or "namespace <name>".
+type IngressRule = (Option<Vec<String>>, Vec<String>);
+
+/// A policy's ingress rules.
+fn ingress_of(desired: &Desired, name: &str) -> anyhow::Result<Vec<IngressRule>> {
+    let policy = desired
+        .network_policies
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some(name))
+        .with_context(|| format!("no NetworkPolicy {name}"))?;
+    let spec = policy.spec.as_ref().context("spec")?;
+    ensure!(
+        spec.policy_types.as_deref() == Some(&["Ingress".to_owned()][..]),
+        "{name}: ingress only"
+    );
+    let labels = |s: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>| {
+        s.as_ref().map(|s| {
+            s.match_labels
+                .iter()
+                .flatten()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+    };
+    Ok(spec
+        .ingress
+        .iter()
+        .flatten()
+        .map(|rule| {
+            let from = rule.from.as_ref().map(|peers| {
+                peers
+                    .iter()
+                    .map(
+                        |p| match (labels(&p.namespace_selector), labels(&p.pod_selector)) {
+                            (Some(ns), None) => format!("namespace {ns}"),
+                            (None, Some(pods)) => format!("pods {{{pods}}}"),
+                            other => format!("{other:?}"),
+                        },
+                    )
+                    .collect()
+            });
+            let ports = rule
+                .ports
+                .iter()
+                .flatten()
+                .map(|p| format!("{:?}/{}", p.port, p.protocol.as_deref().unwrap_or("")))
+                .collect();
+            (from, ports)
+        })
+        .collect())
+}
+
+#[test]
+fn each_workload_admits_only_whom_it_serves() -> anyhow::Result<()> {
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    let sale = fixtures::big_sale()?;
+    let desired = build_at(&sale, Stage::Active)?;
+    let http = format!("{:?}/TCP", Some(IntOrString::String("http".into())));
+    let ops = format!("{:?}/TCP", Some(IntOrString::String("ops".into())));
+    let namespace = "pods {}".to_owned();
+    let operator = "namespace kubernetes.io/metadata.name=flashsale-system".to_owned();
+    let gateways =
+        "pods {app.kubernetes.io/component=gateway,app.kubernetes.io/part-of=singles-day}"
+            .to_owned();
+    assert_eq!(
+        ingress_of(&desired, "singles-day-gateway")?,
+        [
+            (None, vec![http.clone()]),
+            (Some(vec![namespace.clone()]), vec![ops.clone()]),
+        ]
+    );
+    assert_eq!(
+        ingress_of(&desired, "singles-day-inventory")?,
+        [
+            (Some(vec![gateways, operator.clone()]), vec![http]),
+            (Some(vec![namespace.clone()]), vec![ops.clone()]),
+        ]
+    );
+    assert_eq!(
+        ingress_of(&desired, "singles-day-order-writer")?,
+        [(Some(vec![namespace, operator]), vec![ops])]
+    );
+    // Each policy selects exactly its workload's pods, and names only ports
+    // those pods have.
+    for component in Component::ALL {
+        let name = names::workload(&sale, component);
+        let policy = desired
+            .network_policies
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some(name.as_str()))
+            .context("policy")?;
+        let deployment = deployment(&desired, &name)?;
+        assert_eq!(
+            policy.spec.as_ref().and_then(|s| s.pod_selector.as_ref()),
+            Some(&deployment.spec.selector),
+            "{name}"
+        );
+        let pod = deployment.spec.template.spec.as_ref().context("pod")?;
+        let container_ports: Vec<String> = pod
+            .containers
+            .iter()
+            .flat_map(|c| c.ports.iter().flatten())
+            .filter_map(|p| p.name.clone())
+            .collect();
+        for rule in policy.spec.iter().flat_map(|s| s.ingress.iter().flatten()) {
+            for port in rule.ports.iter().flatten() {
+                match &port.port {
+                    Some(IntOrString::String(port)) => {
+                        ensure!(container_ports.contains(port), "{name}: port {port}")
+                    }
+                    other => bail!("{name}: port {other:?} is not named"),
+                }
+            }
+        }
+    }
     Ok(())
 }

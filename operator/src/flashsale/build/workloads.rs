@@ -10,6 +10,7 @@ use k8s_openapi::{
 use super::{
     BuildError, Images,
     config::{CONFIG_HASH_ANNOTATION, GATEWAY_CONFIG_KEY, INVENTORY_CONFIG_KEY, Rendered},
+    internal::{ADMIN_TOKEN_KEY, API_TOKEN_KEY, internal_file, internal_volume},
     labels,
     meta::Owner,
     names::{self, Component},
@@ -23,8 +24,17 @@ use crate::api::{
 
 /// Where the gateway's token key is mounted.
 const JWT_DIR: &str = "/etc/flashsale/jwt";
+/// Where the payment provider's signing secret is mounted, as the file
+/// `secret`.
+const PAYMENT_DIR: &str = "/etc/flashsale/payment";
+const PAYMENT_FILE: &str = "secret";
 /// Where the waiting room's HMAC key is mounted.
 const WAITING_ROOM_DIR: &str = "/etc/flashsale/waiting-room";
+/// The env variable naming the inventory API token's file, in the gateway
+/// (the token it sends) and the inventory (the token it takes) alike.
+const API_TOKEN_ENV: &str = "INVENTORY_API_TOKEN_FILE";
+/// The env variable naming the inventory admin token's file.
+const ADMIN_TOKEN_ENV: &str = "INVENTORY_ADMIN_TOKEN_FILE";
 /// Every binary logs one JSON object per line in a cluster.
 const LOG_FORMAT: (&str, &str) = ("LOG_FORMAT", "json");
 
@@ -145,6 +155,8 @@ pub(super) fn gateway(
     let mut volumes = vec![
         pod::config_volume("config", names::gateway_config(owner.sale)),
         pod::secret_volume("jwt", JWT_DIR, jwt_secret),
+        // The API token only: the gateway never loads sales or adjusts stock.
+        internal_volume(owner, &[API_TOKEN_KEY]),
     ];
     let mut env = vec![
         env(LOG_FORMAT.0, LOG_FORMAT.1),
@@ -159,11 +171,25 @@ pub(super) fn gateway(
                 names::workload(owner.sale, Component::Inventory)
             ),
         ),
+        env(API_TOKEN_ENV, internal_file(API_TOKEN_KEY)),
         env("KAFKA_BROKERS", kafka.brokers.join(",")),
         env("ORDERS_TOPIC", kafka.topic.as_str()),
         redis_url(&spec.inventory.redis)?,
         env(jwt_env, format!("{JWT_DIR}/{SECRET_FILE}")),
     ];
+    if let Some(payment) = &gateway.payment {
+        let secret = &payment.secret_ref;
+        volumes.push(pod::secret_files(
+            "payment",
+            PAYMENT_DIR,
+            &secret.name,
+            &[(&secret.key, PAYMENT_FILE)],
+        ));
+        env.push(pod::env(
+            "PAYMENT_SECRET_FILE",
+            format!("{PAYMENT_DIR}/{PAYMENT_FILE}"),
+        ));
+    }
     if let Some(issuer) = &gateway.auth.issuer {
         env.push(pod::env("JWT_ISSUER", issuer.as_str()));
     }
@@ -210,6 +236,7 @@ pub(super) fn inventory(
     images: &Images,
     config: &Rendered,
 ) -> Result<PodTemplateSpec, BuildError> {
+    let kafka = &owner.sale.spec.order_writer.kafka;
     let env = vec![
         env(LOG_FORMAT.0, LOG_FORMAT.1),
         redis_url(&owner.sale.spec.inventory.redis)?,
@@ -217,6 +244,12 @@ pub(super) fn inventory(
             "INVENTORY_SALE_FILE",
             format!("{CONFIG_DIR}/{INVENTORY_CONFIG_KEY}"),
         ),
+        // Where it publishes an `expired` order event for every reservation
+        // that lapses unpaid: the topic the gateway and order-writer use.
+        env("KAFKA_BROKERS", kafka.brokers.join(",")),
+        env("ORDERS_TOPIC", kafka.topic.as_str()),
+        env(API_TOKEN_ENV, internal_file(API_TOKEN_KEY)),
+        env(ADMIN_TOKEN_ENV, internal_file(ADMIN_TOKEN_KEY)),
     ];
     Ok(template(
         owner,
@@ -224,10 +257,10 @@ pub(super) fn inventory(
         Component::Inventory,
         PodParts {
             env,
-            volumes: vec![pod::config_volume(
-                "config",
-                names::inventory_config(owner.sale),
-            )],
+            volumes: vec![
+                pod::config_volume("config", names::inventory_config(owner.sale)),
+                internal_volume(owner, &[API_TOKEN_KEY, ADMIN_TOKEN_KEY]),
+            ],
             config_hash: config.hash.clone(),
             service_account: None,
         },

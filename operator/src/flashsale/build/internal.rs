@@ -1,0 +1,87 @@
+//! The sale's internal Secret `<sale>-internal`: the bearer tokens of the
+//! inventory API, which only the sale's own parts know. The gateway and the
+//! operator send the API token; loading a sale and adjusting stock need the
+//! admin token, which only the inventory pods hold.
+//!
+//! The operator creates the Secret once with random tokens and never
+//! rewrites it (rewriting would lock out every pod still holding the old
+//! tokens), so its content is an input here, not something built.
+
+use std::{collections::BTreeMap, fmt};
+
+use k8s_openapi::{
+    ByteString,
+    api::core::v1::{Secret, Volume, VolumeMount},
+};
+
+use super::{
+    BuildError,
+    meta::Owner,
+    names::{self, Component},
+    pod,
+};
+use crate::api::FlashSale;
+
+/// Where the internal Secret's keys are mounted, one file per key.
+pub const INTERNAL_DIR: &str = "/etc/flashsale/internal";
+/// Key of the inventory API token (reserve, confirm, cancel, reads).
+pub const API_TOKEN_KEY: &str = "inventory-token";
+/// Key of the inventory admin token (loading a sale, stock adjustments).
+pub const ADMIN_TOKEN_KEY: &str = "inventory-admin-token";
+
+/// The two tokens of a sale's internal Secret.
+#[derive(Clone, PartialEq, Eq)]
+pub struct InternalTokens {
+    /// Sent by the gateway and the operator.
+    pub api: String,
+    /// Held by the inventory pods only.
+    pub admin: String,
+}
+
+/// Never prints the tokens: they end up in logs otherwise.
+impl fmt::Debug for InternalTokens {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("InternalTokens { .. }")
+    }
+}
+
+/// The Secret `<sale>-internal` holding `tokens`, owned by the sale so it goes
+/// with it. Immutable: nobody (the operator included) can change a token
+/// under running pods; rotating means deleting the Secret, and the operator
+/// creates a new one.
+pub fn internal_secret(sale: &FlashSale, tokens: &InternalTokens) -> Result<Secret, BuildError> {
+    let owner = Owner::new(sale)?;
+    let data = BTreeMap::from([
+        (
+            API_TOKEN_KEY.to_owned(),
+            ByteString(tokens.api.clone().into_bytes()),
+        ),
+        (
+            ADMIN_TOKEN_KEY.to_owned(),
+            ByteString(tokens.admin.clone().into_bytes()),
+        ),
+    ]);
+    Ok(Secret {
+        metadata: owner.object_meta(names::internal_secret(sale), Component::Inventory),
+        type_: Some("Opaque".to_owned()),
+        immutable: Some(true),
+        data: Some(data),
+        ..Secret::default()
+    })
+}
+
+/// The internal Secret's `keys` mounted as `<INTERNAL_DIR>/<key>`.
+pub(super) fn internal_volume(owner: &Owner<'_>, keys: &[&str]) -> (Volume, VolumeMount) {
+    let files: Vec<(&str, &str)> = keys.iter().map(|&key| (key, key)).collect();
+    pod::secret_files(
+        "internal",
+        INTERNAL_DIR,
+        &names::internal_secret(owner.sale),
+        &files,
+    )
+}
+
+/// The path of a mounted internal key, for the env variable naming it.
+pub(super) fn internal_file(key: &str) -> String {
+    format!("{INTERNAL_DIR}/{key}")
+}
