@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Funnel, Options, events, http, order, token};
+use common::{Funnel, Options, events, http, now_s, order, provider_pays, token};
 use serde_json::{Value, json};
 
 #[tokio::test]
@@ -46,7 +46,7 @@ async fn an_order_is_reserved_published_once_and_paid() -> anyhow::Result<()> {
     assert_eq!(again["orderId"], body["orderId"]);
     assert_eq!(funnel.available("A").await?, 99);
 
-    // Only the owner can pay; paying twice is fine; the paid event follows.
+    // The buyer only starts a payment: what to pay, nothing confirmed.
     let pay = |user: &str| {
         http()
             .post(format!("{gw}/api/v1/orders/{order_id}/pay"))
@@ -54,11 +54,21 @@ async fn an_order_is_reserved_published_once_and_paid() -> anyhow::Result<()> {
             .send()
     };
     assert_eq!(pay("mallory").await?.status().as_u16(), 404);
+    let started = pay("alice").await?;
+    assert_eq!(started.status().as_u16(), 202);
+    let started: Value = started.json().await?;
+    assert_eq!(
+        (&started["status"], &started["amountMinor"], &started["currency"]),
+        (&json!("awaiting_payment"), &json!(1999), &json!("CNY")),
+        "{started}"
+    );
+    // The provider's callback pays it; a replay within the window is harmless.
     for _ in 0..2 {
-        let paid = pay("alice").await?;
-        assert_eq!(paid.status().as_u16(), 200);
-        assert_eq!(paid.json::<Value>().await?["status"], "paid");
+        let (status, paid) = provider_pays(gw, &order_id, 1999, "CNY", now_s()).await?;
+        assert_eq!((status, &paid["status"]), (200, &json!("paid")), "{paid}");
     }
+    let after: Value = pay("alice").await?.json().await?;
+    assert_eq!(after["status"], "paid");
     let kinds: Vec<String> = events(&funnel.brokers, &funnel.topic)
         .await?
         .iter()
@@ -496,13 +506,8 @@ async fn after_the_closing_new_orders_get_410_and_reserved_ones_can_still_be_pai
     assert_eq!(status, 410);
     assert_eq!(funnel.available("A").await?, 99, "no more stock held");
 
-    let paid = http()
-        .post(format!("{}/api/v1/orders/{order_id}/pay", closed.url))
-        .bearer_auth(token("alice"))
-        .send()
-        .await?;
-    assert_eq!(paid.status().as_u16(), 200);
-    assert_eq!(paid.json::<Value>().await?["status"], "paid");
+    let (status, paid) = provider_pays(&closed.url, &order_id, 1999, "CNY", now_s()).await?;
+    assert_eq!((status, &paid["status"]), (200, &json!("paid")), "{paid}");
     let kinds: Vec<String> = events(&funnel.brokers, &funnel.topic)
         .await?
         .iter()
@@ -514,5 +519,126 @@ async fn after_the_closing_new_orders_get_410_and_reserved_ones_can_still_be_pai
         Some(2.0)
     );
     drop(closed);
+    funnel.cleanup().await
+}
+
+/// Two concurrent requests with one idempotency key but different bodies:
+/// one order is made, the other request is refused, and the event says
+/// exactly what was reserved.
+#[tokio::test]
+async fn one_key_with_two_bodies_makes_one_order_of_what_was_reserved() -> anyhow::Result<()> {
+    let funnel = Funnel::start(Options::default()).await?;
+    let gw = funnel.gateway.url.clone();
+    let send = |sku: &'static str, quantity: u64| {
+        let gw = gw.clone();
+        async move {
+            let response = http()
+                .post(format!("{gw}/api/v1/orders"))
+                .bearer_auth(token("eve"))
+                .json(&json!({"sku": sku, "quantity": quantity, "idempotencyKey": "one-key"}))
+                .send()
+                .await?;
+            let status = response.status().as_u16();
+            anyhow::Ok((status, response.json::<Value>().await.unwrap_or(Value::Null)))
+        }
+    };
+    let (a, b) = tokio::join!(send("A", 1), send("B", 5));
+    let (a, b) = (a?, b?);
+    let (won, lost) = if a.0 == 201 { (a, b) } else { (b, a) };
+    assert_eq!(won.0, 201, "{won:?} {lost:?}");
+    assert_eq!(
+        (lost.0, lost.1["error"].as_str()),
+        (409, Some("idempotency_key_reused")),
+        "{lost:?}"
+    );
+    let stored = events(&funnel.brokers, &funnel.topic).await?;
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    let event = &stored[0];
+    assert_eq!(
+        (
+            json!(event.sku),
+            json!(event.quantity),
+            json!(event.amount_minor),
+            json!(event.order_id)
+        ),
+        (
+            won.1["sku"].clone(),
+            won.1["quantity"].clone(),
+            won.1["amountMinor"].clone(),
+            won.1["orderId"].clone()
+        ),
+        "the event and the answer agree"
+    );
+    let held = funnel.available("A").await? + funnel.available("B").await?;
+    assert_eq!(
+        200 - held,
+        u64::try_from(event.quantity)?,
+        "only what the event says is held"
+    );
+    funnel.cleanup().await
+}
+
+/// The inventory request id the gateway derives for (sale, user, key).
+fn request_id(sale: &str, user: &str, key: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    for part in [sale, user, key] {
+        hash.update(part.as_bytes());
+        hash.update([0]);
+    }
+    hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Leaves, as a crashed inventory would, a reservation of 1 × A for
+/// (user, key) in `state`.
+async fn leave_reservation(funnel: &Funnel, user: &str, key: &str, state: &str) -> anyhow::Result<()> {
+    let redis = redis::Client::open(flashsale_e2e::stack::redis_url()?)?;
+    let mut conn = redis.get_multiplexed_async_connection().await?;
+    let rid = request_id(&funnel.sale, user, key);
+    let id = format!("left{}", &rid[..16]);
+    let expires = jiff::Timestamp::now().as_millisecond() + 60_000;
+    let _: () = redis::pipe()
+        .cmd("SET")
+        .arg(format!("fs:{{{}}}:req:{rid}", funnel.sale))
+        .arg(format!("{id} A 1"))
+        .ignore()
+        .cmd("HSET")
+        .arg(format!("fs:{{{}}}:resv:{id}", funnel.sale))
+        .arg(&[
+            ("sku", "A"),
+            ("user", user),
+            ("qty", "1"),
+            ("amount", "1999"),
+            ("shard", "-1"),
+            ("state", state),
+            ("request", rid.as_str()),
+        ])
+        .arg("expires_at")
+        .arg(expires)
+        .ignore()
+        .query_async(&mut conn)
+        .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn only_a_settled_reservation_is_an_order() -> anyhow::Result<()> {
+    let funnel = Funnel::start(Options::default()).await?;
+    let gw = &funnel.gateway.url;
+    leave_reservation(&funnel, "fay", "unsettled", "pending").await?;
+    let (status, body, headers) = order(gw, "fay", "A", "unsettled", None).await?;
+    assert_eq!((status, body["error"].as_str()), (503, Some("unavailable")), "{body}");
+    assert!(headers.contains_key("retry-after"));
+    leave_reservation(&funnel, "fay", "returning", "releasing").await?;
+    let (status, body, _) = order(gw, "fay", "A", "returning", None).await?;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (409, Some("order_abandoned")),
+        "{body}"
+    );
+    assert!(
+        events(&funnel.brokers, &funnel.topic).await?.is_empty(),
+        "no order was published for stock not held"
+    );
     funnel.cleanup().await
 }

@@ -276,6 +276,39 @@ pub fn http() -> reqwest::Client {
         .unwrap_or_default()
 }
 
+/// The test payment provider: posts a signed callback saying `order_id`
+/// was paid `amount_minor` in `currency`, signed at `signed_at` (Unix s).
+pub async fn provider_pays(
+    gateway: &str,
+    order_id: &str,
+    amount_minor: i64,
+    currency: &str,
+    signed_at: i64,
+) -> anyhow::Result<(u16, Value)> {
+    let body = serde_json::to_vec(&json!({
+        "paymentId": format!("pay-{order_id}"),
+        "orderId": order_id,
+        "amountMinor": amount_minor,
+        "currency": currency,
+        "status": "succeeded",
+    }))?;
+    let signature = gateway::payments::sign(PAYMENT_SECRET, signed_at, &body)?;
+    let response = http()
+        .post(format!("{gateway}/api/v1/payments/callback"))
+        .header(gateway::payments::SIGNATURE_HEADER, signature)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await?;
+    let status = response.status().as_u16();
+    Ok((status, response.json().await.unwrap_or(Value::Null)))
+}
+
+/// Now, in Unix seconds.
+pub fn now_s() -> i64 {
+    jiff::Timestamp::now().as_second()
+}
+
 /// Places an order; returns status and body.
 pub async fn order(
     gateway: &str,
