@@ -1,8 +1,17 @@
-//! Idempotent batches on the real PostgreSQL and MariaDB of the local stack.
+//! Idempotent batches on the real PostgreSQL and MariaDB of the local stack,
+//! each test in a database of its own.
+
+mod common;
 
 use flashsale_e2e::stack;
 use flashsale_orders::{EventKind, OrderEvent, SCHEMA_VERSION};
 use order_writer::sink::{Sink, SourcedEvent};
+
+/// A sink on a fresh database of the server at `server_url`.
+async fn private_sink(server_url: String, connections: u32) -> anyhow::Result<Sink> {
+    let url = common::private_database(&server_url).await?;
+    Ok(Sink::connect(&url, connections).await?)
+}
 
 fn event(sale: &str, n: i64, kind: EventKind) -> SourcedEvent {
     SourcedEvent {
@@ -42,7 +51,7 @@ async fn statuses(sink: &Sink, sale: &str) -> anyhow::Result<Vec<(String, String
 }
 
 async fn replays_are_no_ops_and_status_only_moves_forward(url: String) -> anyhow::Result<()> {
-    let sink = Sink::connect(&url, 4).await?;
+    let sink = private_sink(url, 4).await?;
     let sale = stack::unique_name("sink");
     let batch: Vec<SourcedEvent> = (0..50)
         .map(|n| event(&sale, n, EventKind::Created))
@@ -109,7 +118,7 @@ async fn mariadb_batches_are_idempotent() -> anyhow::Result<()> {
 /// The largest batch the FlashSale CRD allows holds 120,000 column values,
 /// beyond either protocol's 65,535 bind parameters per statement.
 async fn the_largest_batch_is_stored_in_one_go(url: String) -> anyhow::Result<()> {
-    let sink = Sink::connect(&url, 1).await?;
+    let sink = private_sink(url, 1).await?;
     let sale = stack::unique_name("sink-large");
     let mut batch: Vec<SourcedEvent> = (0..10_000)
         .map(|n| event(&sale, n, EventKind::Created))
