@@ -141,6 +141,34 @@ async fn mariadb_takes_the_largest_batch() -> anyhow::Result<()> {
     the_largest_batch_is_stored_in_one_go(stack::mysql_url()?).await
 }
 
+/// Sale ids are `<namespace>.<name>.<8 hex>`: up to 128 characters, stored
+/// whole.
+async fn a_sale_id_of_128_characters_is_stored(url: String) -> anyhow::Result<()> {
+    let sink = private_sink(url, 1).await?;
+    let prefix = stack::unique_name("sale");
+    let sale = format!("{prefix}.{}.0123abcd", "n".repeat(118 - prefix.len()));
+    assert_eq!(sale.len(), 128);
+    let mut created = event(&prefix, 0, EventKind::Created);
+    created.event.sale = sale.clone();
+    assert_eq!(sink.write_batch(&[created]).await?.inserted, 1);
+    assert_eq!(
+        statuses(&sink, &sale).await?,
+        vec![(format!("{prefix}-o0"), "pending_payment".to_owned())],
+        "the row is found by its whole sale id"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn postgres_stores_a_sale_id_of_128_characters() -> anyhow::Result<()> {
+    a_sale_id_of_128_characters_is_stored(stack::postgres_url()?).await
+}
+
+#[tokio::test]
+async fn mariadb_stores_a_sale_id_of_128_characters() -> anyhow::Result<()> {
+    a_sale_id_of_128_characters_is_stored(stack::mysql_url()?).await
+}
+
 #[tokio::test]
 async fn an_unknown_database_url_is_refused() {
     let err = Sink::connect("oracle://db:1521/orders", 1)
