@@ -10,8 +10,6 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use crate::sink::SourcedEvent;
-
 /// Handles to the order-writer's metrics; cheap to clone.
 #[derive(Clone)]
 pub struct WriterMetrics {
@@ -78,15 +76,24 @@ impl WriterMetrics {
         self.lag.set(lag);
     }
 
-    pub(crate) fn stored(&self, events: &[SourcedEvent], now: jiff::Timestamp) {
-        for e in events {
-            let age = now.duration_since(e.event.created_at).as_secs_f64();
+    /// Events created at `created` were stored by a transaction that
+    /// committed at `now`.
+    pub(crate) fn stored(
+        &self,
+        created: impl IntoIterator<Item = jiff::Timestamp>,
+        now: jiff::Timestamp,
+    ) {
+        for at in created {
+            let age = now.duration_since(at).as_secs_f64();
             self.commit_latency.observe(age.max(0.0));
         }
     }
 
-    pub(crate) fn batch(&self, size: usize, inserted: u64) {
+    pub(crate) fn batch(&self, size: usize) {
         self.batch_size.observe(size as f64);
+    }
+
+    pub(crate) fn persisted(&self, inserted: u64) {
         self.persisted.inc_by(inserted);
     }
 

@@ -1,9 +1,20 @@
 //! The consume → store → commit loop. Offsets are committed only after the
 //! database committed the batch (and poison went to the DLQ), so a crash at
 //! any point replays events, and the idempotent sink makes replays harmless:
-//! nothing acknowledged is lost, nothing is written twice.
+//! nothing acknowledged is lost, nothing is written twice. Nothing is dropped
+//! silently either: a status event whose order is not stored yet is parked
+//! and retried (see [`ledger`]), then dead-lettered; a `created` event that
+//! clashes with a stored order is dead-lettered.
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration};
+mod dead_letter;
+mod ledger;
+mod store;
+
+use std::{
+    collections::{BTreeMap, HashSet},
+    sync::Arc,
+    time::Duration,
+};
 
 use flashsale_orders::OrderEvent;
 use flashsale_runtime::{Readiness, Shutdown};
@@ -11,18 +22,15 @@ use rdkafka::{
     ClientConfig, Message, Offset, TopicPartitionList,
     consumer::{CommitMode, Consumer, StreamConsumer},
     error::KafkaError,
-    message::{Header, OwnedHeaders},
-    producer::{FutureProducer, FutureRecord},
-    util::Timeout,
+    producer::FutureProducer,
 };
+use tokio::time::Instant;
 
 use crate::{
     metrics::WriterMetrics,
-    sink::{Sink, SinkError, SourcedEvent},
+    sink::{Sink, SourcedEvent},
 };
-
-/// Attempts at a row the database rejects before it goes to the DLQ.
-const MAX_ATTEMPTS: u32 = 3;
+use ledger::{Ledger, Verdict};
 
 /// Longest pause between retries of an unreachable database or DLQ: also
 /// the longest the writer idles after the dependency is back.
@@ -33,6 +41,13 @@ const LAG_INTERVAL: Duration = Duration::from_secs(2);
 
 /// Longest wait for one broker call made for lag or readiness.
 const BROKER_CALL_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Longest wait for a first message when nothing is buffered.
+const IDLE_WAIT: Duration = Duration::from_millis(500);
+
+/// Parked events at most: beyond, the writer retries them before it reads
+/// more, so a flood of events for unknown orders cannot grow memory unbounded.
+const MAX_PARKED: usize = 10_000;
 
 /// Writer settings.
 #[derive(Debug, Clone)]
@@ -76,11 +91,26 @@ pub struct WriterStats {
 }
 
 /// One message, copied out of the consumer's buffer.
+#[derive(Debug, Clone)]
 struct Received {
     partition: i32,
     offset: i64,
     key: Option<Vec<u8>>,
     payload: Vec<u8>,
+}
+
+/// A valid event and the message it came in, which goes to the DLQ if the
+/// event cannot be stored.
+#[derive(Debug, Clone)]
+struct Pending {
+    message: Received,
+    event: SourcedEvent,
+}
+
+impl Pending {
+    fn at(&self) -> ledger::Position {
+        (self.event.partition, self.event.offset)
+    }
 }
 
 /// The order-writer loop.
@@ -175,7 +205,8 @@ impl Writer {
     async fn track_lag(&self) -> std::convert::Infallible {
         loop {
             let (consumer, topic) = (Arc::clone(&self.consumer), self.settings.topic.clone());
-            match tokio::task::spawn_blocking(move || lag_of(&consumer, &topic)).await {
+            let measured = tokio::task::spawn_blocking(move || lag_of(&consumer, &topic));
+            match measured.await {
                 Ok(Ok(lag)) => self.metrics.set_lag(lag),
                 Ok(Err(err)) => tracing::debug!(error = %err, "consumer lag not measured"),
                 Err(err) => tracing::debug!(error = %err, "consumer lag task failed"),
@@ -186,20 +217,30 @@ impl Writer {
 
     async fn drain(&self, shutdown: &Shutdown) -> Result<WriterStats, WriterError> {
         let mut stats = WriterStats::default();
-        // Partition → offset after the last stored message, for the final commit.
-        let mut stored: BTreeMap<i32, i64> = BTreeMap::new();
+        let mut ledger: Ledger<Pending> = Ledger::default();
         while !shutdown.is_triggered() {
-            let batch = self.next_batch(shutdown).await?;
-            if batch.is_empty() {
-                continue;
-            }
-            let mut events = Vec::with_capacity(batch.len());
-            for message in &batch {
+            let fetched = if ledger.parked() < MAX_PARKED {
+                self.next_batch(shutdown, ledger.next_due()).await?
+            } else {
+                // Retry the parked events before reading more.
+                if let Some(due) = ledger.next_due() {
+                    tokio::select! {
+                        _ = shutdown.wait() => {}
+                        _ = tokio::time::sleep_until(due) => {}
+                    }
+                }
+                Vec::new()
+            };
+            let mut fresh = Vec::with_capacity(fetched.len());
+            for message in &fetched {
                 match OrderEvent::parse(&message.payload) {
-                    Ok(event) => events.push(SourcedEvent {
-                        event,
-                        partition: message.partition,
-                        offset: message.offset,
+                    Ok(event) => fresh.push(Pending {
+                        event: SourcedEvent {
+                            event,
+                            partition: message.partition,
+                            offset: message.offset,
+                        },
+                        message: message.clone(),
                     }),
                     Err(poison) => {
                         self.dead_letter(message, poison.reason(), &poison.to_string(), shutdown)
@@ -208,72 +249,127 @@ impl Writer {
                     }
                 }
             }
-            // Partitions are independent (a user's events share one), so
-            // groups of partitions are written in concurrent transactions.
-            let lanes = self.settings.write_concurrency.max(1);
-            let mut groups: Vec<Vec<SourcedEvent>> = vec![Vec::new(); lanes];
-            for event in &events {
-                groups[event.partition.unsigned_abs() as usize % lanes].push(event.clone());
+            let (round, retried) = with_retries(&ledger, fresh, Instant::now());
+            if fetched.is_empty() && retried == 0 {
+                continue;
             }
-            let outcomes = futures::future::join_all(
-                groups
-                    .iter()
-                    .map(|group| self.store(group, &batch, shutdown)),
-            )
-            .await;
-            let (mut inserted, mut rejected, mut finished) = (0, 0, true);
-            for outcome in outcomes {
-                match outcome? {
-                    Some((i, r)) => {
-                        inserted += i;
-                        rejected += r;
-                    }
-                    None => finished = false,
-                }
-            }
-            if !finished {
+            let Some(outcome) = self.store_round(&round, shutdown).await? else {
                 // Shutdown while the database was down: leave the batch uncommitted.
                 break;
+            };
+            stats.dead_lettered += self
+                .park_missing(&mut ledger, &round, retried, &outcome.missing, shutdown)
+                .await?;
+            for message in &fetched {
+                ledger.handled((message.partition, message.offset));
             }
-            self.metrics.stored(&events, jiff::Timestamp::now());
-            stats.inserted += inserted;
-            stats.dead_lettered += rejected;
-            let mut next = BTreeMap::new();
-            for message in &batch {
-                let entry = next.entry(message.partition).or_insert(0);
-                *entry = message.offset.saturating_add(1).max(*entry);
+            self.metrics.stored(outcome.stored, jiff::Timestamp::now());
+            self.metrics.persisted(outcome.inserted);
+            stats.inserted += outcome.inserted;
+            stats.dead_lettered += outcome.dead_lettered;
+            if !fetched.is_empty() {
+                self.metrics.batch(fetched.len());
+                stats.batches += 1;
             }
-            stored.extend(next.iter().map(|(&p, &o)| (p, o)));
-            // A commit refused after a rebalance is not fatal: the rows are
-            // stored, and the partition's new owner replays them as no-ops.
-            if let Err(err) = self.commit(&next, CommitMode::Async) {
-                tracing::warn!(error = %err, "offset commit refused (rebalance?); the next owner replays idempotently");
-            }
-            self.metrics.batch(batch.len(), inserted);
-            stats.batches += 1;
+            self.commit_progress(&mut ledger);
         }
-        // Only partitions still ours: a revoked one's new owner may be ahead.
-        let assigned = self.consumer.assignment().unwrap_or_default();
-        stored.retain(|&p, _| assigned.find_partition(&self.settings.topic, p).is_some());
-        if !stored.is_empty()
-            && let Err(err) = self.commit(&stored, CommitMode::Sync)
-        {
-            tracing::warn!(error = %err, "final offset commit refused; the next owner replays idempotently");
-        }
+        self.commit_final(&ledger);
         Ok(stats)
     }
 
-    async fn next_batch(&self, shutdown: &Shutdown) -> Result<Vec<Received>, WriterError> {
+    /// Settles the parked events retried in `round` (its first `retried`)
+    /// and parks the status events of `round` at `missing`; dead-letters
+    /// those retried enough. Returns how many it dead-lettered.
+    async fn park_missing(
+        &self,
+        ledger: &mut Ledger<Pending>,
+        round: &[Pending],
+        retried: usize,
+        missing: &[usize],
+        shutdown: &Shutdown,
+    ) -> Result<u64, WriterError> {
+        let missed: HashSet<usize> = missing.iter().copied().collect();
+        for (i, pending) in round[..retried].iter().enumerate() {
+            if !missed.contains(&i) {
+                ledger.settled(pending.at());
+            }
+        }
+        let (now, mut dead_lettered) = (Instant::now(), 0);
+        for &i in missing {
+            let pending = &round[i];
+            let order_id = &pending.event.event.order_id;
+            let verdict = ledger.missed(pending.at(), order_id, pending.clone(), now);
+            if let Verdict::GiveUp { attempts, waited } = verdict {
+                let error = format!(
+                    "order {order_id} not stored after {attempts} attempts over {} ms",
+                    waited.as_millis()
+                );
+                self.dead_letter(&pending.message, "missing_order", &error, shutdown)
+                    .await?;
+                ledger.settled(pending.at());
+                dead_lettered += 1;
+            }
+        }
+        Ok(dead_lettered)
+    }
+
+    /// At shutdown, waits for the commit of every position of the
+    /// partitions still ours: a revoked one's new owner may be ahead.
+    fn commit_final(&self, ledger: &Ledger<Pending>) {
+        let assigned = match self.consumer.assignment() {
+            Ok(assigned) => assigned,
+            Err(err) => {
+                tracing::warn!(error = %err, "assignment unknown; final offsets not committed, the next owner replays idempotently");
+                return;
+            }
+        };
+        let mut positions = ledger.positions();
+        positions.retain(|&p, _| assigned.find_partition(&self.settings.topic, p).is_some());
+        if !positions.is_empty()
+            && let Err(err) = self.commit(&positions, CommitMode::Sync)
+        {
+            tracing::warn!(error = %err, "final offset commit refused; the next owner replays idempotently");
+        }
+    }
+
+    /// Commits the positions that moved, for the partitions still ours.
+    /// A commit refused after a rebalance is not fatal: the rows are stored,
+    /// and the partition's new owner replays them as no-ops.
+    fn commit_progress(&self, ledger: &mut Ledger<Pending>) {
+        let assigned = match self.consumer.assignment() {
+            Ok(assigned) => assigned,
+            Err(err) => {
+                // Keep everything, parked events included, for the next round.
+                tracing::warn!(error = %err, "assignment unknown; commit deferred");
+                return;
+            }
+        };
+        let topic = self.settings.topic.as_str();
+        let moved = ledger.advanced(|p| assigned.find_partition(topic, p).is_some());
+        if !moved.is_empty()
+            && let Err(err) = self.commit(&moved, CommitMode::Async)
+        {
+            tracing::warn!(error = %err, "offset commit refused (rebalance?); the next owner replays idempotently");
+        }
+    }
+
+    /// Reads up to a fetch's worth of messages: returns after
+    /// `flush_interval` from the first one, after [`IDLE_WAIT`] if none
+    /// comes, and at `not_after` (a parked event due) whatever it has.
+    async fn next_batch(
+        &self,
+        shutdown: &Shutdown,
+        not_after: Option<Instant>,
+    ) -> Result<Vec<Received>, WriterError> {
         let mut batch = Vec::new();
+        let idle_until = Instant::now() + IDLE_WAIT;
         let mut deadline = None;
         while batch.len() < self.settings.batch_size * self.settings.write_concurrency.max(1) {
-            let wait = match deadline {
-                Some(at) => tokio::time::sleep_until(at),
-                None => tokio::time::sleep(Duration::from_millis(500)),
-            };
+            let until = deadline.unwrap_or(idle_until);
+            let until = not_after.map_or(until, |due| due.min(until));
             tokio::select! {
                 _ = shutdown.wait() => break,
-                _ = wait => break,
+                _ = tokio::time::sleep_until(until) => break,
                 message = self.consumer.recv() => {
                     let message = match message {
                         Ok(message) => message,
@@ -285,7 +381,7 @@ impl Writer {
                             break;
                         }
                     };
-                    deadline.get_or_insert_with(|| tokio::time::Instant::now() + self.settings.flush_interval);
+                    deadline.get_or_insert_with(|| Instant::now() + self.settings.flush_interval);
                     batch.push(Received {
                         partition: message.partition(),
                         offset: message.offset(),
@@ -296,142 +392,6 @@ impl Writer {
             }
         }
         Ok(batch)
-    }
-
-    /// Writes the batch; on a rejected row, isolates it by writing rows one
-    /// at a time, retrying each rejected row before dead-lettering it. While
-    /// the database is unreachable it waits with backoff and does not move
-    /// on. `None` means shutdown came first.
-    async fn store(
-        &self,
-        events: &[SourcedEvent],
-        batch: &[Received],
-        shutdown: &Shutdown,
-    ) -> Result<Option<(u64, u64)>, WriterError> {
-        if events.is_empty() {
-            return Ok(Some((0, 0)));
-        }
-        match self.write_until_reachable(events, shutdown).await {
-            None => return Ok(None),
-            Some(Ok(outcome)) => return Ok(Some((outcome.inserted, 0))),
-            Some(Err(err)) => {
-                tracing::warn!(error = %err, size = events.len(), "batch rejected; isolating the bad rows")
-            }
-        }
-        let (mut inserted, mut rejected) = (0, 0);
-        for event in events {
-            let mut attempt = 1;
-            loop {
-                match self
-                    .write_until_reachable(std::slice::from_ref(event), shutdown)
-                    .await
-                {
-                    None => return Ok(None),
-                    Some(Ok(outcome)) => {
-                        inserted += outcome.inserted;
-                        break;
-                    }
-                    Some(Err(err)) if attempt < MAX_ATTEMPTS => {
-                        tracing::warn!(error = %err, attempt, order = event.event.order_id, "row rejected; retrying");
-                        attempt += 1;
-                    }
-                    Some(Err(err)) => {
-                        let original = batch
-                            .iter()
-                            .find(|m| m.partition == event.partition && m.offset == event.offset);
-                        if let Some(message) = original {
-                            self.dead_letter(message, "db_rejected", &err.to_string(), shutdown)
-                                .await?;
-                        }
-                        rejected += 1;
-                        break;
-                    }
-                }
-            }
-        }
-        Ok(Some((inserted, rejected)))
-    }
-
-    /// `Some(Ok)` stored, `Some(Err)` the database refused the data, `None`
-    /// shutdown while it was unreachable.
-    async fn write_until_reachable(
-        &self,
-        events: &[SourcedEvent],
-        shutdown: &Shutdown,
-    ) -> Option<Result<crate::sink::BatchOutcome, SinkError>> {
-        let mut backoff = Duration::from_millis(100);
-        loop {
-            match self.sink.write_batch(events).await {
-                Ok(outcome) => return Some(Ok(outcome)),
-                Err(err) if is_rejection(&err) => return Some(Err(err)),
-                Err(err) => {
-                    tracing::warn!(error = %err, retry_in_ms = backoff.as_millis() as u64, "database unavailable; holding the batch");
-                    tokio::select! {
-                        _ = shutdown.wait() => return None,
-                        _ = tokio::time::sleep(backoff) => {}
-                    }
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
-                }
-            }
-        }
-    }
-
-    /// Sends one message to the DLQ with its reason and origin, and waits
-    /// for the acknowledgement (retrying), so its offset may be committed.
-    async fn dead_letter(
-        &self,
-        message: &Received,
-        reason: &str,
-        error: &str,
-        shutdown: &Shutdown,
-    ) -> Result<(), WriterError> {
-        let (partition, offset) = (message.partition.to_string(), message.offset.to_string());
-        let headers = OwnedHeaders::new()
-            .insert(Header {
-                key: "flashsale-dlq-reason",
-                value: Some(reason),
-            })
-            .insert(Header {
-                key: "flashsale-dlq-error",
-                value: Some(error),
-            })
-            .insert(Header {
-                key: "flashsale-original-topic",
-                value: Some(self.settings.topic.as_str()),
-            })
-            .insert(Header {
-                key: "flashsale-original-partition",
-                value: Some(partition.as_str()),
-            })
-            .insert(Header {
-                key: "flashsale-original-offset",
-                value: Some(offset.as_str()),
-            });
-        self.metrics.dead_letter(reason);
-        let mut backoff = Duration::from_millis(100);
-        loop {
-            let mut record = FutureRecord::to(&self.settings.dlq_topic)
-                .payload(&message.payload)
-                .headers(headers.clone());
-            if let Some(key) = &message.key {
-                record = record.key(key);
-            }
-            match self
-                .dlq
-                .send(record, Timeout::After(Duration::from_secs(10)))
-                .await
-            {
-                Ok(_) => return Ok(()),
-                Err((err, _)) => {
-                    tracing::warn!(error = %err, "DLQ send failed; retrying");
-                    tokio::select! {
-                        _ = shutdown.wait() => return Err(WriterError::Kafka(err)),
-                        _ = tokio::time::sleep(backoff) => {}
-                    }
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
-                }
-            }
-        }
     }
 
     /// Commits `next` (partition → offset after the last stored message).
@@ -450,6 +410,26 @@ impl Writer {
         self.consumer.commit(&offsets, mode)?;
         Ok(())
     }
+}
+
+/// The round to write: the parked events to retry now (those due, and
+/// those of an order an event of `fresh` belongs to), then `fresh`. Parked
+/// events go first: they are older than anything fetched, and an order's
+/// status moves keep their order. Returns the round and how many retries
+/// lead it.
+fn with_retries(
+    ledger: &Ledger<Pending>,
+    fresh: Vec<Pending>,
+    now: Instant,
+) -> (Vec<Pending>, usize) {
+    let seen: HashSet<&str> = fresh
+        .iter()
+        .map(|p| p.event.event.order_id.as_str())
+        .collect();
+    let mut round = ledger.retries(now, |order| seen.contains(order));
+    let retried = round.len();
+    round.extend(fresh);
+    (round, retried)
 }
 
 /// Events not yet committed by this member: over its assigned partitions,
@@ -496,17 +476,5 @@ impl KafkaProbe {
         })
         .await
         .map_err(|e| e.to_string())?
-    }
-}
-
-/// Whether the database refused the data (retrying the same rows cannot
-/// help) rather than being unreachable (waiting can).
-fn is_rejection(err: &SinkError) -> bool {
-    match err {
-        SinkError::Database(sqlx::Error::Database(db)) => {
-            db.kind() != sqlx::error::ErrorKind::Other
-                || db.code().is_some_and(|c| c.starts_with("22"))
-        }
-        _ => false,
     }
 }
