@@ -1,7 +1,14 @@
 //! The order-writer's Prometheus metrics (names per docs/architecture.md).
 
+use std::sync::{
+    Arc,
+    atomic::{AtomicBool, Ordering},
+};
+
 use prometheus_client::{
+    encoding::{EncodeMetric, MetricEncoder},
     metrics::{
+        MetricType,
         counter::Counter,
         family::Family,
         gauge::Gauge,
@@ -16,7 +23,7 @@ pub struct WriterMetrics {
     persisted: Counter,
     batch_size: Histogram,
     dlq: Family<Vec<(&'static str, String)>, Counter>,
-    lag: Gauge,
+    lag: MeasuredGauge,
     commit_latency: Histogram,
 }
 
@@ -27,7 +34,7 @@ impl Default for WriterMetrics {
             // 1, 2, 4 … 2048 events per batch.
             batch_size: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
             dlq: Family::default(),
-            lag: Gauge::default(),
+            lag: MeasuredGauge::default(),
             // 1 ms × 1.5^k up to about 3 minutes: fine enough for a p99.
             commit_latency: Histogram::new(exponential_buckets(0.001, 1.5, 30)),
         }
@@ -55,7 +62,8 @@ impl WriterMetrics {
         );
         registry.register(
             "order_writer_consumer_lag",
-            "Events in this replica's partitions not yet committed (high watermark minus committed offset)",
+            "Events of the topic not yet committed by the consumer group, over every partition \
+             (high watermark minus the group's committed offset); absent until first measured",
             metrics.lag.clone(),
         );
         registry.register_with_unit(
@@ -67,8 +75,8 @@ impl WriterMetrics {
         metrics
     }
 
-    /// The consumer lag last measured.
-    pub fn lag(&self) -> i64 {
+    /// The consumer group's lag last measured; `None` until one succeeded.
+    pub fn lag(&self) -> Option<i64> {
         self.lag.get()
     }
 
@@ -101,5 +109,74 @@ impl WriterMetrics {
         self.dlq
             .get_or_create(&vec![("reason", reason.to_owned())])
             .inc();
+    }
+}
+
+/// A gauge that is absent from the exposition until it is first set: a lag
+/// never measured must not read as 0 ("nothing left to drain").
+#[derive(Debug, Clone, Default)]
+struct MeasuredGauge {
+    gauge: Gauge,
+    measured: Arc<AtomicBool>,
+}
+
+impl MeasuredGauge {
+    fn get(&self) -> Option<i64> {
+        self.measured
+            .load(Ordering::Acquire)
+            .then(|| self.gauge.get())
+    }
+
+    fn set(&self, value: i64) {
+        self.gauge.set(value);
+        self.measured.store(true, Ordering::Release);
+    }
+}
+
+impl EncodeMetric for MeasuredGauge {
+    fn encode(&self, encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        self.gauge.encode(encoder)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Gauge
+    }
+
+    /// An empty metric is left out of the exposition, help and type lines too.
+    fn is_empty(&self) -> bool {
+        !self.measured.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exposition(registry: &Registry) -> Result<String, std::fmt::Error> {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, registry)?;
+        Ok(text)
+    }
+
+    #[test]
+    fn the_lag_is_absent_until_measured() -> Result<(), std::fmt::Error> {
+        let mut registry = Registry::default();
+        let metrics = WriterMetrics::register(&mut registry);
+        let before = exposition(&registry)?;
+        assert!(!before.contains("order_writer_consumer_lag"), "{before}");
+        assert_eq!(metrics.lag(), None);
+
+        metrics.set_lag(0);
+        let after = exposition(&registry)?;
+        assert!(
+            after.lines().any(|l| l == "order_writer_consumer_lag 0"),
+            "{after}"
+        );
+        assert!(
+            after.contains("# TYPE order_writer_consumer_lag gauge"),
+            "{after}"
+        );
+        assert_eq!(metrics.lag(), Some(0));
+        Ok(())
     }
 }

@@ -7,6 +7,7 @@
 //! clashes with a stored order is dead-lettered.
 
 mod dead_letter;
+mod lag;
 mod ledger;
 mod store;
 
@@ -205,7 +206,9 @@ impl Writer {
     async fn track_lag(&self) -> std::convert::Infallible {
         loop {
             let (consumer, topic) = (Arc::clone(&self.consumer), self.settings.topic.clone());
-            let measured = tokio::task::spawn_blocking(move || lag_of(&consumer, &topic));
+            let measured = tokio::task::spawn_blocking(move || {
+                lag::group_lag(&consumer, &topic, BROKER_CALL_TIMEOUT)
+            });
             match measured.await {
                 Ok(Ok(lag)) => self.metrics.set_lag(lag),
                 Ok(Err(err)) => tracing::debug!(error = %err, "consumer lag not measured"),
@@ -430,28 +433,6 @@ fn with_retries(
     let retried = round.len();
     round.extend(fresh);
     (round, retried)
-}
-
-/// Events not yet committed by this member: over its assigned partitions,
-/// the high watermark minus the group's committed offset (or the low
-/// watermark where nothing is committed yet).
-fn lag_of(consumer: &StreamConsumer, topic: &str) -> Result<i64, KafkaError> {
-    let assignment = consumer.assignment()?;
-    if assignment.count() == 0 {
-        return Ok(0);
-    }
-    let committed = consumer.committed_offsets(assignment, BROKER_CALL_TIMEOUT)?;
-    let mut lag = 0;
-    for element in committed.elements_for_topic(topic) {
-        let (low, high) =
-            consumer.fetch_watermarks(topic, element.partition(), BROKER_CALL_TIMEOUT)?;
-        let done = match element.offset() {
-            Offset::Offset(n) => n,
-            _ => low,
-        };
-        lag += (high - done).max(0);
-    }
-    Ok(lag)
 }
 
 /// Checks that the broker answers and the topic exists; cheap to clone.

@@ -120,6 +120,18 @@ impl Topics {
 }
 
 impl Topics {
+    /// Deletes the order topic's messages of `partition` before `offset`,
+    /// which moves its low watermark there (retention, by hand).
+    pub async fn delete_records_before(&self, partition: i32, offset: i64) -> anyhow::Result<()> {
+        let mut list = TopicPartitionList::new();
+        list.add_partition_offset(&self.topic, partition, Offset::Offset(offset))?;
+        let done = self.admin.delete_records(&list, &admin_options()).await?;
+        for element in done.elements() {
+            element.error()?;
+        }
+        Ok(())
+    }
+
     /// Messages in `topic` (high minus low watermark over its partitions).
     pub async fn message_count(&self, topic: &str, partitions: i32) -> anyhow::Result<i64> {
         let probe: StreamConsumer = ClientConfig::new()
