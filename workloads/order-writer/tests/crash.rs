@@ -16,10 +16,10 @@ const EVENTS: usize = 100_000;
 const PARTITIONS: i32 = 6;
 
 async fn two_sigkills_lose_and_duplicate_nothing(server_url: String) -> anyhow::Result<()> {
-    let database_url = common::private_database(&server_url).await?;
+    let database = common::PrivateDatabase::create(&server_url).await?;
     let topics = Topics::create(PARTITIONS).await?;
     let sale = stack::unique_name("crash");
-    let sink = Sink::connect(&database_url, 2).await?;
+    let sink = Sink::connect(&database.url, 2).await?;
     let group = stack::unique_name("crash-group");
 
     // Events keep arriving while the writer is killed and restarted.
@@ -31,7 +31,7 @@ async fn two_sigkills_lose_and_duplicate_nothing(server_url: String) -> anyhow::
         async move { common::produce(&producer, &sale, 0..EVENTS, 5_000).await }
     });
 
-    let mut writer = WriterProcess::start(&topics, &group, &database_url)?;
+    let mut writer = WriterProcess::start(&topics, &group, &database.url)?;
     for kill_at in [EVENTS as i64 / 5, EVENTS as i64 / 2] {
         let stored = poll_until(
             "the writer to get mid-stream",
@@ -57,9 +57,9 @@ async fn two_sigkills_lose_and_duplicate_nothing(server_url: String) -> anyhow::
         );
         eprintln!(
             "{}: killed the writer with {stored}..{after_kill} of {EVENTS} rows stored",
-            database_url.split(':').next().unwrap_or_default()
+            server_url.split(':').next().unwrap_or_default()
         );
-        writer = WriterProcess::start(&topics, &group, &database_url)?;
+        writer = WriterProcess::start(&topics, &group, &database.url)?;
     }
 
     let (acked, failed) = producing.await?;
@@ -80,7 +80,8 @@ async fn two_sigkills_lose_and_duplicate_nothing(server_url: String) -> anyhow::
     // Nothing was poison, so nothing went to the DLQ.
     let dlq_messages = topics.message_count(&topics.dlq, 1).await?;
     assert_eq!(dlq_messages, 0);
-    topics.delete().await
+    topics.delete().await?;
+    database.remove().await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -128,8 +128,8 @@ async fn every_replica_reports_the_group_lag_over_every_partition() -> anyhow::R
     topics.delete_records_before(1, 6).await?;
     let expected = (high[&0] - 4) + (high[&1] - 6) + high[&2];
 
-    let database = common::private_database(&stack::postgres_url()?).await?;
-    let sink = Sink::connect(&database, 2).await?;
+    let database = common::PrivateDatabase::create(&stack::postgres_url()?).await?;
+    let sink = Sink::connect(&database.url, 2).await?;
     let mut registry = Registry::default();
     let metrics = WriterMetrics::register(&mut registry);
     let writer = Writer::new(
@@ -220,5 +220,6 @@ async fn every_replica_reports_the_group_lag_over_every_partition() -> anyhow::R
         closed,
         "the writer did not leave the consumer group within 10 s"
     );
-    topics.delete().await
+    topics.delete().await?;
+    database.remove().await
 }

@@ -111,8 +111,8 @@ async fn database_stopped_for_10s_loses_nothing_and_dead_letters_nothing() -> an
     let _exclusive = faults::exclusive().await;
     let topics = Topics::create(3).await?;
     let sale = stack::unique_name("db-outage");
-    let database = common::private_database(&stack::postgres_url()?).await?;
-    let sink = Sink::connect(&database, 4).await?;
+    let database = common::PrivateDatabase::create(&stack::postgres_url()?).await?;
+    let sink = Sink::connect(&database.url, 4).await?;
     let producer = producer(&topics)?;
     let writer = start_writer(&topics, sink.clone()).await?;
 
@@ -165,7 +165,8 @@ async fn database_stopped_for_10s_loses_nothing_and_dead_letters_nothing() -> an
     let stats = writer.stop().await?;
     assert_eq!((stats.inserted, stats.dead_lettered), (5_000, 0));
     assert_eq!(topics.message_count(&topics.dlq, 1).await?, 0);
-    topics.delete().await
+    topics.delete().await?;
+    database.remove().await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -173,8 +174,8 @@ async fn every_event_acknowledged_across_a_broker_restart_is_stored() -> anyhow:
     let _exclusive = faults::exclusive().await;
     let topics = Topics::create(3).await?;
     let sale = stack::unique_name("broker-restart");
-    let database = common::private_database(&stack::postgres_url()?).await?;
-    let sink = Sink::connect(&database, 4).await?;
+    let database = common::PrivateDatabase::create(&stack::postgres_url()?).await?;
+    let sink = Sink::connect(&database.url, 4).await?;
     let producer = producer(&topics)?;
     let writer = start_writer(&topics, sink.clone()).await?;
 
@@ -266,5 +267,6 @@ async fn every_event_acknowledged_across_a_broker_restart_is_stored() -> anyhow:
     );
     let stats = writer.stop().await?;
     assert_eq!(stats.dead_lettered, 0);
-    topics.delete().await
+    topics.delete().await?;
+    database.remove().await
 }

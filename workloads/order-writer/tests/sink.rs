@@ -8,9 +8,12 @@ use flashsale_orders::{EventKind, OrderEvent, SCHEMA_VERSION};
 use order_writer::sink::{BatchOutcome, Conflict, ConflictKind, Sink, SourcedEvent};
 
 /// A sink on a fresh database of the server at `server_url`.
-async fn private_sink(server_url: String, connections: u32) -> anyhow::Result<Sink> {
-    let url = common::private_database(&server_url).await?;
-    Ok(Sink::connect(&url, connections).await?)
+async fn private_sink(
+    server_url: String,
+    connections: u32,
+) -> anyhow::Result<(Sink, common::PrivateDatabase)> {
+    let database = common::PrivateDatabase::create(&server_url).await?;
+    Ok((Sink::connect(&database.url, connections).await?, database))
 }
 
 /// The `created` event of order `n` of `sale`, under idempotency key `key`.
@@ -58,7 +61,7 @@ async fn statuses(sink: &Sink, sale: &str) -> anyhow::Result<Vec<(String, String
 }
 
 async fn replays_are_no_ops_and_status_only_moves_forward(url: String) -> anyhow::Result<()> {
-    let sink = private_sink(url, 4).await?;
+    let (sink, database) = private_sink(url, 4).await?;
     let sale = stack::unique_name("sink");
     let batch: Vec<SourcedEvent> = (0..50)
         .map(|n| event(&sale, n, EventKind::Created))
@@ -109,7 +112,7 @@ async fn replays_are_no_ops_and_status_only_moves_forward(url: String) -> anyhow
             "pending_payment".to_owned()
         )
     );
-    Ok(())
+    database.remove().await
 }
 
 #[tokio::test]
@@ -125,7 +128,7 @@ async fn mariadb_batches_are_idempotent() -> anyhow::Result<()> {
 /// The largest batch the FlashSale CRD allows holds 120,000 column values,
 /// beyond either protocol's 65,535 bind parameters per statement.
 async fn the_largest_batch_is_stored_in_one_go(url: String) -> anyhow::Result<()> {
-    let sink = private_sink(url, 1).await?;
+    let (sink, database) = private_sink(url, 1).await?;
     let sale = stack::unique_name("sink-large");
     let mut batch: Vec<SourcedEvent> = (0..10_000)
         .map(|n| event(&sale, n, EventKind::Created))
@@ -135,7 +138,7 @@ async fn the_largest_batch_is_stored_in_one_go(url: String) -> anyhow::Result<()
     let outcome = sink.write_batch(&batch).await?;
     assert_eq!((outcome.inserted, outcome.status_changes), (6_000, 1));
     assert_eq!(statuses(&sink, &sale).await?.len(), 10_000);
-    Ok(())
+    database.remove().await
 }
 
 #[tokio::test]
@@ -152,7 +155,7 @@ async fn mariadb_takes_the_largest_batch() -> anyhow::Result<()> {
 /// reported; one whose order a `created` event of the same batch inserts
 /// applies at once; one for an order already moved is a no-op, not missing.
 async fn status_events_without_their_order_are_reported(url: String) -> anyhow::Result<()> {
-    let sink = private_sink(url, 2).await?;
+    let (sink, database) = private_sink(url, 2).await?;
     let sale = stack::unique_name("sink-missing");
     let batch = vec![
         event(&sale, 0, EventKind::Created),
@@ -195,7 +198,7 @@ async fn status_events_without_their_order_are_reported(url: String) -> anyhow::
             (format!("{sale}-o2"), "pending_payment".to_owned()),
         ]
     );
-    Ok(())
+    database.remove().await
 }
 
 #[tokio::test]
@@ -212,7 +215,7 @@ async fn mariadb_reports_status_events_without_their_order() -> anyhow::Result<(
 /// id, or whose order id is stored under another key, is reported and not
 /// stored; the same order again is a silent no-op.
 async fn identity_clashes_are_reported(url: String) -> anyhow::Result<()> {
-    let sink = private_sink(url, 2).await?;
+    let (sink, database) = private_sink(url, 2).await?;
     let sale = stack::unique_name("sink-clash");
     let (k1, k4) = (format!("{sale}-k1"), format!("{sale}-k4"));
     let first = sink.write_batch(&[created_with_key(&sale, 1, &k1)]).await?;
@@ -269,7 +272,7 @@ async fn identity_clashes_are_reported(url: String) -> anyhow::Result<()> {
         (replayed.inserted, replayed.conflicts),
         (0, expected.conflicts)
     );
-    Ok(())
+    database.remove().await
 }
 
 #[tokio::test]
@@ -288,7 +291,7 @@ async fn mariadb_reports_identity_clashes() -> anyhow::Result<()> {
 /// writes the batch's events one at a time, each alone.
 #[tokio::test]
 async fn mariadb_reports_keys_equal_only_by_collation() -> anyhow::Result<()> {
-    let sink = private_sink(stack::mysql_url()?, 1).await?;
+    let (sink, database) = private_sink(stack::mysql_url()?, 1).await?;
     let Sink::Mysql(pool) = &sink else {
         anyhow::bail!("not a MySQL-protocol sink")
     };
@@ -336,13 +339,13 @@ async fn mariadb_reports_keys_equal_only_by_collation() -> anyhow::Result<()> {
         1,
         "nothing else stored"
     );
-    Ok(())
+    database.remove().await
 }
 
 /// Sale ids are `<namespace>.<name>.<8 hex>`: up to 128 characters, stored
 /// whole.
 async fn a_sale_id_of_128_characters_is_stored(url: String) -> anyhow::Result<()> {
-    let sink = private_sink(url, 1).await?;
+    let (sink, database) = private_sink(url, 1).await?;
     let prefix = stack::unique_name("sale");
     let sale = format!("{prefix}.{}.0123abcd", "n".repeat(118 - prefix.len()));
     assert_eq!(sale.len(), 128);
@@ -354,7 +357,7 @@ async fn a_sale_id_of_128_characters_is_stored(url: String) -> anyhow::Result<()
         vec![(format!("{prefix}-o0"), "pending_payment".to_owned())],
         "the row is found by its whole sale id"
     );
-    Ok(())
+    database.remove().await
 }
 
 #[tokio::test]

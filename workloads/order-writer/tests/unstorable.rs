@@ -155,8 +155,8 @@ where
 
 async fn nothing_unstorable_is_dropped(server_url: String) -> anyhow::Result<()> {
     let topics = Topics::create(1).await?;
-    let database = common::private_database(&server_url).await?;
-    let sink = Sink::connect(&database, 4).await?;
+    let database = common::PrivateDatabase::create(&server_url).await?;
+    let sink = Sink::connect(&database.url, 4).await?;
     let sale = stack::unique_name("unstorable");
     let id = |n| common::order_id(&sale, n);
     let mut settings = ProducerSettings::new(&topics.brokers);
@@ -322,7 +322,8 @@ async fn nothing_unstorable_is_dropped(server_url: String) -> anyhow::Result<()>
         "the writer did not leave the consumer group within 10 s"
     );
     assert_eq!((stats.inserted, stats.dead_lettered), (4, 2));
-    topics.delete().await
+    topics.delete().await?;
+    database.remove().await
 }
 
 /// Messages in the one-partition DLQ; 0 when it cannot be read.

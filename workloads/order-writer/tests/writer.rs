@@ -68,8 +68,8 @@ async fn healthy_events_are_stored_poison_goes_to_the_dlq_and_offsets_follow() -
         }
     }
 
-    let database = common::private_database(&stack::postgres_url()?).await?;
-    let sink = Sink::connect(&database, 4).await?;
+    let database = common::PrivateDatabase::create(&stack::postgres_url()?).await?;
+    let sink = Sink::connect(&database.url, 4).await?;
     let group = stack::unique_name("writer-group");
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = WriterMetrics::register(&mut registry);
@@ -181,5 +181,6 @@ async fn healthy_events_are_stored_poison_goes_to_the_dlq_and_offsets_follow() -
         (stats.inserted as usize, stats.dead_lettered as usize),
         (GOOD, poison.len())
     );
-    topics.delete().await
+    topics.delete().await?;
+    database.remove().await
 }

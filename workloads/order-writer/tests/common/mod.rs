@@ -151,26 +151,57 @@ impl Topics {
     }
 }
 
-/// A fresh database on the server of `server_url` (the stack's PostgreSQL or
-/// MariaDB), and its URL: the writer migrates it from scratch, and no other
-/// test, branch or workload sees its schema or its rows.
-pub async fn private_database(server_url: &str) -> anyhow::Result<String> {
-    // Lowercase letters, digits and underscores only: safe as an identifier.
-    let name = stack::unique_name("orders").replace('-', "_");
-    let create = sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"));
-    if server_url.starts_with("mysql://") {
-        let mut conn = sqlx::MySqlConnection::connect(server_url).await?;
-        sqlx::query(create).execute(&mut conn).await?;
+/// A database of one test's own on the stack's PostgreSQL or MariaDB server:
+/// the writer migrates it from scratch, and no other test, branch or
+/// workload sees its schema or its rows. [`PrivateDatabase::remove`] drops
+/// it once the test passed; a failed test leaves it to be looked at.
+pub struct PrivateDatabase {
+    /// Its URL.
+    pub url: String,
+    server_url: String,
+    name: String,
+}
+
+impl PrivateDatabase {
+    /// Creates a fresh database on the server of `server_url`.
+    pub async fn create(server_url: &str) -> anyhow::Result<Self> {
+        // Lowercase letters, digits and underscores only: safe as an identifier.
+        let name = stack::unique_name("orders").replace('-', "_");
+        run(server_url, format!("CREATE DATABASE {name}")).await?;
+        let (server, _) = server_url
+            .rsplit_once('/')
+            .ok_or_else(|| anyhow::anyhow!("no database in {server_url}"))?;
+        Ok(Self {
+            url: format!("{server}/{name}"),
+            server_url: server_url.to_owned(),
+            name,
+        })
+    }
+
+    /// Drops the database, ending the connections still open to it.
+    pub async fn remove(self) -> anyhow::Result<()> {
+        let drop = if self.server_url.starts_with("mysql://") {
+            format!("DROP DATABASE {}", self.name)
+        } else {
+            format!("DROP DATABASE {} WITH (FORCE)", self.name)
+        };
+        run(&self.server_url, drop).await
+    }
+}
+
+/// Runs one statement built from trusted parts on the server of `url`.
+async fn run(url: &str, statement: String) -> anyhow::Result<()> {
+    let statement = sqlx::AssertSqlSafe(statement);
+    if url.starts_with("mysql://") {
+        let mut conn = sqlx::MySqlConnection::connect(url).await?;
+        sqlx::query(statement).execute(&mut conn).await?;
         conn.close().await?;
     } else {
-        let mut conn = sqlx::PgConnection::connect(server_url).await?;
-        sqlx::query(create).execute(&mut conn).await?;
+        let mut conn = sqlx::PgConnection::connect(url).await?;
+        sqlx::query(statement).execute(&mut conn).await?;
         conn.close().await?;
     }
-    let (server, _) = server_url
-        .rsplit_once('/')
-        .ok_or_else(|| anyhow::anyhow!("no database in {server_url}"))?;
-    Ok(format!("{server}/{name}"))
+    Ok(())
 }
 
 /// The order id of the `n`th order of `sale`.
