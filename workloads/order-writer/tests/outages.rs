@@ -21,11 +21,12 @@ use order_writer::{
     sink::Sink,
     writer::{Writer, WriterSettings, WriterStats},
 };
+use prometheus_client::registry::Registry;
 use tokio::task::JoinHandle;
 
 /// A writer running in this process, with its metrics and readiness.
 struct Running {
-    metrics: WriterMetrics,
+    registry: Registry,
     readiness: Readiness,
     shutdown: Shutdown,
     task: JoinHandle<Result<(WriterStats, bool), order_writer::writer::WriterError>>,
@@ -34,7 +35,7 @@ struct Running {
 
 async fn start_writer(topics: &Topics, sink: Sink) -> anyhow::Result<Running> {
     let group = stack::unique_name("outage-group");
-    let mut registry = prometheus_client::registry::Registry::default();
+    let mut registry = Registry::default();
     let metrics = WriterMetrics::register(&mut registry);
     let writer = Writer::new(
         WriterSettings {
@@ -48,7 +49,7 @@ async fn start_writer(topics: &Topics, sink: Sink) -> anyhow::Result<Running> {
             session_timeout: Duration::from_secs(10),
         },
         sink,
-        metrics.clone(),
+        metrics,
     )?;
     let readiness = writer.readiness();
     let shutdown = Shutdown::new();
@@ -60,7 +61,7 @@ async fn start_writer(topics: &Topics, sink: Sink) -> anyhow::Result<Running> {
         }
     });
     Ok(Running {
-        metrics,
+        registry,
         readiness,
         shutdown,
         task,
@@ -75,11 +76,10 @@ impl Running {
             within,
             Duration::from_millis(200),
             || async {
-                let lag = self.metrics.lag();
-                if lag == expected {
-                    Ok(())
-                } else {
-                    Err(format!("lag {lag}, expected {expected}"))
+                // Measured: a gauge not measured yet is absent, never 0.
+                match common::sample(&self.registry, "order_writer_consumer_lag") {
+                    Ok(Some(lag)) if lag == expected => Ok(()),
+                    other => Err(format!("lag {other:?}, expected {expected}")),
                 }
             },
         )
@@ -92,9 +92,10 @@ impl Running {
         let (stats, closed) = tokio::time::timeout(Duration::from_secs(30), self.task)
             .await
             .map_err(|_| anyhow::anyhow!("the writer did not stop within 30 s"))???;
-        if !closed {
-            eprintln!("leaving the consumer group timed out");
-        }
+        anyhow::ensure!(
+            closed,
+            "the writer did not leave the consumer group within 10 s"
+        );
         Ok(stats)
     }
 }
@@ -110,13 +111,20 @@ async fn database_stopped_for_10s_loses_nothing_and_dead_letters_nothing() -> an
     let _exclusive = faults::exclusive().await;
     let topics = Topics::create(3).await?;
     let sale = stack::unique_name("db-outage");
-    let sink = Sink::connect(&stack::postgres_url()?, 4).await?;
+    let database = common::PrivateDatabase::create(&stack::postgres_url()?).await?;
+    let sink = Sink::connect(&database.url, 4).await?;
     let producer = producer(&topics)?;
     let writer = start_writer(&topics, sink.clone()).await?;
 
     let (acked, _) = common::produce(&producer, &sale, 0..2_000, 500).await;
     assert_eq!(acked.len(), 2_000);
-    common::wait_rows(&sink, &sale, 2_000, Duration::from_secs(60)).await?;
+    common::wait_stored_exactly(
+        &sink,
+        &sale,
+        &common::order_ids(&sale, 0..2_000),
+        Duration::from_secs(60),
+    )
+    .await?;
     writer.wait_lag(0, Duration::from_secs(30)).await?;
 
     let outage = faults::Outage::begin("postgres").await?;
@@ -138,7 +146,13 @@ async fn database_stopped_for_10s_loses_nothing_and_dead_letters_nothing() -> an
     outage.end().await?;
 
     let back = Instant::now();
-    common::wait_rows(&sink, &sale, 5_000, Duration::from_secs(60)).await?;
+    common::wait_stored_exactly(
+        &sink,
+        &sale,
+        &common::order_ids(&sale, 0..5_000),
+        Duration::from_secs(60),
+    )
+    .await?;
     eprintln!(
         "caught up {} ms after the database came back",
         back.elapsed().as_millis()
@@ -151,7 +165,8 @@ async fn database_stopped_for_10s_loses_nothing_and_dead_letters_nothing() -> an
     let stats = writer.stop().await?;
     assert_eq!((stats.inserted, stats.dead_lettered), (5_000, 0));
     assert_eq!(topics.message_count(&topics.dlq, 1).await?, 0);
-    topics.delete().await
+    topics.delete().await?;
+    database.remove().await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -159,7 +174,8 @@ async fn every_event_acknowledged_across_a_broker_restart_is_stored() -> anyhow:
     let _exclusive = faults::exclusive().await;
     let topics = Topics::create(3).await?;
     let sale = stack::unique_name("broker-restart");
-    let sink = Sink::connect(&stack::postgres_url()?, 4).await?;
+    let database = common::PrivateDatabase::create(&stack::postgres_url()?).await?;
+    let sink = Sink::connect(&database.url, 4).await?;
     let producer = producer(&topics)?;
     let writer = start_writer(&topics, sink.clone()).await?;
 
@@ -183,7 +199,7 @@ async fn every_event_acknowledged_across_a_broker_restart_is_stored() -> anyhow:
         Duration::from_secs(30),
         Duration::from_millis(100),
         || async {
-            let (rows, _) = common::count_orders(&sink, &sale).await?;
+            let rows = common::count_rows(&sink, &sale).await?;
             if rows >= 1_000 {
                 Ok(())
             } else {
@@ -198,7 +214,7 @@ async fn every_event_acknowledged_across_a_broker_restart_is_stored() -> anyhow:
     assert_ne!(report.checks["kafka"], "ok", "{report:?}");
     assert_eq!(report.checks["database"], "ok");
     outage.end().await?;
-    let (rows_at_restart, _) = common::count_orders(&sink, &sale)
+    let rows_at_restart = common::count_rows(&sink, &sale)
         .await
         .map_err(anyhow::Error::msg)?;
     poll_until(
@@ -206,7 +222,7 @@ async fn every_event_acknowledged_across_a_broker_restart_is_stored() -> anyhow:
         Duration::from_secs(60),
         Duration::from_millis(100),
         || async {
-            let (rows, _) = common::count_orders(&sink, &sale).await?;
+            let rows = common::count_rows(&sink, &sale).await?;
             if rows >= rows_at_restart + 1_000 {
                 Ok(())
             } else {
@@ -222,31 +238,35 @@ async fn every_event_acknowledged_across_a_broker_restart_is_stored() -> anyhow:
         acked.len()
     );
 
-    // Every acknowledged event is stored once; unacknowledged ones may be
-    // stored too (the broker may have written them before the answer was lost).
-    poll_until(
+    // Every acknowledged event is stored; unacknowledged ones may be stored
+    // too (the broker may have written them before the answer was lost),
+    // but nothing the test did not send.
+    let acked = common::order_ids(&sale, acked);
+    let sent_ids = common::order_ids(&sale, 0..sent);
+    let stored = poll_until(
         "every acknowledged event stored",
         Duration::from_secs(60),
         Duration::from_millis(250),
         || async {
-            let stored = common::stored_numbers(&sink, &sale)
-                .await
-                .map_err(|e| e.to_string())?;
-            let missing = acked.iter().filter(|n| !stored.contains(n)).count();
+            let stored = common::stored_ids(&sink, &sale).await?;
+            let missing = acked.difference(&stored).count();
             if missing == 0 {
-                Ok(())
+                Ok(stored)
             } else {
                 Err(format!("{missing} acknowledged events missing"))
             }
         },
     )
     .await?;
-    let (rows, distinct) = common::count_orders(&sink, &sale)
-        .await
-        .map_err(anyhow::Error::msg)?;
-    assert_eq!(rows, distinct, "no event stored twice");
-    assert!(rows as usize <= sent);
+    let extra: Vec<&String> = stored.difference(&sent_ids).collect();
+    assert!(
+        extra.is_empty(),
+        "{} stored orders were never sent, first {:?}",
+        extra.len(),
+        extra.first()
+    );
     let stats = writer.stop().await?;
     assert_eq!(stats.dead_lettered, 0);
-    topics.delete().await
+    topics.delete().await?;
+    database.remove().await
 }

@@ -68,7 +68,8 @@ async fn healthy_events_are_stored_poison_goes_to_the_dlq_and_offsets_follow() -
         }
     }
 
-    let sink = Sink::connect(&stack::postgres_url()?, 4).await?;
+    let database = common::PrivateDatabase::create(&stack::postgres_url()?).await?;
+    let sink = Sink::connect(&database.url, 4).await?;
     let group = stack::unique_name("writer-group");
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = WriterMetrics::register(&mut registry);
@@ -84,19 +85,24 @@ async fn healthy_events_are_stored_poison_goes_to_the_dlq_and_offsets_follow() -
             session_timeout: Duration::from_secs(10),
         },
         sink.clone(),
-        metrics.clone(),
+        metrics,
     )?;
     let shutdown = Shutdown::new();
     let running = tokio::spawn({
         let shutdown = shutdown.clone();
         async move {
             let stats = writer.run(shutdown).await;
-            writer.close(Duration::from_secs(10)).await;
-            stats
+            (stats, writer.close(Duration::from_secs(10)).await)
         }
     });
 
-    common::wait_rows(&sink, &sale, GOOD as i64, Duration::from_secs(60)).await?;
+    common::wait_stored_exactly(
+        &sink,
+        &sale,
+        &common::order_ids(&sale, 0..GOOD),
+        Duration::from_secs(60),
+    )
+    .await?;
 
     let reader: StreamConsumer = ClientConfig::new()
         .set("bootstrap.servers", &brokers)
@@ -125,6 +131,11 @@ async fn healthy_events_are_stored_poison_goes_to_the_dlq_and_offsets_follow() -
     let mut expected: Vec<String> = poison.iter().map(|(_, r)| (*r).to_owned()).collect();
     expected.sort();
     assert_eq!(reasons, expected);
+    assert_eq!(
+        topics.message_count(&dlq, 1).await?,
+        poison.len() as i64,
+        "only the poison is dead-lettered"
+    );
 
     // Offsets are committed up to the end of every partition.
     let end = topics
@@ -132,13 +143,13 @@ async fn healthy_events_are_stored_poison_goes_to_the_dlq_and_offsets_follow() -
         .await?;
     assert_eq!(end as usize, GOOD + poison.len());
     flashsale_e2e::wait::poll_until(
-        "the lag gauge to reach 0",
+        "the lag gauge to read a measured 0",
         Duration::from_secs(30),
         Duration::from_millis(200),
         || async {
-            match metrics.lag() {
-                0 => Ok(()),
-                lag => Err(format!("lag {lag}")),
+            match common::sample(&registry, "order_writer_consumer_lag") {
+                Ok(Some(0)) => Ok(()),
+                other => Err(format!("lag {other:?}")),
             }
         },
     )
@@ -160,10 +171,16 @@ async fn healthy_events_are_stored_poison_goes_to_the_dlq_and_offsets_follow() -
     }
 
     shutdown.trigger();
-    let stats = running.await??;
+    let (stats, closed) = running.await?;
+    let stats = stats?;
+    assert!(
+        closed,
+        "the writer did not leave the consumer group within 10 s"
+    );
     assert_eq!(
         (stats.inserted as usize, stats.dead_lettered as usize),
         (GOOD, poison.len())
     );
-    topics.delete().await
+    topics.delete().await?;
+    database.remove().await
 }

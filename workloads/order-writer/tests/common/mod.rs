@@ -1,9 +1,10 @@
-//! What the order-writer tests share: topics, events, and the two checks
-//! every run ends with (rows stored, offsets committed to the end).
+//! What the order-writer tests share: a database of their own, topics,
+//! events, and the two checks every run ends with (exactly the orders the
+//! test produced are stored, offsets committed to the end).
 
 #![allow(dead_code)] // each test binary uses its own subset
 
-use std::{collections::HashSet, time::Duration};
+use std::{collections::BTreeSet, time::Duration};
 
 use flashsale_e2e::{stack, wait::poll_until};
 use flashsale_orders::{EventKind, OrderEvent, OrderProducer, ProduceError, SCHEMA_VERSION};
@@ -14,6 +15,7 @@ use rdkafka::{
     client::DefaultClientContext,
     consumer::{Consumer, StreamConsumer},
 };
+use sqlx::Connection;
 
 /// An order topic and its DLQ, deleted by [`Topics::delete`].
 pub struct Topics {
@@ -118,6 +120,18 @@ impl Topics {
 }
 
 impl Topics {
+    /// Deletes the order topic's messages of `partition` before `offset`,
+    /// which moves its low watermark there (retention, by hand).
+    pub async fn delete_records_before(&self, partition: i32, offset: i64) -> anyhow::Result<()> {
+        let mut list = TopicPartitionList::new();
+        list.add_partition_offset(&self.topic, partition, Offset::Offset(offset))?;
+        let done = self.admin.delete_records(&list, &admin_options()).await?;
+        for element in done.elements() {
+            element.error()?;
+        }
+        Ok(())
+    }
+
     /// Messages in `topic` (high minus low watermark over its partitions).
     pub async fn message_count(&self, topic: &str, partitions: i32) -> anyhow::Result<i64> {
         let probe: StreamConsumer = ClientConfig::new()
@@ -137,12 +151,75 @@ impl Topics {
     }
 }
 
+/// A database of one test's own on the stack's PostgreSQL or MariaDB server:
+/// the writer migrates it from scratch, and no other test, branch or
+/// workload sees its schema or its rows. [`PrivateDatabase::remove`] drops
+/// it once the test passed; a failed test leaves it to be looked at.
+pub struct PrivateDatabase {
+    /// Its URL.
+    pub url: String,
+    server_url: String,
+    name: String,
+}
+
+impl PrivateDatabase {
+    /// Creates a fresh database on the server of `server_url`.
+    pub async fn create(server_url: &str) -> anyhow::Result<Self> {
+        // Lowercase letters, digits and underscores only: safe as an identifier.
+        let name = stack::unique_name("orders").replace('-', "_");
+        run(server_url, format!("CREATE DATABASE {name}")).await?;
+        let (server, _) = server_url
+            .rsplit_once('/')
+            .ok_or_else(|| anyhow::anyhow!("no database in {server_url}"))?;
+        Ok(Self {
+            url: format!("{server}/{name}"),
+            server_url: server_url.to_owned(),
+            name,
+        })
+    }
+
+    /// Drops the database, ending the connections still open to it.
+    pub async fn remove(self) -> anyhow::Result<()> {
+        let drop = if self.server_url.starts_with("mysql://") {
+            format!("DROP DATABASE {}", self.name)
+        } else {
+            format!("DROP DATABASE {} WITH (FORCE)", self.name)
+        };
+        run(&self.server_url, drop).await
+    }
+}
+
+/// Runs one statement built from trusted parts on the server of `url`.
+async fn run(url: &str, statement: String) -> anyhow::Result<()> {
+    let statement = sqlx::AssertSqlSafe(statement);
+    if url.starts_with("mysql://") {
+        let mut conn = sqlx::MySqlConnection::connect(url).await?;
+        sqlx::query(statement).execute(&mut conn).await?;
+        conn.close().await?;
+    } else {
+        let mut conn = sqlx::PgConnection::connect(url).await?;
+        sqlx::query(statement).execute(&mut conn).await?;
+        conn.close().await?;
+    }
+    Ok(())
+}
+
+/// The order id of the `n`th order of `sale`.
+pub fn order_id(sale: &str, n: usize) -> String {
+    format!("{sale}-o{n}")
+}
+
+/// The order ids of orders `numbers` of `sale`.
+pub fn order_ids(sale: &str, numbers: impl IntoIterator<Item = usize>) -> BTreeSet<String> {
+    numbers.into_iter().map(|n| order_id(sale, n)).collect()
+}
+
 /// The `n`th created event of `sale`; 97 users so every partition gets some.
 pub fn event(sale: &str, n: usize) -> OrderEvent {
     OrderEvent {
         schema_version: SCHEMA_VERSION,
         kind: EventKind::Created,
-        order_id: format!("{sale}-o{n}"),
+        order_id: order_id(sale, n),
         sale: sale.to_owned(),
         user_id: format!("u{}", n % 97),
         sku: "PHONE".into(),
@@ -179,75 +256,113 @@ pub async fn produce(
     (acked, failed)
 }
 
-/// Rows stored for `sale`, and how many distinct idempotency keys they hold.
-pub async fn count_orders(sink: &Sink, sale: &str) -> Result<(i64, i64), String> {
+/// Rows stored for `sale`: a progress measure only. Whether the right
+/// orders are stored, each once, is [`stored_ids`] against what was produced.
+pub async fn count_rows(sink: &Sink, sale: &str) -> Result<i64, String> {
     let result = match sink {
         Sink::Postgres(pool) => {
-            sqlx::query_as(
-                "SELECT COUNT(*), COUNT(DISTINCT idempotency_key) FROM orders WHERE sale = $1",
-            )
-            .bind(sale)
-            .fetch_one(pool)
-            .await
+            sqlx::query_scalar("SELECT COUNT(*) FROM orders WHERE sale = $1")
+                .bind(sale)
+                .fetch_one(pool)
+                .await
         }
         Sink::Mysql(pool) => {
-            sqlx::query_as(
-                "SELECT COUNT(*), COUNT(DISTINCT idempotency_key) FROM orders WHERE sale = ?",
-            )
-            .bind(sale)
-            .fetch_one(pool)
-            .await
+            sqlx::query_scalar("SELECT COUNT(*) FROM orders WHERE sale = ?")
+                .bind(sale)
+                .fetch_one(pool)
+                .await
         }
     };
     result.map_err(|e| e.to_string())
 }
 
-/// The order numbers stored for `sale`.
-pub async fn stored_numbers(sink: &Sink, sale: &str) -> anyhow::Result<HashSet<usize>> {
-    let ids: Vec<String> = match sink {
+/// The order ids stored for `sale`.
+pub async fn stored_ids(sink: &Sink, sale: &str) -> Result<BTreeSet<String>, String> {
+    let ids: Result<Vec<String>, _> = match sink {
         Sink::Postgres(pool) => {
             sqlx::query_scalar("SELECT order_id FROM orders WHERE sale = $1")
                 .bind(sale)
                 .fetch_all(pool)
-                .await?
+                .await
         }
         Sink::Mysql(pool) => {
             sqlx::query_scalar("SELECT order_id FROM orders WHERE sale = ?")
                 .bind(sale)
                 .fetch_all(pool)
-                .await?
+                .await
         }
     };
-    let prefix = format!("{sale}-o");
-    Ok(ids
-        .iter()
-        .filter_map(|id| id.strip_prefix(&prefix)?.parse().ok())
-        .collect())
+    let ids = ids.map_err(|e| e.to_string())?;
+    let unique: BTreeSet<String> = ids.iter().cloned().collect();
+    if unique.len() == ids.len() {
+        Ok(unique)
+    } else {
+        Err(format!(
+            "{} rows hold {} order ids",
+            ids.len(),
+            unique.len()
+        ))
+    }
 }
 
-/// Polls until `sale` has exactly `expected` rows, all distinct.
-pub async fn wait_rows(
+/// How `stored` differs from `expected`, or `None` when it is the same set.
+pub fn difference(stored: &BTreeSet<String>, expected: &BTreeSet<String>) -> Option<String> {
+    let missing: Vec<&String> = expected.difference(stored).collect();
+    let extra: Vec<&String> = stored.difference(expected).collect();
+    if missing.is_empty() && extra.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "{} of {} orders stored; {} missing (first {:?}), {} not produced by this test (first {:?})",
+        stored.len(),
+        expected.len(),
+        missing.len(),
+        missing.first(),
+        extra.len(),
+        extra.first()
+    ))
+}
+
+/// Polls until `sale` holds exactly the orders `expected`: none missing,
+/// none the test did not produce.
+pub async fn wait_stored_exactly(
     sink: &Sink,
     sale: &str,
-    expected: i64,
+    expected: &BTreeSet<String>,
     within: Duration,
 ) -> anyhow::Result<()> {
     poll_until(
-        "every event stored once",
+        "exactly the produced orders stored",
         within,
         Duration::from_millis(200),
         || async {
-            let (rows, distinct) = count_orders(sink, sale).await?;
-            if rows != distinct {
-                return Err(format!("{rows} rows but {distinct} distinct keys"));
+            // Counting is cheap; the ids are read once there are enough rows.
+            let rows = count_rows(sink, sale).await?;
+            if rows < expected.len() as i64 {
+                return Err(format!("{rows} of {} rows", expected.len()));
             }
-            if rows == expected {
-                Ok(())
-            } else {
-                Err(format!("{rows} of {expected} rows"))
+            let stored = stored_ids(sink, sale).await?;
+            match difference(&stored, expected) {
+                None => Ok(()),
+                Some(diff) => Err(diff),
             }
         },
     )
     .await
     .map_err(Into::into)
+}
+
+/// The value of the unlabelled sample `name` in the registry's exposition,
+/// `None` when the registry has no such sample.
+pub fn sample(
+    registry: &prometheus_client::registry::Registry,
+    name: &str,
+) -> anyhow::Result<Option<i64>> {
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, registry)?;
+    let prefix = format!("{name} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map(|v| v.parse().map_err(Into::into))
+        .transpose()
 }

@@ -1,0 +1,72 @@
+//! Sending what cannot be stored to the dead-letter topic.
+
+use std::time::Duration;
+
+use flashsale_runtime::Shutdown;
+use rdkafka::{
+    message::{Header, OwnedHeaders},
+    producer::FutureRecord,
+    util::Timeout,
+};
+
+use super::{MAX_BACKOFF, Received, Writer, WriterError};
+
+impl Writer {
+    /// Sends one message to the DLQ with its reason and origin, and waits
+    /// for the acknowledgement (retrying), so its offset may be committed.
+    pub(super) async fn dead_letter(
+        &self,
+        message: &Received,
+        reason: &str,
+        error: &str,
+        shutdown: &Shutdown,
+    ) -> Result<(), WriterError> {
+        let (partition, offset) = (message.partition.to_string(), message.offset.to_string());
+        let headers = OwnedHeaders::new()
+            .insert(Header {
+                key: "flashsale-dlq-reason",
+                value: Some(reason),
+            })
+            .insert(Header {
+                key: "flashsale-dlq-error",
+                value: Some(error),
+            })
+            .insert(Header {
+                key: "flashsale-original-topic",
+                value: Some(self.settings.topic.as_str()),
+            })
+            .insert(Header {
+                key: "flashsale-original-partition",
+                value: Some(partition.as_str()),
+            })
+            .insert(Header {
+                key: "flashsale-original-offset",
+                value: Some(offset.as_str()),
+            });
+        self.metrics.dead_letter(reason);
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            let mut record = FutureRecord::to(&self.settings.dlq_topic)
+                .payload(&message.payload)
+                .headers(headers.clone());
+            if let Some(key) = &message.key {
+                record = record.key(key);
+            }
+            match self
+                .dlq
+                .send(record, Timeout::After(Duration::from_secs(10)))
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err((err, _)) => {
+                    tracing::warn!(error = %err, "DLQ send failed; retrying");
+                    tokio::select! {
+                        _ = shutdown.wait() => return Err(WriterError::Kafka(err)),
+                        _ = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+    }
+}
