@@ -71,6 +71,8 @@ pub struct Options {
     pub config: Value,
     pub brokers: Option<String>,
     pub switches: SwitchSource,
+    /// The gateway's Redis, when not the stack's (the inventory keeps the stack's).
+    pub redis_url: Option<String>,
 }
 
 impl Default for Options {
@@ -81,6 +83,7 @@ impl Default for Options {
             config: json!({}),
             brokers: None,
             switches: SwitchSource::None,
+            redis_url: None,
         }
     }
 }
@@ -105,8 +108,21 @@ pub struct Running {
 }
 
 impl Running {
-    /// Builds and serves a gateway over `config`.
+    /// Builds and serves a gateway over `config`, on the stack's Redis.
     pub async fn start(
+        config: GatewayConfig,
+        inventory_url: &str,
+        brokers: &str,
+        topic: &str,
+        switches: SwitchSource,
+    ) -> anyhow::Result<Self> {
+        let redis_url = stack::redis_url()?;
+        Self::start_on(&redis_url, config, inventory_url, brokers, topic, switches).await
+    }
+
+    /// Builds and serves a gateway over `config`, on the Redis at `redis_url`.
+    pub async fn start_on(
+        redis_url: &str,
         config: GatewayConfig,
         inventory_url: &str,
         brokers: &str,
@@ -117,7 +133,7 @@ impl Running {
         producer.topic = topic.to_owned();
         let settings = Settings {
             config,
-            redis_url: Some(stack::redis_url()?),
+            redis_url: Some(redis_url.to_owned()),
             inventory_url: inventory_url.to_owned(),
             producer,
             verifier: Verifier::hs256(JWT_SECRET)?,
@@ -200,7 +216,12 @@ impl Funnel {
         let config: GatewayConfig = serde_json::from_value(config)?;
         config.check()?;
         let producer_brokers = options.brokers.unwrap_or_else(|| brokers.clone());
-        let gateway = Running::start(
+        let redis_url = match options.redis_url {
+            Some(url) => url,
+            None => stack::redis_url()?,
+        };
+        let gateway = Running::start_on(
+            &redis_url,
             config.clone(),
             &inventory.url,
             &producer_brokers,
