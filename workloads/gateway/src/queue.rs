@@ -2,15 +2,21 @@
 //! signed ticket, as a cookie and in JSON), polls `GET /api/v1/queue/status`
 //! (or watches the `/queue` page, which polls for them), and once admitted
 //! receives a one-time pass that `POST /api/v1/orders` redeems.
+//!
+//! The status needs the buyer's bearer token, and the ticket must be theirs.
+//! Tickets and passes travel in a header or a cookie, never in the URL (where
+//! access logs, proxies and `Referer` headers would keep them): a status
+//! request with a query string is refused. The gateway's cookies are
+//! `HttpOnly; SameSite=Lax; Secure`; `waitingRoom.insecureCookies: true`
+//! drops `Secure` for local runs over plain HTTP.
 
 use axum::{
     Json,
-    extract::{Query, State, rejection::QueryRejection},
-    http::{HeaderMap, HeaderValue, StatusCode, header},
+    extract::State,
+    http::{HeaderMap, HeaderValue, StatusCode, Uri, header},
     response::{Html, IntoResponse, Response},
 };
 use flashsale_runtime::ApiError;
-use serde::Deserialize;
 use serde_json::json;
 
 use crate::{
@@ -59,6 +65,7 @@ pub async fn redeem_pass(
         });
         let mut response = (StatusCode::ACCEPTED, Json(body)).into_response();
         set_cookie(
+            state,
             &mut response,
             TICKET_COOKIE,
             &joined.ticket,
@@ -70,24 +77,14 @@ pub async fn redeem_pass(
     Ok(Entry::Admitted(redeemed))
 }
 
-/// Where a ticket may come from besides the cookie and header.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StatusQuery {
-    /// The ticket, for pages opened from a link.
-    #[serde(default)]
-    ticket: Option<String>,
-}
-
 /// `GET /api/v1/queue/status`: position, estimated wait, next poll time;
-/// the pass once admitted. The ticket proves who polls; a bearer token,
-/// when sent, must name the ticket's user.
+/// the pass once admitted. Needs the bearer token of the ticket's user and
+/// the ticket in `X-Queue-Ticket` or the ticket cookie.
 pub async fn status(
     State(state): State<AppState>,
     headers: HeaderMap,
-    query: Result<Query<StatusQuery>, QueryRejection>,
+    uri: Uri,
 ) -> Result<Response, ApiError> {
-    let Query(query) = query?;
     let Some(room) = &state.waiting_room else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -95,24 +92,20 @@ pub async fn status(
             "this sale has no waiting room; order directly",
         ));
     };
-    let ticket = query
-        .ticket
-        .or_else(|| presented(&headers, TICKET_HEADER, TICKET_COOKIE))
-        .ok_or_else(|| {
-            ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "missing_ticket",
-                "no queue ticket: POST /api/v1/orders to join the queue",
-            )
-        })?;
-    let user = match headers.contains_key(header::AUTHORIZATION) {
-        true => Some(state.user(&headers)?),
-        false => None,
-    };
-    let status = room
-        .status(&ticket, user.as_ref().map(|u| u.0.as_str()))
-        .await
-        .map_err(room_error)?;
+    let user = state.user(&headers)?;
+    if uri.query().is_some() {
+        return Err(ApiError::bad_request(format!(
+            "the queue status takes no query string: send the ticket in the {TICKET_HEADER} header or the {TICKET_COOKIE} cookie, never in a URL"
+        )));
+    }
+    let ticket = presented(&headers, TICKET_HEADER, TICKET_COOKIE).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "missing_ticket",
+            "no queue ticket: POST /api/v1/orders to join the queue",
+        )
+    })?;
+    let status = room.status(&ticket, &user.0).await.map_err(room_error)?;
     let body = json!({
         "position": status.position,
         "ahead": status.ahead,
@@ -128,6 +121,7 @@ pub async fn status(
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     if let Some(pass) = &status.pass {
         set_cookie(
+            &state,
             &mut response,
             PASS_COOKIE,
             pass,
@@ -185,13 +179,25 @@ fn presented(headers: &HeaderMap, header_name: &str, cookie: &str) -> Option<Str
         .filter(|v| !v.is_empty())
 }
 
-fn set_cookie(response: &mut Response, name: &str, value: &str, max_age_seconds: u64) {
-    // HttpOnly: page scripts never need the token, the browser sends it.
-    let cookie =
-        format!("{name}={value}; Path=/; Max-Age={max_age_seconds}; HttpOnly; SameSite=Lax");
-    if let Ok(value) = HeaderValue::try_from(cookie) {
+fn set_cookie(
+    state: &AppState,
+    response: &mut Response,
+    name: &str,
+    value: &str,
+    max_age_seconds: u64,
+) {
+    let secure = !state.config.waiting_room.insecure_cookies;
+    if let Ok(value) = HeaderValue::try_from(cookie(name, value, max_age_seconds, secure)) {
         response.headers_mut().append(header::SET_COOKIE, value);
     }
+}
+
+/// A `Set-Cookie` value. HttpOnly: page scripts never need the token, the
+/// browser sends it. Secure unless turned off, so the browser never sends a
+/// ticket or pass over plain HTTP, where anyone on the way could read it.
+fn cookie(name: &str, value: &str, max_age_seconds: u64, secure: bool) -> String {
+    let secure = if secure { "; Secure" } else { "" };
+    format!("{name}={value}; Path=/; Max-Age={max_age_seconds}; HttpOnly; SameSite=Lax{secure}")
 }
 
 #[cfg(test)]
@@ -215,5 +221,17 @@ mod tests {
             Some("T2".into())
         );
         assert_eq!(presented(&HeaderMap::new(), PASS_HEADER, PASS_COOKIE), None);
+    }
+
+    #[test]
+    fn cookies_are_secure_unless_turned_off() {
+        assert_eq!(
+            cookie("fs_queue_ticket", "T", 60, true),
+            "fs_queue_ticket=T; Path=/; Max-Age=60; HttpOnly; SameSite=Lax; Secure"
+        );
+        assert_eq!(
+            cookie("fs_queue_pass", "P", 5, false),
+            "fs_queue_pass=P; Path=/; Max-Age=5; HttpOnly; SameSite=Lax"
+        );
     }
 }

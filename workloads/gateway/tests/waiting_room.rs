@@ -11,7 +11,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use flashsale_e2e::{redis_keys::unlink_matching, stack, wait::poll_until};
+use flashsale_e2e::{
+    private_redis::PrivateRedis, redis_keys::unlink_matching, stack, wait::poll_until,
+};
 use gateway::waiting_room::{Error, Joined, Refusal, Settings, Signer, Status, WaitingRoom};
 
 const KEY: &[u8] = b"waiting-room integration key, 32+ bytes";
@@ -22,7 +24,17 @@ async fn replica(
     admit_per_second: u32,
     tweak: impl FnOnce(&mut Settings),
 ) -> anyhow::Result<WaitingRoom> {
-    let client = redis::Client::open(stack::redis_url()?)?;
+    replica_on(&stack::redis_url()?, sale, admit_per_second, tweak).await
+}
+
+/// A replica over the Redis at `url`.
+async fn replica_on(
+    url: &str,
+    sale: &str,
+    admit_per_second: u32,
+    tweak: impl FnOnce(&mut Settings),
+) -> anyhow::Result<WaitingRoom> {
+    let client = redis::Client::open(url)?;
     let conn = redis::aio::ConnectionManager::new(client).await?;
     let mut settings = Settings::new(sale, admit_per_second);
     // These tests are about the algorithm, not latency, on a busy machine.
@@ -59,6 +71,13 @@ fn refusal<T: std::fmt::Debug>(result: Result<T, Error>) -> Result<Refusal, Stri
     }
 }
 
+/// Status polls read the frontier in Redis every time instead of using the
+/// replica's recent reading, so one sweep over two replicas sees a single
+/// growing frontier.
+fn read_on_every_poll(settings: &mut Settings) {
+    settings.frontier_max_age = Duration::ZERO;
+}
+
 /// Polls `room` with `joined`'s ticket until the user is admitted.
 async fn admitted(room: &WaitingRoom, joined: &Joined, user: &str) -> anyhow::Result<Status> {
     Ok(poll_until(
@@ -66,7 +85,7 @@ async fn admitted(room: &WaitingRoom, joined: &Joined, user: &str) -> anyhow::Re
         Duration::from_secs(10),
         Duration::from_millis(10),
         || async {
-            match room.status(&joined.ticket, Some(user)).await {
+            match room.status(&joined.ticket, user).await {
                 Ok(status) if status.admitted => Ok(status),
                 Ok(status) => Err(format!("{status:?}")),
                 Err(err) => Err(err.to_string()),
@@ -144,8 +163,8 @@ async fn two_replicas_admit_in_position_order_at_the_configured_rate() -> anyhow
         const USERS: u64 = 50;
         const RATE: u32 = 20;
         let replicas = [
-            replica(&sale, RATE, |_| ()).await?,
-            replica(&sale, RATE, |_| ()).await?,
+            replica(&sale, RATE, read_on_every_poll).await?,
+            replica(&sale, RATE, read_on_every_poll).await?,
         ];
         let mut joined = Vec::new();
         for i in 0..USERS {
@@ -180,7 +199,7 @@ async fn two_replicas_admit_in_position_order_at_the_configured_rate() -> anyhow
                     passed = true;
                     continue;
                 }
-                let status = replicas[i % 2].status(&place.ticket, Some(user)).await?;
+                let status = replicas[i % 2].status(&place.ticket, user).await?;
                 if status.admitted {
                     assert!(status.pass.is_some() && status.ahead == 0, "{status:?}");
                     seen[i] = true;
@@ -322,7 +341,7 @@ async fn tickets_and_passes_of_someone_else_are_refused() -> anyhow::Result<()> 
             Ok(Refusal::OtherUser)
         );
         assert_eq!(
-            refusal(room.status(&alice.ticket, Some("bob")).await),
+            refusal(room.status(&alice.ticket, "bob").await),
             Ok(Refusal::OtherUser)
         );
         assert_eq!(
@@ -330,13 +349,13 @@ async fn tickets_and_passes_of_someone_else_are_refused() -> anyhow::Result<()> 
             Ok(Refusal::WrongKind)
         );
         assert_eq!(
-            refusal(room.status(&pass, Some("alice")).await),
+            refusal(room.status(&pass, "alice").await),
             Ok(Refusal::WrongKind)
         );
 
         let elsewhere = other_sale.join("alice").await?;
         assert_eq!(
-            refusal(room.status(&elsewhere.ticket, Some("alice")).await),
+            refusal(room.status(&elsewhere.ticket, "alice").await),
             Ok(Refusal::OtherSale)
         );
         let Some(pass_elsewhere) = admitted(&other_sale, &elsewhere, "alice").await?.pass else {
@@ -356,11 +375,11 @@ async fn tickets_and_passes_of_someone_else_are_refused() -> anyhow::Result<()> 
         );
         let forged = forged_room.join("mallory").await?;
         assert_eq!(
-            refusal(room.status(&forged.ticket, None).await),
+            refusal(room.status(&forged.ticket, "mallory").await),
             Ok(Refusal::Forged)
         );
         assert_eq!(
-            refusal(room.status("garbage", None).await),
+            refusal(room.status("garbage", "alice").await),
             Ok(Refusal::Malformed)
         );
         // The genuine pass still works for its owner.
@@ -391,7 +410,7 @@ async fn users_who_never_poll_do_not_stall_later_users() -> anyhow::Result<()> {
             "admitted after {waited:?}"
         );
         // The no-shows' turns are spent: a returning one is admitted at once.
-        let back = room.status(&joined[0].ticket, Some("user-0")).await?;
+        let back = room.status(&joined[0].ticket, "user-0").await?;
         assert!(back.admitted && back.pass.is_some(), "{back:?}");
         let depth = room.advance().await?;
         assert_eq!((depth.issued, depth.admitted, depth.waiting()), (10, 10, 0));
@@ -446,7 +465,7 @@ async fn expired_passes_and_tickets_are_refused() -> anyhow::Result<()> {
         let ticket = Signer::new(KEY)?.open_ticket(&joined.ticket, &sale, Some("alice"))?;
         redis_clock_reaches(ticket.issued_at_ms + 1_500).await?;
         assert_eq!(
-            refusal(room.status(&joined.ticket, Some("alice")).await),
+            refusal(room.status(&joined.ticket, "alice").await),
             Ok(Refusal::Expired)
         );
         // The position expired with the ticket: joining again queues anew.
@@ -454,4 +473,63 @@ async fn expired_passes_and_tickets_are_refused() -> anyhow::Result<()> {
         Ok(())
     })
     .await
+}
+
+/// Lua script runs (EVALSHA and EVAL) the server counted since its stats
+/// were reset.
+async fn script_calls(conn: &mut redis::aio::MultiplexedConnection) -> anyhow::Result<u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await?;
+    Ok(info
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum())
+}
+
+#[tokio::test]
+async fn polling_faster_than_the_hint_costs_no_redis_call_per_poll() -> anyhow::Result<()> {
+    // A Redis of its own: its command counts are this test's alone.
+    let redis = PrivateRedis::start(&[]).await?;
+    let mut conn = redis::Client::open(redis.url.as_str())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let room = replica_on(&redis.url, &stack::unique_name("wr-polls"), 1, |_| ()).await?;
+    let max_age = room.settings().frontier_max_age;
+    room.join("alice").await?;
+    let bob = room.join("bob").await?;
+    // Loads the admission script, so each later read is one EVALSHA.
+    room.advance().await?;
+    redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async::<()>(&mut conn)
+        .await?;
+    // Bob polls 200 times as fast as he can, far faster than his hint.
+    let started = Instant::now();
+    for _ in 0..200 {
+        let status = room.status(&bob.ticket, "bob").await?;
+        assert_eq!((status.position, status.admitted), (2, false), "{status:?}");
+    }
+    let took = started.elapsed();
+    let calls = script_calls(&mut conn).await?;
+    // One frontier read per max_age at most, whatever the number of polls.
+    let most = 1 + (took.as_millis() / max_age.as_millis().max(1)) as u64;
+    println!("200 polls in {took:?}: {calls} Redis script calls");
+    assert!(
+        calls <= most,
+        "{calls} script calls for 200 polls in {took:?}"
+    );
+    // Admission still reaches the polls, within the reading's age.
+    let status = admitted(&room, &bob, "bob").await?;
+    assert!(status.pass.is_some());
+    Ok(())
 }

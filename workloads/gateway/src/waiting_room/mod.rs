@@ -8,10 +8,12 @@
 //!    (the handler answers 202, ticket in a cookie and in the JSON body).
 //!    Joining again returns the same position and the same ticket.
 //! 2. [`WaitingRoom::status`] (`GET /api/v1/queue/status`) checks the ticket
-//!    and answers the position, how many wait ahead, the estimated wait and
-//!    when to poll next (`poll_base` + uniform `[0, poll_jitter)`, so clients
-//!    that joined together do not poll together). Once admitted it also
-//!    hands out a **pass**, valid for `pass_ttl`.
+//!    against the caller's user and answers the position, how many wait
+//!    ahead, the estimated wait and when to poll next (`poll_base` + uniform
+//!    `[0, poll_jitter)`, so clients that joined together do not poll
+//!    together). Once admitted it also hands out a **pass**, valid for
+//!    `pass_ttl`. It answers from the frontier this replica last read (see
+//!    *Status from memory*), so polling costs Redis nothing.
 //! 3. [`WaitingRoom::redeem`] (`POST /orders`) spends the pass, once. If the
 //!    order then fails for a retryable reason, [`WaitingRoom::give_back`]
 //!    makes the pass usable again, so a 503 does not cost the user their turn.
@@ -53,8 +55,9 @@
 //!   grows, so nobody is admitted before anyone who joined earlier.
 //! - **Global, exact rate.** The credit is computed and spent inside one
 //!   atomic script on the shared state, so any number of replicas may call
-//!   [`WaitingRoom::advance`] (each every ~100 ms, and every status poll
-//!   does too) without admitting the same second twice.
+//!   [`WaitingRoom::advance`] (each every ~100 ms, and a status poll when
+//!   the replica's reading is stale) without admitting the same second
+//!   twice.
 //! - **No burst after idle.** While nobody waits the frontier sits at `seq`;
 //!   the first join after that restarts the credit clock, so credit is never
 //!   hoarded. Should every replica stop advancing while users wait (all down),
@@ -65,6 +68,19 @@
 //!   them. If they come back while their ticket is valid they get their pass
 //!   at once, so the order rate can briefly exceed the admission rate by the
 //!   returning no-shows.
+//!
+//! # Status from memory
+//!
+//! Every call of the admission script leaves its reading (frontier, issued,
+//! Redis clock) in the replica's memory. A status poll uses that reading
+//! while it is at most `frontier_max_age` old (250 ms; the background
+//! advance refreshes it every ~100 ms), with the Redis clock moved on by
+//! the time since; otherwise the poll runs the script itself, one poll at a
+//! time per replica, the others waiting for its reading. So a client polling
+//! faster than its hint, or a million clients polling, cost no Redis call
+//! per poll: a replica reads the frontier at most once per
+//! `frontier_max_age` for all of them. A poll may see admission up to that
+//! age late.
 //!
 //! # Passes are one-time
 //!
@@ -81,8 +97,9 @@
 //! # Clocks
 //!
 //! Redis `TIME` is the only clock: it stamps tickets (`issued_ms`), drives the
-//! frontier, sets pass expiries (status reads it through the admission script)
-//! and checks them (in the redeem script). Gateway replicas' own clocks never
+//! frontier, sets pass expiries (status reads it through the admission script,
+//! moved on by at most `frontier_max_age` of the replica's monotonic clock)
+//! and checks them (in the redeem script). Gateway replicas' wall clocks never
 //! matter, so skew between them cannot admit early or expire passes wrongly.
 //! A Redis failover to a server whose clock is off shifts lifetimes by that
 //! offset (milliseconds with NTP); a clock stepping back restarts the
@@ -95,14 +112,19 @@
 //! there is no local fallback: a replica deciding alone could not keep the
 //! order or the global rate.
 
+mod known;
 mod store;
 mod token;
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
 
 use redis::aio::ConnectionManager;
 
-use store::{Redemption, Store};
+use known::Known;
+use store::{Frontier, Redemption, Store};
 pub use token::{MAX_TOKEN_LEN, MIN_KEY_LEN, Pass, Refusal, Signer, Ticket};
 
 /// Longest user id accepted, so every ticket stays under [`MAX_TOKEN_LEN`].
@@ -119,6 +141,9 @@ pub struct Settings {
     pub ticket_ttl: Duration,
     /// How long a pass is valid after a status poll hands it out.
     pub pass_ttl: Duration,
+    /// How old this replica's reading of the frontier may be for a status
+    /// poll to use it instead of asking Redis.
+    pub frontier_max_age: Duration,
     /// Shortest time between two status polls of a client.
     pub poll_base: Duration,
     /// Random extra time on top of `poll_base`, uniform in `[0, poll_jitter)`.
@@ -129,14 +154,15 @@ pub struct Settings {
 
 impl Settings {
     /// Defaults for `sale` admitting `admit_per_second`: tickets for 1 h,
-    /// passes for 5 min, polls every 2 s + up to 1 s, Redis calls bounded by
-    /// 100 ms.
+    /// passes for 5 min, status from a reading up to 250 ms old, polls every
+    /// 2 s + up to 1 s, Redis calls bounded by 100 ms.
     pub fn new(sale: impl Into<String>, admit_per_second: u32) -> Self {
         Self {
             sale: sale.into(),
             admit_per_second,
             ticket_ttl: Duration::from_secs(3_600),
             pass_ttl: Duration::from_secs(300),
+            frontier_max_age: Duration::from_millis(250),
             poll_base: Duration::from_secs(2),
             poll_jitter: Duration::from_secs(1),
             redis_timeout: Duration::from_millis(100),
@@ -224,12 +250,18 @@ impl Depth {
     }
 }
 
-/// One sale's waiting room over Redis; cheap to clone.
+/// One sale's waiting room over Redis; cheap to clone (clones share the
+/// frontier reading).
 #[derive(Clone)]
 pub struct WaitingRoom {
     store: Store,
     signer: Arc<Signer>,
     settings: Arc<Settings>,
+    /// The last frontier read, for status polls.
+    known: Arc<Mutex<Option<Known>>>,
+    /// Held while a status poll reads the frontier, so a stale reading
+    /// costs one Redis call, not one per waiting poll.
+    reading: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl WaitingRoom {
@@ -240,6 +272,8 @@ impl WaitingRoom {
             store: Store::new(redis, &settings.sale, settings.redis_timeout),
             signer: Arc::new(signer),
             settings: Arc::new(settings),
+            known: Arc::default(),
+            reading: Arc::default(),
         }
     }
 
@@ -275,11 +309,13 @@ impl WaitingRoom {
     }
 
     /// The place of `ticket`'s holder, with a pass once admitted. `user` is
-    /// the caller's authenticated user, when there is one: it must be the
-    /// ticket's.
-    pub async fn status(&self, ticket: &str, user: Option<&str>) -> Result<Status, Error> {
-        let ticket = self.signer.open_ticket(ticket, &self.settings.sale, user)?;
-        let frontier = self.store.advance(self.rate()).await?;
+    /// the caller's authenticated user: it must be the ticket's. Answered
+    /// from this replica's recent reading of the frontier when there is one.
+    pub async fn status(&self, ticket: &str, user: &str) -> Result<Status, Error> {
+        let ticket = self
+            .signer
+            .open_ticket(ticket, &self.settings.sale, Some(user))?;
+        let frontier = self.frontier().await?;
         let now_ms = frontier.now_us / 1_000;
         ticket.check_fresh(self.settings.ticket_ttl, now_ms)?;
         let next_poll = self.next_poll();
@@ -355,13 +391,46 @@ impl WaitingRoom {
 
     /// Moves the admission frontier by the time passed and returns the
     /// queue's size. Call it from every replica every ~100 ms; concurrent
-    /// calls never admit more than the rate.
+    /// calls never admit more than the rate. Status polls answer from its
+    /// reading.
     pub async fn advance(&self) -> Result<Depth, Error> {
-        let frontier = self.store.advance(self.rate()).await?;
+        let frontier = self.read_frontier().await?;
         Ok(Depth {
             issued: frontier.issued,
             admitted: frontier.admitted,
         })
+    }
+
+    /// Runs the admission script and keeps its reading.
+    async fn read_frontier(&self) -> Result<Frontier, Error> {
+        let sent = Instant::now();
+        let frontier = self.store.advance(self.rate()).await?;
+        let fresh = Known::new(frontier, sent);
+        let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        if known.as_ref().is_none_or(|old| old.is_older_than(&fresh)) {
+            *known = Some(fresh);
+        }
+        Ok(frontier)
+    }
+
+    /// The frontier now: the kept reading while it is recent, else a new
+    /// one (one reader at a time; the others use its reading).
+    async fn frontier(&self) -> Result<Frontier, Error> {
+        if let Some(frontier) = self.recent() {
+            return Ok(frontier);
+        }
+        let _reader = self.reading.lock().await;
+        if let Some(frontier) = self.recent() {
+            return Ok(frontier);
+        }
+        self.read_frontier().await
+    }
+
+    fn recent(&self) -> Option<Frontier> {
+        let known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        known
+            .as_ref()?
+            .at(Instant::now(), self.settings.frontier_max_age)
     }
 
     fn next_poll(&self) -> Duration {

@@ -360,17 +360,35 @@ pub async fn events(brokers: &str, topic: &str) -> anyhow::Result<Vec<OrderEvent
     .await?
 }
 
-/// Polls `GET /api/v1/queue/status` with `ticket` until admitted; returns the pass.
+/// The user a queue ticket was issued to: its payload is readable JSON
+/// (only the MAC is secret).
+pub fn ticket_user(ticket: &str) -> anyhow::Result<String> {
+    use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
+    let payload = ticket
+        .split_once('.')
+        .ok_or_else(|| anyhow::anyhow!("not a ticket: {ticket}"))?
+        .0;
+    let claims: Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload)?)?;
+    claims["u"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| anyhow::anyhow!("no user in {claims}"))
+}
+
+/// Polls `GET /api/v1/queue/status` with `ticket` (and its user's token)
+/// until admitted; returns the pass.
 pub async fn wait_for_pass(
     gateway: &str,
     ticket: &str,
     within: Duration,
 ) -> anyhow::Result<String> {
     let url = format!("{gateway}/api/v1/queue/status");
+    let bearer = token(&ticket_user(ticket)?);
     let pass = poll_until("admission", within, Duration::from_millis(50), || async {
         let response = http()
             .get(&url)
             .header("x-queue-ticket", ticket)
+            .bearer_auth(&bearer)
             .send()
             .await
             .map_err(|e| e.to_string())?;
