@@ -22,7 +22,7 @@ use serde_json::json;
 use crate::{
     app::AppState,
     auth::User,
-    waiting_room::{Error as RoomError, Redeemed, WaitingRoom},
+    waiting_room::{Error as RoomError, PassLease, Redeemed, WaitingRoom},
 };
 
 /// Cookie holding the queue ticket.
@@ -37,44 +37,89 @@ pub const PASS_HEADER: &str = "x-queue-pass";
 const PAGE: &str = include_str!("queue.html");
 
 /// What the waiting room says about an order request.
-pub enum Entry {
-    /// The pass was good: go on.
-    Admitted(Redeemed),
+pub enum Entry<A> {
+    /// The pass was good: go on with `A` (what the redemption left to do).
+    Admitted(A),
     /// No pass: queued; this is the 202 answer.
     Queued(Response),
 }
 
-/// Redeems the request's pass, or queues the user when there is none.
+/// Spends the request's pass for good at once, or queues the user when there
+/// is none. A failed order then needs [`WaitingRoom::give_back`]; an order
+/// that never finishes (the gateway died) keeps the pass spent, which
+/// [`lease_pass`] avoids.
 pub async fn redeem_pass(
     state: &AppState,
     room: &WaitingRoom,
     headers: &HeaderMap,
     user: &User,
-) -> Result<Entry, ApiError> {
-    let Some(pass) = presented(headers, PASS_HEADER, PASS_COOKIE) else {
-        let joined = room.join(&user.0).await.map_err(room_error)?;
-        let body = json!({
-            "status": "queued",
-            "ticket": joined.ticket,
-            "position": joined.position,
-            "ahead": joined.ahead,
-            "estimatedWaitSeconds": joined.estimated_wait.as_secs_f64().ceil() as u64,
-            "nextPollMs": joined.next_poll.as_millis() as u64,
-            "statusUrl": "/api/v1/queue/status",
-            "queueUrl": "/queue",
-        });
-        let mut response = (StatusCode::ACCEPTED, Json(body)).into_response();
-        set_cookie(
-            state,
-            &mut response,
-            TICKET_COOKIE,
-            &joined.ticket,
-            state.config.waiting_room.pass_ttl_seconds.max(3600),
-        );
-        return Ok(Entry::Queued(response));
+) -> Result<Entry<Redeemed>, ApiError> {
+    let pass = match pass_or_queue(state, room, headers, user).await? {
+        Ok(pass) => pass,
+        Err(queued) => return Ok(Entry::Queued(queued)),
     };
     let redeemed = room.redeem(&pass, &user.0).await.map_err(room_error)?;
+    if let Err(err) = room.commit(&redeemed).await {
+        if let Err(err) = room.give_back(&redeemed).await {
+            tracing::debug!(error = %err, "waiting room: pass not given back; its lease will lapse");
+        }
+        return Err(room_error(err));
+    }
     Ok(Entry::Admitted(redeemed))
+}
+
+/// Redeems the request's pass on lease, or queues the user when there is
+/// none. Call [`PassLease::commit`] once the order succeeded and
+/// [`PassLease::give_back`] when it failed for a reason that is not the
+/// buyer's; a lease dropped undecided (the client went away) gives the pass
+/// back by itself.
+pub async fn lease_pass(
+    state: &AppState,
+    room: &WaitingRoom,
+    headers: &HeaderMap,
+    user: &User,
+) -> Result<Entry<PassLease>, ApiError> {
+    match pass_or_queue(state, room, headers, user).await? {
+        Ok(pass) => room
+            .lease(&pass, &user.0)
+            .await
+            .map(Entry::Admitted)
+            .map_err(room_error),
+        Err(queued) => Ok(Entry::Queued(queued)),
+    }
+}
+
+/// The request's pass, or (when it has none) the user queued and the 202
+/// answer saying so.
+async fn pass_or_queue(
+    state: &AppState,
+    room: &WaitingRoom,
+    headers: &HeaderMap,
+    user: &User,
+) -> Result<Result<String, Response>, ApiError> {
+    if let Some(pass) = presented(headers, PASS_HEADER, PASS_COOKIE) {
+        return Ok(Ok(pass));
+    }
+    let joined = room.join(&user.0).await.map_err(room_error)?;
+    let body = json!({
+        "status": "queued",
+        "ticket": joined.ticket,
+        "position": joined.position,
+        "ahead": joined.ahead,
+        "estimatedWaitSeconds": joined.estimated_wait.as_secs_f64().ceil() as u64,
+        "nextPollMs": joined.next_poll.as_millis() as u64,
+        "statusUrl": "/api/v1/queue/status",
+        "queueUrl": "/queue",
+    });
+    let mut response = (StatusCode::ACCEPTED, Json(body)).into_response();
+    set_cookie(
+        state,
+        &mut response,
+        TICKET_COOKIE,
+        &joined.ticket,
+        state.config.waiting_room.pass_ttl_seconds.max(3600),
+    );
+    Ok(Err(response))
 }
 
 /// `GET /api/v1/queue/status`: position, estimated wait, next poll time;

@@ -1,12 +1,19 @@
 //! The waiting room's HTTP face: who may read a queue status, where its
-//! ticket may travel, the cookies it sets, and the `/queue` page.
+//! ticket may travel, the cookies it sets, the pass lease the order route
+//! takes, and the `/queue` page.
 
 mod common;
 
 use std::time::Duration;
 
-use common::{Funnel, Options, http, order, token};
+use axum::http::{HeaderMap, HeaderValue};
+use common::{Funnel, Options, http, order, token, wait_for_pass};
 use flashsale_e2e::wait::poll_until;
+use gateway::{
+    auth::User,
+    queue::{Entry, PASS_HEADER, lease_pass},
+    waiting_room::PassLease,
+};
 use serde_json::{Value, json};
 
 fn room(admit_per_second: u32) -> Value {
@@ -160,6 +167,85 @@ async fn cookies_are_secure_unless_the_sale_runs_over_plain_http() -> anyhow::Re
         );
     }
     local.cleanup().await
+}
+
+/// `lease_pass` as the order route calls it: the error code, the lease, or
+/// the status of the queued answer.
+async fn lease(funnel: &Funnel, pass: Option<&str>) -> anyhow::Result<Result<PassLease, String>> {
+    let state = &funnel.gateway.state;
+    let room = state
+        .waiting_room
+        .as_ref()
+        .ok_or_else(|| anyhow::anyhow!("no waiting room"))?;
+    let mut headers = HeaderMap::new();
+    if let Some(pass) = pass {
+        headers.insert(PASS_HEADER, HeaderValue::try_from(pass)?);
+    }
+    Ok(
+        match lease_pass(state, room, &headers, &User("u1".into())).await {
+            Ok(Entry::Admitted(lease)) => Ok(lease),
+            Ok(Entry::Queued(answer)) => Err(format!("queued: {}", answer.status())),
+            Err(refusal) => Err(refusal.code().to_owned()),
+        },
+    )
+}
+
+#[tokio::test]
+async fn a_leased_pass_is_spent_only_once_the_order_commits() -> anyhow::Result<()> {
+    let funnel = Funnel::start(Options {
+        config: room(100),
+        ..Options::default()
+    })
+    .await?;
+    assert_eq!(
+        lease(&funnel, None).await?.err().as_deref(),
+        Some("queued: 202 Accepted")
+    );
+    let (_, body, _) = order(&funnel.gateway.url, "u1", "A", "k", None).await?;
+    let ticket = body["ticket"].as_str().unwrap_or_default();
+    let pass = wait_for_pass(&funnel.gateway.url, ticket, Duration::from_secs(10)).await?;
+
+    let held = lease(&funnel, Some(&pass))
+        .await?
+        .map_err(anyhow::Error::msg)?;
+    assert_eq!(
+        lease(&funnel, Some(&pass)).await?.err().as_deref(),
+        Some("replayed")
+    );
+    // The client goes away: the request, and the lease with it, is dropped.
+    let started = std::time::Instant::now();
+    drop(held);
+    let held = poll_until(
+        "the pass back",
+        Duration::from_secs(5),
+        Duration::from_millis(10),
+        || async {
+            match lease(&funnel, Some(&pass)).await {
+                Ok(Ok(lease)) => Ok(lease),
+                Ok(Err(code)) => Err(code),
+                Err(err) => Err(err.to_string()),
+            }
+        },
+    )
+    .await?;
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "given back by the drop, not by the 5 s lease lapsing: {:?}",
+        started.elapsed()
+    );
+    // The order succeeded: spent, here and on the order route.
+    held.commit().await?;
+    assert_eq!(
+        lease(&funnel, Some(&pass)).await?.err().as_deref(),
+        Some("replayed")
+    );
+    let (code, body, _) = order(&funnel.gateway.url, "u1", "A", "k2", Some(&pass)).await?;
+    assert_eq!(
+        (code, body["error"].as_str()),
+        (403, Some("replayed")),
+        "{body}"
+    );
+    funnel.cleanup().await
 }
 
 /// The `/queue` page as a shopper sees it, rendered by headless Chromium:

@@ -14,7 +14,9 @@ use std::{
 use flashsale_e2e::{
     private_redis::PrivateRedis, redis_keys::unlink_matching, stack, wait::poll_until,
 };
-use gateway::waiting_room::{Error, Joined, Refusal, Settings, Signer, Status, WaitingRoom};
+use gateway::waiting_room::{
+    Error, Joined, PassLease, Refusal, Settings, Signer, Status, WaitingRoom,
+};
 
 const KEY: &[u8] = b"waiting-room integration key, 32+ bytes";
 
@@ -532,4 +534,140 @@ async fn polling_faster_than_the_hint_costs_no_redis_call_per_poll() -> anyhow::
     let status = admitted(&room, &bob, "bob").await?;
     assert!(status.pass.is_some());
     Ok(())
+}
+
+/// The pass from `room`'s status for `joined`, once admitted.
+async fn pass_of(room: &WaitingRoom, joined: &Joined, user: &str) -> anyhow::Result<String> {
+    let status = admitted(room, joined, user).await?;
+    status
+        .pass
+        .clone()
+        .ok_or_else(|| anyhow::anyhow!("admitted without a pass: {status:?}"))
+}
+
+#[tokio::test]
+async fn a_redemption_never_committed_frees_the_pass_after_its_lease() -> anyhow::Result<()> {
+    with_sale("wr-lease", |sale| async move {
+        let lease = Duration::from_millis(500);
+        let room = replica(&sale, 1_000, |s| s.lease_ttl = lease).await?;
+        let joined = room.join("alice").await?;
+        let pass = pass_of(&room, &joined, "alice").await?;
+        // The gateway redeems, then dies before the order is done.
+        let started = Instant::now();
+        let lost = room.redeem(&pass, "alice").await?;
+        assert_eq!(lost.position, joined.position);
+        assert_eq!(
+            refusal(room.redeem(&pass, "alice").await),
+            Ok(Refusal::Replayed)
+        );
+        // Within seconds the same pass works again, and a fresh one too
+        // (rejoining returns the same ticket, hence the same position).
+        let again = poll_until(
+            "the lease to lapse",
+            Duration::from_secs(5),
+            Duration::from_millis(20),
+            || async {
+                room.redeem(&pass, "alice")
+                    .await
+                    .map_err(|err| err.to_string())
+            },
+        )
+        .await?;
+        assert!(
+            started.elapsed() >= lease,
+            "freed after {:?}",
+            started.elapsed()
+        );
+        room.give_back(&again).await?;
+        let rejoined = room.join("alice").await?;
+        assert_eq!(rejoined.ticket, joined.ticket);
+        let fresh = pass_of(&room, &rejoined, "alice").await?;
+        let committed = room.redeem(&fresh, "alice").await?;
+        room.commit(&committed).await?;
+        // Committed: spent beyond the lease.
+        redis_clock_reaches(redis_now_ms().await? + 2 * lease.as_millis() as u64).await?;
+        for pass in [&pass, &fresh] {
+            assert_eq!(
+                refusal(room.redeem(pass, "alice").await),
+                Ok(Refusal::Replayed)
+            );
+        }
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_commit_after_the_lease_lapsed_keeps_the_order_or_reports_the_loss() -> anyhow::Result<()>
+{
+    with_sale("wr-late", |sale| async move {
+        let room = replica(&sale, 1_000, |s| s.lease_ttl = Duration::from_millis(200)).await?;
+        let joined = room.join("alice").await?;
+        let pass = pass_of(&room, &joined, "alice").await?;
+        // A slow order: the lease lapses, nobody redeems meanwhile, the
+        // order succeeds and commits: the pass is spent.
+        let slow = room.redeem(&pass, "alice").await?;
+        redis_clock_reaches(redis_now_ms().await? + 400).await?;
+        room.commit(&slow).await?;
+        assert_eq!(
+            refusal(room.redeem(&pass, "alice").await),
+            Ok(Refusal::Replayed)
+        );
+        // Same again, but a second order redeemed the pass meanwhile.
+        let bob = room.join("bob").await?;
+        let bobs = pass_of(&room, &bob, "bob").await?;
+        let first = room.redeem(&bobs, "bob").await?;
+        let second = poll_until(
+            "the lease to lapse",
+            Duration::from_secs(5),
+            Duration::from_millis(20),
+            || async { room.redeem(&bobs, "bob").await.map_err(|e| e.to_string()) },
+        )
+        .await?;
+        assert!(matches!(room.commit(&first).await, Err(Error::LeaseLost)));
+        room.commit(&second).await?;
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_lease_dropped_undecided_gives_the_pass_back() -> anyhow::Result<()> {
+    with_sale("wr-guard", |sale| async move {
+        // A long lease: the pass must come back from the drop, not the lapse.
+        let room = replica(&sale, 1_000, |s| s.lease_ttl = Duration::from_secs(60)).await?;
+        let joined = room.join("alice").await?;
+        let pass = pass_of(&room, &joined, "alice").await?;
+        let lease: PassLease = room.lease(&pass, "alice").await?;
+        assert_eq!(lease.position(), joined.position);
+        assert_eq!(
+            refusal(room.lease(&pass, "alice").await),
+            Ok(Refusal::Replayed)
+        );
+        // The request future is dropped (the client went away).
+        let request = tokio::spawn(async move {
+            let _held = lease;
+            std::future::pending::<()>().await;
+        });
+        request.abort();
+        let _ = request.await;
+        let lease = poll_until(
+            "the dropped lease to give the pass back",
+            Duration::from_secs(5),
+            Duration::from_millis(10),
+            || async { room.lease(&pass, "alice").await.map_err(|e| e.to_string()) },
+        )
+        .await?;
+        // Given back explicitly: usable again at once.
+        lease.give_back().await?;
+        let lease = room.lease(&pass, "alice").await?;
+        // Committed: spent, and dropping nothing gives it back.
+        lease.commit().await?;
+        assert_eq!(
+            refusal(room.lease(&pass, "alice").await),
+            Ok(Refusal::Replayed)
+        );
+        Ok(())
+    })
+    .await
 }

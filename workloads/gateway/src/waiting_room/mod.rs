@@ -14,9 +14,15 @@
 //!    together). Once admitted it also hands out a **pass**, valid for
 //!    `pass_ttl`. It answers from the frontier this replica last read (see
 //!    *Status from memory*), so polling costs Redis nothing.
-//! 3. [`WaitingRoom::redeem`] (`POST /orders`) spends the pass, once. If the
-//!    order then fails for a retryable reason, [`WaitingRoom::give_back`]
-//!    makes the pass usable again, so a 503 does not cost the user their turn.
+//! 3. [`WaitingRoom::lease`] (`POST /orders`) redeems the pass **on lease**
+//!    and returns a [`PassLease`]: the position is marked used for
+//!    `lease_ttl` only (a little longer than an order may take).
+//!    [`PassLease::commit`] makes the mark final once the order succeeded;
+//!    [`PassLease::give_back`] (or dropping the lease undecided) makes the
+//!    pass usable again, so a failure that is not the buyer's (a 503, the
+//!    client gone, the gateway dead) does not cost them their turn. The
+//!    same steps without the guard: [`WaitingRoom::redeem`],
+//!    [`WaitingRoom::commit`], [`WaitingRoom::give_back`].
 //!
 //! # Tokens
 //!
@@ -37,7 +43,7 @@
 //! | `fs:{S}:wr:seq` | int | last position handed out (INCR) |
 //! | `fs:{S}:wr:frontier` | hash | `admitted` (every position up to it is in), `last_us` (Redis clock of the admission credit) |
 //! | `fs:{S}:wr:user:<U>` | hash | user U's `position` and `issued_ms`; expires with the ticket |
-//! | `fs:{S}:wr:used:<P>` | string | set while position P's pass is redeemed (value: the redemption's claim); lives `ticket_ttl + pass_ttl` |
+//! | `fs:{S}:wr:used:<P>` | string | set while position P's pass is redeemed (value: the redemption's claim); lives `lease_ttl`, then `ticket_ttl + pass_ttl` from the commit |
 //!
 //! The counter and the frontier live as long as the sale's keys: positions
 //! must never be handed out twice while tickets or used markers remain.
@@ -82,17 +88,23 @@
 //! `frontier_max_age` for all of them. A poll may see admission up to that
 //! age late.
 //!
-//! # Passes are one-time
+//! # Passes are one-time, redeemed on lease
 //!
-//! Redeeming sets `used:<P>` with `SET NX`: a second redemption of any pass
-//! of position P is `replayed`. Status hands out a fresh pass on every poll
-//! while the ticket lives, so the marker lives `ticket_ttl + pass_ttl`, longer
-//! than any pass of P can be valid. The marker holds a random claim and
-//! give-back deletes it only if it still holds that claim, so a stale or
-//! repeated give-back cannot reopen someone's later redemption. If Redis
-//! fails or times out during a redemption, no order goes ahead and the claim
-//! is given back in the background (best effort: a `SET` that reaches Redis
-//! after its give-back still burns the pass).
+//! Redeeming sets `used:<P>` with `SET NX PX lease_ttl`: a second redemption
+//! of any pass of position P while it is set is `replayed`. Commit (the order
+//! succeeded) extends the marker to `ticket_ttl + pass_ttl`: status hands out
+//! a fresh pass on every poll while the ticket lives, so the marker outlives
+//! any pass of P. Until the commit the marker only lives the lease, so a
+//! gateway that dies mid-order frees the pass within seconds: the buyer
+//! retries with it, or polls (or rejoins, which returns the same ticket) for
+//! a fresh one. The marker holds a random claim; commit and give-back act
+//! only on their own claim, so a stale or repeated give-back cannot reopen
+//! someone's later redemption. A commit that finds the lease lapsed and the
+//! marker free sets it again (the order stands); one that finds another
+//! claim reports [`Error::LeaseLost`] (the order took longer than the
+//! lease and the pass was redeemed again meanwhile). If Redis fails or
+//! times out during a redemption, no order goes ahead and the claim is
+//! given back in the background (and lapses with the lease anyway).
 //!
 //! # Clocks
 //!
@@ -113,6 +125,7 @@
 //! order or the global rate.
 
 mod known;
+mod lease;
 mod store;
 mod token;
 
@@ -124,6 +137,7 @@ use std::{
 use redis::aio::ConnectionManager;
 
 use known::Known;
+pub use lease::PassLease;
 use store::{Frontier, Redemption, Store};
 pub use token::{MAX_TOKEN_LEN, MIN_KEY_LEN, Pass, Refusal, Signer, Ticket};
 
@@ -141,6 +155,9 @@ pub struct Settings {
     pub ticket_ttl: Duration,
     /// How long a pass is valid after a status poll hands it out.
     pub pass_ttl: Duration,
+    /// How long a redeemed pass stays used without a commit: a little longer
+    /// than an order may take, so a gateway dying mid-order frees it soon.
+    pub lease_ttl: Duration,
     /// How old this replica's reading of the frontier may be for a status
     /// poll to use it instead of asking Redis.
     pub frontier_max_age: Duration,
@@ -154,7 +171,8 @@ pub struct Settings {
 
 impl Settings {
     /// Defaults for `sale` admitting `admit_per_second`: tickets for 1 h,
-    /// passes for 5 min, status from a reading up to 250 ms old, polls every
+    /// passes for 5 min, leases for 5 s (the default 2 s order budget and
+    /// room to spare), status from a reading up to 250 ms old, polls every
     /// 2 s + up to 1 s, Redis calls bounded by 100 ms.
     pub fn new(sale: impl Into<String>, admit_per_second: u32) -> Self {
         Self {
@@ -162,6 +180,7 @@ impl Settings {
             admit_per_second,
             ticket_ttl: Duration::from_secs(3_600),
             pass_ttl: Duration::from_secs(300),
+            lease_ttl: Duration::from_secs(5),
             frontier_max_age: Duration::from_millis(250),
             poll_base: Duration::from_secs(2),
             poll_jitter: Duration::from_secs(1),
@@ -188,6 +207,13 @@ pub enum Error {
     /// The user id is empty or longer than [`MAX_USER_LEN`] bytes.
     #[error("a user id must have 1 to {MAX_USER_LEN} bytes, not {0}")]
     InvalidUser(usize),
+    /// A commit found the pass redeemed again by someone else: the lease
+    /// lapsed before the order was done.
+    #[error("waiting room: the pass's lease lapsed and it was redeemed again")]
+    LeaseLost,
+    /// A commit's task did not finish (the runtime is shutting down).
+    #[error("waiting room: the commit was interrupted")]
+    Interrupted,
 }
 
 /// A user's place after joining.
@@ -224,8 +250,9 @@ pub struct Status {
     pub pass_expires_at_ms: Option<u64>,
 }
 
-/// A spent pass; only [`WaitingRoom::redeem`] makes one, and only
-/// [`WaitingRoom::give_back`] undoes it.
+/// A pass redeemed on lease; only [`WaitingRoom::redeem`] makes one,
+/// [`WaitingRoom::commit`] makes it final and [`WaitingRoom::give_back`]
+/// undoes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Redeemed {
     /// The queue position the pass was for.
@@ -348,18 +375,21 @@ impl WaitingRoom {
         })
     }
 
-    /// Spends `pass` for `user`'s order; a pass (of any poll) for the same
-    /// position works once.
+    /// Redeems `pass` for `user`'s order on lease (`lease_ttl`); a pass (of
+    /// any poll) for the same position is then `replayed` until the lease
+    /// lapses or is given back, and for good once committed. Prefer
+    /// [`WaitingRoom::lease`], which cannot forget to decide.
     pub async fn redeem(&self, pass: &str, user: &str) -> Result<Redeemed, Error> {
         let pass = self.signer.open_pass(pass, &self.settings.sale, user)?;
         let claim = rand::random::<u64>();
-        let marker_ttl = self
-            .settings
-            .ticket_ttl
-            .saturating_add(self.settings.pass_ttl);
         let outcome = self
             .store
-            .redeem(pass.position, pass.expires_at_ms, marker_ttl, claim)
+            .redeem(
+                pass.position,
+                pass.expires_at_ms,
+                self.settings.lease_ttl,
+                claim,
+            )
             .await;
         match outcome {
             Ok(Redemption::Redeemed) => Ok(Redeemed {
@@ -375,7 +405,7 @@ impl WaitingRoom {
                 let position = pass.position;
                 tokio::spawn(async move {
                     if let Err(err) = store.release(position, claim).await {
-                        tracing::warn!(error = %err, position, "waiting room: pass not given back");
+                        tracing::warn!(error = %err, position, "waiting room: pass not given back; its lease will lapse");
                     }
                 });
                 Err(err)
@@ -383,8 +413,35 @@ impl WaitingRoom {
         }
     }
 
+    /// Redeems `pass` for `user`'s order on lease, as [`WaitingRoom::redeem`],
+    /// in a guard that gives the pass back unless committed.
+    pub async fn lease(&self, pass: &str, user: &str) -> Result<PassLease, Error> {
+        let redeemed = self.redeem(pass, user).await?;
+        Ok(PassLease::new(self.clone(), redeemed))
+    }
+
+    /// Makes a redemption final once its order succeeded: the pass stays
+    /// spent for as long as any pass of its position could be valid.
+    /// [`Error::LeaseLost`] if the lease lapsed and the position was
+    /// redeemed again meanwhile.
+    pub async fn commit(&self, redeemed: &Redeemed) -> Result<(), Error> {
+        let marker_ttl = self
+            .settings
+            .ticket_ttl
+            .saturating_add(self.settings.pass_ttl);
+        match self
+            .store
+            .commit(redeemed.position, redeemed.claim, marker_ttl)
+            .await?
+        {
+            true => Ok(()),
+            false => Err(Error::LeaseLost),
+        }
+    }
+
     /// Makes a redeemed pass usable again, after the order failed for a
-    /// reason worth retrying. Does nothing if it was already given back.
+    /// reason that is not the buyer's. Does nothing if it was already given
+    /// back (or its lease lapsed and someone else redeemed it).
     pub async fn give_back(&self, redeemed: &Redeemed) -> Result<(), Error> {
         self.store.release(redeemed.position, redeemed.claim).await
     }
