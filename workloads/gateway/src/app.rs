@@ -92,7 +92,11 @@ impl AppState {
     pub async fn rate_limit(&self, user: &User, scope: RateScope) -> Result<RateHeaders, ApiError> {
         let policy = self.rate.policy();
         let decision = match scope {
-            RateScope::Shared => self.rate.check(&self.config.sale, &user.0).await,
+            RateScope::Shared => {
+                let decision = self.rate.check(&self.config.sale, &user.0).await;
+                self.metrics.rate_limit_decision(decision.source);
+                decision
+            }
             RateScope::Replica => self.rate.check_locally(&self.config.sale, &user.0),
         };
         let headers = rate_limit_headers(policy, &decision);

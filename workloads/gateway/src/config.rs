@@ -113,6 +113,10 @@ pub struct WaitingRoomConfig {
     /// How long an admitted user's pass stays valid.
     #[serde(default = "default_pass_ttl_seconds")]
     pub pass_ttl_seconds: u64,
+    /// Set the ticket and pass cookies without `Secure`, for local runs over
+    /// plain HTTP; never behind TLS.
+    #[serde(default)]
+    pub insecure_cookies: bool,
 }
 
 impl Default for WaitingRoomConfig {
@@ -121,6 +125,7 @@ impl Default for WaitingRoomConfig {
             enabled: false,
             admit_per_second: default_admit_per_second(),
             pass_ttl_seconds: default_pass_ttl_seconds(),
+            insecure_cookies: false,
         }
     }
 }
@@ -343,6 +348,10 @@ mod tests {
             parse(r#"{"sale":"s1","currency":"CNY","items":[{"sku":"A","priceMinor":100}]}"#)?;
         assert_eq!(config.rate_limit.per_user_per_second, 5);
         assert!(!config.waiting_room.enabled);
+        assert!(
+            !config.waiting_room.insecure_cookies,
+            "cookies are Secure by default"
+        );
         assert_eq!(config.request_timeout(), Duration::from_secs(2));
         assert_eq!(config.price("A"), Some(100));
         Ok(())

@@ -1,6 +1,6 @@
 //! The flash-sale gateway: the only public entry, shedding load cheaply before it reaches stock or orders.
 
-use std::{net::SocketAddr, path::PathBuf};
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use anyhow::Context;
 use clap::{ArgGroup, Parser};
@@ -21,7 +21,7 @@ use gateway::{
 /// order event before it is acknowledged.
 #[derive(Debug, Parser)]
 #[command(name = "gateway", version)]
-#[command(group(ArgGroup::new("jwt").required(true).args(["jwt_hs256_secret_file", "jwt_rs256_public_key_file"])))]
+#[command(group(ArgGroup::new("jwt").required(true).multiple(true).args(["jwt_hs256_secret_file", "jwt_rs256_public_key_file", "jwt_jwks_file"])))]
 #[command(group(ArgGroup::new("switch_source").args(["degradation_file", "degradation_config_map"])))]
 struct Args {
     /// Address of the public API.
@@ -52,11 +52,17 @@ struct Args {
     #[arg(long, env = "ORDERS_TOPIC", default_value = "flashsale.orders")]
     orders_topic: String,
     /// File holding the HS256 secret that signs bearer tokens (at least 32 bytes).
-    #[arg(long, env = "JWT_HS256_SECRET_FILE")]
+    #[arg(long, env = "JWT_HS256_SECRET_FILE", conflicts_with_all = ["jwt_rs256_public_key_file", "jwt_jwks_file"])]
     jwt_hs256_secret_file: Option<PathBuf>,
-    /// File holding the PEM RSA public key of the token issuer (RS256).
+    /// File holding the PEM RSA public key of the token issuer (RS256). With
+    /// --jwt-jwks-file too, it checks the tokens that name no `kid`.
     #[arg(long, env = "JWT_RS256_PUBLIC_KEY_FILE")]
     jwt_rs256_public_key_file: Option<PathBuf>,
+    /// File holding the token issuer's JSON Web Key Set (RS256): the token's
+    /// `kid` chooses the key, an unknown `kid` is refused. Re-read every 10 s,
+    /// so keys rotate with the Secret, without a restart.
+    #[arg(long, env = "JWT_JWKS_FILE")]
+    jwt_jwks_file: Option<PathBuf>,
     /// Required `iss` claim.
     #[arg(long, env = "JWT_ISSUER")]
     jwt_issuer: Option<String>,
@@ -80,6 +86,10 @@ struct Args {
     runtime: RuntimeArgs,
 }
 
+/// How often the JWT key set file is re-read (a Secret update reaches the
+/// pod's file within about a minute anyway).
+const JWKS_RELOAD_EVERY: Duration = Duration::from_secs(10);
+
 fn read(path: &PathBuf, what: &str) -> anyhow::Result<Vec<u8>> {
     std::fs::read(path).with_context(|| format!("reading the {what} {}", path.display()))
 }
@@ -89,11 +99,18 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let mut process = Process::start("gateway", env!("CARGO_PKG_VERSION"), &args.runtime.log)?;
     let config = GatewayConfig::load(&args.config)?;
+    let jwks = match &args.jwt_jwks_file {
+        Some(path) => Some((path.clone(), read(path, "JWT key set")?)),
+        None => None,
+    };
     let mut verifier = match (&args.jwt_hs256_secret_file, &args.jwt_rs256_public_key_file) {
         (Some(path), _) => Verifier::hs256(read(path, "JWT secret")?.trim_ascii())?,
-        (None, Some(path)) => Verifier::rs256_pem(&read(path, "JWT public key")?)?,
-        (None, None) => {
-            anyhow::bail!("give --jwt-hs256-secret-file or --jwt-rs256-public-key-file")
+        (None, pem) => {
+            let pem = pem
+                .as_ref()
+                .map(|p| read(p, "JWT public key"))
+                .transpose()?;
+            Verifier::rs256(pem.as_deref(), jwks.as_ref().map(|(_, set)| set.as_slice()))?
         }
     };
     if let Some(issuer) = &args.jwt_issuer {
@@ -101,6 +118,13 @@ async fn main() -> anyhow::Result<()> {
     }
     if let Some(audience) = &args.jwt_audience {
         verifier = verifier.with_audience(audience);
+    }
+    if let Some((path, loaded)) = jwks {
+        tokio::spawn(
+            verifier
+                .clone()
+                .watch_jwks_file(path, loaded, JWKS_RELOAD_EVERY),
+        );
     }
     let ticket_key = match &args.waiting_room_key_file {
         Some(path) => Some(read(path, "waiting-room key")?.trim_ascii().to_vec()),

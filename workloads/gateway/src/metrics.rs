@@ -1,6 +1,7 @@
 //! The gateway's Prometheus metrics (names per docs/architecture.md).
 
 use prometheus_client::{
+    encoding::EncodeLabelSet,
     metrics::{
         counter::Counter,
         family::{Family, MetricConstructor},
@@ -10,7 +11,26 @@ use prometheus_client::{
     registry::{Registry, Unit},
 };
 
+use crate::ratelimit::Source;
+
 type Labels = Vec<(&'static str, String)>;
+
+/// Labels of `gateway_rate_limit_decisions_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DecisionLabels {
+    /// `redis` or `local`.
+    source: &'static str,
+}
+
+impl DecisionLabels {
+    fn of(source: Source) -> Self {
+        let source = match source {
+            Source::Redis => "redis",
+            Source::Local => "local",
+        };
+        Self { source }
+    }
+}
 
 /// Builds the latency histograms: 0.1 ms × 1.5^k up to about 2 minutes.
 #[derive(Clone, Copy)]
@@ -31,6 +51,7 @@ pub struct GatewayMetrics {
     concurrency_limit: Gauge,
     concurrency_rejected: Family<Labels, Counter>,
     rate_limited: Counter,
+    rate_limit_decisions: Family<DecisionLabels, Counter>,
     waiting_room_depth: Gauge,
     admitted: Counter,
     degradation_tier: Gauge,
@@ -47,6 +68,7 @@ impl Default for GatewayMetrics {
             concurrency_limit: Gauge::default(),
             concurrency_rejected: Family::default(),
             rate_limited: Counter::default(),
+            rate_limit_decisions: Family::default(),
             waiting_room_depth: Gauge::default(),
             admitted: Counter::default(),
             degradation_tier: Gauge::default(),
@@ -91,6 +113,18 @@ impl GatewayMetrics {
             "Requests refused by the per-user rate limit",
             m.rate_limited.clone(),
         );
+        registry.register(
+            "gateway_rate_limit_decisions",
+            "Shared per-user rate-limit decisions, by where they were taken: redis, or local (this replica alone, while Redis fails)",
+            m.rate_limit_decisions.clone(),
+        );
+        // Both series from the start, so the local share is defined at once.
+        for source in [Source::Redis, Source::Local] {
+            drop(
+                m.rate_limit_decisions
+                    .get_or_create(&DecisionLabels::of(source)),
+            );
+        }
         registry.register(
             "gateway_waiting_room_depth",
             "Users in the waiting room not yet admitted",
@@ -147,6 +181,13 @@ impl GatewayMetrics {
     /// A request refused by the rate limit.
     pub fn rate_limited(&self) {
         self.rate_limited.inc();
+    }
+
+    /// A decision of the shared rate limit, taken by `source`.
+    pub fn rate_limit_decision(&self, source: Source) {
+        self.rate_limit_decisions
+            .get_or_create(&DecisionLabels::of(source))
+            .inc();
     }
 
     /// A request refused over the concurrency limit.

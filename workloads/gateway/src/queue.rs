@@ -2,21 +2,27 @@
 //! signed ticket, as a cookie and in JSON), polls `GET /api/v1/queue/status`
 //! (or watches the `/queue` page, which polls for them), and once admitted
 //! receives a one-time pass that `POST /api/v1/orders` redeems.
+//!
+//! The status needs the buyer's bearer token, and the ticket must be theirs.
+//! Tickets and passes travel in a header or a cookie, never in the URL (where
+//! access logs, proxies and `Referer` headers would keep them): a status
+//! request with a query string is refused. The gateway's cookies are
+//! `HttpOnly; SameSite=Lax; Secure`; `waitingRoom.insecureCookies: true`
+//! drops `Secure` for local runs over plain HTTP.
 
 use axum::{
     Json,
-    extract::{Query, State, rejection::QueryRejection},
-    http::{HeaderMap, HeaderValue, StatusCode, header},
+    extract::State,
+    http::{HeaderMap, HeaderValue, StatusCode, Uri, header},
     response::{Html, IntoResponse, Response},
 };
 use flashsale_runtime::ApiError;
-use serde::Deserialize;
 use serde_json::json;
 
 use crate::{
     app::AppState,
     auth::User,
-    waiting_room::{Error as RoomError, Redeemed, WaitingRoom},
+    waiting_room::{Error as RoomError, PassLease, Redeemed, WaitingRoom},
 };
 
 /// Cookie holding the queue ticket.
@@ -31,63 +37,99 @@ pub const PASS_HEADER: &str = "x-queue-pass";
 const PAGE: &str = include_str!("queue.html");
 
 /// What the waiting room says about an order request.
-pub enum Entry {
-    /// The pass was good: go on.
-    Admitted(Redeemed),
+pub enum Entry<A> {
+    /// The pass was good: go on with `A` (what the redemption left to do).
+    Admitted(A),
     /// No pass: queued; this is the 202 answer.
     Queued(Response),
 }
 
-/// Redeems the request's pass, or queues the user when there is none.
+/// Spends the request's pass for good at once, or queues the user when there
+/// is none. A failed order then needs [`WaitingRoom::give_back`]; an order
+/// that never finishes (the gateway died) keeps the pass spent, which
+/// [`lease_pass`] avoids.
 pub async fn redeem_pass(
     state: &AppState,
     room: &WaitingRoom,
     headers: &HeaderMap,
     user: &User,
-) -> Result<Entry, ApiError> {
-    let Some(pass) = presented(headers, PASS_HEADER, PASS_COOKIE) else {
-        let joined = room.join(&user.0).await.map_err(room_error)?;
-        let body = json!({
-            "status": "queued",
-            "ticket": joined.ticket,
-            "position": joined.position,
-            "ahead": joined.ahead,
-            "estimatedWaitSeconds": joined.estimated_wait.as_secs_f64().ceil() as u64,
-            "nextPollMs": joined.next_poll.as_millis() as u64,
-            "statusUrl": "/api/v1/queue/status",
-            "queueUrl": "/queue",
-        });
-        let mut response = (StatusCode::ACCEPTED, Json(body)).into_response();
-        set_cookie(
-            &mut response,
-            TICKET_COOKIE,
-            &joined.ticket,
-            state.config.waiting_room.pass_ttl_seconds.max(3600),
-        );
-        return Ok(Entry::Queued(response));
+) -> Result<Entry<Redeemed>, ApiError> {
+    let pass = match pass_or_queue(state, room, headers, user).await? {
+        Ok(pass) => pass,
+        Err(queued) => return Ok(Entry::Queued(queued)),
     };
     let redeemed = room.redeem(&pass, &user.0).await.map_err(room_error)?;
+    if let Err(err) = room.commit(&redeemed).await {
+        if let Err(err) = room.give_back(&redeemed).await {
+            tracing::debug!(error = %err, "waiting room: pass not given back; its lease will lapse");
+        }
+        return Err(room_error(err));
+    }
     Ok(Entry::Admitted(redeemed))
 }
 
-/// Where a ticket may come from besides the cookie and header.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StatusQuery {
-    /// The ticket, for pages opened from a link.
-    #[serde(default)]
-    ticket: Option<String>,
+/// Redeems the request's pass on lease, or queues the user when there is
+/// none. Call [`PassLease::commit`] once the order succeeded and
+/// [`PassLease::give_back`] when it failed for a reason that is not the
+/// buyer's; a lease dropped undecided (the client went away) gives the pass
+/// back by itself.
+pub async fn lease_pass(
+    state: &AppState,
+    room: &WaitingRoom,
+    headers: &HeaderMap,
+    user: &User,
+) -> Result<Entry<PassLease>, ApiError> {
+    match pass_or_queue(state, room, headers, user).await? {
+        Ok(pass) => room
+            .lease(&pass, &user.0)
+            .await
+            .map(Entry::Admitted)
+            .map_err(room_error),
+        Err(queued) => Ok(Entry::Queued(queued)),
+    }
+}
+
+/// The request's pass, or (when it has none) the user queued and the 202
+/// answer saying so.
+async fn pass_or_queue(
+    state: &AppState,
+    room: &WaitingRoom,
+    headers: &HeaderMap,
+    user: &User,
+) -> Result<Result<String, Response>, ApiError> {
+    if let Some(pass) = presented(headers, PASS_HEADER, PASS_COOKIE) {
+        return Ok(Ok(pass));
+    }
+    let joined = room.join(&user.0).await.map_err(room_error)?;
+    let body = json!({
+        "status": "queued",
+        "ticket": joined.ticket,
+        "position": joined.position,
+        "ahead": joined.ahead,
+        "estimatedWaitSeconds": joined.estimated_wait.as_secs_f64().ceil() as u64,
+        "nextPollMs": joined.next_poll.as_millis() as u64,
+        "statusUrl": "/api/v1/queue/status",
+        "queueUrl": "/queue",
+    });
+    let mut response = (StatusCode::ACCEPTED, Json(body)).into_response();
+    set_cookie(
+        state,
+        &mut response,
+        TICKET_COOKIE,
+        &joined.ticket,
+        state.config.waiting_room.pass_ttl_seconds.max(3600),
+    );
+    Ok(Err(response))
 }
 
 /// `GET /api/v1/queue/status`: position, estimated wait, next poll time;
-/// the pass once admitted. The ticket proves who polls; a bearer token,
-/// when sent, must name the ticket's user.
+/// the pass once admitted. Needs the bearer token of the ticket's user and
+/// the ticket in `X-Queue-Ticket` or the ticket cookie.
 pub async fn status(
     State(state): State<AppState>,
     headers: HeaderMap,
-    query: Result<Query<StatusQuery>, QueryRejection>,
+    uri: Uri,
 ) -> Result<Response, ApiError> {
-    let Query(query) = query?;
     let Some(room) = &state.waiting_room else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -95,24 +137,20 @@ pub async fn status(
             "this sale has no waiting room; order directly",
         ));
     };
-    let ticket = query
-        .ticket
-        .or_else(|| presented(&headers, TICKET_HEADER, TICKET_COOKIE))
-        .ok_or_else(|| {
-            ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "missing_ticket",
-                "no queue ticket: POST /api/v1/orders to join the queue",
-            )
-        })?;
-    let user = match headers.contains_key(header::AUTHORIZATION) {
-        true => Some(state.user(&headers)?),
-        false => None,
-    };
-    let status = room
-        .status(&ticket, user.as_ref().map(|u| u.0.as_str()))
-        .await
-        .map_err(room_error)?;
+    let user = state.user(&headers)?;
+    if uri.query().is_some() {
+        return Err(ApiError::bad_request(format!(
+            "the queue status takes no query string: send the ticket in the {TICKET_HEADER} header or the {TICKET_COOKIE} cookie, never in a URL"
+        )));
+    }
+    let ticket = presented(&headers, TICKET_HEADER, TICKET_COOKIE).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "missing_ticket",
+            "no queue ticket: POST /api/v1/orders to join the queue",
+        )
+    })?;
+    let status = room.status(&ticket, &user.0).await.map_err(room_error)?;
     let body = json!({
         "position": status.position,
         "ahead": status.ahead,
@@ -128,6 +166,7 @@ pub async fn status(
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     if let Some(pass) = &status.pass {
         set_cookie(
+            &state,
             &mut response,
             PASS_COOKIE,
             pass,
@@ -185,13 +224,25 @@ fn presented(headers: &HeaderMap, header_name: &str, cookie: &str) -> Option<Str
         .filter(|v| !v.is_empty())
 }
 
-fn set_cookie(response: &mut Response, name: &str, value: &str, max_age_seconds: u64) {
-    // HttpOnly: page scripts never need the token, the browser sends it.
-    let cookie =
-        format!("{name}={value}; Path=/; Max-Age={max_age_seconds}; HttpOnly; SameSite=Lax");
-    if let Ok(value) = HeaderValue::try_from(cookie) {
+fn set_cookie(
+    state: &AppState,
+    response: &mut Response,
+    name: &str,
+    value: &str,
+    max_age_seconds: u64,
+) {
+    let secure = !state.config.waiting_room.insecure_cookies;
+    if let Ok(value) = HeaderValue::try_from(cookie(name, value, max_age_seconds, secure)) {
         response.headers_mut().append(header::SET_COOKIE, value);
     }
+}
+
+/// A `Set-Cookie` value. HttpOnly: page scripts never need the token, the
+/// browser sends it. Secure unless turned off, so the browser never sends a
+/// ticket or pass over plain HTTP, where anyone on the way could read it.
+fn cookie(name: &str, value: &str, max_age_seconds: u64, secure: bool) -> String {
+    let secure = if secure { "; Secure" } else { "" };
+    format!("{name}={value}; Path=/; Max-Age={max_age_seconds}; HttpOnly; SameSite=Lax{secure}")
 }
 
 #[cfg(test)]
@@ -215,5 +266,17 @@ mod tests {
             Some("T2".into())
         );
         assert_eq!(presented(&HeaderMap::new(), PASS_HEADER, PASS_COOKIE), None);
+    }
+
+    #[test]
+    fn cookies_are_secure_unless_turned_off() {
+        assert_eq!(
+            cookie("fs_queue_ticket", "T", 60, true),
+            "fs_queue_ticket=T; Path=/; Max-Age=60; HttpOnly; SameSite=Lax; Secure"
+        );
+        assert_eq!(
+            cookie("fs_queue_pass", "P", 5, false),
+            "fs_queue_pass=P; Path=/; Max-Age=5; HttpOnly; SameSite=Lax"
+        );
     }
 }

@@ -11,8 +11,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use flashsale_e2e::{redis_keys::unlink_matching, stack, wait::poll_until};
-use gateway::waiting_room::{Error, Joined, Refusal, Settings, Signer, Status, WaitingRoom};
+use flashsale_e2e::{
+    private_redis::PrivateRedis, redis_keys::unlink_matching, stack, wait::poll_until,
+};
+use gateway::waiting_room::{
+    Error, Joined, PassLease, Refusal, Settings, Signer, Status, WaitingRoom,
+};
 
 const KEY: &[u8] = b"waiting-room integration key, 32+ bytes";
 
@@ -22,7 +26,17 @@ async fn replica(
     admit_per_second: u32,
     tweak: impl FnOnce(&mut Settings),
 ) -> anyhow::Result<WaitingRoom> {
-    let client = redis::Client::open(stack::redis_url()?)?;
+    replica_on(&stack::redis_url()?, sale, admit_per_second, tweak).await
+}
+
+/// A replica over the Redis at `url`.
+async fn replica_on(
+    url: &str,
+    sale: &str,
+    admit_per_second: u32,
+    tweak: impl FnOnce(&mut Settings),
+) -> anyhow::Result<WaitingRoom> {
+    let client = redis::Client::open(url)?;
     let conn = redis::aio::ConnectionManager::new(client).await?;
     let mut settings = Settings::new(sale, admit_per_second);
     // These tests are about the algorithm, not latency, on a busy machine.
@@ -59,6 +73,13 @@ fn refusal<T: std::fmt::Debug>(result: Result<T, Error>) -> Result<Refusal, Stri
     }
 }
 
+/// Status polls read the frontier in Redis every time instead of using the
+/// replica's recent reading, so one sweep over two replicas sees a single
+/// growing frontier.
+fn read_on_every_poll(settings: &mut Settings) {
+    settings.frontier_max_age = Duration::ZERO;
+}
+
 /// Polls `room` with `joined`'s ticket until the user is admitted.
 async fn admitted(room: &WaitingRoom, joined: &Joined, user: &str) -> anyhow::Result<Status> {
     Ok(poll_until(
@@ -66,7 +87,7 @@ async fn admitted(room: &WaitingRoom, joined: &Joined, user: &str) -> anyhow::Re
         Duration::from_secs(10),
         Duration::from_millis(10),
         || async {
-            match room.status(&joined.ticket, Some(user)).await {
+            match room.status(&joined.ticket, user).await {
                 Ok(status) if status.admitted => Ok(status),
                 Ok(status) => Err(format!("{status:?}")),
                 Err(err) => Err(err.to_string()),
@@ -144,8 +165,8 @@ async fn two_replicas_admit_in_position_order_at_the_configured_rate() -> anyhow
         const USERS: u64 = 50;
         const RATE: u32 = 20;
         let replicas = [
-            replica(&sale, RATE, |_| ()).await?,
-            replica(&sale, RATE, |_| ()).await?,
+            replica(&sale, RATE, read_on_every_poll).await?,
+            replica(&sale, RATE, read_on_every_poll).await?,
         ];
         let mut joined = Vec::new();
         for i in 0..USERS {
@@ -180,7 +201,7 @@ async fn two_replicas_admit_in_position_order_at_the_configured_rate() -> anyhow
                     passed = true;
                     continue;
                 }
-                let status = replicas[i % 2].status(&place.ticket, Some(user)).await?;
+                let status = replicas[i % 2].status(&place.ticket, user).await?;
                 if status.admitted {
                     assert!(status.pass.is_some() && status.ahead == 0, "{status:?}");
                     seen[i] = true;
@@ -322,7 +343,7 @@ async fn tickets_and_passes_of_someone_else_are_refused() -> anyhow::Result<()> 
             Ok(Refusal::OtherUser)
         );
         assert_eq!(
-            refusal(room.status(&alice.ticket, Some("bob")).await),
+            refusal(room.status(&alice.ticket, "bob").await),
             Ok(Refusal::OtherUser)
         );
         assert_eq!(
@@ -330,13 +351,13 @@ async fn tickets_and_passes_of_someone_else_are_refused() -> anyhow::Result<()> 
             Ok(Refusal::WrongKind)
         );
         assert_eq!(
-            refusal(room.status(&pass, Some("alice")).await),
+            refusal(room.status(&pass, "alice").await),
             Ok(Refusal::WrongKind)
         );
 
         let elsewhere = other_sale.join("alice").await?;
         assert_eq!(
-            refusal(room.status(&elsewhere.ticket, Some("alice")).await),
+            refusal(room.status(&elsewhere.ticket, "alice").await),
             Ok(Refusal::OtherSale)
         );
         let Some(pass_elsewhere) = admitted(&other_sale, &elsewhere, "alice").await?.pass else {
@@ -356,11 +377,11 @@ async fn tickets_and_passes_of_someone_else_are_refused() -> anyhow::Result<()> 
         );
         let forged = forged_room.join("mallory").await?;
         assert_eq!(
-            refusal(room.status(&forged.ticket, None).await),
+            refusal(room.status(&forged.ticket, "mallory").await),
             Ok(Refusal::Forged)
         );
         assert_eq!(
-            refusal(room.status("garbage", None).await),
+            refusal(room.status("garbage", "alice").await),
             Ok(Refusal::Malformed)
         );
         // The genuine pass still works for its owner.
@@ -391,7 +412,7 @@ async fn users_who_never_poll_do_not_stall_later_users() -> anyhow::Result<()> {
             "admitted after {waited:?}"
         );
         // The no-shows' turns are spent: a returning one is admitted at once.
-        let back = room.status(&joined[0].ticket, Some("user-0")).await?;
+        let back = room.status(&joined[0].ticket, "user-0").await?;
         assert!(back.admitted && back.pass.is_some(), "{back:?}");
         let depth = room.advance().await?;
         assert_eq!((depth.issued, depth.admitted, depth.waiting()), (10, 10, 0));
@@ -446,11 +467,206 @@ async fn expired_passes_and_tickets_are_refused() -> anyhow::Result<()> {
         let ticket = Signer::new(KEY)?.open_ticket(&joined.ticket, &sale, Some("alice"))?;
         redis_clock_reaches(ticket.issued_at_ms + 1_500).await?;
         assert_eq!(
-            refusal(room.status(&joined.ticket, Some("alice")).await),
+            refusal(room.status(&joined.ticket, "alice").await),
             Ok(Refusal::Expired)
         );
         // The position expired with the ticket: joining again queues anew.
         assert_eq!(room.join("alice").await?.position, 2);
+        Ok(())
+    })
+    .await
+}
+
+/// Lua script runs (EVALSHA and EVAL) the server counted since its stats
+/// were reset.
+async fn script_calls(conn: &mut redis::aio::MultiplexedConnection) -> anyhow::Result<u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await?;
+    Ok(info
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum())
+}
+
+#[tokio::test]
+async fn polling_faster_than_the_hint_costs_no_redis_call_per_poll() -> anyhow::Result<()> {
+    // A Redis of its own: its command counts are this test's alone.
+    let redis = PrivateRedis::start(&[]).await?;
+    let mut conn = redis::Client::open(redis.url.as_str())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let room = replica_on(&redis.url, &stack::unique_name("wr-polls"), 1, |_| ()).await?;
+    let max_age = room.settings().frontier_max_age;
+    room.join("alice").await?;
+    let bob = room.join("bob").await?;
+    // Loads the admission script, so each later read is one EVALSHA.
+    room.advance().await?;
+    redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async::<()>(&mut conn)
+        .await?;
+    // Bob polls 200 times as fast as he can, far faster than his hint.
+    let started = Instant::now();
+    for _ in 0..200 {
+        let status = room.status(&bob.ticket, "bob").await?;
+        assert_eq!((status.position, status.admitted), (2, false), "{status:?}");
+    }
+    let took = started.elapsed();
+    let calls = script_calls(&mut conn).await?;
+    // One frontier read per max_age at most, whatever the number of polls.
+    let most = 1 + (took.as_millis() / max_age.as_millis().max(1)) as u64;
+    println!("200 polls in {took:?}: {calls} Redis script calls");
+    assert!(
+        calls <= most,
+        "{calls} script calls for 200 polls in {took:?}"
+    );
+    // Admission still reaches the polls, within the reading's age.
+    let status = admitted(&room, &bob, "bob").await?;
+    assert!(status.pass.is_some());
+    Ok(())
+}
+
+/// The pass from `room`'s status for `joined`, once admitted.
+async fn pass_of(room: &WaitingRoom, joined: &Joined, user: &str) -> anyhow::Result<String> {
+    let status = admitted(room, joined, user).await?;
+    status
+        .pass
+        .clone()
+        .ok_or_else(|| anyhow::anyhow!("admitted without a pass: {status:?}"))
+}
+
+#[tokio::test]
+async fn a_redemption_never_committed_frees_the_pass_after_its_lease() -> anyhow::Result<()> {
+    with_sale("wr-lease", |sale| async move {
+        let lease = Duration::from_millis(500);
+        let room = replica(&sale, 1_000, |s| s.lease_ttl = lease).await?;
+        let joined = room.join("alice").await?;
+        let pass = pass_of(&room, &joined, "alice").await?;
+        // The gateway redeems, then dies before the order is done.
+        let started = Instant::now();
+        let lost = room.redeem(&pass, "alice").await?;
+        assert_eq!(lost.position, joined.position);
+        assert_eq!(
+            refusal(room.redeem(&pass, "alice").await),
+            Ok(Refusal::Replayed)
+        );
+        // Within seconds the same pass works again, and a fresh one too
+        // (rejoining returns the same ticket, hence the same position).
+        let again = poll_until(
+            "the lease to lapse",
+            Duration::from_secs(5),
+            Duration::from_millis(20),
+            || async {
+                room.redeem(&pass, "alice")
+                    .await
+                    .map_err(|err| err.to_string())
+            },
+        )
+        .await?;
+        assert!(
+            started.elapsed() >= lease,
+            "freed after {:?}",
+            started.elapsed()
+        );
+        room.give_back(&again).await?;
+        let rejoined = room.join("alice").await?;
+        assert_eq!(rejoined.ticket, joined.ticket);
+        let fresh = pass_of(&room, &rejoined, "alice").await?;
+        let committed = room.redeem(&fresh, "alice").await?;
+        room.commit(&committed).await?;
+        // Committed: spent beyond the lease.
+        redis_clock_reaches(redis_now_ms().await? + 2 * lease.as_millis() as u64).await?;
+        for pass in [&pass, &fresh] {
+            assert_eq!(
+                refusal(room.redeem(pass, "alice").await),
+                Ok(Refusal::Replayed)
+            );
+        }
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_commit_after_the_lease_lapsed_keeps_the_order_or_reports_the_loss() -> anyhow::Result<()>
+{
+    with_sale("wr-late", |sale| async move {
+        let room = replica(&sale, 1_000, |s| s.lease_ttl = Duration::from_millis(200)).await?;
+        let joined = room.join("alice").await?;
+        let pass = pass_of(&room, &joined, "alice").await?;
+        // A slow order: the lease lapses, nobody redeems meanwhile, the
+        // order succeeds and commits: the pass is spent.
+        let slow = room.redeem(&pass, "alice").await?;
+        redis_clock_reaches(redis_now_ms().await? + 400).await?;
+        room.commit(&slow).await?;
+        assert_eq!(
+            refusal(room.redeem(&pass, "alice").await),
+            Ok(Refusal::Replayed)
+        );
+        // Same again, but a second order redeemed the pass meanwhile.
+        let bob = room.join("bob").await?;
+        let bobs = pass_of(&room, &bob, "bob").await?;
+        let first = room.redeem(&bobs, "bob").await?;
+        let second = poll_until(
+            "the lease to lapse",
+            Duration::from_secs(5),
+            Duration::from_millis(20),
+            || async { room.redeem(&bobs, "bob").await.map_err(|e| e.to_string()) },
+        )
+        .await?;
+        assert!(matches!(room.commit(&first).await, Err(Error::LeaseLost)));
+        room.commit(&second).await?;
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_lease_dropped_undecided_gives_the_pass_back() -> anyhow::Result<()> {
+    with_sale("wr-guard", |sale| async move {
+        // A long lease: the pass must come back from the drop, not the lapse.
+        let room = replica(&sale, 1_000, |s| s.lease_ttl = Duration::from_secs(60)).await?;
+        let joined = room.join("alice").await?;
+        let pass = pass_of(&room, &joined, "alice").await?;
+        let lease: PassLease = room.lease(&pass, "alice").await?;
+        assert_eq!(lease.position(), joined.position);
+        assert_eq!(
+            refusal(room.lease(&pass, "alice").await),
+            Ok(Refusal::Replayed)
+        );
+        // The request future is dropped (the client went away).
+        let request = tokio::spawn(async move {
+            let _held = lease;
+            std::future::pending::<()>().await;
+        });
+        request.abort();
+        let _ = request.await;
+        let lease = poll_until(
+            "the dropped lease to give the pass back",
+            Duration::from_secs(5),
+            Duration::from_millis(10),
+            || async { room.lease(&pass, "alice").await.map_err(|e| e.to_string()) },
+        )
+        .await?;
+        // Given back explicitly: usable again at once.
+        lease.give_back().await?;
+        let lease = room.lease(&pass, "alice").await?;
+        // Committed: spent, and dropping nothing gives it back.
+        lease.commit().await?;
+        assert_eq!(
+            refusal(room.lease(&pass, "alice").await),
+            Ok(Refusal::Replayed)
+        );
         Ok(())
     })
     .await

@@ -1,20 +1,28 @@
 //! Per-user rate limit: GCRA in Redis (one integer per user, one script call
 //! per decision, the Redis server's clock for every gateway replica), falling
-//! back to an in-process GCRA within a few milliseconds when Redis is slow or
-//! down.
+//! back to an in-process GCRA when Redis is slow or down.
 //!
-//! Fail-open bound: while Redis is unavailable each replica enforces the
+//! Each Redis call is bounded ([`Settings::redis_timeout`], 5 ms); a call
+//! that fails or times out is decided locally. Whether the following
+//! requests skip Redis is [`fallback`]'s decision: only after
+//! [`Thresholds::failures`] failures in a row lasting
+//! [`Thresholds::failing_for`] (3 and 20 ms by default), so one slow call
+//! or a short blip leaves the replica on Redis; then one probe per
+//! [`Thresholds::hold_off`] (1 s) until Redis answers again. Each switch is
+//! logged (warn to local, info back), and every decision reports its
+//! [`Source`], which the gateway counts
+//! (`gateway_rate_limit_decisions_total{source}`).
+//!
+//! Fail-open bound: while decisions are local each replica enforces the
 //! policy on its own, so a user whose requests are spread over N replicas
 //! gets at most N × the rate (and N × the burst) until Redis answers again.
 
+mod fallback;
 mod headers;
 
 use std::{
     num::NonZeroU32,
-    sync::{
-        Arc,
-        atomic::{AtomicU64, Ordering},
-    },
+    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
@@ -26,6 +34,8 @@ use governor::{
 };
 use redis::{Script, aio::ConnectionManager};
 
+use fallback::{Fallback, Route};
+pub use fallback::{Switch, Thresholds};
 pub use headers::rate_limit_headers;
 
 /// The GCRA script; `KEYS[1]` the user's key, `ARGV` interval (µs) and burst.
@@ -84,18 +94,22 @@ pub struct Settings {
     pub policy: Policy,
     /// Longest wait for Redis before deciding locally.
     pub redis_timeout: Duration,
-    /// After Redis failed, how long to decide locally before asking it again,
-    /// so an outage costs no timeout per request.
-    pub hold_off: Duration,
+    /// When to stop asking Redis, and how often to ask again meanwhile.
+    pub fallback: Thresholds,
 }
 
 impl Settings {
-    /// Defaults for `policy`: 5 ms Redis bound, 1 s hold-off.
+    /// Defaults for `policy`: 5 ms Redis bound; local decisions after 3
+    /// failures in a row over at least 20 ms; then one probe per second.
     pub fn new(policy: Policy) -> Self {
         Self {
             policy,
             redis_timeout: Duration::from_millis(5),
-            hold_off: Duration::from_secs(1),
+            fallback: Thresholds {
+                failures: 3,
+                failing_for: Duration::from_millis(20),
+                hold_off: Duration::from_secs(1),
+            },
         }
     }
 }
@@ -115,9 +129,17 @@ pub struct RateLimiter {
     script: Arc<Script>,
     settings: Settings,
     local: Arc<LocalLimiter>,
-    /// Micros since `started` until which Redis is not asked.
-    redis_skipped_until: Arc<AtomicU64>,
+    /// Whether to ask Redis; shared by the clones, held only to route a
+    /// request or record an outcome.
+    fallback: Arc<Mutex<Fallback>>,
+    /// The origin of the fallback's times.
     started: Instant,
+}
+
+/// Why a Redis call gave no decision.
+enum Failure {
+    Redis(redis::RedisError),
+    Timeout,
 }
 
 impl RateLimiter {
@@ -127,9 +149,9 @@ impl RateLimiter {
         Self {
             redis,
             script: Arc::new(Script::new(GCRA_LUA)),
-            settings,
             local: Arc::new(governor::RateLimiter::keyed(quota).with_middleware()),
-            redis_skipped_until: Arc::new(AtomicU64::new(0)),
+            fallback: Arc::new(Mutex::new(Fallback::new(settings.fallback))),
+            settings,
             started: Instant::now(),
         }
     }
@@ -144,40 +166,73 @@ impl RateLimiter {
         format!("fs:{{{sale}}}:rl:{user}")
     }
 
-    /// Decides for one request of `user` in `sale`.
+    /// Decides for one request of `user` in `sale`: in Redis, or locally
+    /// when Redis is not configured, is not in use, or fails this call.
     pub async fn check(&self, sale: &str, user: &str) -> Decision {
-        let now = self.started.elapsed().as_micros() as u64;
-        if let Some(redis) = &self.redis
-            && now >= self.redis_skipped_until.load(Ordering::Relaxed)
-        {
-            let mut conn = redis.clone();
-            let mut invocation = self.script.key(Self::key(sale, user));
-            invocation
-                .arg(self.settings.policy.interval_micros())
-                .arg(self.settings.policy.burst.get());
-            let call = invocation.invoke_async::<(i64, i64, i64, i64)>(&mut conn);
-            match tokio::time::timeout(self.settings.redis_timeout, call).await {
-                Ok(Ok((allowed, remaining, retry_after, reset))) => {
-                    return Decision {
-                        allowed: allowed == 1,
-                        remaining: u32::try_from(remaining).unwrap_or(0),
-                        retry_after: micros(retry_after),
-                        reset: micros(reset),
-                        source: Source::Redis,
-                    };
-                }
-                Ok(Err(err)) => {
-                    tracing::warn!(error = %err, "rate limit: Redis failed; deciding locally")
-                }
-                Err(_) => tracing::warn!(
-                    timeout_ms = self.settings.redis_timeout.as_millis() as u64,
-                    "rate limit: Redis too slow; deciding locally"
-                ),
-            }
-            let until = now + self.settings.hold_off.as_micros() as u64;
-            self.redis_skipped_until.store(until, Ordering::Relaxed);
+        let Some(redis) = &self.redis else {
+            return self.check_locally(sale, user);
+        };
+        let route = self.lock_fallback().route(self.started.elapsed());
+        if route == Route::Local {
+            return self.check_locally(sale, user);
         }
+        let outcome = self.ask_redis(redis, sale, user).await;
+        let switch = self
+            .lock_fallback()
+            .record(self.started.elapsed(), route, outcome.is_ok());
+        let failure = match outcome {
+            Ok(decision) => {
+                report(switch, None);
+                return decision;
+            }
+            Err(failure) => failure,
+        };
+        let reason = match &failure {
+            Failure::Redis(err) => err.to_string(),
+            Failure::Timeout => format!(
+                "no answer within {} ms",
+                self.settings.redis_timeout.as_millis()
+            ),
+        };
+        tracing::debug!(
+            reason,
+            ?route,
+            "rate limit: Redis gave no decision; this one is local"
+        );
+        report(switch, Some(&reason));
         self.check_locally(sale, user)
+    }
+
+    /// One GCRA call, bounded by the Redis timeout.
+    async fn ask_redis(
+        &self,
+        redis: &ConnectionManager,
+        sale: &str,
+        user: &str,
+    ) -> Result<Decision, Failure> {
+        let mut conn = redis.clone();
+        let mut invocation = self.script.key(Self::key(sale, user));
+        invocation
+            .arg(self.settings.policy.interval_micros())
+            .arg(self.settings.policy.burst.get());
+        let call = invocation.invoke_async::<(i64, i64, i64, i64)>(&mut conn);
+        let (allowed, remaining, retry_after, reset) =
+            match tokio::time::timeout(self.settings.redis_timeout, call).await {
+                Ok(Ok(reply)) => reply,
+                Ok(Err(err)) => return Err(Failure::Redis(err)),
+                Err(_) => return Err(Failure::Timeout),
+            };
+        Ok(Decision {
+            allowed: allowed == 1,
+            remaining: u32::try_from(remaining).unwrap_or(0),
+            retry_after: micros(retry_after),
+            reset: micros(reset),
+            source: Source::Redis,
+        })
+    }
+
+    fn lock_fallback(&self) -> std::sync::MutexGuard<'_, Fallback> {
+        self.fallback.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Decides with this replica's limiter only, for requests that cost no
@@ -209,6 +264,24 @@ impl RateLimiter {
     /// then, so the fallback's memory stays bounded).
     pub fn prune_local(&self) {
         self.local.retain_recent();
+    }
+}
+
+/// Logs a switch between Redis and local decisions; `reason` is the failure
+/// of the call that caused a switch to local ones.
+fn report(switch: Option<Switch>, reason: Option<&str>) {
+    match switch {
+        Some(Switch::ToLocal { failures, over }) => tracing::warn!(
+            failures,
+            over_ms = over.as_millis() as u64,
+            reason = reason.unwrap_or_default(),
+            "rate limit: Redis keeps failing; deciding locally (each replica alone) until it answers a probe"
+        ),
+        Some(Switch::ToRedis { after }) => tracing::info!(
+            local_for_ms = after.as_millis() as u64,
+            "rate limit: Redis answers again; deciding in Redis"
+        ),
+        None => {}
     }
 }
 

@@ -8,13 +8,21 @@
 //!    (the handler answers 202, ticket in a cookie and in the JSON body).
 //!    Joining again returns the same position and the same ticket.
 //! 2. [`WaitingRoom::status`] (`GET /api/v1/queue/status`) checks the ticket
-//!    and answers the position, how many wait ahead, the estimated wait and
-//!    when to poll next (`poll_base` + uniform `[0, poll_jitter)`, so clients
-//!    that joined together do not poll together). Once admitted it also
-//!    hands out a **pass**, valid for `pass_ttl`.
-//! 3. [`WaitingRoom::redeem`] (`POST /orders`) spends the pass, once. If the
-//!    order then fails for a retryable reason, [`WaitingRoom::give_back`]
-//!    makes the pass usable again, so a 503 does not cost the user their turn.
+//!    against the caller's user and answers the position, how many wait
+//!    ahead, the estimated wait and when to poll next (`poll_base` + uniform
+//!    `[0, poll_jitter)`, so clients that joined together do not poll
+//!    together). Once admitted it also hands out a **pass**, valid for
+//!    `pass_ttl`. It answers from the frontier this replica last read (see
+//!    *Status from memory*), so polling costs Redis nothing.
+//! 3. [`WaitingRoom::lease`] (`POST /orders`) redeems the pass **on lease**
+//!    and returns a [`PassLease`]: the position is marked used for
+//!    `lease_ttl` only (a little longer than an order may take).
+//!    [`PassLease::commit`] makes the mark final once the order succeeded;
+//!    [`PassLease::give_back`] (or dropping the lease undecided) makes the
+//!    pass usable again, so a failure that is not the buyer's (a 503, the
+//!    client gone, the gateway dead) does not cost them their turn. The
+//!    same steps without the guard: [`WaitingRoom::redeem`],
+//!    [`WaitingRoom::commit`], [`WaitingRoom::give_back`].
 //!
 //! # Tokens
 //!
@@ -35,7 +43,7 @@
 //! | `fs:{S}:wr:seq` | int | last position handed out (INCR) |
 //! | `fs:{S}:wr:frontier` | hash | `admitted` (every position up to it is in), `last_us` (Redis clock of the admission credit) |
 //! | `fs:{S}:wr:user:<U>` | hash | user U's `position` and `issued_ms`; expires with the ticket |
-//! | `fs:{S}:wr:used:<P>` | string | set while position P's pass is redeemed (value: the redemption's claim); lives `ticket_ttl + pass_ttl` |
+//! | `fs:{S}:wr:used:<P>` | string | set while position P's pass is redeemed (value: the redemption's claim); lives `lease_ttl`, then `ticket_ttl + pass_ttl` from the commit |
 //!
 //! The counter and the frontier live as long as the sale's keys: positions
 //! must never be handed out twice while tickets or used markers remain.
@@ -53,8 +61,9 @@
 //!   grows, so nobody is admitted before anyone who joined earlier.
 //! - **Global, exact rate.** The credit is computed and spent inside one
 //!   atomic script on the shared state, so any number of replicas may call
-//!   [`WaitingRoom::advance`] (each every ~100 ms, and every status poll
-//!   does too) without admitting the same second twice.
+//!   [`WaitingRoom::advance`] (each every ~100 ms, and a status poll when
+//!   the replica's reading is stale) without admitting the same second
+//!   twice.
 //! - **No burst after idle.** While nobody waits the frontier sits at `seq`;
 //!   the first join after that restarts the credit clock, so credit is never
 //!   hoarded. Should every replica stop advancing while users wait (all down),
@@ -66,23 +75,43 @@
 //!   at once, so the order rate can briefly exceed the admission rate by the
 //!   returning no-shows.
 //!
-//! # Passes are one-time
+//! # Status from memory
 //!
-//! Redeeming sets `used:<P>` with `SET NX`: a second redemption of any pass
-//! of position P is `replayed`. Status hands out a fresh pass on every poll
-//! while the ticket lives, so the marker lives `ticket_ttl + pass_ttl`, longer
-//! than any pass of P can be valid. The marker holds a random claim and
-//! give-back deletes it only if it still holds that claim, so a stale or
-//! repeated give-back cannot reopen someone's later redemption. If Redis
-//! fails or times out during a redemption, no order goes ahead and the claim
-//! is given back in the background (best effort: a `SET` that reaches Redis
-//! after its give-back still burns the pass).
+//! Every call of the admission script leaves its reading (frontier, issued,
+//! Redis clock) in the replica's memory. A status poll uses that reading
+//! while it is at most `frontier_max_age` old (250 ms; the background
+//! advance refreshes it every ~100 ms), with the Redis clock moved on by
+//! the time since; otherwise the poll runs the script itself, one poll at a
+//! time per replica, the others waiting for its reading. So a client polling
+//! faster than its hint, or a million clients polling, cost no Redis call
+//! per poll: a replica reads the frontier at most once per
+//! `frontier_max_age` for all of them. A poll may see admission up to that
+//! age late.
+//!
+//! # Passes are one-time, redeemed on lease
+//!
+//! Redeeming sets `used:<P>` with `SET NX PX lease_ttl`: a second redemption
+//! of any pass of position P while it is set is `replayed`. Commit (the order
+//! succeeded) extends the marker to `ticket_ttl + pass_ttl`: status hands out
+//! a fresh pass on every poll while the ticket lives, so the marker outlives
+//! any pass of P. Until the commit the marker only lives the lease, so a
+//! gateway that dies mid-order frees the pass within seconds: the buyer
+//! retries with it, or polls (or rejoins, which returns the same ticket) for
+//! a fresh one. The marker holds a random claim; commit and give-back act
+//! only on their own claim, so a stale or repeated give-back cannot reopen
+//! someone's later redemption. A commit that finds the lease lapsed and the
+//! marker free sets it again (the order stands); one that finds another
+//! claim reports [`Error::LeaseLost`] (the order took longer than the
+//! lease and the pass was redeemed again meanwhile). If Redis fails or
+//! times out during a redemption, no order goes ahead and the claim is
+//! given back in the background (and lapses with the lease anyway).
 //!
 //! # Clocks
 //!
 //! Redis `TIME` is the only clock: it stamps tickets (`issued_ms`), drives the
-//! frontier, sets pass expiries (status reads it through the admission script)
-//! and checks them (in the redeem script). Gateway replicas' own clocks never
+//! frontier, sets pass expiries (status reads it through the admission script,
+//! moved on by at most `frontier_max_age` of the replica's monotonic clock)
+//! and checks them (in the redeem script). Gateway replicas' wall clocks never
 //! matter, so skew between them cannot admit early or expire passes wrongly.
 //! A Redis failover to a server whose clock is off shifts lifetimes by that
 //! offset (milliseconds with NTP); a clock stepping back restarts the
@@ -95,14 +124,21 @@
 //! there is no local fallback: a replica deciding alone could not keep the
 //! order or the global rate.
 
+mod known;
+mod lease;
 mod store;
 mod token;
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
 
 use redis::aio::ConnectionManager;
 
-use store::{Redemption, Store};
+use known::Known;
+pub use lease::PassLease;
+use store::{Frontier, Redemption, Store};
 pub use token::{MAX_TOKEN_LEN, MIN_KEY_LEN, Pass, Refusal, Signer, Ticket};
 
 /// Longest user id accepted, so every ticket stays under [`MAX_TOKEN_LEN`].
@@ -119,6 +155,12 @@ pub struct Settings {
     pub ticket_ttl: Duration,
     /// How long a pass is valid after a status poll hands it out.
     pub pass_ttl: Duration,
+    /// How long a redeemed pass stays used without a commit: a little longer
+    /// than an order may take, so a gateway dying mid-order frees it soon.
+    pub lease_ttl: Duration,
+    /// How old this replica's reading of the frontier may be for a status
+    /// poll to use it instead of asking Redis.
+    pub frontier_max_age: Duration,
     /// Shortest time between two status polls of a client.
     pub poll_base: Duration,
     /// Random extra time on top of `poll_base`, uniform in `[0, poll_jitter)`.
@@ -129,14 +171,17 @@ pub struct Settings {
 
 impl Settings {
     /// Defaults for `sale` admitting `admit_per_second`: tickets for 1 h,
-    /// passes for 5 min, polls every 2 s + up to 1 s, Redis calls bounded by
-    /// 100 ms.
+    /// passes for 5 min, leases for 5 s (the default 2 s order budget and
+    /// room to spare), status from a reading up to 250 ms old, polls every
+    /// 2 s + up to 1 s, Redis calls bounded by 100 ms.
     pub fn new(sale: impl Into<String>, admit_per_second: u32) -> Self {
         Self {
             sale: sale.into(),
             admit_per_second,
             ticket_ttl: Duration::from_secs(3_600),
             pass_ttl: Duration::from_secs(300),
+            lease_ttl: Duration::from_secs(5),
+            frontier_max_age: Duration::from_millis(250),
             poll_base: Duration::from_secs(2),
             poll_jitter: Duration::from_secs(1),
             redis_timeout: Duration::from_millis(100),
@@ -162,6 +207,13 @@ pub enum Error {
     /// The user id is empty or longer than [`MAX_USER_LEN`] bytes.
     #[error("a user id must have 1 to {MAX_USER_LEN} bytes, not {0}")]
     InvalidUser(usize),
+    /// A commit found the pass redeemed again by someone else: the lease
+    /// lapsed before the order was done.
+    #[error("waiting room: the pass's lease lapsed and it was redeemed again")]
+    LeaseLost,
+    /// A commit's task did not finish (the runtime is shutting down).
+    #[error("waiting room: the commit was interrupted")]
+    Interrupted,
 }
 
 /// A user's place after joining.
@@ -198,8 +250,9 @@ pub struct Status {
     pub pass_expires_at_ms: Option<u64>,
 }
 
-/// A spent pass; only [`WaitingRoom::redeem`] makes one, and only
-/// [`WaitingRoom::give_back`] undoes it.
+/// A pass redeemed on lease; only [`WaitingRoom::redeem`] makes one,
+/// [`WaitingRoom::commit`] makes it final and [`WaitingRoom::give_back`]
+/// undoes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Redeemed {
     /// The queue position the pass was for.
@@ -224,12 +277,18 @@ impl Depth {
     }
 }
 
-/// One sale's waiting room over Redis; cheap to clone.
+/// One sale's waiting room over Redis; cheap to clone (clones share the
+/// frontier reading).
 #[derive(Clone)]
 pub struct WaitingRoom {
     store: Store,
     signer: Arc<Signer>,
     settings: Arc<Settings>,
+    /// The last frontier read, for status polls.
+    known: Arc<Mutex<Option<Known>>>,
+    /// Held while a status poll reads the frontier, so a stale reading
+    /// costs one Redis call, not one per waiting poll.
+    reading: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl WaitingRoom {
@@ -240,6 +299,8 @@ impl WaitingRoom {
             store: Store::new(redis, &settings.sale, settings.redis_timeout),
             signer: Arc::new(signer),
             settings: Arc::new(settings),
+            known: Arc::default(),
+            reading: Arc::default(),
         }
     }
 
@@ -275,11 +336,13 @@ impl WaitingRoom {
     }
 
     /// The place of `ticket`'s holder, with a pass once admitted. `user` is
-    /// the caller's authenticated user, when there is one: it must be the
-    /// ticket's.
-    pub async fn status(&self, ticket: &str, user: Option<&str>) -> Result<Status, Error> {
-        let ticket = self.signer.open_ticket(ticket, &self.settings.sale, user)?;
-        let frontier = self.store.advance(self.rate()).await?;
+    /// the caller's authenticated user: it must be the ticket's. Answered
+    /// from this replica's recent reading of the frontier when there is one.
+    pub async fn status(&self, ticket: &str, user: &str) -> Result<Status, Error> {
+        let ticket = self
+            .signer
+            .open_ticket(ticket, &self.settings.sale, Some(user))?;
+        let frontier = self.frontier().await?;
         let now_ms = frontier.now_us / 1_000;
         ticket.check_fresh(self.settings.ticket_ttl, now_ms)?;
         let next_poll = self.next_poll();
@@ -312,18 +375,21 @@ impl WaitingRoom {
         })
     }
 
-    /// Spends `pass` for `user`'s order; a pass (of any poll) for the same
-    /// position works once.
+    /// Redeems `pass` for `user`'s order on lease (`lease_ttl`); a pass (of
+    /// any poll) for the same position is then `replayed` until the lease
+    /// lapses or is given back, and for good once committed. Prefer
+    /// [`WaitingRoom::lease`], which cannot forget to decide.
     pub async fn redeem(&self, pass: &str, user: &str) -> Result<Redeemed, Error> {
         let pass = self.signer.open_pass(pass, &self.settings.sale, user)?;
         let claim = rand::random::<u64>();
-        let marker_ttl = self
-            .settings
-            .ticket_ttl
-            .saturating_add(self.settings.pass_ttl);
         let outcome = self
             .store
-            .redeem(pass.position, pass.expires_at_ms, marker_ttl, claim)
+            .redeem(
+                pass.position,
+                pass.expires_at_ms,
+                self.settings.lease_ttl,
+                claim,
+            )
             .await;
         match outcome {
             Ok(Redemption::Redeemed) => Ok(Redeemed {
@@ -339,7 +405,7 @@ impl WaitingRoom {
                 let position = pass.position;
                 tokio::spawn(async move {
                     if let Err(err) = store.release(position, claim).await {
-                        tracing::warn!(error = %err, position, "waiting room: pass not given back");
+                        tracing::warn!(error = %err, position, "waiting room: pass not given back; its lease will lapse");
                     }
                 });
                 Err(err)
@@ -347,21 +413,81 @@ impl WaitingRoom {
         }
     }
 
+    /// Redeems `pass` for `user`'s order on lease, as [`WaitingRoom::redeem`],
+    /// in a guard that gives the pass back unless committed.
+    pub async fn lease(&self, pass: &str, user: &str) -> Result<PassLease, Error> {
+        let redeemed = self.redeem(pass, user).await?;
+        Ok(PassLease::new(self.clone(), redeemed))
+    }
+
+    /// Makes a redemption final once its order succeeded: the pass stays
+    /// spent for as long as any pass of its position could be valid.
+    /// [`Error::LeaseLost`] if the lease lapsed and the position was
+    /// redeemed again meanwhile.
+    pub async fn commit(&self, redeemed: &Redeemed) -> Result<(), Error> {
+        let marker_ttl = self
+            .settings
+            .ticket_ttl
+            .saturating_add(self.settings.pass_ttl);
+        match self
+            .store
+            .commit(redeemed.position, redeemed.claim, marker_ttl)
+            .await?
+        {
+            true => Ok(()),
+            false => Err(Error::LeaseLost),
+        }
+    }
+
     /// Makes a redeemed pass usable again, after the order failed for a
-    /// reason worth retrying. Does nothing if it was already given back.
+    /// reason that is not the buyer's. Does nothing if it was already given
+    /// back (or its lease lapsed and someone else redeemed it).
     pub async fn give_back(&self, redeemed: &Redeemed) -> Result<(), Error> {
         self.store.release(redeemed.position, redeemed.claim).await
     }
 
     /// Moves the admission frontier by the time passed and returns the
     /// queue's size. Call it from every replica every ~100 ms; concurrent
-    /// calls never admit more than the rate.
+    /// calls never admit more than the rate. Status polls answer from its
+    /// reading.
     pub async fn advance(&self) -> Result<Depth, Error> {
-        let frontier = self.store.advance(self.rate()).await?;
+        let frontier = self.read_frontier().await?;
         Ok(Depth {
             issued: frontier.issued,
             admitted: frontier.admitted,
         })
+    }
+
+    /// Runs the admission script and keeps its reading.
+    async fn read_frontier(&self) -> Result<Frontier, Error> {
+        let sent = Instant::now();
+        let frontier = self.store.advance(self.rate()).await?;
+        let fresh = Known::new(frontier, sent);
+        let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        if known.as_ref().is_none_or(|old| old.is_older_than(&fresh)) {
+            *known = Some(fresh);
+        }
+        Ok(frontier)
+    }
+
+    /// The frontier now: the kept reading while it is recent, else a new
+    /// one (one reader at a time; the others use its reading).
+    async fn frontier(&self) -> Result<Frontier, Error> {
+        if let Some(frontier) = self.recent() {
+            return Ok(frontier);
+        }
+        let _reader = self.reading.lock().await;
+        if let Some(frontier) = self.recent() {
+            return Ok(frontier);
+        }
+        self.read_frontier().await
+    }
+
+    fn recent(&self) -> Option<Frontier> {
+        let known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        known
+            .as_ref()?
+            .at(Instant::now(), self.settings.frontier_max_age)
     }
 
     fn next_poll(&self) -> Duration {

@@ -11,8 +11,10 @@ use super::{Error, millis};
 const ADMISSION_LUA: &str = include_str!("admission.lua");
 /// The join script; `KEYS` user, counter and frontier, `ARGV` the ticket TTL.
 const JOIN_LUA: &str = include_str!("join.lua");
-/// The redeem script; `KEYS` the used marker, `ARGV` expiry, marker TTL, claim.
+/// The redeem script; `KEYS` the used marker, `ARGV` expiry, lease, claim.
 const REDEEM_LUA: &str = include_str!("redeem.lua");
+/// The commit script; `KEYS` the used marker, `ARGV` claim, final marker TTL.
+const COMMIT_LUA: &str = include_str!("commit.lua");
 /// The give-back script; `KEYS` the used marker, `ARGV` the claim.
 const RELEASE_LUA: &str = include_str!("release.lua");
 
@@ -44,7 +46,7 @@ impl Keys {
         format!("{}user:{user}", self.prefix)
     }
 
-    /// Set while a position's pass is redeemed.
+    /// Set while a position's pass is redeemed (on lease, then for good).
     fn used(&self, position: u64) -> String {
         format!("{}used:{position}", self.prefix)
     }
@@ -91,6 +93,7 @@ struct Scripts {
     admission: Script,
     join: Script,
     redeem: Script,
+    commit: Script,
     release: Script,
 }
 
@@ -104,6 +107,7 @@ impl Store {
                 admission: Script::new(ADMISSION_LUA),
                 join: Script::new(JOIN_LUA),
                 redeem: Script::new(REDEEM_LUA),
+                commit: Script::new(COMMIT_LUA),
                 release: Script::new(RELEASE_LUA),
             }),
         }
@@ -141,25 +145,38 @@ impl Store {
         })
     }
 
-    /// Marks `position` used under `claim` unless it already is or the pass
-    /// (valid until `expires_at_ms`) has expired.
+    /// Marks `position` used under `claim` for `lease`, unless it already
+    /// is or the pass (valid until `expires_at_ms`) has expired.
     pub(super) async fn redeem(
         &self,
         position: u64,
         expires_at_ms: u64,
-        marker_ttl: Duration,
+        lease: Duration,
         claim: u64,
     ) -> Result<Redemption, Error> {
         let mut conn = self.redis.clone();
         let mut call = self.scripts.redeem.key(self.keys.used(position));
-        call.arg(expires_at_ms)
-            .arg(expiry_ms(marker_ttl))
-            .arg(claim);
+        call.arg(expires_at_ms).arg(expiry_ms(lease)).arg(claim);
         match self.bounded(call.invoke_async::<i64>(&mut conn)).await? {
             1 => Ok(Redemption::Redeemed),
             0 => Ok(Redemption::Replayed),
             _ => Ok(Redemption::Expired),
         }
+    }
+
+    /// Keeps `position`'s used marker for `marker_ttl` under `claim`;
+    /// `false` if another claim holds it.
+    pub(super) async fn commit(
+        &self,
+        position: u64,
+        claim: u64,
+        marker_ttl: Duration,
+    ) -> Result<bool, Error> {
+        let mut conn = self.redis.clone();
+        let mut call = self.scripts.commit.key(self.keys.used(position));
+        call.arg(claim).arg(expiry_ms(marker_ttl));
+        let committed = self.bounded(call.invoke_async::<i64>(&mut conn)).await?;
+        Ok(committed == 1)
     }
 
     /// Clears `position`'s used marker if `claim` still holds it.

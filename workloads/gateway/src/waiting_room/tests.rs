@@ -327,6 +327,8 @@ fn settings_have_the_documented_defaults() {
     assert_eq!(s.admit_per_second, 20);
     assert_eq!(s.ticket_ttl, Duration::from_secs(3_600));
     assert_eq!(s.pass_ttl, Duration::from_secs(300));
+    assert_eq!(s.lease_ttl, Duration::from_secs(5));
+    assert_eq!(s.frontier_max_age, Duration::from_millis(250));
     assert_eq!(s.poll_base, Duration::from_secs(2));
     assert_eq!(s.poll_jitter, Duration::from_secs(1));
     assert_eq!(s.redis_timeout, Duration::from_millis(100));

@@ -70,6 +70,8 @@ pub struct Options {
     pub config: Value,
     pub brokers: Option<String>,
     pub switches: SwitchSource,
+    /// The gateway's Redis, when not the stack's (the inventory keeps the stack's).
+    pub redis_url: Option<String>,
 }
 
 impl Default for Options {
@@ -80,6 +82,7 @@ impl Default for Options {
             config: json!({}),
             brokers: None,
             switches: SwitchSource::None,
+            redis_url: None,
         }
     }
 }
@@ -104,8 +107,21 @@ pub struct Running {
 }
 
 impl Running {
-    /// Builds and serves a gateway over `config`.
+    /// Builds and serves a gateway over `config`, on the stack's Redis.
     pub async fn start(
+        config: GatewayConfig,
+        inventory_url: &str,
+        brokers: &str,
+        topic: &str,
+        switches: SwitchSource,
+    ) -> anyhow::Result<Self> {
+        let redis_url = stack::redis_url()?;
+        Self::start_on(&redis_url, config, inventory_url, brokers, topic, switches).await
+    }
+
+    /// Builds and serves a gateway over `config`, on the Redis at `redis_url`.
+    pub async fn start_on(
+        redis_url: &str,
         config: GatewayConfig,
         inventory_url: &str,
         brokers: &str,
@@ -116,7 +132,7 @@ impl Running {
         producer.topic = topic.to_owned();
         let settings = Settings {
             config,
-            redis_url: Some(stack::redis_url()?),
+            redis_url: Some(redis_url.to_owned()),
             inventory_url: inventory_url.to_owned(),
             inventory_token: Some(INVENTORY_TOKEN.to_owned()),
             payment_secret: Some(PAYMENT_SECRET.to_vec()),
@@ -202,7 +218,12 @@ impl Funnel {
         let config: GatewayConfig = serde_json::from_value(config)?;
         config.check()?;
         let producer_brokers = options.brokers.unwrap_or_else(|| brokers.clone());
-        let gateway = Running::start(
+        let redis_url = match options.redis_url {
+            Some(url) => url,
+            None => stack::redis_url()?,
+        };
+        let gateway = Running::start_on(
+            &redis_url,
             config.clone(),
             &inventory.url,
             &producer_brokers,
@@ -341,17 +362,35 @@ pub async fn events(brokers: &str, topic: &str) -> anyhow::Result<Vec<OrderEvent
     Ok(flashsale_e2e::kafka::events(brokers, topic).await?)
 }
 
-/// Polls `GET /api/v1/queue/status` with `ticket` until admitted; returns the pass.
+/// The user a queue ticket was issued to: its payload is readable JSON
+/// (only the MAC is secret).
+pub fn ticket_user(ticket: &str) -> anyhow::Result<String> {
+    use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
+    let payload = ticket
+        .split_once('.')
+        .ok_or_else(|| anyhow::anyhow!("not a ticket: {ticket}"))?
+        .0;
+    let claims: Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload)?)?;
+    claims["u"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| anyhow::anyhow!("no user in {claims}"))
+}
+
+/// Polls `GET /api/v1/queue/status` with `ticket` (and its user's token)
+/// until admitted; returns the pass.
 pub async fn wait_for_pass(
     gateway: &str,
     ticket: &str,
     within: Duration,
 ) -> anyhow::Result<String> {
     let url = format!("{gateway}/api/v1/queue/status");
+    let bearer = token(&ticket_user(ticket)?);
     let pass = poll_until("admission", within, Duration::from_millis(50), || async {
         let response = http()
             .get(&url)
             .header("x-queue-ticket", ticket)
+            .bearer_auth(&bearer)
             .send()
             .await
             .map_err(|e| e.to_string())?;
