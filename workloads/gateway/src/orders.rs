@@ -34,7 +34,7 @@ use crate::{
     concurrency::Partition,
     inventory_client::{InventoryError, Reservation, ReservationState, Reserved},
     queue,
-    waiting_room::Redeemed,
+    waiting_room::PassLease,
 };
 
 /// Longest idempotency key accepted.
@@ -73,9 +73,12 @@ pub async fn place(
     // so it costs nothing downstream, holds no stock and burns no pass.
     state.config.window_state(jiff::Timestamp::now()).check()?;
     let rate = state.rate_limit(&user, RateScope::Shared).await?;
-    let redeemed = match &state.waiting_room {
-        Some(room) => match queue::redeem_pass(&state, room, &headers, &user).await? {
-            queue::Entry::Admitted(redeemed) => Some(redeemed),
+    // The pass is held on a lease: only an order that went through uses it
+    // up. Any failure (sold out, a 503, a gateway crash, a client that went
+    // away) leaves it to the buyer for another try.
+    let lease = match &state.waiting_room {
+        Some(room) => match queue::lease_pass(&state, room, &headers, &user).await? {
+            queue::Entry::Admitted(lease) => Some(lease),
             queue::Entry::Queued(answer) => return Ok(rate.on(answer)),
         },
         None => None,
@@ -83,33 +86,33 @@ pub async fn place(
     let permit = match state.permit(Partition::Core) {
         Ok(permit) => permit,
         Err(refusal) => {
-            give_back(&state, redeemed.as_ref()).await;
+            decide(lease, false).await;
             return Err(refusal);
         }
     };
     let outcome = intake(&state, &user, &order).await;
     match &outcome {
-        Ok(_) => {
-            permit.success();
-            if redeemed.is_some() {
-                state.metrics.admitted();
-            }
-        }
-        Err(err) if err.status().is_server_error() => {
-            permit.success();
-            give_back(&state, redeemed.as_ref()).await;
-        }
-        Err(_) => permit.ignore(),
+        Err(err) if !err.status().is_server_error() => permit.ignore(),
+        _ => permit.success(),
     }
+    if outcome.is_ok() && lease.is_some() {
+        state.metrics.admitted();
+    }
+    decide(lease, outcome.is_ok()).await;
     Ok(rate.on(outcome?))
 }
 
-/// A pass whose order failed for a retryable reason may be used again.
-async fn give_back(state: &AppState, redeemed: Option<&Redeemed>) {
-    if let (Some(room), Some(redeemed)) = (&state.waiting_room, redeemed)
-        && let Err(err) = room.give_back(redeemed).await
-    {
-        tracing::warn!(error = %err, "could not give a waiting-room pass back");
+/// Uses the pass up after a successful order; gives it back otherwise.
+async fn decide(lease: Option<PassLease>, succeeded: bool) {
+    let Some(lease) = lease else { return };
+    let decided = if succeeded {
+        lease.commit().await
+    } else {
+        lease.give_back().await
+    };
+    if let Err(err) = decided {
+        // A lease left undecided lapses on its own within seconds.
+        tracing::warn!(error = %err, succeeded, "waiting-room pass not settled");
     }
 }
 

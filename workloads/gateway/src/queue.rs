@@ -22,7 +22,7 @@ use serde_json::json;
 use crate::{
     app::AppState,
     auth::User,
-    waiting_room::{Error as RoomError, PassLease, Redeemed, WaitingRoom},
+    waiting_room::{Error as RoomError, PassLease, WaitingRoom},
 };
 
 /// Cookie holding the queue ticket.
@@ -42,30 +42,6 @@ pub enum Entry<A> {
     Admitted(A),
     /// No pass: queued; this is the 202 answer.
     Queued(Response),
-}
-
-/// Spends the request's pass for good at once, or queues the user when there
-/// is none. A failed order then needs [`WaitingRoom::give_back`]; an order
-/// that never finishes (the gateway died) keeps the pass spent, which
-/// [`lease_pass`] avoids.
-pub async fn redeem_pass(
-    state: &AppState,
-    room: &WaitingRoom,
-    headers: &HeaderMap,
-    user: &User,
-) -> Result<Entry<Redeemed>, ApiError> {
-    let pass = match pass_or_queue(state, room, headers, user).await? {
-        Ok(pass) => pass,
-        Err(queued) => return Ok(Entry::Queued(queued)),
-    };
-    let redeemed = room.redeem(&pass, &user.0).await.map_err(room_error)?;
-    if let Err(err) = room.commit(&redeemed).await {
-        if let Err(err) = room.give_back(&redeemed).await {
-            tracing::debug!(error = %err, "waiting room: pass not given back; its lease will lapse");
-        }
-        return Err(room_error(err));
-    }
-    Ok(Entry::Admitted(redeemed))
 }
 
 /// Redeems the request's pass on lease, or queues the user when there is

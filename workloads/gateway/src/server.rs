@@ -140,6 +140,10 @@ impl Gateway {
                 config.waiting_room.admit_per_second,
             );
             room.pass_ttl = Duration::from_secs(config.waiting_room.pass_ttl_seconds);
+            // An order takes at most its reserve budget plus the publish
+            // bound (each the request timeout); the lease outlives both, so
+            // only a crashed gateway's pass comes back by expiry.
+            room.lease_ttl = config.request_timeout() * 2 + Duration::from_secs(3);
             Some(WaitingRoom::new(redis.clone(), signer, room))
         } else {
             None

@@ -58,7 +58,11 @@ async fn an_order_is_reserved_published_once_and_paid() -> anyhow::Result<()> {
     assert_eq!(started.status().as_u16(), 202);
     let started: Value = started.json().await?;
     assert_eq!(
-        (&started["status"], &started["amountMinor"], &started["currency"]),
+        (
+            &started["status"],
+            &started["amountMinor"],
+            &started["currency"]
+        ),
         (&json!("awaiting_payment"), &json!(1999), &json!("CNY")),
         "{started}"
     );
@@ -539,7 +543,10 @@ async fn one_key_with_two_bodies_makes_one_order_of_what_was_reserved() -> anyho
                 .send()
                 .await?;
             let status = response.status().as_u16();
-            anyhow::Ok((status, response.json::<Value>().await.unwrap_or(Value::Null)))
+            anyhow::Ok((
+                status,
+                response.json::<Value>().await.unwrap_or(Value::Null),
+            ))
         }
     };
     let (a, b) = tokio::join!(send("A", 1), send("B", 5));
@@ -591,7 +598,12 @@ fn request_id(sale: &str, user: &str, key: &str) -> String {
 
 /// Leaves, as a crashed inventory would, a reservation of 1 × A for
 /// (user, key) in `state`.
-async fn leave_reservation(funnel: &Funnel, user: &str, key: &str, state: &str) -> anyhow::Result<()> {
+async fn leave_reservation(
+    funnel: &Funnel,
+    user: &str,
+    key: &str,
+    state: &str,
+) -> anyhow::Result<()> {
     let redis = redis::Client::open(flashsale_e2e::stack::redis_url()?)?;
     let mut conn = redis.get_multiplexed_async_connection().await?;
     let rid = request_id(&funnel.sale, user, key);
@@ -627,7 +639,11 @@ async fn only_a_settled_reservation_is_an_order() -> anyhow::Result<()> {
     let gw = &funnel.gateway.url;
     leave_reservation(&funnel, "fay", "unsettled", "pending").await?;
     let (status, body, headers) = order(gw, "fay", "A", "unsettled", None).await?;
-    assert_eq!((status, body["error"].as_str()), (503, Some("unavailable")), "{body}");
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (503, Some("unavailable")),
+        "{body}"
+    );
     assert!(headers.contains_key("retry-after"));
     leave_reservation(&funnel, "fay", "returning", "releasing").await?;
     let (status, body, _) = order(gw, "fay", "A", "returning", None).await?;

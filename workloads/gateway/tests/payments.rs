@@ -43,7 +43,10 @@ async fn the_buyer_cannot_mark_an_order_paid() -> anyhow::Result<()> {
         assert_eq!(answer.status().as_u16(), 202);
     }
     assert_eq!(state_of(&funnel, &order_id).await?, "reserved");
-    assert_eq!(paid_events(&events(&funnel.brokers, &funnel.topic).await?), 0);
+    assert_eq!(
+        paid_events(&events(&funnel.brokers, &funnel.topic).await?),
+        0
+    );
     funnel.cleanup().await
 }
 
@@ -57,32 +60,57 @@ async fn a_callback_must_be_signed_fresh_and_for_the_right_amount() -> anyhow::R
     // Unsigned, or signed with the wrong secret: 401.
     let unsigned = http()
         .post(format!("{gw}/api/v1/payments/callback"))
-        .json(&json!({"paymentId": "p", "orderId": order_id, "amountMinor": 1999,
-                      "currency": "CNY", "status": "succeeded"}))
+        .json(
+            &json!({"paymentId": "p", "orderId": order_id, "amountMinor": 1999,
+                      "currency": "CNY", "status": "succeeded"}),
+        )
         .send()
         .await?;
     assert_eq!(unsigned.status().as_u16(), 401);
     // Signed too long ago (a replay): 401.
     let (status, stale) = provider_pays(gw, &order_id, 1999, "CNY", now_s() - 3600).await?;
-    assert_eq!((status, stale["error"].as_str()), (401, Some("bad_signature")), "{stale}");
+    assert_eq!(
+        (status, stale["error"].as_str()),
+        (401, Some("bad_signature")),
+        "{stale}"
+    );
     // The wrong amount or currency: 409, and nothing confirmed.
     let (status, short) = provider_pays(gw, &order_id, 1, "CNY", now_s()).await?;
-    assert_eq!((status, short["error"].as_str()), (409, Some("amount_mismatch")), "{short}");
+    assert_eq!(
+        (status, short["error"].as_str()),
+        (409, Some("amount_mismatch")),
+        "{short}"
+    );
     let (status, dollars) = provider_pays(gw, &order_id, 1999, "USD", now_s()).await?;
-    assert_eq!((status, dollars["error"].as_str()), (409, Some("amount_mismatch")), "{dollars}");
+    assert_eq!(
+        (status, dollars["error"].as_str()),
+        (409, Some("amount_mismatch")),
+        "{dollars}"
+    );
     assert_eq!(state_of(&funnel, &order_id).await?, "reserved");
-    assert_eq!(paid_events(&events(&funnel.brokers, &funnel.topic).await?), 0);
+    assert_eq!(
+        paid_events(&events(&funnel.brokers, &funnel.topic).await?),
+        0
+    );
 
     // The right one pays it, and the paid event carries the order's amount.
     let (status, paid) = provider_pays(gw, &order_id, 1999, "CNY", now_s()).await?;
     assert_eq!((status, &paid["status"]), (200, &json!("paid")), "{paid}");
     assert_eq!(state_of(&funnel, &order_id).await?, "confirmed");
     let stored = events(&funnel.brokers, &funnel.topic).await?;
-    let paid: Vec<_> = stored.iter().filter(|e| e.kind == EventKind::Paid).collect();
+    let paid: Vec<_> = stored
+        .iter()
+        .filter(|e| e.kind == EventKind::Paid)
+        .collect();
     assert_eq!(paid.len(), 1, "{stored:?}");
-    assert_eq!((paid[0].order_id.as_str(), paid[0].amount_minor), (order_id.as_str(), 1999));
     assert_eq!(
-        funnel.gateway.metric(r#"gateway_payment_callbacks_total{outcome="unauthenticated"}"#),
+        (paid[0].order_id.as_str(), paid[0].amount_minor),
+        (order_id.as_str(), 1999)
+    );
+    assert_eq!(
+        funnel
+            .gateway
+            .metric(r#"gateway_payment_callbacks_total{outcome="unauthenticated"}"#),
         Some(2.0)
     );
 

@@ -135,6 +135,46 @@ async fn a_failed_order_gives_the_pass_back() -> anyhow::Result<()> {
     funnel.cleanup().await
 }
 
+/// Only an order that went through uses a pass up: a sold-out SKU is not
+/// the buyer's fault, so the same pass buys something else.
+#[tokio::test]
+async fn a_pass_is_used_up_only_by_an_order_that_went_through() -> anyhow::Result<()> {
+    let funnel = Funnel::start(Options {
+        stock: 1,
+        config: room(50),
+        ..Options::default()
+    })
+    .await?;
+    let gw = &funnel.gateway.url;
+    let pass_for = |user: &'static str| async move {
+        let (_, body, _) = order(gw, user, "A", "join", None).await?;
+        wait_for_pass(
+            gw,
+            body["ticket"].as_str().unwrap_or_default(),
+            Duration::from_secs(5),
+        )
+        .await
+    };
+    let first = pass_for("u1").await?;
+    let (status, body, _) = order(gw, "u1", "A", "k1", Some(&first)).await?;
+    assert_eq!(status, 201, "{body}");
+    let second = pass_for("u2").await?;
+    let (status, body, _) = order(gw, "u2", "A", "k2", Some(&second)).await?;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (409, Some("sold_out")),
+        "{body}"
+    );
+    let (status, body, _) = order(gw, "u2", "B", "k3", Some(&second)).await?;
+    assert_eq!(status, 201, "the sold-out attempt left the pass: {body}");
+    // Both passes are spent now.
+    for (user, pass) in [("u1", &first), ("u2", &second)] {
+        let (status, body, _) = order(gw, user, "B", "again", Some(pass)).await?;
+        assert!(status >= 400 && status != 503, "{user}: {status} {body}");
+    }
+    funnel.cleanup().await
+}
+
 fn degradation_data(tier: u32, generation: u64, switches: Value) -> BTreeMap<String, String> {
     BTreeMap::from([
         ("tier".to_owned(), tier.to_string()),
