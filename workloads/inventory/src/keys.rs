@@ -100,6 +100,48 @@ impl SaleKeys {
     }
 }
 
+/// Which workload a Redis ACL user is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    /// The gateway: rate limit, waiting room and its published-order notes.
+    Gateway,
+    /// The inventory: stock, reservations, their queues and audit.
+    Inventory,
+}
+
+impl SaleKeys {
+    /// The Redis ACL rules (arguments of `ACL SETUSER <user> ...`, after the
+    /// user's name and password) that let `workload` touch exactly its own
+    /// keys of this sale: the internet-facing gateway cannot read or change
+    /// stock, and the inventory cannot touch the waiting room. Commands are
+    /// every command but the dangerous ones (KEYS, FLUSHALL, CONFIG, DEBUG,
+    /// ...); no Pub/Sub channels.
+    pub fn acl_rules(&self, workload: Workload) -> Vec<String> {
+        let own = |rest: &str| format!("~{}", self.key(rest));
+        let mut rules = vec![
+            "resetkeys".to_owned(),
+            "resetchannels".to_owned(),
+            "+@all".to_owned(),
+            "-@dangerous".to_owned(),
+        ];
+        match workload {
+            Workload::Gateway => rules.extend(["rl:*", "wr:*", "ord:*"].map(own)),
+            Workload::Inventory => {
+                rules.extend(
+                    [
+                        "sku:*", "user:*", "req:*", "resv:*", "expiry", "outbox", "audit",
+                        "avail:*", "held:*", "taken:*",
+                    ]
+                    .map(own),
+                );
+                // The shards of a hot SKU, each in a slot of its own.
+                rules.push(format!("~fs:{{{}#*", self.sale));
+            }
+        }
+        rules
+    }
+}
+
 /// Keys of one shard of a SKU.
 #[derive(Debug, Clone)]
 pub struct ShardKeys {
@@ -134,6 +176,64 @@ mod tests {
         let open = key.find('{').map(|i| i + 1).unwrap_or(0);
         let close = key[open..].find('}').map(|i| open + i).unwrap_or(key.len());
         &key[open..close]
+    }
+
+    /// Whether Redis's glob `pattern` (only `*` occurs in the rules) matches `key`.
+    fn glob(pattern: &str, key: &str) -> bool {
+        match pattern.split_once('*') {
+            None => pattern == key,
+            Some((head, tail)) => key.strip_prefix(head).is_some_and(|rest| {
+                (0..=rest.len()).any(|i| rest.is_char_boundary(i) && glob(tail, &rest[i..]))
+            }),
+        }
+    }
+
+    fn allowed(keys: &SaleKeys, workload: Workload, key: &str) -> bool {
+        keys.acl_rules(workload)
+            .iter()
+            .filter_map(|r| r.strip_prefix('~'))
+            .any(|p| glob(p, key))
+    }
+
+    #[test]
+    fn each_workload_reaches_exactly_its_own_keys() {
+        let keys = SaleKeys::new("ns.s11.0123abcd");
+        let shard = keys.shard("PHONE", 8, 3);
+        let inventory = [
+            keys.sku("PHONE"),
+            keys.user("PHONE", "u1"),
+            keys.request("r1"),
+            keys.reservation("id"),
+            keys.expiry(),
+            keys.outbox(),
+            keys.audit(),
+            keys.shard("PHONE", 1, 0).avail(),
+            shard.avail(),
+            shard.held(),
+            shard.taken("id"),
+        ];
+        let gateway = [
+            "fs:{ns.s11.0123abcd}:rl:u1",
+            "fs:{ns.s11.0123abcd}:wr:seq",
+            "fs:{ns.s11.0123abcd}:wr:user:u1",
+            "fs:{ns.s11.0123abcd}:ord:ord-1:published",
+        ];
+        for key in &inventory {
+            assert!(allowed(&keys, Workload::Inventory, key), "{key}");
+            assert!(!allowed(&keys, Workload::Gateway, key), "{key}");
+        }
+        for key in gateway {
+            assert!(allowed(&keys, Workload::Gateway, key), "{key}");
+            assert!(!allowed(&keys, Workload::Inventory, key), "{key}");
+        }
+        // Nothing of another sale, even one whose id starts the same.
+        let other = SaleKeys::new("ns.s11.0123abcdX");
+        assert!(!allowed(&keys, Workload::Inventory, &other.sku("PHONE")));
+        assert!(!allowed(
+            &keys,
+            Workload::Gateway,
+            "fs:{ns.s11.0123abcdX}:rl:u1"
+        ));
     }
 
     #[test]

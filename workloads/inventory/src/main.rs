@@ -3,28 +3,32 @@
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use anyhow::Context;
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use flashsale_orders::{OrderProducer, ProducerSettings};
 use flashsale_runtime::{Process, Readiness, RuntimeArgs};
 use inventory::{
     api::{self, AppState},
     auth::Tokens,
+    keys::{SaleKeys, Workload},
     metrics::Metrics,
     outbox,
     store::{SaleDefinition, Store},
     sweeper,
 };
+use sha2::{Digest, Sha256};
 
 /// The flash-sale inventory service: atomic stock reservations in Redis that never oversell.
 #[derive(Debug, Parser)]
-#[command(name = "inventory", version)]
+#[command(name = "inventory", version, subcommand_negates_reqs = true)]
 struct Args {
+    #[command(subcommand)]
+    command: Option<Command>,
     /// Address of the reservation API.
     #[arg(long, env = "INVENTORY_LISTEN", default_value = "0.0.0.0:8080")]
     listen: SocketAddr,
     /// Redis holding the stock.
-    #[arg(long, env = "REDIS_URL")]
-    redis_url: String,
+    #[arg(long, env = "REDIS_URL", required = true)]
+    redis_url: Option<String>,
     /// A sale definition (JSON) to load at start; loading never resets counts.
     #[arg(long, env = "INVENTORY_SALE_FILE")]
     sale_file: Option<PathBuf>,
@@ -58,9 +62,77 @@ struct Args {
     runtime: RuntimeArgs,
 }
 
+/// Tools besides serving.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Prints the `ACL SETUSER` commands (for redis-cli) of a Redis user per
+    /// workload that can touch only its own keys of one sale: the gateway
+    /// its rate-limit and waiting-room keys, the inventory the stock keys.
+    /// Passwords are given as SHA-256 hashes, so the output holds no secret.
+    RedisAcl {
+        /// The sale id (the `sale` of the inventory's sale definition).
+        #[arg(long)]
+        sale: String,
+        /// Redis user name of the gateway.
+        #[arg(long, default_value = "flashsale-gateway")]
+        gateway_user: String,
+        /// File holding the gateway user's password.
+        #[arg(long)]
+        gateway_password_file: PathBuf,
+        /// Redis user name of the inventory.
+        #[arg(long, default_value = "flashsale-inventory")]
+        inventory_user: String,
+        /// File holding the inventory user's password.
+        #[arg(long)]
+        inventory_password_file: PathBuf,
+    },
+}
+
+/// One `ACL SETUSER` line for `user` over `workload`'s keys of `sale`.
+fn acl_command(sale: &str, workload: Workload, user: &str, password: &str) -> String {
+    let hash: String = Sha256::digest(password.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let rules = SaleKeys::new(sale).acl_rules(workload).join(" ");
+    format!("ACL SETUSER {user} reset on #{hash} {rules}")
+}
+
+fn read_password(path: &PathBuf) -> anyhow::Result<String> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let password = text.trim();
+    anyhow::ensure!(
+        password.len() >= 16,
+        "{}: a password must be at least 16 characters",
+        path.display()
+    );
+    Ok(password.to_owned())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if let Some(Command::RedisAcl {
+        sale,
+        gateway_user,
+        gateway_password_file,
+        inventory_user,
+        inventory_password_file,
+    }) = &args.command
+    {
+        let gateway = read_password(gateway_password_file)?;
+        let inventory = read_password(inventory_password_file)?;
+        println!(
+            "{}",
+            acl_command(sale, Workload::Gateway, gateway_user, &gateway)
+        );
+        println!(
+            "{}",
+            acl_command(sale, Workload::Inventory, inventory_user, &inventory)
+        );
+        return Ok(());
+    }
     let mut process = Process::start("inventory", env!("CARGO_PKG_VERSION"), &args.runtime.log)?;
     let metrics = Metrics::register(process.registry_mut());
     let tokens = Tokens::from_files(
@@ -73,7 +145,8 @@ async fn main() -> anyhow::Result<()> {
             "no API token configured: any caller may reserve, confirm, cancel, load and adjust stock"
         );
     }
-    let store = Store::connect(&args.redis_url)
+    let redis_url = args.redis_url.as_deref().unwrap_or_default();
+    let store = Store::connect(redis_url)
         .await
         .context("connecting to Redis")?;
     if let Some(path) = &args.sale_file {

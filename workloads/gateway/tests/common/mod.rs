@@ -15,7 +15,10 @@ use gateway::{
     config::GatewayConfig,
     server::{Gateway, Settings, SwitchSource},
 };
-use inventory::store::{ItemDefinition, SaleDefinition, Store};
+use inventory::{
+    keys::{SaleKeys, Workload},
+    store::{ItemDefinition, SaleDefinition, Store},
+};
 use jsonwebtoken::{EncodingKey, Header};
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
@@ -38,7 +41,12 @@ pub struct Inventory {
 impl Inventory {
     /// Serves the inventory API on a free port; `sale` is loaded first.
     pub async fn start(sale: &SaleDefinition) -> anyhow::Result<Self> {
-        let store = Store::connect(&stack::redis_url()?).await?;
+        Self::start_on(&stack::redis_url()?, sale).await
+    }
+
+    /// The same, on the Redis at `redis_url`.
+    pub async fn start_on(redis_url: &str, sale: &SaleDefinition) -> anyhow::Result<Self> {
+        let store = Store::connect(redis_url).await?;
         store.load(sale).await?;
         let metrics = inventory::metrics::Metrics::register(&mut Registry::default());
         let state = inventory::api::AppState::new(store, metrics, Duration::from_millis(200))
@@ -72,6 +80,9 @@ pub struct Options {
     pub switches: SwitchSource,
     /// The gateway's Redis, when not the stack's (the inventory keeps the stack's).
     pub redis_url: Option<String>,
+    /// Each workload on a Redis ACL user of its own, with the rules
+    /// `inventory redis-acl` prints.
+    pub acl: bool,
 }
 
 impl Default for Options {
@@ -83,6 +94,7 @@ impl Default for Options {
             brokers: None,
             switches: SwitchSource::None,
             redis_url: None,
+            acl: false,
         }
     }
 }
@@ -200,7 +212,15 @@ impl Funnel {
                 })
                 .collect(),
         };
-        let inventory = Inventory::start(&definition).await?;
+        let (inventory_redis, gateway_redis) = if options.acl {
+            (
+                acl_user(&sale, Workload::Inventory).await?,
+                Some(acl_user(&sale, Workload::Gateway).await?),
+            )
+        } else {
+            (stack::redis_url()?, options.redis_url)
+        };
+        let inventory = Inventory::start_on(&inventory_redis, &definition).await?;
         let brokers = stack::kafka_brokers()?;
         let topic = stack::unique_name("gw-orders");
         create_topic(&brokers, &topic).await?;
@@ -218,7 +238,7 @@ impl Funnel {
         let config: GatewayConfig = serde_json::from_value(config)?;
         config.check()?;
         let producer_brokers = options.brokers.unwrap_or_else(|| brokers.clone());
-        let redis_url = match options.redis_url {
+        let redis_url = match gateway_redis {
             Some(url) => url,
             None => stack::redis_url()?,
         };
@@ -277,6 +297,35 @@ impl Funnel {
             .await?;
         Ok(())
     }
+}
+
+/// Creates (or resets) the Redis ACL user of `workload` for `sale` with the
+/// rules of the key schema; returns a URL that logs in as it.
+pub async fn acl_user(sale: &str, workload: Workload) -> anyhow::Result<String> {
+    let name = format!(
+        "{}-{sale}",
+        match workload {
+            Workload::Gateway => "gw",
+            Workload::Inventory => "inv",
+        }
+    );
+    let password = format!("pw-{name}");
+    let admin = stack::redis_url()?;
+    let client = redis::Client::open(admin.as_str())?;
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg(&name)
+        .arg("reset")
+        .arg("on")
+        .arg(format!(">{password}"))
+        .arg(SaleKeys::new(sale).acl_rules(workload))
+        .query_async(&mut conn)
+        .await?;
+    let rest = admin
+        .strip_prefix("redis://")
+        .ok_or_else(|| anyhow::anyhow!("not a redis:// URL: {admin}"))?;
+    Ok(format!("redis://{name}:{password}@{rest}"))
 }
 
 /// A bearer token for `user`, valid for an hour.
