@@ -101,6 +101,9 @@ pub fn flash_sale(spec: &FlashSaleSpec) -> Vec<SpecProblem> {
         .enumerate()
         .filter_map(|(i, b)| broker(&format!("spec.orderWriter.kafka.brokers[{i}]"), b))
         .collect();
+    if let Some(url) = spec.gateway.redis.as_ref().and_then(|r| r.url.as_ref()) {
+        problems.extend(redis_url("spec.gateway.redis.url", url));
+    }
     if let Some(url) = &spec.inventory.redis.url {
         problems.extend(redis_url("spec.inventory.redis.url", url));
     }

@@ -166,6 +166,11 @@ pub struct GatewaySpec {
     /// gateway cannot verify a callback, so no payment confirms an order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payment: Option<GatewayPayment>,
+    /// The gateway's own Redis login (rate limit and waiting room), for a
+    /// Redis user that reaches only the gateway's keys (`inventory
+    /// redis-acl` prints the rules). Absent: the inventory's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redis: Option<RedisSpec>,
     /// Scale on CPU between bounds instead of a fixed `replicas`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscaling: Option<Autoscaling>,

@@ -35,6 +35,13 @@ pub fn secret_refs(sale: &FlashSale) -> Vec<(&'static str, &SecretKeyRef)> {
                 .filter(|_| waiting_room.enabled),
         ),
         (
+            "spec.gateway.redis.urlSecretRef",
+            spec.gateway
+                .redis
+                .as_ref()
+                .and_then(|r| r.url_secret_ref.as_ref()),
+        ),
+        (
             "spec.inventory.redis.urlSecretRef",
             spec.inventory.redis.url_secret_ref.as_ref(),
         ),

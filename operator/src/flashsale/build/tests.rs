@@ -1048,3 +1048,57 @@ fn each_workload_admits_only_whom_it_serves() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// Where a pod's `REDIS_URL` comes from: a literal, or (Secret, key).
+fn redis_source(desired: &Desired, name: &str) -> anyhow::Result<String> {
+    let pod = template(desired, name)?.spec.as_ref().context("pod spec")?;
+    let var = pod
+        .containers
+        .iter()
+        .flat_map(|c| c.env.iter().flatten())
+        .find(|e| e.name == "REDIS_URL")
+        .context("no REDIS_URL")?;
+    let secret = var
+        .value_from
+        .as_ref()
+        .and_then(|v| v.secret_key_ref.as_ref())
+        .map(|s| format!("secret {}/{}", s.name, s.key));
+    secret
+        .or_else(|| var.value.clone())
+        .context("REDIS_URL without a value")
+}
+
+#[test]
+fn the_gateway_logs_in_to_redis_as_itself_when_given_its_own_user() -> anyhow::Result<()> {
+    let mut sale = fixtures::small_sale()?;
+    let shared = build_at(&sale, Stage::Active)?;
+    assert_eq!(
+        redis_source(&shared, "weekend-deal-gateway")?,
+        redis_source(&shared, "weekend-deal-inventory")?,
+        "without its own, the gateway uses the inventory's"
+    );
+    sale.spec.gateway.redis = Some(crate::api::flashsale::RedisSpec {
+        url: None,
+        url_secret_ref: Some(crate::api::common::SecretKeyRef {
+            name: "redis-gateway-user".into(),
+            key: "url".into(),
+        }),
+    });
+    let own = build_at(&sale, Stage::Active)?;
+    assert_eq!(
+        redis_source(&own, "weekend-deal-gateway")?,
+        "secret redis-gateway-user/url"
+    );
+    assert_eq!(
+        redis_source(&own, "weekend-deal-inventory")?,
+        redis_source(&shared, "weekend-deal-inventory")?
+    );
+    assert!(
+        secret_refs(&sale)
+            .iter()
+            .any(|(path, s)| *path == "spec.gateway.redis.urlSecretRef"
+                && s.name == "redis-gateway-user"),
+        "the controller waits for the gateway's Secret too"
+    );
+    Ok(())
+}

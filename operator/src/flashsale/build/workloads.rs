@@ -117,12 +117,12 @@ fn template(
     }
 }
 
-fn redis_url(redis: &RedisSpec) -> Result<EnvVar, BuildError> {
+fn redis_url(field: &'static str, redis: &RedisSpec) -> Result<EnvVar, BuildError> {
     match (&redis.url, &redis.url_secret_ref) {
         (Some(url), None) => Ok(env("REDIS_URL", url.as_str())),
         (None, Some(secret)) => Ok(env_secret("REDIS_URL", secret)),
         _ => Err(BuildError::InvalidSpec {
-            field: "spec.inventory.redis",
+            field,
             reason: "needs exactly one of url and urlSecretRef",
         }),
     }
@@ -174,7 +174,12 @@ pub(super) fn gateway(
         env(API_TOKEN_ENV, internal_file(API_TOKEN_KEY)),
         env("KAFKA_BROKERS", kafka.brokers.join(",")),
         env("ORDERS_TOPIC", kafka.topic.as_str()),
-        redis_url(&spec.inventory.redis)?,
+        // The gateway's own Redis user when it has one, so the internet-facing
+        // workload holds no login that reaches the stock.
+        match &gateway.redis {
+            Some(redis) => redis_url("spec.gateway.redis", redis)?,
+            None => redis_url("spec.inventory.redis", &spec.inventory.redis)?,
+        },
         env(jwt_env, format!("{JWT_DIR}/{SECRET_FILE}")),
     ];
     if let Some(payment) = &gateway.payment {
@@ -239,7 +244,7 @@ pub(super) fn inventory(
     let kafka = &owner.sale.spec.order_writer.kafka;
     let env = vec![
         env(LOG_FORMAT.0, LOG_FORMAT.1),
-        redis_url(&owner.sale.spec.inventory.redis)?,
+        redis_url("spec.inventory.redis", &owner.sale.spec.inventory.redis)?,
         env(
             "INVENTORY_SALE_FILE",
             format!("{CONFIG_DIR}/{INVENTORY_CONFIG_KEY}"),
