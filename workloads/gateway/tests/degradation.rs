@@ -1,7 +1,9 @@
 //! Degradation switches reaching gateway replicas from the local control
 //! plane's real API server, and from a file.
 //!
-//! Propagation times are printed (`--nocapture`); the budget is 100 ms.
+//! Every change must arrive within `DEADLINE` (a correctness bound, generous
+//! for a loaded machine); how fast it arrives is measured by the
+//! `bench_propagation` example and reported in docs/benchmarks.md.
 
 use std::{
     collections::BTreeMap,
@@ -29,9 +31,8 @@ use kube::{
 use serde_json::json;
 use tokio::{sync::oneshot, task::JoinHandle};
 
-/// Generous for a loaded 2-core machine; the budget itself is only printed.
+/// Generous for a loaded 2-core machine: speed is the benchmark's business.
 const DEADLINE: Duration = Duration::from_secs(10);
-const BUDGET: Duration = Duration::from_millis(100);
 /// The switches of tier 2 in these tests.
 const SPIKE: &str = r#"{"recommendations":"static","reviews":"queued","miniGames":"closed"}"#;
 
@@ -161,22 +162,6 @@ async fn publish(
     Ok(())
 }
 
-fn summary(times: &[Duration]) -> String {
-    let mut sorted = times.to_vec();
-    sorted.sort();
-    let ms = |d: Option<&Duration>| d.map(|d| d.as_secs_f64() * 1e3).unwrap_or(f64::NAN);
-    format!(
-        "n={} min={:.1} ms median={:.1} ms max={:.1} ms, {} of {} within {} ms",
-        sorted.len(),
-        ms(sorted.first()),
-        ms(sorted.get(sorted.len() / 2)),
-        ms(sorted.last()),
-        sorted.iter().filter(|&&t| t <= BUDGET).count(),
-        sorted.len(),
-        BUDGET.as_millis(),
-    )
-}
-
 #[tokio::test]
 async fn two_replicas_follow_the_config_map_and_keep_the_last_good_state() -> anyhow::Result<()> {
     let client = client().await?;
@@ -194,40 +179,22 @@ async fn two_replicas_follow_the_config_map_and_keep_the_last_good_state() -> an
         reached(board, 1, Instant::now()).await?;
     }
 
-    // Tier 2 and back, a few times, timing each replica from the write's return.
-    let (mut times, mut upper) = (Vec::new(), Vec::new());
+    // Tier 2 and back, a few times: both replicas follow every change.
     for generation in 2..=7 {
         let (tier, switches) = if generation % 2 == 0 {
             (2, Some(SPIKE))
         } else {
             (0, None)
         };
-        let sent = Instant::now();
         publish(&api, name, data(generation, tier, switches, "load ratio")).await?;
         let written = Instant::now();
         let (a, b) = tokio::join!(
             reached(&boards[0], generation, written),
             reached(&boards[1], generation, written)
         );
-        let (a, b) = (a?, b?);
-        // The watch event may beat the PATCH response; the write's own round
-        // trip bounds the propagation from above.
-        let round_trip = written - sent;
-        println!(
-            "configmap generation {generation} (tier {tier}): replica A {a:?}, replica B {b:?} \
-             after the PATCH returned ({round_trip:?} PATCH round trip)"
-        );
-        times.extend([a, b]);
-        upper.extend([a + round_trip, b + round_trip]);
+        a?;
+        b?;
     }
-    println!(
-        "configmap propagation from the PATCH's return: {}",
-        summary(&times)
-    );
-    println!(
-        "configmap propagation from the PATCH's call: {}",
-        summary(&upper)
-    );
     for board in &boards {
         let state = board.current();
         assert_eq!(state.tier, 0);
@@ -306,8 +273,7 @@ async fn a_watch_started_before_the_config_map_exists_picks_it_up() -> anyhow::R
         data(4, 1, Some(r#"{"voucherPush":"deferred"}"#), "late"),
     )
     .await?;
-    let took = reached(&board, 4, Instant::now()).await?;
-    println!("configmap created after the watch started: applied after {took:?}");
+    reached(&board, 4, Instant::now()).await?;
     assert_eq!(board.current().reason, "late");
     source.stop().await?;
     delete(&client, ns).await
@@ -435,8 +401,7 @@ async fn the_file_source_follows_rewrites_and_keeps_the_last_good_state() -> any
     let source = Running::file(&path, &board);
     reached(&board, 1, Instant::now()).await?;
 
-    // Rewrites as JSON data maps, timed from the write's return.
-    let mut times = Vec::new();
+    // Rewrites as JSON data maps, each followed.
     for generation in 2..=6 {
         let content = serde_json::to_vec(&data(
             generation,
@@ -446,11 +411,8 @@ async fn the_file_source_follows_rewrites_and_keeps_the_last_good_state() -> any
         ))?;
         write(&path, content)?;
         let written = Instant::now();
-        let took = reached(&board, generation, written).await?;
-        println!("file generation {generation}: applied after {took:?}");
-        times.push(took);
+        reached(&board, generation, written).await?;
     }
-    println!("file propagation: {}", summary(&times));
     assert_eq!(board.current().switches.reviews, ReviewsMode::Queued);
 
     // Invalid content (an unknown mode) is refused: the board holds

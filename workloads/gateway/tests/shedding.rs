@@ -247,8 +247,7 @@ async fn a_configmap_change_reaches_both_replicas() -> anyhow::Result<()> {
     let patch = json!({"data": degradation_data(2, 2, json!({"miniGames": "closed", "recommendations": "static"}))});
     maps.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
-    let changed = std::time::Instant::now();
-    for (label, replica) in [("replica 1", &funnel.gateway), ("replica 2", &second)] {
+    for replica in [&funnel.gateway, &second] {
         let (status, body, degraded) = poll_until(
             "the closed notice",
             Duration::from_secs(10),
@@ -263,10 +262,6 @@ async fn a_configmap_change_reaches_both_replicas() -> anyhow::Result<()> {
             },
         )
         .await?;
-        println!(
-            "degradation change reached {label} {} ms after the patch returned",
-            changed.elapsed().as_millis()
-        );
         assert_eq!(status, 200, "a closed notice is a page, not an error");
         assert_eq!(degraded.as_deref(), Some("miniGames=closed"));
         assert!(body["notice"].is_string());
@@ -359,7 +354,6 @@ async fn every_non_core_route_degrades_for_real() -> anyhow::Result<()> {
     let all = json!({"recommendations": "static", "orderHistory": "last7Days", "voucherPush": "deferred",
                      "reviews": "queued", "shopChat": "throttled", "miniGames": "closed"});
     std::fs::write(&file, serde_json::to_string(&degradation_data(2, 2, all))?)?;
-    let written = std::time::Instant::now();
     poll_until(
         "the file's switches",
         Duration::from_secs(5),
@@ -372,10 +366,6 @@ async fn every_non_core_route_degrades_for_real() -> anyhow::Result<()> {
         },
     )
     .await?;
-    println!(
-        "file change applied {} ms after the write",
-        written.elapsed().as_millis()
-    );
 
     let recommendations = get("/api/v1/recommendations").await?;
     assert_eq!(
