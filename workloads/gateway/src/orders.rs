@@ -386,7 +386,8 @@ pub(crate) async fn reservation_of(
         .map_err(inventory_refusal)
 }
 
-fn unknown_order(order: &str) -> ApiError {
+/// A 404 naming an order that does not exist (or is someone else's).
+pub(crate) fn unknown_order(order: &str) -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
         "unknown_order",

@@ -29,7 +29,7 @@ use axum::{
     http::{HeaderMap, StatusCode},
     response::{IntoResponse, Response},
 };
-use flashsale_orders::{EventKind, OrderEvent, ReservedFacts};
+use flashsale_orders::{EventKind, OrderEvent};
 use flashsale_runtime::ApiError;
 use hmac::{Hmac, KeyInit, Mac};
 use serde::Deserialize;
@@ -41,7 +41,7 @@ use crate::{
     app::{AppState, MAX_BODY_BYTES, RateScope},
     concurrency::Partition,
     inventory_client::{Reservation, ReservationState},
-    orders::{inventory_refusal, publish, reservation_of, unavailable},
+    orders::{facts, inventory_refusal, publish, reservation_of, unavailable, unknown_order},
 };
 
 /// Header carrying the provider's signature.
@@ -326,15 +326,7 @@ async fn settle(state: &AppState, callback: &Callback) -> Result<Response, ApiEr
         .map_err(inventory_refusal)?;
     let event = OrderEvent::of_reservation(
         EventKind::Paid,
-        ReservedFacts {
-            sale: &state.config.sale,
-            reservation_id: &record.id,
-            user_id: &record.user,
-            sku: &record.sku,
-            quantity: record.quantity,
-            amount_minor: record.amount_minor,
-            request_id: &record.request_id,
-        },
+        facts(state, &record),
         jiff::Timestamp::now(),
     );
     publish(state, &event).await.map_err(|reason| {
@@ -342,14 +334,6 @@ async fn settle(state: &AppState, callback: &Callback) -> Result<Response, ApiEr
         unavailable("payment recorded in stock but not yet in orders; retry the callback")
     })?;
     Ok(Json(json!({"orderId": order, "status": "paid"})).into_response())
-}
-
-fn unknown_order(order: &str) -> ApiError {
-    ApiError::new(
-        StatusCode::NOT_FOUND,
-        "unknown_order",
-        format!("no order {order:?}"),
-    )
 }
 
 #[cfg(test)]

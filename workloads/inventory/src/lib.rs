@@ -8,5 +8,6 @@ pub mod auth;
 pub mod keys;
 pub mod metrics;
 pub mod outbox;
+pub mod periodic;
 pub mod store;
 pub mod sweeper;

@@ -13,13 +13,14 @@
 
 use std::time::Duration;
 
-use flashsale_orders::{EventKind, OrderEvent, OrderProducer, ReservedFacts};
+use flashsale_orders::{EventKind, OrderEvent, OrderProducer};
 use flashsale_runtime::Shutdown;
 use redis::{Value, aio::ConnectionManager};
 
 use crate::{
     keys::SaleKeys,
     metrics::Metrics,
+    periodic,
     store::{Reservation, Store, StoreError},
 };
 
@@ -47,15 +48,10 @@ pub async fn run(
     interval: Duration,
     shutdown: Shutdown,
 ) {
-    let mut ticker = tokio::time::interval(interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = shutdown.wait() => return,
-            _ = ticker.tick() => {}
-        }
-        for sale in store.sales().await {
-            match publish_round(&store, &producer, &sale, &consumer).await {
+    periodic::for_each_sale(&store, interval, shutdown, |sale| {
+        let (store, producer, metrics, consumer) = (&store, &producer, &metrics, &consumer);
+        async move {
+            match publish_round(store, producer, &sale, consumer).await {
                 Ok(Round { published, pending }) => {
                     metrics.outbox(published, pending);
                     if published > 0 {
@@ -67,7 +63,8 @@ pub async fn run(
                 }
             }
         }
-    }
+    })
+    .await;
 }
 
 /// What one round did.
@@ -151,15 +148,7 @@ async fn publish(
 fn expired_event(sale: &str, record: &Reservation) -> OrderEvent {
     OrderEvent::of_reservation(
         EventKind::Expired,
-        ReservedFacts {
-            sale,
-            reservation_id: &record.id,
-            user_id: &record.user,
-            sku: &record.sku,
-            quantity: record.quantity,
-            amount_minor: record.amount_minor,
-            request_id: &record.request_id,
-        },
+        record.facts(sale),
         jiff::Timestamp::now(),
     )
 }

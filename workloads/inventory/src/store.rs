@@ -139,6 +139,21 @@ pub struct Reservation {
     pub expires_at_ms: u64,
 }
 
+impl Reservation {
+    /// What the order events of this reservation in `sale` say.
+    pub fn facts<'a>(&'a self, sale: &'a str) -> flashsale_orders::ReservedFacts<'a> {
+        flashsale_orders::ReservedFacts {
+            sale,
+            reservation_id: &self.id,
+            user_id: &self.user,
+            sku: &self.sku,
+            quantity: self.quantity,
+            amount_minor: self.amount_minor,
+            request_id: &self.request_id,
+        }
+    }
+}
+
 /// The answer to a confirm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConfirmOutcome {

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use flashsale_runtime::Shutdown;
 
-use crate::{api::AppState, metrics::Metrics, store::Store};
+use crate::{api::AppState, metrics::Metrics, periodic, store::Store};
 
 /// Sweeps every loaded sale each `interval` until shutdown. Several replicas
 /// may sweep at once: the store returns each reservation exactly once.
@@ -15,14 +15,9 @@ pub async fn run(
     interval: Duration,
     shutdown: Shutdown,
 ) {
-    let mut ticker = tokio::time::interval(interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = shutdown.wait() => return,
-            _ = ticker.tick() => {}
-        }
-        for sale in store.sales().await {
+    periodic::for_each_sale(&store, interval, shutdown, |sale| {
+        let (store, state, metrics) = (&store, &state, &metrics);
+        async move {
             match store.sweep(&sale, 512).await {
                 Ok(0) => {}
                 Ok(n) => {
@@ -33,5 +28,6 @@ pub async fn run(
                 Err(err) => tracing::warn!(sale, error = %err, "sweep failed; retrying next tick"),
             }
         }
-    }
+    })
+    .await;
 }

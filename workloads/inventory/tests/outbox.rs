@@ -29,22 +29,48 @@ async fn reserve(store: &Store, sale: &str, user: &str, rid: &str) -> anyhow::Re
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lapsed_reservations_and_only_they_become_expired_events() -> anyhow::Result<()> {
+/// A sale of 20 × HOT over `shards` whose reservations lapse after `ttl_ms`.
+async fn sale(prefix: &str, ttl_ms: u64, shards: u32) -> anyhow::Result<(Store, String)> {
     let store = Store::connect(&stack::redis_url()?).await?;
-    let sale = stack::unique_name("outbox");
+    let sale = stack::unique_name(prefix);
     store
         .load(&SaleDefinition {
             sale: sale.clone(),
-            reservation_ttl_ms: 200,
+            reservation_ttl_ms: ttl_ms,
             items: vec![ItemDefinition {
                 sku: "HOT".into(),
                 stock: 20,
                 per_user_limit: 4,
-                shards: 2,
+                shards,
             }],
         })
         .await?;
+    Ok((store, sale))
+}
+
+/// Sweeps until the sweeper returned something (a reservation lapsed).
+async fn swept(store: &Store, sale: &str) -> anyhow::Result<()> {
+    poll_until(
+        "a lapsed reservation to be swept",
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || {
+            let (store, sale) = (store.clone(), sale.to_owned());
+            async move {
+                match store.sweep(&sale, 10).await.map_err(|e| e.to_string())? {
+                    0 => Err("nothing swept yet".to_owned()),
+                    _ => Ok(()),
+                }
+            }
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lapsed_reservations_and_only_they_become_expired_events() -> anyhow::Result<()> {
+    let (store, sale) = sale("outbox", 200, 2).await?;
     let brokers = stack::kafka_brokers()?;
     let topic = stack::unique_name("outbox-orders");
     kafka::create_topic(&brokers, &topic, 2).await?;
@@ -58,21 +84,7 @@ async fn lapsed_reservations_and_only_they_become_expired_events() -> anyhow::Re
     let paid = reserve(&store, &sale, "cat", "c1").await?;
     store.cancel(&sale, &cancelled).await?;
     store.confirm(&sale, &paid).await?;
-    poll_until(
-        "the unpaid reservation to be swept",
-        Duration::from_secs(10),
-        Duration::from_millis(50),
-        || {
-            let (store, sale) = (store.clone(), sale.clone());
-            async move {
-                match store.sweep(&sale, 10).await.map_err(|e| e.to_string())? {
-                    0 => Err("nothing swept yet".to_owned()),
-                    _ => Ok(()),
-                }
-            }
-        },
-    )
-    .await?;
+    swept(&store, &sale).await?;
 
     // Two publishers, as two replicas would be: the entry goes out once.
     let first = outbox::publish_round(&store, &producer, &sale, "replica-a").await?;
@@ -122,36 +134,9 @@ async fn lapsed_reservations_and_only_they_become_expired_events() -> anyhow::Re
 
 #[tokio::test]
 async fn an_entry_whose_event_kafka_refused_stays_until_it_is_published() -> anyhow::Result<()> {
-    let store = Store::connect(&stack::redis_url()?).await?;
-    let sale = stack::unique_name("outbox-down");
-    store
-        .load(&SaleDefinition {
-            sale: sale.clone(),
-            reservation_ttl_ms: 100,
-            items: vec![ItemDefinition {
-                sku: "HOT".into(),
-                stock: 5,
-                per_user_limit: 4,
-                shards: 1,
-            }],
-        })
-        .await?;
+    let (store, sale) = sale("outbox-down", 100, 1).await?;
     reserve(&store, &sale, "dan", "d1").await?;
-    poll_until(
-        "the reservation to be swept",
-        Duration::from_secs(10),
-        Duration::from_millis(50),
-        || {
-            let (store, sale) = (store.clone(), sale.clone());
-            async move {
-                match store.sweep(&sale, 10).await.map_err(|e| e.to_string())? {
-                    0 => Err("nothing swept yet".to_owned()),
-                    _ => Ok(()),
-                }
-            }
-        },
-    )
-    .await?;
+    swept(&store, &sale).await?;
     // Nobody listens on this port: the send fails at its bound.
     let down = OrderProducer::new(&ProducerSettings {
         send_timeout: Duration::from_millis(300),
