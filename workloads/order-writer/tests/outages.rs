@@ -19,7 +19,7 @@ use flashsale_runtime::{Readiness, Shutdown};
 use order_writer::{
     metrics::WriterMetrics,
     sink::Sink,
-    writer::{Writer, WriterSettings, WriterStats},
+    writer::{Writer, WriterStats},
 };
 use prometheus_client::registry::Registry;
 use tokio::task::JoinHandle;
@@ -38,16 +38,7 @@ async fn start_writer(topics: &Topics, sink: Sink) -> anyhow::Result<Running> {
     let mut registry = Registry::default();
     let metrics = WriterMetrics::register(&mut registry);
     let writer = Writer::new(
-        WriterSettings {
-            brokers: topics.brokers.clone(),
-            group_id: group.clone(),
-            topic: topics.topic.clone(),
-            dlq_topic: topics.dlq.clone(),
-            batch_size: 200,
-            flush_interval: Duration::from_millis(100),
-            write_concurrency: 2,
-            session_timeout: Duration::from_secs(10),
-        },
+        common::writer_settings(&topics.brokers, &topics.topic, &topics.dlq, &group),
         sink,
         metrics,
     )?;

@@ -20,11 +20,7 @@ use common::Topics;
 use flashsale_e2e::{stack, wait::poll_until};
 use flashsale_orders::{EventKind, OrderEvent, OrderProducer, ProducerSettings};
 use flashsale_runtime::Shutdown;
-use order_writer::{
-    metrics::WriterMetrics,
-    sink::Sink,
-    writer::{Writer, WriterSettings},
-};
+use order_writer::{metrics::WriterMetrics, sink::Sink, writer::Writer};
 use prometheus_client::registry::Registry;
 use rdkafka::{
     ClientConfig, Message, Offset, TopicPartitionList,
@@ -167,16 +163,7 @@ async fn nothing_unstorable_is_dropped(server_url: String) -> anyhow::Result<()>
     let mut registry = Registry::default();
     let metrics = WriterMetrics::register(&mut registry);
     let writer = Writer::new(
-        WriterSettings {
-            brokers: topics.brokers.clone(),
-            group_id: group.clone(),
-            topic: topics.topic.clone(),
-            dlq_topic: topics.dlq.clone(),
-            batch_size: 200,
-            flush_interval: Duration::from_millis(100),
-            write_concurrency: 2,
-            session_timeout: Duration::from_secs(10),
-        },
+        common::writer_settings(&topics.brokers, &topics.topic, &topics.dlq, &group),
         sink.clone(),
         metrics,
     )?;

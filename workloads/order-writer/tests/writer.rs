@@ -8,11 +8,7 @@ use common::Topics;
 use flashsale_e2e::stack;
 use flashsale_orders::{OrderProducer, ProducerSettings};
 use flashsale_runtime::Shutdown;
-use order_writer::{
-    metrics::WriterMetrics,
-    sink::Sink,
-    writer::{Writer, WriterSettings},
-};
+use order_writer::{metrics::WriterMetrics, sink::Sink, writer::Writer};
 use rdkafka::{
     ClientConfig, Message,
     consumer::{Consumer, StreamConsumer},
@@ -74,16 +70,7 @@ async fn healthy_events_are_stored_poison_goes_to_the_dlq_and_offsets_follow() -
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = WriterMetrics::register(&mut registry);
     let writer = Writer::new(
-        WriterSettings {
-            brokers: brokers.clone(),
-            group_id: group.clone(),
-            topic: topic.clone(),
-            dlq_topic: dlq.clone(),
-            batch_size: 200,
-            flush_interval: Duration::from_millis(100),
-            write_concurrency: 2,
-            session_timeout: Duration::from_secs(10),
-        },
+        common::writer_settings(&brokers, &topic, &dlq, &group),
         sink.clone(),
         metrics,
     )?;

@@ -8,7 +8,7 @@ use std::{collections::BTreeSet, time::Duration};
 
 use flashsale_e2e::{stack, wait::poll_until};
 use flashsale_orders::{EventKind, OrderEvent, OrderProducer, ProduceError, SCHEMA_VERSION};
-use order_writer::sink::Sink;
+use order_writer::{sink::Sink, writer::WriterSettings};
 use rdkafka::{
     ClientConfig, Offset, TopicPartitionList,
     admin::{AdminClient, AdminOptions, NewTopic, TopicReplication},
@@ -365,4 +365,18 @@ pub fn sample(
         .find_map(|l| l.strip_prefix(&prefix))
         .map(|v| v.parse().map_err(Into::into))
         .transpose()
+}
+
+/// The writer settings the tests run with, for `group` on these topics.
+pub fn writer_settings(brokers: &str, topic: &str, dlq: &str, group: &str) -> WriterSettings {
+    WriterSettings {
+        brokers: brokers.to_owned(),
+        group_id: group.to_owned(),
+        topic: topic.to_owned(),
+        dlq_topic: dlq.to_owned(),
+        batch_size: 200,
+        flush_interval: Duration::from_millis(100),
+        write_concurrency: 2,
+        session_timeout: Duration::from_secs(10),
+    }
 }
