@@ -57,6 +57,14 @@ pub fn kubeconfig() -> Result<String, MissingComponent> {
     var("KUBECONFIG", "Kubernetes control plane")
 }
 
+/// The image Chaos Mesh's pod-failure puts in place of every container's.
+pub fn chaos_mesh_pause_image() -> Result<String, MissingComponent> {
+    var(
+        "CHAOS_MESH_PAUSE_IMAGE",
+        "Chaos Mesh controller's pause image",
+    )
+}
+
 /// Path of the `e2e/local/stack` script that started the stack, for tests
 /// that stop and start a component.
 pub fn script() -> Result<String, MissingComponent> {

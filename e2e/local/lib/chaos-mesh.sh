@@ -178,7 +178,7 @@ install_chaos-mesh() {
   log "building chaos-controller-manager from $src with Go; the first build takes minutes, later ones are cached"
   mkdir -p "$CACHE/bin"
   local tmp; tmp=$(mktemp -d "$CACHE/bin/.build-XXXXXX")
-  ( cd "$src" && CGO_ENABLED=0 go build -trimpath -o "$tmp/" ./cmd/chaos-controller-manager ) \
+  ( cd "$src" && CGO_ENABLED=0 go build -o "$tmp/" ./cmd/chaos-controller-manager ) \
     || { rm -rf "$tmp"; die "building chaos-controller-manager failed"; }
   touch "$tmp/.complete"
   rm -rf "$out"
@@ -216,10 +216,11 @@ up_chaos-mesh() {
   wait_ready chaos-mesh 60 chaos_mesh_ready
 }
 
-# Metrics answer, and the controllers have started since the latest start.
+# Metrics answer, and the PodChaos controller has started its workers (its
+# caches synced) since the latest start.
 chaos_mesh_ready() {
   curl -fsS -o /dev/null "http://127.0.0.1:$CHAOS_MESH_METRICS_PORT/metrics" &&
-    awk '/^=== .* start: /{ok=0} /Starting workers/{ok=1} END{exit !ok}' "$(logfile chaos-mesh)"
+    awk '/^=== .* start: /{ok=0} /Starting workers.*"podchaos-pipeline"/{ok=1} END{exit !ok}' "$(logfile chaos-mesh)"
 }
 
 address_chaos-mesh() { echo "http://127.0.0.1:$CHAOS_MESH_METRICS_PORT/metrics"; }
@@ -228,4 +229,40 @@ address_chaos-mesh() { echo "http://127.0.0.1:$CHAOS_MESH_METRICS_PORT/metrics";
 chaos_mesh_crds_known() {
   [ -n "${CHAOS_MESH_SOURCE:-}" ] || [ -f "$CHAOS_MESH_SHARED" ] || [ -f "$(chaos_mesh_download)" ] || return 0
   chaos_mesh_crds
+}
+
+# chaos-controller-manager stops its manager on the first TERM but then waits
+# for a second signal (its fx application starts only after the manager has
+# returned), so: TERM, wait until the manager is done, TERM again; KILL only
+# what is still there after the deadline. By its pid only.
+down_chaos-mesh() {
+  local pid i
+  pid=$(live_pid chaos-mesh) || { rm -f "$(pidfile chaos-mesh)"; return 0; }
+  log "stopping chaos-mesh (pid $pid)"
+  kill -TERM "$pid" 2>/dev/null || true
+  for i in $(seq 1 100); do
+    kill -0 "$pid" 2>/dev/null || break
+    if chaos_mesh_manager_stopped; then kill -TERM "$pid" 2>/dev/null || true; break; fi
+    sleep 0.1
+  done
+  pid_gone "$pid" 50 || {
+    log "chaos-mesh did not stop; killing it"
+    kill -KILL "$pid" 2>/dev/null || true
+    pid_gone "$pid" 50 || true
+  }
+  rm -f "$(pidfile chaos-mesh)"
+}
+
+chaos_mesh_manager_stopped() {
+  awk '/^=== .* start: /{ok=0} /proceeding to shutdown the manager/{ok=1} END{exit !ok}' "$(logfile chaos-mesh)"
+}
+
+# pid_gone PID TENTHS: true once PID has exited, polling every 0.1 s.
+pid_gone() {
+  local i
+  for i in $(seq 1 "$2"); do
+    kill -0 "$1" 2>/dev/null || return 0
+    sleep 0.1
+  done
+  ! kill -0 "$1" 2>/dev/null
 }
