@@ -9,9 +9,9 @@
 # Sourced by e2e/local/stack, which provides log, die, start_process, ...
 
 CHAOS_MESH_VERSION=2.8.3
-CHAOS_MESH_COMMIT=60ec97f1fd5d5edb2fb5c722c8888e18b618d1a0
-# GitHub's archive of the tag: `git archive --prefix=chaos-mesh-2.8.3/` of the
-# commit above.
+# GitHub's archive of the tag: `git archive --prefix=chaos-mesh-2.8.3/` of
+# commit 60ec97f1fd5d5edb2fb5c722c8888e18b618d1a0 (the archive's pax header
+# names it: `git get-tar-commit-id`).
 CHAOS_MESH_URL=${CHAOS_MESH_URL:-https://github.com/chaos-mesh/chaos-mesh/archive/refs/tags/v$CHAOS_MESH_VERSION.tar.gz}
 # sha256 of the UNCOMPRESSED tar stream of that archive. The gzip bytes differ
 # between producers (compressor, level, header fields), while the tar stream
