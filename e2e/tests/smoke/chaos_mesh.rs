@@ -130,10 +130,10 @@ async fn pod_kill_deletes_exactly_the_named_pod() -> anyhow::Result<()> {
         Duration::from_secs(30),
         Duration::from_millis(100),
         || {
-            let (pods, victim) = (pods.clone(), victim.clone());
+            let (pods, victim, uid) = (pods.clone(), victim.clone(), victim_uid.clone());
             async move {
                 match pods.get_opt(&victim).await.map_err(|e| e.to_string())? {
-                    Some(p) if p.metadata.uid.as_deref() == Some(victim_uid.as_str()) => {
+                    Some(p) if p.metadata.uid.as_deref() == Some(uid.as_str()) => {
                         Err(format!("{victim} still there"))
                     }
                     _ => Ok(()),
