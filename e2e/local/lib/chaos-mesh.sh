@@ -10,8 +10,8 @@
 
 CHAOS_MESH_VERSION=2.8.3
 # GitHub's archive of the tag: `git archive --prefix=chaos-mesh-2.8.3/` of
-# commit 60ec97f1fd5d5edb2fb5c722c8888e18b618d1a0 (the archive's pax header
-# names it: `git get-tar-commit-id`).
+# this commit (the archive's pax header names it: `git get-tar-commit-id`).
+CHAOS_MESH_COMMIT=60ec97f1fd5d5edb2fb5c722c8888e18b618d1a0
 CHAOS_MESH_URL=${CHAOS_MESH_URL:-https://github.com/chaos-mesh/chaos-mesh/archive/refs/tags/v$CHAOS_MESH_VERSION.tar.gz}
 # sha256 of the UNCOMPRESSED tar stream of that archive. The gzip bytes differ
 # between producers (compressor, level, header fields), while the tar stream
@@ -178,7 +178,14 @@ install_chaos-mesh() {
   log "building chaos-controller-manager from $src with Go; the first build takes minutes, later ones are cached"
   mkdir -p "$CACHE/bin"
   local tmp; tmp=$(mktemp -d "$CACHE/bin/.build-XXXXXX")
-  ( cd "$src" && CGO_ENABLED=0 go build -o "$tmp/" ./cmd/chaos-controller-manager ) \
+  # An archive carries no git metadata: stamp the version it logs at start,
+  # which only the pinned release is known to be.
+  local ldflags=""
+  if [ "$CHAOS_MESH_KEY" = "$CHAOS_MESH_TAR_SHA256" ]; then
+    ldflags="-X github.com/chaos-mesh/chaos-mesh/pkg/version.gitVersion=v$CHAOS_MESH_VERSION"
+    ldflags+=" -X github.com/chaos-mesh/chaos-mesh/pkg/version.gitCommit=$CHAOS_MESH_COMMIT"
+  fi
+  ( cd "$src" && CGO_ENABLED=0 go build -ldflags "$ldflags" -o "$tmp/" ./cmd/chaos-controller-manager ) \
     || { rm -rf "$tmp"; die "building chaos-controller-manager failed"; }
   touch "$tmp/.complete"
   rm -rf "$out"
