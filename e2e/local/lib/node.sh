@@ -83,6 +83,7 @@ down_network() {
     "$(kube_bin kube-proxy)" --cleanup --proxy-mode=iptables >>"$(logfile kube-proxy)" 2>&1 || true
   fi
   remove_cni_rules
+  remove_kubelet_chains
   if iptables -w -S "$FORWARD_CHAIN" >/dev/null 2>&1; then
     while iptables -w -D FORWARD -j "$FORWARD_CHAIN" 2>/dev/null; do :; done
     iptables -w -F "$FORWARD_CHAIN" && iptables -w -X "$FORWARD_CHAIN"
@@ -102,11 +103,27 @@ address_network() { echo "$BRIDGE $HOST_POD_IP/24 (pods $POD_CIDR)"; }
 # portmap's; normally removed per pod when the runtime stops it.
 remove_cni_rules() {
   local rule chain
-  iptables-save -t nat 2>/dev/null | grep -E "^-A POSTROUTING .*name: \\\\?\"flashsale-pods\\\\?\"" | while read -r rule; do
-    chain=$(echo "$rule" | sed -n 's/.* -j \(CNI-[0-9a-f]*\).*/\1/p')
-    # shellcheck disable=SC2086 # the rule is iptables-save's own quoting
-    eval "iptables -w -t nat ${rule/-A /-D }" 2>/dev/null || true
-    [ -n "$chain" ] && { iptables -w -t nat -F "$chain"; iptables -w -t nat -X "$chain"; } 2>/dev/null || true
+  { iptables-save -t nat 2>/dev/null || true; } | { grep -E '^-A POSTROUTING .*name: \\?"flashsale-pods' || true; } |
+    while read -r rule; do
+      chain=$(echo "$rule" | sed -n 's/.* -j \(CNI-[0-9a-f]*\).*/\1/p')
+      eval "iptables -w -t nat ${rule/-A /-D }" 2>/dev/null || true
+      if [ -n "$chain" ]; then iptables -w -t nat -F "$chain" 2>/dev/null; iptables -w -t nat -X "$chain" 2>/dev/null || true; fi
+    done
+}
+
+# The chains the kubelet makes in both address families (a firewall against
+# martian localhost traffic and canaries); kube-proxy's --cleanup leaves them.
+remove_kubelet_chains() {
+  local cmd table chain
+  for cmd in iptables ip6tables; do
+    command -v "$cmd" >/dev/null || continue
+    "$cmd" -w -D INPUT -j KUBE-FIREWALL 2>/dev/null || true
+    "$cmd" -w -D OUTPUT -j KUBE-FIREWALL 2>/dev/null || true
+    for table in filter nat mangle; do
+      for chain in KUBE-FIREWALL KUBE-KUBELET-CANARY KUBE-IPTABLES-HINT; do
+        "$cmd" -w -t "$table" -F "$chain" 2>/dev/null && "$cmd" -w -t "$table" -X "$chain" 2>/dev/null || true
+      done
+    done
   done
 }
 
@@ -417,6 +434,7 @@ down_kubelet() {
   stop_process kubelet
   live_pid containerd >/dev/null && stop_pods
   unmount_under "$STATE/kubelet"
+  remove_kubelet_chains
   # The kubelet links container logs here and cannot be told otherwise.
   find /var/log/containers -maxdepth 1 -type l -lname "$STATE/*" -delete 2>/dev/null || true
 }
