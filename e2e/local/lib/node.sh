@@ -418,13 +418,20 @@ imageGCLowThresholdPercent: 99
 rotateCertificates: false
 serverTLSBootstrap: false
 EOF
+  KUBELET_STARTED=$(date +%s)
   start_process kubelet -- "$(kube_bin kubelet)" --config="$d/config.yaml" --kubeconfig="$d/kubeconfig" \
     --root-dir="$d/root" --hostname-override="$NODE_NAME" --node-ip="$HOST_POD_IP" \
     --node-labels="$NODE_LABEL=true" --v=1
   wait_ready kubelet 120 node_ready
 }
+# Ready as reported by this kubelet: the Node of a previous run keeps saying
+# Ready for a while, so the heartbeat must be newer than our start.
 node_ready() {
-  [ "$(kubectl get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
+  local out
+  curl -fsS "http://127.0.0.1:$KUBELET_HEALTHZ_PORT/healthz" >/dev/null || return 1
+  out=$(kubectl get node "$NODE_NAME" \
+    -o jsonpath='{.status.conditions[?(@.type=="Ready")].status} {.status.conditions[?(@.type=="Ready")].lastHeartbeatTime}') || return 1
+  [ "${out%% *}" = True ] && [ "$(date -d "${out#* }" +%s)" -ge "$KUBELET_STARTED" ]
 }
 address_kubelet() { echo "node $NODE_NAME https://$HOST_POD_IP:$KUBELET_PORT"; }
 
