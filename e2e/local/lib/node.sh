@@ -129,6 +129,10 @@ remove_kubelet_chains() {
 
 # --- containerd ----------------------------------------------------------------
 
+# Debian's containerd 1.6 serves the kubelet 1.37 well enough: the kubelet logs
+# "RuntimeConfig ... Unimplemented" once and falls back to its own cgroupDriver
+# (cgroupfs, as configured), so containerd 2 is not built.
+
 install_containerd() {
   install_node_packages
   go_build crictl sigs.k8s.io/cri-tools/cmd/crictl
@@ -267,10 +271,10 @@ address_containerd() { echo "unix://$(containerd_sock)"; }
 # and removes the network namespaces), then whatever task is left, the shims
 # of this containerd and the mounts under the state folder.
 down_containerd() {
-  if live_pid containerd >/dev/null; then
-    stop_pods
-    stop_process containerd
-  fi
+  live_pid containerd >/dev/null && stop_pods
+  stop_process containerd
+  # After an unclean stop (containerd killed) the shims and their containers
+  # are still there; without containerd they can only be killed.
   kill_shims
   unmount_under "$(containerd_dir)"
   unmount_netns
