@@ -265,7 +265,15 @@ up_containerd() {
     || die "importing $PAUSE_IMAGE into containerd failed"
   ctr_k8s images ls -q | grep -qxF "$PAUSE_IMAGE" || die "$PAUSE_IMAGE missing after import"
 }
-address_containerd() { echo "unix://$(containerd_sock)"; }
+address_containerd() {
+  local n; n=$(shim_pids | wc -l)
+  # Containers that outlived a killed containerd still run: `down` ends them.
+  if [ "$n" -gt 0 ] && ! live_pid containerd >/dev/null; then
+    echo "$n orphaned shims (run: stack down containerd)"
+  else
+    echo "unix://$(containerd_sock)"
+  fi
+}
 
 # Every pod sandbox stopped through the CRI (which also runs the CNI teardown
 # and removes the network namespaces), then whatever task is left, the shims
