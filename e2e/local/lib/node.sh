@@ -52,6 +52,8 @@ install_network() { install_node_packages; }
 # The bridge pods hang off, with the host's address on it. The stores listen on
 # that address too, so this comes first.
 up_network() {
+  # Links, iptables, network namespaces and mounts: the node is root's business.
+  [ "$(id -u)" = 0 ] || die "the pod network and the real node need root"
   as_root modprobe br_netfilter 2>/dev/null || true
   [ -e /proc/sys/net/bridge/bridge-nf-call-iptables ] \
     || die "br_netfilter is not available: bridged pod traffic would bypass kube-proxy's rules"
