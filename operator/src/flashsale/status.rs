@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 use k8s_openapi::{api::apps::v1::Deployment, apimachinery::pkg::apis::meta::v1::Time};
 
+use super::pods::PodProblem;
 use crate::api::{
     conditions::{DRAINED, INVENTORY_REACHABLE, PROGRESSING, READY, STALLED, reasons},
     flashsale::{FlashSaleStatus, ItemStatus, SalePhase, WorkloadStatus},
@@ -84,6 +85,9 @@ pub struct Observation {
     pub stock: Option<Result<Vec<ItemStatus>, String>>,
     /// The order-writer's drain.
     pub drain: Drain,
+    /// Why pods of workloads that are not ready do not run (looked for only
+    /// then).
+    pub pod_problems: Vec<PodProblem>,
 }
 
 fn start(old: Option<&FlashSaleStatus>, generation: Option<i64>) -> FlashSaleStatus {
@@ -169,6 +173,15 @@ pub fn observed(
             "every workload has its desired replicas ready",
             &now,
         );
+    } else if let Some(first) = seen.pod_problems.first() {
+        // The pods' own reason says more than a count: the first one found
+        // is the condition's reason, and the message lists a few.
+        let mut message = format!("{}; {first}", lagging.join(", "));
+        let more = seen.pod_problems.len() - 1;
+        if more > 0 {
+            message.push_str(&format!(" (and {more} more pods failing)"));
+        }
+        conditions.set(READY, false, &first.reason, message, &now);
     } else {
         conditions.set(
             READY,
@@ -303,6 +316,7 @@ mod tests {
                 },
             ])),
             drain: Drain::NotEnded,
+            pod_problems: Vec::new(),
         }
     }
 
@@ -354,6 +368,31 @@ mod tests {
         // Later, nothing changed: equal, so no write.
         let again = observed(Some(&first), Some(1), &seen(some), at(200));
         assert_eq!(again, first);
+    }
+
+    #[test]
+    fn failing_pods_give_their_own_reason_to_ready() {
+        let problem = |pod: &str, reason: &str| PodProblem {
+            component: "gateway".into(),
+            pod: pod.into(),
+            reason: reason.into(),
+            message: "container gateway: Back-off pulling image \"nope:1\"".into(),
+        };
+        let mut short = seen(vec![view("gateway", 0, 2)]);
+        short.pod_problems = vec![
+            problem("s-gateway-a", "ImagePullBackOff"),
+            problem("s-gateway-b", "ImagePullBackOff"),
+        ];
+        let status = observed(None, Some(1), &short, at(100));
+        assert_eq!(condition(&status, READY), ("False", "ImagePullBackOff"));
+        let message = status.observed.get(READY).map(|c| c.message.clone());
+        assert_eq!(
+            message.as_deref(),
+            Some(
+                "gateway 0/2 ready; gateway pod s-gateway-a: ImagePullBackOff: container gateway: \
+                 Back-off pulling image \"nope:1\" (and 1 more pods failing)"
+            )
+        );
     }
 
     #[test]
