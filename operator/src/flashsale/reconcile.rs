@@ -139,7 +139,10 @@ async fn reconcile_sale(sale: &FlashSale, ctx: &Context) -> Result<Action, Error
     };
     let (workloads, stock) = tokio::join!(writes, stock);
     let workloads = workloads?;
-    let pod_problems = if workloads.iter().all(|w| w.ready >= w.desired) {
+    let pod_problems = if workloads
+        .iter()
+        .all(|w| w.ready >= w.desired && w.rolled_out)
+    {
         Vec::new()
     } else {
         failing_pods(ctx, &namespace, sale).await?
@@ -187,8 +190,8 @@ async fn failing_pods(
 }
 
 /// A Warning Event when a pod problem first becomes the reason the sale is
-/// not ready, so `kubectl describe` and alerting on Events see it once, not
-/// at every refresh.
+/// stalled, so `kubectl describe` and alerting on Events see it once, not at
+/// every refresh.
 async fn announce_pod_problem(ctx: &Context, sale: &FlashSale, seen: &Observation) {
     let Some(first) = seen.pod_problems.first() else {
         return;
@@ -196,7 +199,8 @@ async fn announce_pod_problem(ctx: &Context, sale: &FlashSale, seen: &Observatio
     let was = sale
         .status
         .as_ref()
-        .and_then(|s| s.observed.get(crate::api::conditions::READY))
+        .and_then(|s| s.observed.get(crate::api::conditions::STALLED))
+        .filter(|c| c.status == "True")
         .map(|c| c.reason.as_str());
     if was != Some(first.reason.as_str()) {
         ctx.event(sale, true, &first.reason, first.to_string())

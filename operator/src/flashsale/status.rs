@@ -85,8 +85,8 @@ pub struct Observation {
     pub stock: Option<Result<Vec<ItemStatus>, String>>,
     /// The order-writer's drain.
     pub drain: Drain,
-    /// Why pods of workloads that are not ready do not run (looked for only
-    /// then).
+    /// Why pods of workloads that are short or rolling out do not run
+    /// (looked for only then).
     pub pod_problems: Vec<PodProblem>,
 }
 
@@ -122,6 +122,20 @@ pub fn blocked(
     status
 }
 
+/// The first failing pod, and how many more there are.
+fn pod_summary(seen: &Observation) -> String {
+    let mut message = seen
+        .pod_problems
+        .first()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    let more = seen.pod_problems.len().saturating_sub(1);
+    if more > 0 {
+        message.push_str(&format!(" (and {more} more pods failing)"));
+    }
+    message
+}
+
 /// The status of a sale the controller could reconcile.
 pub fn observed(
     old: Option<&FlashSaleStatus>,
@@ -152,13 +166,19 @@ pub fn observed(
     status.ready_workloads = Some(format!("{ready_count}/{}", seen.workloads.len()));
 
     let conditions = &mut status.observed;
-    conditions.set(
-        STALLED,
-        false,
-        reasons::AS_EXPECTED,
-        "nothing stands in the way",
-        &now,
-    );
+    // A pod that cannot run waits for someone to fix its image, its
+    // configuration or the cluster: stalled, whether or not older pods
+    // still serve.
+    match seen.pod_problems.first() {
+        Some(first) => conditions.set(STALLED, true, &first.reason, pod_summary(seen), &now),
+        None => conditions.set(
+            STALLED,
+            false,
+            reasons::AS_EXPECTED,
+            "nothing stands in the way",
+            &now,
+        ),
+    }
     let lagging: Vec<String> = seen
         .workloads
         .iter()
@@ -174,13 +194,8 @@ pub fn observed(
             &now,
         );
     } else if let Some(first) = seen.pod_problems.first() {
-        // The pods' own reason says more than a count: the first one found
-        // is the condition's reason, and the message lists a few.
-        let mut message = format!("{}; {first}", lagging.join(", "));
-        let more = seen.pod_problems.len() - 1;
-        if more > 0 {
-            message.push_str(&format!(" (and {more} more pods failing)"));
-        }
+        // The pods' own reason says more than a count.
+        let message = format!("{}; {}", lagging.join(", "), pod_summary(seen));
         conditions.set(READY, false, &first.reason, message, &now);
     } else {
         conditions.set(
@@ -385,6 +400,7 @@ mod tests {
         ];
         let status = observed(None, Some(1), &short, at(100));
         assert_eq!(condition(&status, READY), ("False", "ImagePullBackOff"));
+        assert_eq!(condition(&status, STALLED), ("True", "ImagePullBackOff"));
         let message = status.observed.get(READY).map(|c| c.message.clone());
         assert_eq!(
             message.as_deref(),
@@ -393,6 +409,30 @@ mod tests {
                  Back-off pulling image \"nope:1\" (and 1 more pods failing)"
             )
         );
+    }
+
+    #[test]
+    fn a_stuck_rollout_behind_ready_pods_is_stalled_but_still_ready() {
+        let mut stuck = seen(vec![WorkloadView {
+            component: "inventory",
+            desired: 1,
+            ready: 1,
+            rolled_out: false,
+        }]);
+        stuck.pod_problems = vec![PodProblem {
+            component: "inventory".into(),
+            pod: "s-inventory-new".into(),
+            reason: "CrashLoopBackOff".into(),
+            message: "container inventory; last exit code 1 (Error), 4 restarts".into(),
+        }];
+        let status = observed(None, Some(1), &stuck, at(100));
+        assert_eq!(condition(&status, READY), ("True", "WorkloadsReady"));
+        assert_eq!(condition(&status, STALLED), ("True", "CrashLoopBackOff"));
+        assert_eq!(condition(&status, PROGRESSING), ("True", "RollingOut"));
+        // Fixed: the stall clears.
+        stuck.pod_problems.clear();
+        let fixed = observed(Some(&status), Some(2), &stuck, at(200));
+        assert_eq!(condition(&fixed, STALLED), ("False", "AsExpected"));
     }
 
     #[test]
