@@ -71,6 +71,32 @@ pub fn script() -> Result<String, MissingComponent> {
     var("FLASHSALE_STACK", "stack script")
 }
 
+/// Name of the stack's real node (kubelet + containerd), where pods run.
+pub fn real_node() -> Result<String, MissingComponent> {
+    var("FLASHSALE_NODE", "real node")
+}
+
+/// The stack's stores as pods on the real node reach them: through the
+/// `flashsale-stack` namespace's Services.
+pub mod in_cluster {
+    use super::{MissingComponent, var};
+
+    /// `redis://` URL of Redis.
+    pub fn redis_url() -> Result<String, MissingComponent> {
+        var("POD_REDIS_URL", "Redis server (from pods)")
+    }
+
+    /// `postgres://` URL of the PostgreSQL database.
+    pub fn database_url() -> Result<String, MissingComponent> {
+        var("POD_DATABASE_URL", "PostgreSQL database (from pods)")
+    }
+
+    /// Bootstrap servers of the Kafka broker.
+    pub fn kafka_brokers() -> Result<String, MissingComponent> {
+        var("POD_KAFKA_BROKERS", "Kafka broker (from pods)")
+    }
+}
+
 /// A name unique to this test run, for topics, keys, namespaces and tables,
 /// so tests never see each other's data. Lowercase, DNS-label safe.
 pub fn unique_name(prefix: &str) -> String {

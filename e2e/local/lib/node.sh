@@ -596,3 +596,9 @@ env_kubelet() {
   echo "export FLASHSALE_NODE='$NODE_NAME'"
   echo "export FLASHSALE_NODE_LABEL='$NODE_LABEL'"
 }
+# The stores as the sale's pods reach them, for tests and the demo sale.
+env_stack-services() {
+  echo "export POD_REDIS_URL='redis://redis.flashsale-stack.svc.cluster.local:6379'"
+  echo "export POD_DATABASE_URL='postgres://$DB_USER:$DB_PASSWORD@postgres.flashsale-stack.svc.cluster.local:5432/$DB_NAME'"
+  echo "export POD_KAFKA_BROKERS='kafka.flashsale-stack.svc.cluster.local:9092'"
+}

@@ -1,7 +1,9 @@
 //! Small types every kind shares.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::{
-    api::core::v1::ResourceRequirements,
+    api::core::v1::{ResourceRequirements, Toleration},
     apimachinery::pkg::apis::meta::v1::{Condition, Time},
 };
 use schemars::JsonSchema;
@@ -26,6 +28,21 @@ pub struct SaleRef {
     /// Name of the FlashSale.
     #[schemars(length(min = 1, max = 63))]
     pub name: String,
+}
+
+/// Which nodes a sale's pods may run on, for every workload of the sale:
+/// dedicated nodes for a big sale, or the local stack's real node, which is
+/// tainted so only what asks for it lands there.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Placement {
+    /// Labels a node must carry.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// Taints the pods tolerate.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub tolerations: Vec<Toleration>,
 }
 
 /// How one workload runs: size, image and resources. Every field is optional;

@@ -12,7 +12,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    common::{ObservedConditions, SecretKeyRef, WorkloadSpec},
+    common::{ObservedConditions, Placement, SecretKeyRef, WorkloadSpec},
     duration::Duration,
 };
 
@@ -72,6 +72,9 @@ pub struct FlashSaleSpec {
     /// A warm-standby peer that can take the sale over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub standby: Option<StandbyPeer>,
+    /// Which nodes every pod of the sale may run on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<Placement>,
     /// The public entry: token check, rate limit, waiting room, adaptive
     /// concurrency.
     pub gateway: GatewaySpec,

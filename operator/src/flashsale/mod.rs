@@ -5,6 +5,7 @@ pub mod allowlist;
 pub mod build;
 pub mod drain;
 pub mod lifecycle;
+pub mod pods;
 pub mod probe;
 pub mod reconcile;
 pub mod status;
@@ -16,14 +17,15 @@ use futures::StreamExt;
 use k8s_openapi::api::{
     apps::v1::Deployment,
     autoscaling::v2::HorizontalPodAutoscaler,
-    core::v1::{ConfigMap, Service, ServiceAccount},
+    core::v1::{ConfigMap, Pod, Service, ServiceAccount},
     networking::v1::NetworkPolicy,
     policy::v1::PodDisruptionBudget,
     rbac::v1::{Role, RoleBinding},
 };
 use kube::{
-    Api,
-    runtime::{Controller, controller, watcher},
+    Api, ResourceExt,
+    core::PartialObjectMeta,
+    runtime::{Controller, controller, reflector::ObjectRef, watcher},
 };
 
 use crate::{api::FlashSale, apply::Namespaced, context::Context};
@@ -62,7 +64,22 @@ pub async fn run(
         .owns(api::<NetworkPolicy>(&ctx, namespace), children.clone())
         .owns(api::<ServiceAccount>(&ctx, namespace), children.clone())
         .owns(api::<Role>(&ctx, namespace), children.clone())
-        .owns(api::<RoleBinding>(&ctx, namespace), children)
+        .owns(api::<RoleBinding>(&ctx, namespace), children.clone())
+        // Pods belong to ReplicaSets, not to the sale: a pod that starts,
+        // becomes ready or fails wakes the sale named by its part-of label.
+        // Metadata only: every change still arrives, at a fraction of the
+        // memory; the reconcile reads full pods only while some are short.
+        .watches(
+            match namespace {
+                Some(ns) => Api::<PartialObjectMeta<Pod>>::namespaced(ctx.client.clone(), ns),
+                None => Api::all(ctx.client.clone()),
+            },
+            children,
+            |pod| {
+                let sale = pod.labels().get(build::PART_OF_KEY)?;
+                Some(ObjectRef::new(sale).within(&pod.namespace()?))
+            },
+        )
         .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(|result| async move {

@@ -15,6 +15,7 @@ use super::{
     build::{self, Component, Input, Stage},
     drain,
     lifecycle::{self, Timeline},
+    pods,
     probe::SaleAddress,
     status::{self, Blocker, Drain, Observation, WorkloadView},
     tokens,
@@ -138,18 +139,73 @@ async fn reconcile_sale(sale: &FlashSale, ctx: &Context) -> Result<Action, Error
     };
     let (workloads, stock) = tokio::join!(writes, stock);
     let workloads = workloads?;
+    let pod_problems = if workloads
+        .iter()
+        .all(|w| w.ready >= w.desired && w.rolled_out)
+    {
+        Vec::new()
+    } else {
+        failing_pods(ctx, &namespace, sale).await?
+    };
     let seen = Observation {
         phase,
         next_transition: next,
         workloads,
         stock,
         drain,
+        pod_problems,
     };
     let new = status::observed(old, generation, &seen, now);
     write_status(ctx, sale, &new, None).await?;
+    announce_pod_problem(ctx, sale, &seen).await;
     ctx.reset_backoff(&key(sale));
     tracing::debug!(sale = %key(sale), ?phase, ?stage, next = ?next, "reconciled");
     Ok(requeue(ctx, now, next, stage))
+}
+
+/// Why the sale's pods that do not run do not run, read from the pods.
+async fn failing_pods(
+    ctx: &Context,
+    namespace: &str,
+    sale: &FlashSale,
+) -> Result<Vec<pods::PodProblem>, Error> {
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+    let selector = format!(
+        "{}={},{}={}",
+        build::PART_OF_KEY,
+        sale.name_any(),
+        build::MANAGED_BY_KEY,
+        build::MANAGED_BY
+    );
+    let listed = api
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(|source| Error::Kube {
+            action: "list",
+            kind: "Pod",
+            name: selector,
+            source,
+        })?;
+    Ok(pods::problems(&listed.items))
+}
+
+/// A Warning Event when a pod problem first becomes the reason the sale is
+/// stalled, so `kubectl describe` and alerting on Events see it once, not at
+/// every refresh.
+async fn announce_pod_problem(ctx: &Context, sale: &FlashSale, seen: &Observation) {
+    let Some(first) = seen.pod_problems.first() else {
+        return;
+    };
+    let was = sale
+        .status
+        .as_ref()
+        .and_then(|s| s.observed.get(crate::api::conditions::STALLED))
+        .filter(|c| c.status == "True")
+        .map(|c| c.reason.as_str());
+    if was != Some(first.reason.as_str()) {
+        ctx.event(sale, true, &first.reason, first.to_string())
+            .await;
+    }
 }
 
 /// Wakes at the next phase change, or sooner to refresh replicas and stock

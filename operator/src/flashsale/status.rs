@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 use k8s_openapi::{api::apps::v1::Deployment, apimachinery::pkg::apis::meta::v1::Time};
 
+use super::pods::PodProblem;
 use crate::api::{
     conditions::{DRAINED, INVENTORY_REACHABLE, PROGRESSING, READY, STALLED, reasons},
     flashsale::{FlashSaleStatus, ItemStatus, SalePhase, WorkloadStatus},
@@ -84,6 +85,9 @@ pub struct Observation {
     pub stock: Option<Result<Vec<ItemStatus>, String>>,
     /// The order-writer's drain.
     pub drain: Drain,
+    /// Why pods of workloads that are short or rolling out do not run
+    /// (looked for only then).
+    pub pod_problems: Vec<PodProblem>,
 }
 
 fn start(old: Option<&FlashSaleStatus>, generation: Option<i64>) -> FlashSaleStatus {
@@ -118,6 +122,20 @@ pub fn blocked(
     status
 }
 
+/// The first failing pod, and how many more there are.
+fn pod_summary(seen: &Observation) -> String {
+    let mut message = seen
+        .pod_problems
+        .first()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    let more = seen.pod_problems.len().saturating_sub(1);
+    if more > 0 {
+        message.push_str(&format!(" (and {more} more pods failing)"));
+    }
+    message
+}
+
 /// The status of a sale the controller could reconcile.
 pub fn observed(
     old: Option<&FlashSaleStatus>,
@@ -148,13 +166,19 @@ pub fn observed(
     status.ready_workloads = Some(format!("{ready_count}/{}", seen.workloads.len()));
 
     let conditions = &mut status.observed;
-    conditions.set(
-        STALLED,
-        false,
-        reasons::AS_EXPECTED,
-        "nothing stands in the way",
-        &now,
-    );
+    // A pod that cannot run waits for someone to fix its image, its
+    // configuration or the cluster: stalled, whether or not older pods
+    // still serve.
+    match seen.pod_problems.first() {
+        Some(first) => conditions.set(STALLED, true, &first.reason, pod_summary(seen), &now),
+        None => conditions.set(
+            STALLED,
+            false,
+            reasons::AS_EXPECTED,
+            "nothing stands in the way",
+            &now,
+        ),
+    }
     let lagging: Vec<String> = seen
         .workloads
         .iter()
@@ -169,6 +193,10 @@ pub fn observed(
             "every workload has its desired replicas ready",
             &now,
         );
+    } else if let Some(first) = seen.pod_problems.first() {
+        // The pods' own reason says more than a count.
+        let message = format!("{}; {}", lagging.join(", "), pod_summary(seen));
+        conditions.set(READY, false, &first.reason, message, &now);
     } else {
         conditions.set(
             READY,
@@ -303,6 +331,7 @@ mod tests {
                 },
             ])),
             drain: Drain::NotEnded,
+            pod_problems: Vec::new(),
         }
     }
 
@@ -354,6 +383,56 @@ mod tests {
         // Later, nothing changed: equal, so no write.
         let again = observed(Some(&first), Some(1), &seen(some), at(200));
         assert_eq!(again, first);
+    }
+
+    #[test]
+    fn failing_pods_give_their_own_reason_to_ready() {
+        let problem = |pod: &str, reason: &str| PodProblem {
+            component: "gateway".into(),
+            pod: pod.into(),
+            reason: reason.into(),
+            message: "container gateway: Back-off pulling image \"nope:1\"".into(),
+        };
+        let mut short = seen(vec![view("gateway", 0, 2)]);
+        short.pod_problems = vec![
+            problem("s-gateway-a", "ImagePullBackOff"),
+            problem("s-gateway-b", "ImagePullBackOff"),
+        ];
+        let status = observed(None, Some(1), &short, at(100));
+        assert_eq!(condition(&status, READY), ("False", "ImagePullBackOff"));
+        assert_eq!(condition(&status, STALLED), ("True", "ImagePullBackOff"));
+        let message = status.observed.get(READY).map(|c| c.message.clone());
+        assert_eq!(
+            message.as_deref(),
+            Some(
+                "gateway 0/2 ready; gateway pod s-gateway-a: ImagePullBackOff: container gateway: \
+                 Back-off pulling image \"nope:1\" (and 1 more pods failing)"
+            )
+        );
+    }
+
+    #[test]
+    fn a_stuck_rollout_behind_ready_pods_is_stalled_but_still_ready() {
+        let mut stuck = seen(vec![WorkloadView {
+            component: "inventory",
+            desired: 1,
+            ready: 1,
+            rolled_out: false,
+        }]);
+        stuck.pod_problems = vec![PodProblem {
+            component: "inventory".into(),
+            pod: "s-inventory-new".into(),
+            reason: "CrashLoopBackOff".into(),
+            message: "container inventory; last exit code 1 (Error), 4 restarts".into(),
+        }];
+        let status = observed(None, Some(1), &stuck, at(100));
+        assert_eq!(condition(&status, READY), ("True", "WorkloadsReady"));
+        assert_eq!(condition(&status, STALLED), ("True", "CrashLoopBackOff"));
+        assert_eq!(condition(&status, PROGRESSING), ("True", "RollingOut"));
+        // Fixed: the stall clears.
+        stuck.pod_problems.clear();
+        let fixed = observed(Some(&status), Some(2), &stuck, at(200));
+        assert_eq!(condition(&fixed, STALLED), ("False", "AsExpected"));
     }
 
     #[test]

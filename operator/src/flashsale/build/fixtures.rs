@@ -78,7 +78,7 @@ spec:
 }
 
 /// A small sale: no autoscaling, RS256, plain Redis URL, no waiting room,
-/// PostgreSQL, a gateway image override, defaults elsewhere.
+/// PostgreSQL, a gateway image override, dedicated nodes, defaults elsewhere.
 pub(super) fn small_sale() -> anyhow::Result<FlashSale> {
     parse(
         r#"
@@ -94,6 +94,10 @@ spec:
     start: "2026-06-06T10:00:00Z"
     end: "2026-06-06T12:00:00Z"
   region: eu-west-1
+  placement:
+    nodeSelector: {pool: sales}
+    tolerations:
+      - {key: dedicated, operator: Equal, value: sales, effect: NoSchedule}
   items:
     - {sku: KETTLE, stock: 500, priceMinor: 2999}
   gateway:

@@ -35,6 +35,22 @@ pub(super) const CONFIG_DIR: &str = "/etc/flashsale/config";
 /// File name a mounted Secret key gets, so paths do not depend on key names.
 pub(super) const SECRET_FILE: &str = "key";
 
+/// The pod template's annotations: the configuration hash that rolls the
+/// pods when their configuration changes, and the conventional
+/// `prometheus.io/*` ones by which Prometheus's Kubernetes discovery finds
+/// every workload's `/metrics`.
+pub(super) fn annotations(config_hash: String) -> BTreeMap<String, String> {
+    [
+        (super::CONFIG_HASH_ANNOTATION, config_hash),
+        ("prometheus.io/scrape", "true".to_owned()),
+        ("prometheus.io/port", OPS_PORT.to_string()),
+        ("prometheus.io/path", "/metrics".to_owned()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
+}
+
 /// `name=value`.
 pub(super) fn env(name: &str, value: impl Into<String>) -> EnvVar {
     EnvVar {

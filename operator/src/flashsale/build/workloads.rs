@@ -9,7 +9,7 @@ use k8s_openapi::{
 
 use super::{
     BuildError, Images,
-    config::{CONFIG_HASH_ANNOTATION, GATEWAY_CONFIG_KEY, INVENTORY_CONFIG_KEY, Rendered},
+    config::{GATEWAY_CONFIG_KEY, INVENTORY_CONFIG_KEY, Rendered},
     internal::{ADMIN_TOKEN_KEY, API_TOKEN_KEY, internal_file, internal_volume},
     labels,
     meta::Owner,
@@ -92,14 +92,11 @@ fn template(
         ..Container::default()
     };
     let selector = labels::selector(owner.name, component);
+    let placement = owner.sale.spec.placement.as_ref();
     PodTemplateSpec {
         metadata: Some(ObjectMeta {
             labels: Some(labels::labels(owner.name, component)),
-            annotations: Some(
-                [(CONFIG_HASH_ANNOTATION.to_owned(), parts.config_hash)]
-                    .into_iter()
-                    .collect(),
-            ),
+            annotations: Some(pod::annotations(parts.config_hash)),
             ..ObjectMeta::default()
         }),
         spec: Some(PodSpec {
@@ -112,6 +109,12 @@ fn template(
             enable_service_links: Some(false),
             security_context: Some(pod::pod_security_context()),
             topology_spread_constraints: Some(vec![pod::topology_spread(&selector)]),
+            node_selector: placement
+                .map(|p| p.node_selector.clone())
+                .filter(|s| !s.is_empty()),
+            tolerations: placement
+                .map(|p| p.tolerations.clone())
+                .filter(|t| !t.is_empty()),
             ..PodSpec::default()
         }),
     }

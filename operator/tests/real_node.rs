@@ -1,0 +1,644 @@
+//! The operator's sale on the local stack's real node (kubelet, containerd,
+//! CNI, kube-proxy, cluster DNS): pods that really run from the project's
+//! images, probes that really probe, an order that really becomes a row, and
+//! the real Chaos Mesh controller killing a real pod. kwok is not involved.
+
+mod common;
+
+use std::{collections::BTreeSet, time::Duration};
+
+use common::{Operator, secret, setup};
+use flashsale_e2e::{
+    kafka,
+    kube::TestNamespace,
+    stack::{self, unique_name},
+    wait::poll_until,
+};
+use flashsale_operator::api::FlashSale;
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::{
+    api::{
+        apps::v1::Deployment,
+        core::v1::{Pod, Secret, Service},
+        events::v1::Event,
+    },
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams},
+    core::GroupVersionKind,
+};
+use serde_json::{Value, json};
+
+/// Pods start in seconds, but a loaded two-core machine starting a dozen
+/// containers at once can take a minute.
+const START: Duration = Duration::from_secs(180);
+const TICK: Duration = Duration::from_millis(250);
+/// The label and taint that keep everything else off the real node.
+const REAL_NODE_KEY: &str = "flashsale.dev/real-node";
+/// What `secret()` puts in every test Secret.
+const HS256_SECRET: &[u8] = b"0123456789abcdef0123456789abcdef";
+
+fn image(name: &str) -> String {
+    format!("ghcr.io/flashsale-dev/{name}:{}", env!("CARGO_PKG_VERSION"))
+}
+
+fn placement() -> Value {
+    json!({
+        "nodeSelector": {REAL_NODE_KEY: "true"},
+        "tolerations": [{"key": REAL_NODE_KEY, "operator": "Exists", "effect": "NoSchedule"}]
+    })
+}
+
+/// Small enough that several sales fit on one two-core node.
+fn small() -> Value {
+    json!({"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "256Mi"}})
+}
+
+/// What each test sale is made of.
+struct Sale {
+    name: String,
+    topic: String,
+}
+
+/// A sale on the real node that opens in `opens_in` (warming up until then),
+/// with its own Kafka topics, reaching the stack's stores through the
+/// `flashsale-stack` Services.
+async fn create_sale(client: &Client, ns: &str, opens_in: SignedDuration) -> anyhow::Result<Sale> {
+    let brokers = stack::kafka_brokers()?;
+    let name = "real".to_owned();
+    let topic = unique_name("orders");
+    let dlq = format!("{topic}.dlq");
+    kafka::create_topic(&brokers, &topic, 3).await?;
+    kafka::create_topic(&brokers, &dlq, 1).await?;
+    secret(client, ns, "jwt", "hs256").await?;
+    let db = Secret {
+        metadata: ObjectMeta {
+            name: Some("db".into()),
+            ..ObjectMeta::default()
+        },
+        string_data: Some([("url".to_owned(), stack::in_cluster::database_url()?)].into()),
+        ..Secret::default()
+    };
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &db)
+        .await?;
+    let start = Timestamp::now() + opens_in;
+    let object = json!({
+        "apiVersion": "flashsale.dev/v1alpha1",
+        "kind": "FlashSale",
+        "metadata": {"name": name},
+        "spec": {
+            "schedule": {
+                "start": start.to_string(),
+                "end": (start + SignedDuration::from_hours(1)).to_string(),
+                "warmUp": "2h"
+            },
+            "region": "local",
+            "reservationTTL": "5m",
+            "placement": placement(),
+            "items": [{"sku": "CASE", "stock": 10, "perUserLimit": 3, "priceMinor": 1900}],
+            "gateway": {
+                "replicas": 2,
+                "resources": small(),
+                "auth": {"hs256SecretRef": {"name": "jwt", "key": "hs256"}}
+            },
+            "inventory": {
+                "replicas": 1,
+                "resources": small(),
+                "redis": {"url": stack::in_cluster::redis_url()?}
+            },
+            "orderWriter": {
+                "replicas": 1,
+                "resources": small(),
+                "kafka": {
+                    "brokers": [stack::in_cluster::kafka_brokers()?],
+                    "topic": topic,
+                    "dlqTopic": dlq
+                },
+                "database": {"driver": "postgres", "urlSecretRef": {"name": "db", "key": "url"}}
+            }
+        }
+    });
+    let sale: FlashSale = serde_json::from_value(object)?;
+    Api::<FlashSale>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &sale)
+        .await?;
+    Ok(Sale { name, topic })
+}
+
+/// The operator for the test's namespace; the test images are the
+/// operator's defaults, and anything else under the project's image prefix
+/// is allowed for the failure cases.
+fn operator(ns: &str) -> anyhow::Result<Operator> {
+    Operator::start(
+        ns,
+        "real-node",
+        &["--allowed-image", "ghcr.io/flashsale-dev/"],
+    )
+}
+
+fn condition(sale: &FlashSale, type_: &str) -> Option<(String, String, String)> {
+    sale.status
+        .as_ref()?
+        .observed
+        .get(type_)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// Waits until the sale's `type_` condition is `status` with a reason
+/// `reason` accepts.
+async fn await_condition(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    type_: &str,
+    status: &str,
+    reason: impl Fn(&str) -> bool,
+) -> anyhow::Result<FlashSale> {
+    let sales: Api<FlashSale> = Api::namespaced(client.clone(), ns);
+    Ok(
+        poll_until(&format!("{name} {type_}={status}"), START, TICK, || {
+            let sales = sales.clone();
+            let reason = &reason;
+            async move {
+                let sale = sales.get(name).await.map_err(|e| e.to_string())?;
+                match condition(&sale, type_) {
+                    Some((s, r, _)) if s == status && reason(&r) => Ok(sale),
+                    other => Err(format!("{type_}: {other:?}")),
+                }
+            }
+        })
+        .await?,
+    )
+}
+
+async fn await_ready(client: &Client, ns: &str, name: &str) -> anyhow::Result<FlashSale> {
+    await_condition(client, ns, name, "Ready", "True", |_| true).await
+}
+
+/// The sale's ready pods of one component, with their uids.
+async fn ready_pods(
+    client: &Client,
+    ns: &str,
+    sale: &str,
+    component: &str,
+) -> anyhow::Result<Vec<Pod>> {
+    let selector =
+        format!("app.kubernetes.io/part-of={sale},app.kubernetes.io/component={component}");
+    let pods = Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&selector))
+        .await?;
+    Ok(pods
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none() && is_ready(p))
+        .collect())
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+fn uids(pods: &[Pod]) -> BTreeSet<String> {
+    pods.iter().filter_map(|p| p.uid()).collect()
+}
+
+async fn cluster_ip(client: &Client, ns: &str, service: &str) -> anyhow::Result<String> {
+    Api::<Service>::namespaced(client.clone(), ns)
+        .get(service)
+        .await?
+        .spec
+        .and_then(|s| s.cluster_ip)
+        .ok_or_else(|| anyhow::anyhow!("Service {service} has no cluster IP"))
+}
+
+fn token(user: &str) -> anyhow::Result<String> {
+    let claims = json!({"sub": user, "exp": Timestamp::now().as_second() + 3600});
+    Ok(jsonwebtoken::encode(
+        &jsonwebtoken::Header::default(),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(HS256_SECRET)?,
+    )?)
+}
+
+fn http() -> anyhow::Result<reqwest::Client> {
+    Ok(reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()?)
+}
+
+/// Runs a one-shot pod on the real node (from the gateway image, which has
+/// a shell) and returns its phase at the end: `Succeeded` when `script`
+/// exited 0.
+async fn run_pod(client: &Client, ns: &str, name: &str, script: &str) -> anyhow::Result<String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "nodeSelector": {REAL_NODE_KEY: "true"},
+            "tolerations": [{"key": REAL_NODE_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+            "automountServiceAccountToken": false,
+            "containers": [{
+                "name": "probe",
+                "image": image("gateway"),
+                "command": ["/bin/bash", "-c", script],
+                "securityContext": {"runAsUser": 65532, "runAsNonRoot": true,
+                                    "allowPrivilegeEscalation": false}
+            }]
+        }
+    }))?;
+    pods.create(&PostParams::default(), &pod).await?;
+    Ok(
+        poll_until(&format!("pod {name} to finish"), START, TICK, || async {
+            let pod = pods.get(name).await.map_err(|e| e.to_string())?;
+            match pod.status.and_then(|s| s.phase).as_deref() {
+                Some(phase @ ("Succeeded" | "Failed")) => Ok(phase.to_owned()),
+                other => Err(format!("phase {other:?}")),
+            }
+        })
+        .await?,
+    )
+}
+
+#[tokio::test]
+async fn a_sale_runs_on_the_real_node_and_an_order_becomes_one_row() -> anyhow::Result<()> {
+    let client = setup().await?;
+    let ns = TestNamespace::create(&client, "real-order").await?;
+    let _operator = operator(&ns.name)?;
+    // Opens soon, so the order below lands while the sale is live.
+    let sale = create_sale(&client, &ns.name, SignedDuration::from_secs(20)).await?;
+
+    // Ready by the pods' own readiness probes, which check Redis, Kafka and
+    // the database through the stack's Services.
+    await_ready(&client, &ns.name, &sale.name).await?;
+    for component in ["gateway", "inventory", "order-writer"] {
+        let pods = ready_pods(&client, &ns.name, &sale.name, component).await?;
+        assert!(!pods.is_empty(), "no ready {component} pod");
+        for pod in &pods {
+            let spec = pod.spec.as_ref();
+            assert_eq!(
+                spec.and_then(|s| s.node_name.as_deref()),
+                Some(stack::real_node()?.as_str()),
+                "{} runs elsewhere",
+                pod.name_any()
+            );
+            let ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone());
+            assert!(
+                ip.as_deref().is_some_and(|ip| ip.starts_with("10.89.0.")),
+                "{} has IP {ip:?}, not one of the node's bridge",
+                pod.name_any()
+            );
+        }
+    }
+
+    // Through the gateway Service: from another pod by its DNS name, and
+    // from the host by its cluster IP (kube-proxy's rules).
+    let service = format!("{}-gateway", sale.name);
+    let fqdn = format!("{service}.{}.svc.cluster.local", ns.name);
+    let script = format!(
+        "exec 3<>/dev/tcp/{fqdn}/9090 && printf 'GET /readyz HTTP/1.0\\r\\n\\r\\n' >&3 && \
+         head -n 1 <&3 | grep -q ' 200 '"
+    );
+    assert_eq!(
+        run_pod(&client, &ns.name, "dns-probe", &script).await?,
+        "Succeeded"
+    );
+    let gateway = format!("http://{}", cluster_ip(&client, &ns.name, &service).await?);
+    let unauthenticated = http()?
+        .post(format!("{gateway}/api/v1/orders"))
+        .json(&json!({"sku": "CASE", "quantity": 1, "idempotencyKey": "k"}))
+        .send()
+        .await?;
+    assert_eq!(unauthenticated.status(), 401);
+
+    // An order: reserved by the inventory pod, published, persisted by the
+    // order-writer pod. Retried while the sale is not open yet.
+    let buyer = token("alice")?;
+    let order: Value = poll_until(
+        "an order to be accepted",
+        START,
+        Duration::from_secs(1),
+        || {
+            let (gateway, buyer) = (gateway.clone(), buyer.clone());
+            async move {
+                let response = http()
+                    .map_err(|e| e.to_string())?
+                    .post(format!("{gateway}/api/v1/orders"))
+                    .bearer_auth(buyer)
+                    .json(&json!({"sku": "CASE", "quantity": 2, "idempotencyKey": "real-node-1"}))
+                    .send()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let status = response.status();
+                let body: Value = response.json().await.map_err(|e| e.to_string())?;
+                if status == 201 {
+                    Ok(body)
+                } else {
+                    Err(format!("{status}: {body}"))
+                }
+            }
+        },
+    )
+    .await?;
+    let order_id = order["orderId"]
+        .as_str()
+        .ok_or_else(|| anyhow::anyhow!("no orderId in {order}"))?
+        .to_owned();
+
+    let db = sqlx::PgPool::connect(&stack::postgres_url()?).await?;
+    let rows: i64 = poll_until("the order's row", START, TICK, || async {
+        let (count,): (i64,) = sqlx::query_as("SELECT count(*) FROM orders WHERE order_id = $1")
+            .bind(&order_id)
+            .fetch_one(&db)
+            .await
+            .map_err(|e| e.to_string())?;
+        if count > 0 {
+            Ok(count)
+        } else {
+            Err("no row yet".into())
+        }
+    })
+    .await?;
+    assert_eq!(rows, 1);
+    let (sku, quantity): (String, i32) =
+        sqlx::query_as("SELECT sku, quantity FROM orders WHERE order_id = $1")
+            .bind(&order_id)
+            .fetch_one(&db)
+            .await?;
+    assert_eq!((sku.as_str(), quantity), ("CASE", 2));
+    let events = kafka::events(&stack::kafka_brokers()?, &sale.topic).await?;
+    let published: Vec<_> = events.iter().filter(|e| e.order_id == order_id).collect();
+    assert_eq!(published.len(), 1, "events of {order_id}: {published:?}");
+    Ok(())
+}
+
+fn pod_chaos_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("chaos-mesh.org", "v1alpha1", "PodChaos"),
+        "podchaos",
+    )
+}
+
+/// What Prometheus's pod discovery currently scrapes for the namespace:
+/// pod name → health.
+async fn scraped(ns: &str) -> Result<Vec<(String, String)>, String> {
+    let url = format!(
+        "{}/api/v1/targets?state=active",
+        stack::prometheus_url().map_err(|e| e.to_string())?
+    );
+    let body: Value = reqwest::get(&url)
+        .await
+        .map_err(|e| e.to_string())?
+        .json()
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(body["data"]["activeTargets"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|t| t["labels"]["namespace"] == ns)
+        .filter_map(|t| {
+            Some((
+                t["labels"]["pod"].as_str()?.to_owned(),
+                t["health"].as_str()?.to_owned(),
+            ))
+        })
+        .collect())
+}
+
+#[tokio::test]
+async fn chaos_mesh_kills_exactly_the_named_pod_and_prometheus_sees_it_go_and_come_back()
+-> anyhow::Result<()> {
+    let client = setup().await?;
+    let ns = TestNamespace::create(&client, "real-chaos").await?;
+    let _operator = operator(&ns.name)?;
+    let sale = create_sale(&client, &ns.name, SignedDuration::from_hours(1)).await?;
+    await_ready(&client, &ns.name, &sale.name).await?;
+    let gateways = ready_pods(&client, &ns.name, &sale.name, "gateway").await?;
+    assert_eq!(gateways.len(), 2);
+    let (victim, bystander) = (&gateways[0], &gateways[1]);
+    let victim_name = victim.name_any();
+
+    // Prometheus scrapes both before anything happens.
+    poll_until("both gateways scraped and up", START, TICK, || async {
+        let targets = scraped(&ns.name).await?;
+        let up = |pod: &Pod| targets.contains(&(pod.name_any(), "up".to_owned()));
+        if up(victim) && up(bystander) {
+            Ok(())
+        } else {
+            Err(format!("{targets:?}"))
+        }
+    })
+    .await?;
+
+    // The experiment names the pod and the namespace explicitly: without
+    // Chaos Mesh's webhook an empty namespace list would match every pod.
+    let chaos: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns.name, &pod_chaos_resource());
+    let experiment: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "chaos-mesh.org/v1alpha1",
+        "kind": "PodChaos",
+        "metadata": {"name": "kill-one-gateway"},
+        "spec": {
+            "action": "pod-kill",
+            "mode": "all",
+            "selector": {
+                "namespaces": [ns.name],
+                "pods": {ns.name.clone(): [victim_name.clone()]}
+            }
+        }
+    }))?;
+    chaos.create(&PostParams::default(), &experiment).await?;
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let victim_uid = victim.uid();
+    poll_until("the named pod to be gone", START, TICK, || async {
+        match pods
+            .get_opt(&victim_name)
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            Some(pod) if pod.uid() == victim_uid => Err("still there".into()),
+            _ => Ok(()),
+        }
+    })
+    .await?;
+    // Only that pod: the other gateway and the other workloads' pods keep
+    // their uids.
+    let after = ready_pods(&client, &ns.name, &sale.name, "gateway").await?;
+    assert!(uids(&after).contains(&bystander.uid().unwrap_or_default()));
+    let replaced = poll_until("the Deployment to replace it", START, TICK, || async {
+        let now = ready_pods(&client, &ns.name, &sale.name, "gateway")
+            .await
+            .map_err(|e| e.to_string())?;
+        let fresh: Vec<Pod> = now
+            .into_iter()
+            .filter(|p| p.uid() != bystander.uid())
+            .collect();
+        match fresh.as_slice() {
+            [pod] if pod.uid() != victim_uid => Ok(pod.clone()),
+            other => Err(format!("{} fresh ready pods", other.len())),
+        }
+    })
+    .await?;
+
+    // Prometheus dropped the killed pod's target and scrapes the new one.
+    poll_until("Prometheus to follow the pods", START, TICK, || async {
+        let targets = scraped(&ns.name).await?;
+        let gone = !targets.iter().any(|(pod, _)| pod == &victim_name);
+        let back = targets.contains(&(replaced.name_any(), "up".to_owned()));
+        if gone && back {
+            Ok(())
+        } else {
+            Err(format!("{targets:?}"))
+        }
+    })
+    .await?;
+    chaos
+        .delete("kill-one-gateway", &DeleteParams::default())
+        .await?;
+    Ok(())
+}
+
+async fn patch_sale(client: &Client, ns: &str, name: &str, patch: Value) -> anyhow::Result<()> {
+    Api::<FlashSale>::namespaced(client.clone(), ns)
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+/// Warning Events on the sale with `reason`.
+async fn warnings(
+    client: &Client,
+    ns: &str,
+    sale: &str,
+    reason: &str,
+) -> Result<Vec<Event>, String> {
+    let events = Api::<Event>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(events
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(sale)
+                && e.type_.as_deref() == Some("Warning")
+                && e.reason.as_deref() == Some(reason)
+        })
+        .collect())
+}
+
+#[tokio::test]
+async fn a_config_change_rolls_the_pods_and_failing_pods_show_their_reason() -> anyhow::Result<()> {
+    let client = setup().await?;
+    let ns = TestNamespace::create(&client, "real-roll").await?;
+    let _operator = operator(&ns.name)?;
+    let sale = create_sale(&client, &ns.name, SignedDuration::from_hours(1)).await?;
+    await_ready(&client, &ns.name, &sale.name).await?;
+    let before = uids(&ready_pods(&client, &ns.name, &sale.name, "gateway").await?);
+
+    // The gateway's configuration changes: its config hash rolls every pod,
+    // and the new ones pass their probes.
+    patch_sale(
+        &client,
+        &ns.name,
+        &sale.name,
+        json!({"spec": {"gateway": {"rateLimit": {"perUserPerSecond": 7, "burst": 9}}}}),
+    )
+    .await?;
+    poll_until("new gateway pods ready", START, TICK, || async {
+        let now = uids(
+            &ready_pods(&client, &ns.name, &sale.name, "gateway")
+                .await
+                .map_err(|e| e.to_string())?,
+        );
+        let deployment = Api::<Deployment>::namespaced(client.clone(), &ns.name)
+            .get(&format!("{}-gateway", sale.name))
+            .await
+            .map_err(|e| e.to_string())?;
+        let updated = deployment
+            .status
+            .and_then(|s| s.updated_replicas)
+            .unwrap_or(0);
+        if now.len() == 2 && now.is_disjoint(&before) && updated == 2 {
+            Ok(())
+        } else {
+            Err(format!(
+                "ready {now:?}, before {before:?}, updated {updated}"
+            ))
+        }
+    })
+    .await?;
+    await_ready(&client, &ns.name, &sale.name).await?;
+
+    // A container that crashes: the order-writer started from the gateway's
+    // image exits at once on the order-writer's settings.
+    patch_sale(
+        &client,
+        &ns.name,
+        &sale.name,
+        json!({"spec": {"orderWriter": {"image": image("gateway")}}}),
+    )
+    .await?;
+    let stalled = await_condition(&client, &ns.name, &sale.name, "Stalled", "True", |r| {
+        r == "CrashLoopBackOff"
+    })
+    .await?;
+    let message = condition(&stalled, "Stalled")
+        .map(|c| c.2)
+        .unwrap_or_default();
+    assert!(message.contains("order-writer pod"), "{message}");
+    assert!(message.contains("last exit code"), "{message}");
+    poll_until("a CrashLoopBackOff Warning Event", START, TICK, || async {
+        let found = warnings(&client, &ns.name, &sale.name, "CrashLoopBackOff").await?;
+        if found.is_empty() {
+            Err("none yet".into())
+        } else {
+            Ok(())
+        }
+    })
+    .await?;
+
+    // An image that does not exist anywhere this node can reach.
+    patch_sale(
+        &client,
+        &ns.name,
+        &sale.name,
+        json!({"spec": {"orderWriter": {"image": image("order-writer-does-not-exist")}}}),
+    )
+    .await?;
+    await_condition(&client, &ns.name, &sale.name, "Stalled", "True", |r| {
+        r == "ErrImagePull" || r == "ImagePullBackOff"
+    })
+    .await?;
+    poll_until("an image pull Warning Event", START, TICK, || async {
+        let mut found = warnings(&client, &ns.name, &sale.name, "ErrImagePull").await?;
+        found.extend(warnings(&client, &ns.name, &sale.name, "ImagePullBackOff").await?);
+        if found.is_empty() {
+            Err("none yet".into())
+        } else {
+            Ok(())
+        }
+    })
+    .await?;
+
+    // Fixed: back to the default image, the stall clears.
+    patch_sale(
+        &client,
+        &ns.name,
+        &sale.name,
+        json!({"spec": {"orderWriter": {"image": null}}}),
+    )
+    .await?;
+    await_condition(&client, &ns.name, &sale.name, "Stalled", "False", |_| true).await?;
+    Ok(())
+}
