@@ -30,10 +30,7 @@ since_ms() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
 
 install_images() {
   [ "$(id -u)" = 0 ] || die "images: building needs root (dockerd, debootstrap)"
-  # The stack's installer, given this component's list.
-  # shellcheck disable=SC2034
-  local DEBIAN_PACKAGES=("${IMAGES_DEBIAN_PACKAGES[@]}")
-  install_debian_packages
+  install_debian_packages "${IMAGES_DEBIAN_PACKAGES[@]}"
   local t0 n tarball stale=()
   t0=$(date +%s%N)
   images_progress "building binaries ($IMAGE_PROFILE profile) and staging them"
