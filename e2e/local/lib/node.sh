@@ -80,6 +80,9 @@ is_up_network() {
     && [ "$(cat /proc/sys/net/ipv4/ip_forward)" = 1 ]
 }
 down_network() {
+  # The bridge and the chains are the machine's, not the state folder's: only
+  # the stack that set them up (its state folder says so) takes them down.
+  [ -d "$STATE/network" ] || return 0
   # kube-proxy's chains go with the bridge (it may have been stopped before).
   if [ -x "$(kube_bin kube-proxy)" ] && iptables -w -t nat -S KUBE-SERVICES >/dev/null 2>&1; then
     "$(kube_bin kube-proxy)" --cleanup --proxy-mode=iptables >>"$(logfile kube-proxy)" 2>&1 || true
@@ -96,8 +99,8 @@ down_network() {
   fi
   if [ -f "$STATE/network/ip_forward.was-off" ]; then
     as_root sysctl -qw net.ipv4.ip_forward=0 >/dev/null || true
-    rm -f "$STATE/network/ip_forward.was-off"
   fi
+  rm -rf "$STATE/network"
 }
 address_network() { echo "$BRIDGE $HOST_POD_IP/24 (pods $POD_CIDR)"; }
 
