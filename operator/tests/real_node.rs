@@ -642,3 +642,92 @@ async fn a_config_change_rolls_the_pods_and_failing_pods_show_their_reason() -> 
     await_condition(&client, &ns.name, &sale.name, "Stalled", "False", |_| true).await?;
     Ok(())
 }
+
+/// The container image the pod's first container runs now, as the kubelet
+/// reports it.
+fn running_image(pod: &Pod) -> Option<String> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .first()
+        .map(|c| c.image.clone())
+}
+
+#[tokio::test]
+async fn chaos_mesh_pod_failure_stops_a_real_gateway_until_the_experiment_is_deleted()
+-> anyhow::Result<()> {
+    let client = setup().await?;
+    let ns = TestNamespace::create(&client, "real-failure").await?;
+    let _operator = operator(&ns.name)?;
+    let sale = create_sale(&client, &ns.name, SignedDuration::from_hours(1)).await?;
+    await_ready(&client, &ns.name, &sale.name).await?;
+    let gateways = ready_pods(&client, &ns.name, &sale.name, "gateway").await?;
+    let victim = gateways
+        .first()
+        .ok_or_else(|| anyhow::anyhow!("no ready gateway"))?;
+    let (victim_name, victim_uid) = (victim.name_any(), victim.uid());
+    let pause = stack::chaos_mesh_pause_image()?;
+
+    let chaos: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns.name, &pod_chaos_resource());
+    let experiment: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "chaos-mesh.org/v1alpha1",
+        "kind": "PodChaos",
+        "metadata": {"name": "fail-one-gateway"},
+        "spec": {
+            "action": "pod-failure",
+            "mode": "all",
+            "selector": {
+                "namespaces": [ns.name],
+                "pods": {ns.name.clone(): [victim_name.clone()]}
+            }
+        }
+    }))?;
+    chaos.create(&PostParams::default(), &experiment).await?;
+
+    // The same pod keeps running, but its gateway process is replaced by
+    // the pause image: readiness fails, and the sale is short a gateway.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    poll_until(
+        "the gateway container to become pause",
+        START,
+        TICK,
+        || async {
+            let pod = pods.get(&victim_name).await.map_err(|e| e.to_string())?;
+            let image = running_image(&pod);
+            if pod.uid() == victim_uid
+                && image.as_deref().is_some_and(|i| i.contains(&pause))
+                && !is_ready(&pod)
+            {
+                Ok(())
+            } else {
+                Err(format!("image {image:?}, ready {}", is_ready(&pod)))
+            }
+        },
+    )
+    .await?;
+    let short = await_condition(&client, &ns.name, &sale.name, "Ready", "False", |_| true).await?;
+    let message = condition(&short, "Ready").map(|c| c.2).unwrap_or_default();
+    assert!(message.contains("gateway 1/2 ready"), "{message}");
+
+    // Deleting the experiment gives the pod its own image back.
+    chaos
+        .delete("fail-one-gateway", &DeleteParams::default())
+        .await?;
+    poll_until("the gateway to come back", START, TICK, || async {
+        let pod = pods.get(&victim_name).await.map_err(|e| e.to_string())?;
+        let image = running_image(&pod);
+        if pod.uid() == victim_uid
+            && image.as_deref().is_some_and(|i| i.contains("gateway"))
+            && is_ready(&pod)
+        {
+            Ok(())
+        } else {
+            Err(format!("image {image:?}, ready {}", is_ready(&pod)))
+        }
+    })
+    .await?;
+    await_ready(&client, &ns.name, &sale.name).await?;
+    Ok(())
+}
