@@ -9,7 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{Operator, secret, setup};
+use common::{Operator, condition, secret, setup};
 use flashsale_e2e::{kube::TestNamespace, wait::poll_until};
 use flashsale_operator::{
     api::{FlashSale, flashsale::SalePhase},
@@ -85,14 +85,6 @@ async fn get_sale(client: &Client, ns: &str, name: &str) -> Result<FlashSale, St
         .get(name)
         .await
         .map_err(|e| e.to_string())
-}
-
-fn condition(sale: &FlashSale, type_: &str) -> Option<(String, String, String)> {
-    let status = sale.status.as_ref()?;
-    status
-        .observed
-        .get(type_)
-        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
 }
 
 /// Waits until the sale's `type_` condition has `status` (and returns it).

@@ -7,7 +7,7 @@ mod common;
 
 use std::{collections::BTreeSet, time::Duration};
 
-use common::{Operator, secret, setup};
+use common::{Operator, condition, secret, setup};
 use flashsale_e2e::{
     kafka,
     kube::TestNamespace,
@@ -137,14 +137,6 @@ fn operator(ns: &str) -> anyhow::Result<Operator> {
         "real-node",
         &["--allowed-image", "ghcr.io/flashsale-dev/"],
     )
-}
-
-fn condition(sale: &FlashSale, type_: &str) -> Option<(String, String, String)> {
-    sale.status
-        .as_ref()?
-        .observed
-        .get(type_)
-        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
 }
 
 /// Waits until the sale's `type_` condition is `status` with a reason
@@ -387,6 +379,31 @@ fn pod_chaos_resource() -> ApiResource {
     )
 }
 
+/// A PodChaos `action` on exactly one pod: it names the pod and the
+/// namespace explicitly, since without Chaos Mesh's webhook an empty
+/// namespace list would match every pod.
+async fn pod_chaos(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    action: &str,
+    pod: &str,
+) -> anyhow::Result<Api<DynamicObject>> {
+    let chaos: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &pod_chaos_resource());
+    let experiment: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "chaos-mesh.org/v1alpha1",
+        "kind": "PodChaos",
+        "metadata": {"name": name},
+        "spec": {
+            "action": action,
+            "mode": "all",
+            "selector": {"namespaces": [ns], "pods": {ns: [pod]}}
+        }
+    }))?;
+    chaos.create(&PostParams::default(), &experiment).await?;
+    Ok(chaos)
+}
+
 /// What Prometheus's pod discovery currently scrapes for the namespace:
 /// pod name → health.
 async fn scraped(ns: &str) -> Result<Vec<(String, String)>, String> {
@@ -439,24 +456,14 @@ async fn chaos_mesh_kills_exactly_the_named_pod_and_prometheus_sees_it_go_and_co
     })
     .await?;
 
-    // The experiment names the pod and the namespace explicitly: without
-    // Chaos Mesh's webhook an empty namespace list would match every pod.
-    let chaos: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), &ns.name, &pod_chaos_resource());
-    let experiment: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "chaos-mesh.org/v1alpha1",
-        "kind": "PodChaos",
-        "metadata": {"name": "kill-one-gateway"},
-        "spec": {
-            "action": "pod-kill",
-            "mode": "all",
-            "selector": {
-                "namespaces": [ns.name],
-                "pods": {ns.name.clone(): [victim_name.clone()]}
-            }
-        }
-    }))?;
-    chaos.create(&PostParams::default(), &experiment).await?;
+    let chaos = pod_chaos(
+        &client,
+        &ns.name,
+        "kill-one-gateway",
+        "pod-kill",
+        &victim_name,
+    )
+    .await?;
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
     let victim_uid = victim.uid();
@@ -515,26 +522,37 @@ async fn patch_sale(client: &Client, ns: &str, name: &str, patch: Value) -> anyh
     Ok(())
 }
 
-/// Warning Events on the sale with `reason`.
-async fn warnings(
+/// Waits for a Warning Event on the sale with one of `reasons`.
+async fn await_warning(
     client: &Client,
     ns: &str,
     sale: &str,
-    reason: &str,
-) -> Result<Vec<Event>, String> {
-    let events = Api::<Event>::namespaced(client.clone(), ns)
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok(events
-        .items
-        .into_iter()
-        .filter(|e| {
-            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(sale)
-                && e.type_.as_deref() == Some("Warning")
-                && e.reason.as_deref() == Some(reason)
-        })
-        .collect())
+    reasons: &[&str],
+) -> anyhow::Result<()> {
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    poll_until(
+        &format!("a Warning Event {reasons:?}"),
+        START,
+        TICK,
+        || async {
+            let listed = events
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            let found = listed.items.iter().any(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(sale)
+                    && e.type_.as_deref() == Some("Warning")
+                    && e.reason.as_deref().is_some_and(|r| reasons.contains(&r))
+            });
+            if found {
+                Ok(())
+            } else {
+                Err("none yet".into())
+            }
+        },
+    )
+    .await?;
+    Ok(())
 }
 
 #[tokio::test]
@@ -598,15 +616,7 @@ async fn a_config_change_rolls_the_pods_and_failing_pods_show_their_reason() -> 
         .unwrap_or_default();
     assert!(message.contains("order-writer pod"), "{message}");
     assert!(message.contains("last exit code"), "{message}");
-    poll_until("a CrashLoopBackOff Warning Event", START, TICK, || async {
-        let found = warnings(&client, &ns.name, &sale.name, "CrashLoopBackOff").await?;
-        if found.is_empty() {
-            Err("none yet".into())
-        } else {
-            Ok(())
-        }
-    })
-    .await?;
+    await_warning(&client, &ns.name, &sale.name, &["CrashLoopBackOff"]).await?;
 
     // An image that does not exist anywhere this node can reach.
     patch_sale(
@@ -620,15 +630,12 @@ async fn a_config_change_rolls_the_pods_and_failing_pods_show_their_reason() -> 
         r == "ErrImagePull" || r == "ImagePullBackOff"
     })
     .await?;
-    poll_until("an image pull Warning Event", START, TICK, || async {
-        let mut found = warnings(&client, &ns.name, &sale.name, "ErrImagePull").await?;
-        found.extend(warnings(&client, &ns.name, &sale.name, "ImagePullBackOff").await?);
-        if found.is_empty() {
-            Err("none yet".into())
-        } else {
-            Ok(())
-        }
-    })
+    await_warning(
+        &client,
+        &ns.name,
+        &sale.name,
+        &["ErrImagePull", "ImagePullBackOff"],
+    )
     .await?;
 
     // Fixed: back to the default image, the stall clears.
@@ -669,22 +676,14 @@ async fn chaos_mesh_pod_failure_stops_a_real_gateway_until_the_experiment_is_del
     let (victim_name, victim_uid) = (victim.name_any(), victim.uid());
     let pause = stack::chaos_mesh_pause_image()?;
 
-    let chaos: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), &ns.name, &pod_chaos_resource());
-    let experiment: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "chaos-mesh.org/v1alpha1",
-        "kind": "PodChaos",
-        "metadata": {"name": "fail-one-gateway"},
-        "spec": {
-            "action": "pod-failure",
-            "mode": "all",
-            "selector": {
-                "namespaces": [ns.name],
-                "pods": {ns.name.clone(): [victim_name.clone()]}
-            }
-        }
-    }))?;
-    chaos.create(&PostParams::default(), &experiment).await?;
+    let chaos = pod_chaos(
+        &client,
+        &ns.name,
+        "fail-one-gateway",
+        "pod-failure",
+        &victim_name,
+    )
+    .await?;
 
     // The same pod keeps running, but its gateway process is replaced by
     // the pause image: readiness fails, and the sale is short a gateway.

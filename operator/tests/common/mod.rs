@@ -31,6 +31,15 @@ pub async fn setup() -> anyhow::Result<Client> {
     Ok(client)
 }
 
+/// The sale's `type_` condition as (status, reason, message), if set.
+pub fn condition(sale: &api::FlashSale, type_: &str) -> Option<(String, String, String)> {
+    sale.status
+        .as_ref()?
+        .observed
+        .get(type_)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
 /// Lease timings short enough for tests: a standby takes over within 4 s.
 pub const LEASE_DURATION: Duration = Duration::from_secs(4);
 
