@@ -4,12 +4,12 @@ use std::{collections::BTreeMap, time::Duration};
 
 use k8s_openapi::{
     ByteString,
-    api::core::v1::{Namespace, Secret},
+    api::core::v1::{Namespace, Pod, Secret},
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
 };
 use kube::{
     Api, Client,
-    api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams},
+    api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams},
 };
 
 use crate::{
@@ -118,6 +118,44 @@ pub async fn create_secret(
         .create(&PostParams::default(), &secret)
         .await?;
     Ok(())
+}
+
+/// Waits up to a minute until exactly `count` pods matching `selector` in
+/// `namespace` are Running, and returns them.
+pub async fn await_running_pods(
+    client: &Client,
+    namespace: &str,
+    selector: &str,
+    count: usize,
+) -> Result<Vec<Pod>, Timeout> {
+    let pods = Api::<Pod>::namespaced(client.clone(), namespace);
+    poll_until(
+        &format!("{count} pods {selector} Running"),
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || {
+            let pods = pods.clone();
+            async move {
+                let list = pods
+                    .list(&ListParams::default().labels(selector))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let running: Vec<Pod> = list
+                    .items
+                    .into_iter()
+                    .filter(|p| {
+                        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                    })
+                    .collect();
+                if running.len() == count {
+                    Ok(running)
+                } else {
+                    Err(format!("{} of {count} Running", running.len()))
+                }
+            }
+        },
+    )
+    .await
 }
 
 /// A namespace for one test, deleted (in the background) when dropped, so

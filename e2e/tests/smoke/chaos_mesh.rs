@@ -6,14 +6,14 @@
 use std::{collections::BTreeMap, time::Duration};
 
 use flashsale_e2e::{
-    kube::{TestNamespace, client},
+    kube::{TestNamespace, await_running_pods, client},
     stack,
     wait::poll_until,
 };
 use k8s_openapi::api::{apps::v1::Deployment, core::v1::Pod};
 use kube::{
     Api, Client,
-    api::{DeleteParams, DynamicObject, ListParams, PostParams},
+    api::{DeleteParams, DynamicObject, PostParams},
     core::{ApiResource, GroupVersionKind},
 };
 
@@ -67,35 +67,11 @@ async fn running_pods(client: &Client, ns: &str) -> anyhow::Result<BTreeMap<Stri
     Api::<Deployment>::namespaced(client.clone(), ns)
         .create(&PostParams::default(), &deployment)
         .await?;
-    let pods = Api::<Pod>::namespaced(client.clone(), ns);
-    Ok(poll_until(
-        "3 pods Running on kwok nodes",
-        Duration::from_secs(60),
-        Duration::from_millis(200),
-        || {
-            let pods = pods.clone();
-            async move {
-                let list = pods
-                    .list(&ListParams::default().labels("app=target"))
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let running: BTreeMap<String, String> = list
-                    .items
-                    .iter()
-                    .filter(|p| {
-                        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-                    })
-                    .filter_map(|p| Some((p.metadata.name.clone()?, p.metadata.uid.clone()?)))
-                    .collect();
-                if running.len() == 3 {
-                    Ok(running)
-                } else {
-                    Err(format!("{} of 3 Running", running.len()))
-                }
-            }
-        },
-    )
-    .await?)
+    let running = await_running_pods(client, ns, "app=target", 3).await?;
+    Ok(running
+        .into_iter()
+        .filter_map(|p| Some((p.metadata.name?, p.metadata.uid?)))
+        .collect())
 }
 
 fn images(pod: &Pod) -> Vec<(String, String)> {

@@ -4,13 +4,13 @@
 use std::time::Duration;
 
 use flashsale_e2e::{
-    kube::{TestNamespace, client},
+    kube::{TestNamespace, await_running_pods, client},
     wait::poll_until,
 };
-use k8s_openapi::api::{apps::v1::Deployment, core::v1::Pod};
+use k8s_openapi::api::apps::v1::Deployment;
 use kube::{
     Api, Client,
-    api::{DynamicObject, ListParams, PostParams},
+    api::{DynamicObject, PostParams},
     core::{ApiResource, GroupVersionKind},
 };
 
@@ -40,35 +40,11 @@ async fn deployment_pods_reach_running_on_kwok_nodes() -> anyhow::Result<()> {
         .create(&PostParams::default(), &deployment)
         .await?;
 
-    let pods = Api::<Pod>::namespaced(client.clone(), &ns.name);
-    let nodes = poll_until(
-        "3 pods Running on kwok nodes",
-        Duration::from_secs(60),
-        Duration::from_millis(250),
-        || {
-            let pods = pods.clone();
-            async move {
-                let list = pods
-                    .list(&ListParams::default().labels("app=smoke"))
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let running: Vec<String> = list
-                    .items
-                    .iter()
-                    .filter(|p| {
-                        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-                    })
-                    .filter_map(|p| p.spec.as_ref().and_then(|s| s.node_name.clone()))
-                    .collect();
-                if running.len() == 3 {
-                    Ok(running)
-                } else {
-                    Err(format!("{} of 3 Running", running.len()))
-                }
-            }
-        },
-    )
-    .await?;
+    let nodes: Vec<String> = await_running_pods(&client, &ns.name, "app=smoke", 3)
+        .await?
+        .into_iter()
+        .filter_map(|p| p.spec.and_then(|s| s.node_name))
+        .collect();
     assert!(
         nodes.iter().all(|n| n.starts_with("kwok-node-")),
         "{nodes:?}"
