@@ -6,6 +6,7 @@ pub mod apply;
 pub mod clock;
 pub mod context;
 pub mod crdgen;
+pub mod degradation;
 pub mod error;
 pub mod flashsale;
 pub mod leader;
