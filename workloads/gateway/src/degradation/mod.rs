@@ -1,22 +1,10 @@
 //! Degradation switches: the operator's orders to run non-core features in a
 //! cheaper mode while a sale is under load.
 //!
-//! Contract: the ConfigMap `<sale>-degradation` in the sale's namespace,
-//! written only by the operator, with `data` keys
-//! - `tier`: "0", "1", "2", … (0 = nothing degraded);
-//! - `generation`: an integer that increases on every change;
-//! - `switches`: a JSON object feature → mode, e.g.
-//!   `{"recommendations":"static","reviews":"queued"}`; a feature left out
-//!   runs normally; features and modes are those of the DegradationPolicy's
-//!   `Switches` (recommendations normal|static, orderHistory
-//!   normal|last7Days, voucherPush normal|deferred, reviews normal|queued,
-//!   shopChat normal|throttled, miniGames normal|closed);
-//! - `reason`: free text; `changedAt`: RFC 3339.
-//!
-//! `tier` and `generation` are required, the rest optional; an unknown
-//! feature or mode makes the whole update invalid (see
-//! [`Degradation::from_data`]). Tier-0 features (checkout, stock
-//! reservation, payment callbacks) have no switch at all.
+//! The contract (the ConfigMap `<sale>-degradation`, its keys, switches and
+//! generation rule) and its parse are the crate [`flashsale_degradation`],
+//! shared with the operator, which writes it; its types are re-exported
+//! here.
 //!
 //! Sources: [`watch_config_map`] through the Kubernetes API, or
 //! [`watch_file`] outside a cluster. Either must put a change in force
@@ -27,9 +15,8 @@
 //! Stale-generation rule: the board takes a state only if its generation is
 //! above the one in force. Events replayed by a re-list, reordered, or
 //! repeated are ignored, and invalid updates leave the last good state in
-//! force. The operator must therefore keep `generation` increasing even when
-//! it recreates the ConfigMap; a gateway that restarts starts at generation 0
-//! and takes whatever is current.
+//! force. A gateway that restarts starts at generation 0 (tier 0) and takes
+//! whatever is current.
 
 mod config_map;
 mod file;
@@ -37,10 +24,11 @@ mod state;
 
 pub use config_map::watch_config_map;
 pub use file::watch_file;
-pub use state::{
+pub use flashsale_degradation::{
     Degradation, MiniGamesMode, OrderHistoryMode, ParseError, RecommendationsMode, ReviewsMode,
-    ShopChatMode, Switchboard, Switches, VoucherPushMode,
+    ShopChatMode, Switches, VoucherPushMode,
 };
+pub use state::Switchboard;
 
 /// Applies `next` from `source` and logs the outcome.
 fn offer(board: &Switchboard, next: Degradation, source: &'static str) {
@@ -50,8 +38,9 @@ fn offer(board: &Switchboard, next: Degradation, source: &'static str) {
     if board.apply(next) {
         tracing::info!(source, generation, tier, ?switches, %reason, "degradation applied");
     } else if generation < in_force {
-        // Worth a warning: either a late event or an operator that restarted
-        // its count, which would hold the gateways at the old state.
+        // Worth a warning: either a late event or a writer that broke the
+        // generation rule (`flashsale_degradation::next_generation`), which
+        // would hold the gateways at the old state.
         tracing::warn!(
             source,
             generation,
