@@ -24,8 +24,11 @@ use super::{Degradation, Switchboard, offer};
 /// the load (a re-install, a `kubectl delete` by mistake, an owner being
 /// cleaned up), and dropping every switch back to normal in the middle of a
 /// spike would put the full load back on the core path just when it was
-/// being shed. The operator, the only writer, lifts degradation by writing
-/// tier 0 with a higher generation.
+/// being shed. The operator's DegradationPolicy controller, the only
+/// writer, lifts degradation by writing tier 0 with a higher generation.
+///
+/// A sale without a DegradationPolicy has no such ConfigMap: the board then
+/// stays at tier 0, which is logged as information, not as a fault.
 pub async fn watch_config_map(
     client: Client,
     namespace: String,
@@ -38,7 +41,7 @@ pub async fn watch_config_map(
     let mut events = pin!(watcher(api, config).default_backoff());
     let mut stop = pin!(stop);
     // Whether the object was in the last list or applied since, to say so
-    // when the watch starts before the operator created it.
+    // when it is absent (no DegradationPolicy, or none has written it yet).
     let mut present = false;
     loop {
         let event = tokio::select! {
@@ -60,8 +63,17 @@ pub async fn watch_config_map(
             Some(Ok(watcher::Event::Init)) => present = false,
             Some(Ok(watcher::Event::InitDone)) => {
                 if !present {
-                    tracing::warn!(%namespace, %name,
-                        "degradation ConfigMap not found; keeping the state in force until it appears");
+                    let in_force = board.current();
+                    if in_force.generation == 0 {
+                        tracing::info!(%namespace, %name,
+                            "degradation ConfigMap not found; the gateway runs at tier 0 until a DegradationPolicy writes it");
+                    } else {
+                        // Deleted while the watch was down: as for a
+                        // deletion seen live, the state in force stays.
+                        tracing::warn!(%namespace, %name, generation = in_force.generation,
+                            tier = in_force.tier,
+                            "degradation ConfigMap deleted; keeping the state in force");
+                    }
                 }
             }
             Some(Ok(watcher::Event::Delete(map))) => {
