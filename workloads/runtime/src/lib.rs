@@ -8,6 +8,7 @@
 
 pub mod api_error;
 pub mod cli;
+pub mod metrics;
 pub mod ops;
 pub mod process;
 pub mod readiness;
