@@ -5,7 +5,10 @@
 //! pure; [`await_generation`] asks the replicas until they all have it or a
 //! bound passes, and measures how long that took.
 
-use std::{net::SocketAddr, time::Duration};
+use std::{
+    net::SocketAddr,
+    time::{Duration, Instant},
+};
 
 use crate::flashsale::probe::Probe;
 
@@ -87,54 +90,56 @@ pub fn verdict(readings: &[Applied], generation: u64) -> Progress {
 }
 
 /// Asks `replicas` every `poll` until all have `generation` in force or
-/// `bound` has passed since `started` (when the switches were written). A
-/// replica that has reported the generation is not asked again; each round
-/// is cut off at the bound, so a hanging replica cannot stretch it.
+/// `bound` has passed since `started` (when the switches were written). Each
+/// replica is watched on its own, so a slow or hanging one delays neither the
+/// others' readings nor the return past the bound; one that has reported the
+/// generation is not asked again.
 pub async fn await_generation(
     probe: &Probe,
     replicas: &[(String, SocketAddr)],
     generation: u64,
-    started: std::time::Instant,
+    started: Instant,
     bound: Duration,
     poll: Duration,
 ) -> Outcome {
     let deadline = tokio::time::Instant::from_std(started + bound);
-    let mut readings: Vec<Applied> = replicas
-        .iter()
-        .map(|(pod, _)| Applied {
-            pod: pod.clone(),
-            generation: Err(format!("no answer within {}", crate::api::Duration(bound))),
-        })
-        .collect();
-    loop {
-        let pending: Vec<usize> = (0..readings.len())
-            .filter(|&i| !has(&readings[i], generation))
-            .collect();
-        let asks: Vec<(String, SocketAddr)> =
-            pending.iter().map(|&i| replicas[i].clone()).collect();
-        let round = probe.replica_gauges(&asks, GENERATION_GAUGE);
-        let Ok(answers) = tokio::time::timeout_at(deadline, round).await else {
-            break;
-        };
-        // Answers come in the order asked.
-        for (i, (_, answer)) in pending.into_iter().zip(answers) {
-            readings[i].generation = parse_generation(answer);
-        }
-        let progress = verdict(&readings, generation);
-        if progress.total > 0 && progress.laggards.is_empty() {
-            return Outcome {
-                elapsed_to_all: Some(started.elapsed()),
-                progress,
+    let unanswered = format!("no answer within {}", crate::api::Duration(bound));
+    let watches = replicas.iter().map(|replica| {
+        let unanswered = unanswered.clone();
+        async move {
+            let mut applied = Applied {
+                pod: replica.0.clone(),
+                generation: Err(unanswered),
             };
+            loop {
+                let ask = probe.replica_gauges(std::slice::from_ref(replica), GENERATION_GAUGE);
+                let Ok(answers) = tokio::time::timeout_at(deadline, ask).await else {
+                    return (applied, None);
+                };
+                if let Some((_, answer)) = answers.into_iter().next() {
+                    applied.generation = parse_generation(answer);
+                }
+                if has(&applied, generation) {
+                    return (applied, Some(started.elapsed()));
+                }
+                let next = tokio::time::Instant::now() + poll;
+                if next >= deadline {
+                    return (applied, None);
+                }
+                tokio::time::sleep_until(next).await;
+            }
         }
-        let next = tokio::time::Instant::now() + poll;
-        if replicas.is_empty() || next >= deadline {
-            break;
-        }
-        tokio::time::sleep_until(next).await;
-    }
+    });
+    let (readings, times): (Vec<Applied>, Vec<Option<Duration>>) =
+        futures::future::join_all(watches).await.into_iter().unzip();
+    // The last replica's time, if every one applied it; none without replicas.
+    let elapsed_to_all = if times.iter().all(Option::is_some) {
+        times.into_iter().flatten().max()
+    } else {
+        None
+    };
     Outcome {
-        elapsed_to_all: None,
+        elapsed_to_all,
         progress: verdict(&readings, generation),
     }
 }
