@@ -125,6 +125,25 @@ impl Probe {
     /// (`order_writer_consumer_lag` on its ops endpoint `addr`), in the order
     /// given. Never fails as a whole: each replica's failure is its reading.
     pub async fn writer_lags(&self, replicas: &[(String, SocketAddr)]) -> Vec<ReplicaLag> {
+        self.replica_gauges(replicas, LAG_GAUGE)
+            .await
+            .into_iter()
+            .map(|(pod, reading)| ReplicaLag {
+                pod,
+                reading: lag_reading(reading),
+            })
+            .collect()
+    }
+
+    /// The unlabelled `gauge` in each replica's metrics (`/metrics` on its
+    /// ops endpoint `addr`), in the order given: `Ok(None)` when the replica
+    /// does not export it (yet), `Err` when it could not be asked or the
+    /// value is not a number. Never fails as a whole.
+    pub async fn replica_gauges(
+        &self,
+        replicas: &[(String, SocketAddr)],
+        gauge: &str,
+    ) -> Vec<(String, Result<Option<f64>, String>)> {
         let asks: Vec<(String, String)> = replicas
             .iter()
             .map(|(pod, addr)| (pod.clone(), format!("http://{addr}/metrics")))
@@ -132,10 +151,10 @@ impl Probe {
         stream::iter(asks)
             .map(|(pod, url)| async move {
                 let reading = match self.get_text(&url, None).await {
-                    Ok(text) => lag_reading(&text),
-                    Err(err) => LagReading::Failed(err.to_string()),
+                    Ok(text) => gauge_reading(&text, gauge),
+                    Err(err) => Err(err.to_string()),
                 };
-                ReplicaLag { pod, reading }
+                (pod, reading)
             })
             .buffered(CONCURRENCY)
             .collect()
@@ -177,7 +196,7 @@ impl Probe {
 
 /// An error and its causes on one line: reqwest's own message ("error
 /// sending request") hides the reason (DNS, refused, timeout) in its sources.
-fn causes(err: &dyn std::error::Error) -> String {
+pub(crate) fn causes(err: &dyn std::error::Error) -> String {
     let mut text = err.to_string();
     let mut source = err.source();
     while let Some(cause) = source {
@@ -188,36 +207,47 @@ fn causes(err: &dyn std::error::Error) -> String {
     text
 }
 
-/// The order-writer's lag gauge in its metrics: absent means not measured
-/// yet; a value that is not a count (negative, NaN) is an error, never a 0.
-fn lag_reading(text: &str) -> LagReading {
-    const GAUGE: &str = "order_writer_consumer_lag";
-    match parse_gauge(text, GAUGE) {
-        None => LagReading::NotMeasured,
-        Some(Ok(value)) if value.is_finite() && value >= 0.0 => {
+/// The order-writer's lag gauge.
+const LAG_GAUGE: &str = "order_writer_consumer_lag";
+
+/// The order-writer's lag gauge as read: absent means not measured yet; a
+/// value that is not a count (negative, NaN) is an error, never a 0.
+fn lag_reading(reading: Result<Option<f64>, String>) -> LagReading {
+    match reading {
+        Err(err) => LagReading::Failed(err),
+        Ok(None) => LagReading::NotMeasured,
+        Ok(Some(value)) if value.is_finite() && value >= 0.0 => {
             // `as` saturates, and no backlog comes near i64::MAX.
             LagReading::Measured(value as i64)
         }
-        Some(Ok(value)) => LagReading::Failed(format!("{GAUGE} is {value}, not a count")),
-        Some(Err(text)) => LagReading::Failed(format!("{GAUGE} is {text:?}, not a number")),
+        Ok(Some(value)) => LagReading::Failed(format!("{LAG_GAUGE} is {value}, not a count")),
     }
 }
 
-/// The value of an unlabelled gauge in Prometheus/OpenMetrics text, or the
-/// text of a value that is not a number.
-fn parse_gauge<'a>(text: &'a str, name: &str) -> Option<Result<f64, &'a str>> {
+/// The value of an unlabelled gauge in Prometheus/OpenMetrics text: absent
+/// is `None`, a value that is not a number is an error naming it.
+fn gauge_reading(text: &str, gauge: &str) -> Result<Option<f64>, String> {
     text.lines()
         .filter(|line| !line.starts_with('#'))
         .find_map(|line| {
-            let rest = line.strip_prefix(name)?;
-            let value = rest.strip_prefix(' ')?.split_whitespace().next()?;
-            Some(value.parse::<f64>().map_err(|_| value))
+            let rest = line.strip_prefix(gauge)?;
+            rest.strip_prefix(' ')?.split_whitespace().next()
         })
+        .map(|value| {
+            value
+                .parse::<f64>()
+                .map_err(|_| format!("{gauge} is {value:?}, not a number"))
+        })
+        .transpose()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn lag_of(text: &str) -> LagReading {
+        lag_reading(gauge_reading(text, LAG_GAUGE))
+    }
 
     #[test]
     fn reads_the_gauge_and_not_its_lookalikes() {
@@ -225,12 +255,12 @@ mod tests {
                     # TYPE order_writer_consumer_lag gauge\n\
                     order_writer_consumer_lag_total 99\n\
                     order_writer_consumer_lag 42\n";
-        assert_eq!(lag_reading(text), LagReading::Measured(42));
-        assert_eq!(lag_reading("x 1\n"), LagReading::NotMeasured);
+        assert_eq!(lag_of(text), LagReading::Measured(42));
+        assert_eq!(lag_of("x 1\n"), LagReading::NotMeasured);
         // Not a count is never read as zero.
         for bad in ["NaN", "-1", "NaNx", "+Inf"] {
             let text = format!("order_writer_consumer_lag {bad}\n");
-            assert!(matches!(lag_reading(&text), LagReading::Failed(_)), "{bad}");
+            assert!(matches!(lag_of(&text), LagReading::Failed(_)), "{bad}");
         }
     }
 
