@@ -38,7 +38,7 @@ impl Buckets {
         Histogram::new(exponential_buckets(
             self.start,
             self.factor,
-            self.count.into(),
+            self.count,
         ))
     }
 }
