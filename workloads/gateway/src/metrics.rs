@@ -1,19 +1,47 @@
 //! The gateway's Prometheus metrics (names per docs/architecture.md).
 
+use flashsale_runtime::metrics::Buckets;
 use prometheus_client::{
     encoding::EncodeLabelSet,
-    metrics::{
-        counter::Counter,
-        family::{Family, MetricConstructor},
-        gauge::Gauge,
-        histogram::{Histogram, exponential_buckets},
-    },
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
     registry::{Registry, Unit},
 };
 
 use crate::ratelimit::Source;
 
-type Labels = Vec<(&'static str, String)>;
+/// Latency buckets: 0.1 ms × 1.5^k up to about 2 minutes.
+const LATENCY: Buckets = Buckets::exponential(0.0001, 1.5, 35);
+
+/// Labels of `gateway_requests_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    /// The matched route template (`unmatched` when none), never the raw
+    /// path, so the series stay few.
+    route: String,
+    /// The HTTP status code answered.
+    code: u16,
+}
+
+/// Labels of `gateway_request_duration_seconds`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    /// The matched route template, as in [`RequestLabels`].
+    route: String,
+}
+
+/// Labels of `gateway_concurrency_rejected_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PartitionLabels {
+    /// `core` or `non_core`.
+    partition: &'static str,
+}
+
+/// Labels of `gateway_payment_callbacks_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CallbackLabels {
+    /// `paid`, `refused`, `unauthenticated` or `error`.
+    outcome: &'static str,
+}
 
 /// Labels of `gateway_rate_limit_decisions_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -32,38 +60,28 @@ impl DecisionLabels {
     }
 }
 
-/// Builds the latency histograms: 0.1 ms × 1.5^k up to about 2 minutes.
-#[derive(Clone, Copy)]
-struct LatencyBuckets;
-
-impl MetricConstructor<Histogram> for LatencyBuckets {
-    fn new_metric(&self) -> Histogram {
-        Histogram::new(exponential_buckets(0.0001, 1.5, 35))
-    }
-}
-
 /// Handles to the gateway's metrics; cheap to clone.
 #[derive(Clone)]
 pub struct GatewayMetrics {
-    requests: Family<Labels, Counter>,
-    duration: Family<Labels, Histogram, LatencyBuckets>,
+    requests: Family<RequestLabels, Counter>,
+    duration: Family<RouteLabels, Histogram, Buckets>,
     inflight: Gauge,
     concurrency_limit: Gauge,
-    concurrency_rejected: Family<Labels, Counter>,
+    concurrency_rejected: Family<PartitionLabels, Counter>,
     rate_limited: Counter,
     rate_limit_decisions: Family<DecisionLabels, Counter>,
     waiting_room_depth: Gauge,
     admitted: Counter,
     degradation_tier: Gauge,
     degradation_generation: Gauge,
-    payment_callbacks: Family<Labels, Counter>,
+    payment_callbacks: Family<CallbackLabels, Counter>,
 }
 
 impl Default for GatewayMetrics {
     fn default() -> Self {
         Self {
             requests: Family::default(),
-            duration: Family::new_with_constructor(LatencyBuckets),
+            duration: Family::new_with_constructor(LATENCY),
             inflight: Gauge::default(),
             concurrency_limit: Gauge::default(),
             concurrency_rejected: Family::default(),
@@ -156,20 +174,21 @@ impl GatewayMetrics {
     /// One payment-provider callback answered with `outcome`.
     pub fn payment_callback(&self, outcome: &'static str) {
         self.payment_callbacks
-            .get_or_create(&vec![("outcome", outcome.to_owned())])
+            .get_or_create(&CallbackLabels { outcome })
             .inc();
     }
 
     /// One answered request.
     pub fn request(&self, route: &str, code: u16, seconds: f64) {
+        let route = route.to_owned();
         self.requests
-            .get_or_create(&vec![
-                ("route", route.to_owned()),
-                ("code", code.to_string()),
-            ])
+            .get_or_create(&RequestLabels {
+                route: route.clone(),
+                code,
+            })
             .inc();
         self.duration
-            .get_or_create(&vec![("route", route.to_owned())])
+            .get_or_create(&RouteLabels { route })
             .observe(seconds);
     }
 
@@ -193,7 +212,7 @@ impl GatewayMetrics {
     /// A request refused over the concurrency limit.
     pub fn concurrency_rejected(&self, partition: &'static str) {
         self.concurrency_rejected
-            .get_or_create(&vec![("partition", partition.to_owned())])
+            .get_or_create(&PartitionLabels { partition })
             .inc();
     }
 
@@ -214,5 +233,46 @@ impl GatewayMetrics {
     pub fn set_degradation(&self, tier: u32, generation: u64) {
         self.degradation_tier.set(i64::from(tier));
         self.degradation_generation.set(generation as i64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use flashsale_runtime::metrics::render;
+
+    use super::*;
+
+    /// Names, labels and buckets are a contract with dashboards and alerts:
+    /// a renamed label or a moved bucket must fail here.
+    #[test]
+    fn series_keep_their_names_labels_and_buckets() -> Result<(), std::fmt::Error> {
+        let mut registry = Registry::default();
+        let metrics = GatewayMetrics::register(&mut registry);
+        metrics.request("/v1/sales/{sale}/orders", 202, 0.03);
+        metrics.payment_callback("paid");
+        metrics.concurrency_rejected("non_core");
+        metrics.rate_limit_decision(Source::Local);
+        let text = render(&registry)?;
+        for line in [
+            r#"gateway_requests_total{route="/v1/sales/{sale}/orders",code="202"} 1"#,
+            r#"gateway_request_duration_seconds_count{route="/v1/sales/{sale}/orders"} 1"#,
+            r#"gateway_request_duration_seconds_bucket{le="0.0001",route="/v1/sales/{sale}/orders"} 0"#,
+            r#"gateway_request_duration_seconds_bucket{le="97.07397373664758",route="/v1/sales/{sale}/orders"} 1"#,
+            r#"gateway_payment_callbacks_total{outcome="paid"} 1"#,
+            r#"gateway_concurrency_rejected_total{partition="non_core"} 1"#,
+            r#"gateway_rate_limit_decisions_total{source="redis"} 0"#,
+            r#"gateway_rate_limit_decisions_total{source="local"} 1"#,
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line} missing from:\n{text}"
+            );
+        }
+        let buckets = text
+            .lines()
+            .filter(|l| l.starts_with("gateway_request_duration_seconds_bucket"))
+            .count();
+        assert_eq!(buckets, 36, "35 bounds and +Inf in:\n{text}");
+        Ok(())
     }
 }

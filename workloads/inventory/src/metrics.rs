@@ -1,17 +1,30 @@
 //! The inventory's Prometheus metrics (names per docs/architecture.md).
 
 use prometheus_client::{
+    encoding::EncodeLabelSet,
     metrics::{counter::Counter, family::Family, gauge::Gauge},
     registry::Registry,
 };
 
-type Labels = Vec<(&'static str, String)>;
+/// Labels of `inventory_reservations_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReservationLabels {
+    /// `ok`, `sold_out`, `user_limit` or `error`.
+    result: &'static str,
+}
+
+/// Labels of `inventory_stock_available`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SkuLabels {
+    /// The SKU, as the sale names it.
+    sku: String,
+}
 
 /// Handles to the inventory's metrics; cheap to clone.
 #[derive(Clone, Default)]
 pub struct Metrics {
-    reservations: Family<Labels, Counter>,
-    stock_available: Family<Labels, Gauge>,
+    reservations: Family<ReservationLabels, Counter>,
+    stock_available: Family<SkuLabels, Gauge>,
     expired: Counter,
     expired_published: Counter,
     outbox_pending: Gauge,
@@ -52,7 +65,7 @@ impl Metrics {
     /// Counts one reservation answer.
     pub fn reservation(&self, result: &'static str) {
         self.reservations
-            .get_or_create(&vec![("result", result.to_owned())])
+            .get_or_create(&ReservationLabels { result })
             .inc();
     }
 
@@ -60,7 +73,9 @@ impl Metrics {
     pub fn stock(&self, sku: &str, available: u64) {
         let value = i64::try_from(available).unwrap_or(i64::MAX);
         self.stock_available
-            .get_or_create(&vec![("sku", sku.to_owned())])
+            .get_or_create(&SkuLabels {
+                sku: sku.to_owned(),
+            })
             .set(value);
     }
 
@@ -74,5 +89,33 @@ impl Metrics {
         self.expired_published.inc_by(published);
         self.outbox_pending
             .set(i64::try_from(pending).unwrap_or(i64::MAX));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use flashsale_runtime::metrics::render;
+
+    use super::*;
+
+    /// Names and labels are a contract with dashboards and alerts: a
+    /// renamed label must fail here.
+    #[test]
+    fn series_keep_their_names_and_labels() -> Result<(), std::fmt::Error> {
+        let mut registry = Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        metrics.reservation("sold_out");
+        metrics.stock("HOT-1", 7);
+        let text = render(&registry)?;
+        for line in [
+            r#"inventory_reservations_total{result="sold_out"} 1"#,
+            r#"inventory_stock_available{sku="HOT-1"} 7"#,
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line} missing from:\n{text}"
+            );
+        }
+        Ok(())
     }
 }

@@ -21,7 +21,7 @@ use clap::Parser;
 use common::Topics;
 use flashsale_e2e::stack;
 use flashsale_orders::{OrderProducer, ProducerSettings};
-use flashsale_runtime::Shutdown;
+use flashsale_runtime::{Shutdown, metrics::render};
 use order_writer::{
     metrics::WriterMetrics,
     sink::Sink,
@@ -59,8 +59,7 @@ fn median(mut values: Vec<f64>) -> f64 {
 
 /// The value of an unlabelled sample line `name value` in the registry's text.
 fn sample(registry: &Registry, name: &str) -> anyhow::Result<f64> {
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, registry)?;
+    let text = render(registry)?;
     Ok(text
         .lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
@@ -70,8 +69,7 @@ fn sample(registry: &Registry, name: &str) -> anyhow::Result<f64> {
 /// `histogram_quantile` over the commit-latency buckets, as Prometheus
 /// computes it (linear within the bucket).
 fn commit_latency_quantile(registry: &Registry, q: f64) -> anyhow::Result<f64> {
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, registry)?;
+    let text = render(registry)?;
     let buckets: Vec<(f64, f64)> = text
         .lines()
         .filter_map(|l| {

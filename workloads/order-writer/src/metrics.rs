@@ -5,24 +5,27 @@ use std::sync::{
     atomic::{AtomicBool, Ordering},
 };
 
+use flashsale_runtime::metrics::Buckets;
 use prometheus_client::{
-    encoding::{EncodeMetric, MetricEncoder},
-    metrics::{
-        MetricType,
-        counter::Counter,
-        family::Family,
-        gauge::Gauge,
-        histogram::{Histogram, exponential_buckets},
-    },
+    encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder},
+    metrics::{MetricType, counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
     registry::Registry,
 };
+
+/// Labels of `order_writer_dlq_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DlqLabels {
+    /// Why the event was not stored (the values are listed in the
+    /// order-writer's design).
+    reason: String,
+}
 
 /// Handles to the order-writer's metrics; cheap to clone.
 #[derive(Clone)]
 pub struct WriterMetrics {
     persisted: Counter,
     batch_size: Histogram,
-    dlq: Family<Vec<(&'static str, String)>, Counter>,
+    dlq: Family<DlqLabels, Counter>,
     lag: MeasuredGauge,
     commit_latency: Histogram,
 }
@@ -32,11 +35,11 @@ impl Default for WriterMetrics {
         Self {
             persisted: Counter::default(),
             // 1, 2, 4 … 2048 events per batch.
-            batch_size: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
+            batch_size: Buckets::exponential(1.0, 2.0, 12).histogram(),
             dlq: Family::default(),
             lag: MeasuredGauge::default(),
             // 1 ms × 1.5^k up to about 3 minutes: fine enough for a p99.
-            commit_latency: Histogram::new(exponential_buckets(0.001, 1.5, 30)),
+            commit_latency: Buckets::exponential(0.001, 1.5, 30).histogram(),
         }
     }
 }
@@ -107,7 +110,9 @@ impl WriterMetrics {
 
     pub(crate) fn dead_letter(&self, reason: &str) {
         self.dlq
-            .get_or_create(&vec![("reason", reason.to_owned())])
+            .get_or_create(&DlqLabels {
+                reason: reason.to_owned(),
+            })
             .inc();
     }
 }
@@ -150,24 +155,20 @@ impl EncodeMetric for MeasuredGauge {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use flashsale_runtime::metrics::render;
 
-    fn exposition(registry: &Registry) -> Result<String, std::fmt::Error> {
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, registry)?;
-        Ok(text)
-    }
+    use super::*;
 
     #[test]
     fn the_lag_is_absent_until_measured() -> Result<(), std::fmt::Error> {
         let mut registry = Registry::default();
         let metrics = WriterMetrics::register(&mut registry);
-        let before = exposition(&registry)?;
+        let before = render(&registry)?;
         assert!(!before.contains("order_writer_consumer_lag"), "{before}");
         assert_eq!(metrics.lag(), None);
 
         metrics.set_lag(0);
-        let after = exposition(&registry)?;
+        let after = render(&registry)?;
         assert!(
             after.lines().any(|l| l == "order_writer_consumer_lag 0"),
             "{after}"
@@ -177,6 +178,47 @@ mod tests {
             "{after}"
         );
         assert_eq!(metrics.lag(), Some(0));
+        Ok(())
+    }
+
+    /// Names, labels and buckets are a contract with dashboards and alerts:
+    /// a renamed label or a moved bucket must fail here.
+    #[test]
+    fn series_keep_their_names_labels_and_buckets() -> Result<(), std::fmt::Error> {
+        let mut registry = Registry::default();
+        let metrics = WriterMetrics::register(&mut registry);
+        metrics.dead_letter("malformed");
+        metrics.persisted(3);
+        metrics.batch(3);
+        let now = jiff::Timestamp::UNIX_EPOCH;
+        metrics.stored([now], now);
+        let text = render(&registry)?;
+        for line in [
+            r#"order_writer_dlq_total{reason="malformed"} 1"#,
+            "order_writer_persisted_total 3",
+            "order_writer_batch_size_count 1",
+            "order_writer_commit_latency_seconds_count 1",
+            r#"order_writer_batch_size_bucket{le="1.0"} 0"#,
+            r#"order_writer_batch_size_bucket{le="2048.0"} 1"#,
+            r#"order_writer_commit_latency_seconds_bucket{le="0.001"} 1"#,
+            r#"order_writer_commit_latency_seconds_bucket{le="127.8340394885894"} 1"#,
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line} missing from:\n{text}"
+            );
+        }
+        for (histogram, bounds) in [
+            ("order_writer_batch_size_bucket", 12),
+            ("order_writer_commit_latency_seconds_bucket", 30),
+        ] {
+            let buckets = text.lines().filter(|l| l.starts_with(histogram)).count();
+            assert_eq!(
+                buckets,
+                bounds + 1,
+                "{histogram}: {bounds} bounds and +Inf in:\n{text}"
+            );
+        }
         Ok(())
     }
 }

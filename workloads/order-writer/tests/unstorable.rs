@@ -19,7 +19,7 @@ use std::{
 use common::Topics;
 use flashsale_e2e::{stack, wait::poll_until};
 use flashsale_orders::{EventKind, OrderEvent, OrderProducer, ProducerSettings};
-use flashsale_runtime::Shutdown;
+use flashsale_runtime::{Shutdown, metrics::render};
 use order_writer::{metrics::WriterMetrics, sink::Sink, writer::Writer};
 use prometheus_client::registry::Registry;
 use rdkafka::{
@@ -293,8 +293,7 @@ async fn nothing_unstorable_is_dropped(server_url: String) -> anyhow::Result<()>
         "order_writer_dlq_total{reason=\"idempotency_conflict\"} 1",
         "order_writer_persisted_total 4",
     ] {
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &registry)?;
+        let text = render(&registry)?;
         assert!(
             text.lines().any(|l| l == line),
             "{line} missing from:\n{text}"

@@ -7,7 +7,7 @@ use std::time::Duration;
 use common::Topics;
 use flashsale_e2e::stack;
 use flashsale_orders::{OrderProducer, ProducerSettings};
-use flashsale_runtime::Shutdown;
+use flashsale_runtime::{Shutdown, metrics::render};
 use order_writer::{metrics::WriterMetrics, sink::Sink, writer::Writer};
 use rdkafka::{
     ClientConfig, Message,
@@ -142,8 +142,7 @@ async fn healthy_events_are_stored_poison_goes_to_the_dlq_and_offsets_follow() -
     )
     .await?;
 
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, &registry)?;
+    let text = render(&registry)?;
     for line in [
         format!("order_writer_persisted_total {GOOD}"),
         format!("order_writer_commit_latency_seconds_count {GOOD}"),

@@ -174,9 +174,7 @@ impl Running {
 
     /// The metrics text, as `/metrics` would serve it.
     pub fn metrics(&self) -> String {
-        let mut text = String::new();
-        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
-        text
+        flashsale_runtime::metrics::render(&self.registry).unwrap_or_default()
     }
 
     /// The value of one sample line (`name{labels}`), if present.

@@ -358,8 +358,7 @@ pub fn sample(
     registry: &prometheus_client::registry::Registry,
     name: &str,
 ) -> anyhow::Result<Option<i64>> {
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, registry)?;
+    let text = flashsale_runtime::metrics::render(registry)?;
     let prefix = format!("{name} ");
     text.lines()
         .find_map(|l| l.strip_prefix(&prefix))
