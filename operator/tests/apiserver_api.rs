@@ -8,7 +8,9 @@ mod common;
 
 use common::setup;
 use flashsale_e2e::kube::TestNamespace;
-use flashsale_operator::api::{ChaosDrill, DegradationPolicy, FlashSale};
+use flashsale_operator::api::{
+    ChaosDrill, DegradationPolicy, FlashSale, duration::DURATION_MESSAGE,
+};
 use kube::{
     Api, Client, Resource,
     api::{DynamicObject, Patch, PatchParams, PostParams},
@@ -396,26 +398,10 @@ async fn invalid_objects_are_rejected_naming_the_field() -> anyhow::Result<()> {
         ),
     ];
     assert!(cases.len() >= 15);
-    let mut failures = Vec::new();
-    for (case, object, field) in cases {
-        let kind = object["kind"].as_str().unwrap_or_default().to_owned();
-        match create(&api_for(&client, &ns.name, &kind), object).await {
-            Err(kube::Error::Api(status))
-                if status.code == 422 && status.message.contains(field) => {}
-            Err(kube::Error::Api(status)) => failures.push(format!(
-                "{case}: rejected ({}) without naming {field}: {}",
-                status.code, status.message
-            )),
-            Err(other) => failures.push(format!("{case}: unexpected error {other}")),
-            Ok(_) => {
-                failures.push(format!("{case}: accepted"));
-                // Free the name for the next case.
-                let _ = api_for(&client, &ns.name, &kind)
-                    .delete("bad", &Default::default())
-                    .await;
-            }
-        }
-    }
+    let cases = cases
+        .into_iter()
+        .map(|(case, object, field)| (case, object, vec![field]));
+    let failures = rejections(&client, &ns.name, cases).await;
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     // The valid bases really are valid, so each case failed for its own reason.
     for object in [sale(), policy(), drill()] {
@@ -424,6 +410,159 @@ async fn invalid_objects_are_rejected_naming_the_field() -> anyhow::Result<()> {
             .await
             .map_err(|e| anyhow::anyhow!("{kind}: {e}"))?;
     }
+    Ok(())
+}
+
+/// Words of CEL failing at run time (a rule applied to a value it cannot
+/// handle); a rejection must say what is wrong instead.
+const CEL_ERRORS: [&str; 3] = ["type conversion", "no such overload", "evaluating rule"];
+
+/// Creates each case's object (all named `bad`) and returns what went wrong:
+/// a case must be refused with 422, its message holding every fragment and
+/// no CEL run-time error.
+async fn rejections<C: std::fmt::Display>(
+    client: &Client,
+    ns: &str,
+    cases: impl IntoIterator<Item = (C, Value, Vec<&str>)>,
+) -> Vec<String> {
+    let mut failures = Vec::new();
+    for (case, object, fragments) in cases {
+        let kind = object["kind"].as_str().unwrap_or_default().to_owned();
+        match create(&api_for(client, ns, &kind), object).await {
+            Err(kube::Error::Api(status)) => {
+                let missing: Vec<&str> = fragments
+                    .iter()
+                    .copied()
+                    .filter(|f| !status.message.contains(f))
+                    .collect();
+                let cel: Vec<&str> = CEL_ERRORS
+                    .into_iter()
+                    .filter(|e| status.message.contains(e))
+                    .collect();
+                if status.code != 422 || !missing.is_empty() || !cel.is_empty() {
+                    failures.push(format!(
+                        "{case}: rejected ({}) without {missing:?} or with CEL errors {cel:?}: {}",
+                        status.code, status.message
+                    ));
+                }
+            }
+            Err(other) => failures.push(format!("{case}: unexpected error {other}")),
+            Ok(_) => {
+                failures.push(format!("{case}: accepted"));
+                // Free the name for the next case.
+                let _ = api_for(client, ns, &kind)
+                    .delete("bad", &Default::default())
+                    .await;
+            }
+        }
+    }
+    failures
+}
+
+#[tokio::test]
+async fn malformed_durations_say_what_a_duration_looks_like() -> anyhow::Result<()> {
+    let client = setup().await?;
+    let ns = TestNamespace::create(&client, "api-durations").await?;
+    // (object, JSON pointer, field path, malformed value): fields with and
+    // without rules of their own, and fields compared with another duration.
+    let fields: Vec<(Value, &str, &str, &str)> = vec![
+        (
+            valid_sale("bad"),
+            "/spec/reservationTTL",
+            "spec.reservationTTL",
+            "15 minutes",
+        ),
+        (
+            valid_sale("bad"),
+            "/spec/schedule/warmUp",
+            "spec.schedule.warmUp",
+            "10 minutes",
+        ),
+        (
+            valid_sale("bad"),
+            "/spec/orderWriter/database/flushInterval",
+            "spec.orderWriter.database.flushInterval",
+            "0.1s",
+        ),
+        (
+            valid_policy("bad"),
+            "/spec/holdDown",
+            "spec.holdDown",
+            "15 minutes",
+        ),
+        (
+            valid_policy("bad"),
+            "/spec/signal/interval",
+            "spec.signal.interval",
+            "5 seconds",
+        ),
+        (
+            with(
+                valid_policy("bad"),
+                "/spec/onSignalLoss",
+                json!({"action": "Hold"}),
+            ),
+            "/spec/onSignalLoss/after",
+            "spec.onSignalLoss.after",
+            "30S",
+        ),
+        // Well-formed for Go, but past what a duration can hold: CEL's
+        // duration() would fail on it.
+        (
+            valid_policy("bad"),
+            "/spec/signal/interval",
+            "spec.signal.interval",
+            "999999999h",
+        ),
+        (
+            valid_drill("bad"),
+            "/spec/sloGuard/interval",
+            "spec.sloGuard.interval",
+            "5 seconds",
+        ),
+        (
+            valid_drill("bad"),
+            "/spec/sloGuard/staleAfter",
+            "spec.sloGuard.staleAfter",
+            "2 s",
+        ),
+        (
+            valid_drill("bad"),
+            "/spec/experiments/0/duration",
+            "spec.experiments[0].duration",
+            "2 minutes",
+        ),
+    ];
+    let cases = fields.into_iter().map(|(object, pointer, field, bad)| {
+        let kind = object["kind"].as_str().unwrap_or_default().to_owned();
+        (
+            format!("{kind} {field}: {bad:?}"),
+            with(object, pointer, json!(bad)),
+            vec![field, DURATION_MESSAGE],
+        )
+    });
+    let failures = rejections(&client, &ns.name, cases).await;
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+
+    // Well-formed durations in every spelling are accepted.
+    let policy = with(
+        with(
+            with(valid_policy("durations"), "/spec/holdDown", json!("1h30m")),
+            "/spec/signal/interval",
+            json!("1m30s"),
+        ),
+        "/spec/onSignalLoss",
+        json!({"action": "Hold", "after": "99999ms"}),
+    );
+    let created = apply_strict(&api_for(&client, &ns.name, "DegradationPolicy"), policy).await?;
+    assert_eq!(created.data["spec"]["signal"]["interval"], json!("1m30s"));
+    let policy = Api::<DegradationPolicy>::namespaced(client.clone(), &ns.name)
+        .get("durations")
+        .await?;
+    assert_eq!(
+        policy.spec.hold_down,
+        flashsale_operator::api::Duration::from_secs(5400)
+    );
     Ok(())
 }
 

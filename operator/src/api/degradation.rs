@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     common::{ObservedConditions, SaleRef},
-    duration::Duration,
+    duration::{self, Duration},
 };
 
 /// Tiered degradation for one sale, driven by a Prometheus load ratio.
@@ -94,7 +94,7 @@ pub struct LoadSignal {
     pub prometheus_url: Option<String>,
     /// How often the query is evaluated.
     #[serde(default = "default_interval")]
-    #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("signal.interval must be positive"))]
+    #[x_kube(validation = duration::positive().message("signal.interval must be positive"))]
     pub interval: Duration,
 }
 
