@@ -460,6 +460,79 @@ async fn rejections<C: std::fmt::Display>(
 }
 
 #[tokio::test]
+async fn policies_only_name_tiers_they_define() -> anyhow::Result<()> {
+    let client = setup().await?;
+    let ns = TestNamespace::create(&client, "api-tiers").await?;
+    let policy = || valid_policy("bad");
+    let cases: Vec<(&str, Value, Vec<&str>)> = vec![
+        (
+            "tiers 1 and 3",
+            with(
+                with(policy(), "/spec/tiers/1/tier", json!(3)),
+                "/spec/override/tier",
+                json!(1),
+            ),
+            vec!["spec.tiers", "tiers must be numbered 1, 2, … without gaps"],
+        ),
+        (
+            "tiers 2 and 3",
+            with(
+                with(policy(), "/spec/tiers/0/tier", json!(3)),
+                "/spec/override",
+                Value::Null,
+            ),
+            vec!["spec.tiers", "without gaps"],
+        ),
+        (
+            "tier that switches nothing",
+            with(policy(), "/spec/tiers/1/switches", json!({})),
+            vec![
+                "spec.tiers[1].switches",
+                "switches must switch at least one feature",
+            ],
+        ),
+        (
+            "override of tier 3 with tiers 1 and 2",
+            with(policy(), "/spec/override/tier", json!(3)),
+            vec![
+                "spec.override.tier",
+                "override.tier must be 0 or a tier defined in spec.tiers",
+            ],
+        ),
+        (
+            "signal loss enters an undefined tier",
+            with(
+                policy(),
+                "/spec/onSignalLoss",
+                json!({"action": "EnterTier", "tier": 3}),
+            ),
+            vec![
+                "spec.onSignalLoss.tier",
+                "onSignalLoss.tier must be 0 (lift everything) or a tier defined in spec.tiers",
+            ],
+        ),
+    ];
+    let failures = rejections(&client, &ns.name, cases).await;
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+
+    // Tier 0 lifts everything: allowed for the override and on signal loss.
+    let api = api_for(&client, &ns.name, "DegradationPolicy");
+    let lift = with(
+        with(valid_policy("lift"), "/spec/override/tier", json!(0)),
+        "/spec/onSignalLoss",
+        json!({"action": "EnterTier", "tier": 0}),
+    );
+    create(&api, lift).await?;
+    // Tiers may be listed in any order.
+    let mut tiers = valid_policy("any")["spec"]["tiers"].clone();
+    if let Value::Array(list) = &mut tiers {
+        list.reverse();
+    }
+    create(&api, with(valid_policy("reversed"), "/spec/tiers", tiers)).await?;
+    Ok(())
+}
+
+#[tokio::test]
 async fn malformed_durations_say_what_a_duration_looks_like() -> anyhow::Result<()> {
     let client = setup().await?;
     let ns = TestNamespace::create(&client, "api-durations").await?;

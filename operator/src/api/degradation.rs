@@ -48,15 +48,30 @@ use super::{
     )
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(
+    "!has(self.override) || self.override.tier == 0 || self.tiers.exists(t, t.tier == self.override.tier)"
+).message("override.tier must be 0 or a tier defined in spec.tiers")
+    .field_path(".override.tier")
+    .reason(Reason::FieldValueInvalid))]
+#[x_kube(validation = Rule::new(
+    "!has(self.onSignalLoss) || !has(self.onSignalLoss.tier) || self.onSignalLoss.tier == 0 || \
+     self.tiers.exists(t, t.tier == self.onSignalLoss.tier)"
+).message("onSignalLoss.tier must be 0 (lift everything) or a tier defined in spec.tiers")
+    .field_path(".onSignalLoss.tier")
+    .reason(Reason::FieldValueInvalid))]
 pub struct DegradationPolicySpec {
     /// The sale whose gateways this policy switches.
     pub sale_ref: SaleRef,
     /// The load signal.
     pub signal: LoadSignal,
-    /// Tiers above 0, each entered above its threshold. Higher tiers need
-    /// higher thresholds.
+    /// Tiers above 0, numbered 1, 2, … without gaps, each entered above its
+    /// threshold. Higher tiers need higher thresholds.
     #[schemars(length(min = 1, max = 8))]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["tier".into()]))]
+    // Unique (list-map key) and each at most the count: exactly 1..N, so
+    // every tier the policy can enter is one the gateways know.
+    #[x_kube(validation = Rule::new("self.all(t, t.tier <= size(self))")
+        .message("tiers must be numbered 1, 2, … without gaps"))]
     #[x_kube(validation = Rule::new(
         "self.all(a, self.all(b, a.tier < b.tier ? a.enterAbove < b.enterAbove : true))"
     ).message("a higher tier must have a higher enterAbove than every lower tier"))]
@@ -118,6 +133,11 @@ pub struct Tier {
     pub exit_below: f64,
     /// Features this tier switches, with their degraded mode. Tier-0 features
     /// (checkout, stock reservation, payment callbacks) have no switch.
+    // `dyn` lets `size` count the keys of an object whatever its fields: a
+    // tier that switches nothing changes nothing on a gateway.
+    #[x_kube(validation = Rule::new("size(dyn(self)) > 0")
+        .message("switches must switch at least one feature")
+        .reason(Reason::FieldValueRequired))]
     pub switches: Switches,
 }
 
