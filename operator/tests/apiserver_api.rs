@@ -511,6 +511,19 @@ async fn policies_only_name_tiers_they_define() -> anyhow::Result<()> {
                 "onSignalLoss.tier must be 0 (lift everything) or a tier defined in spec.tiers",
             ],
         ),
+        (
+            "staleAfter below interval",
+            with(policy(), "/spec/signal/staleAfter", json!("2s")),
+            vec![
+                "spec.signal.staleAfter",
+                "signal.staleAfter must be at least signal.interval",
+            ],
+        ),
+        (
+            "zero query timeout",
+            with(policy(), "/spec/signal/timeout", json!("0s")),
+            vec!["spec.signal.timeout", "signal.timeout must be positive"],
+        ),
     ];
     let failures = rejections(&client, &ns.name, cases).await;
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -570,6 +583,18 @@ async fn malformed_durations_say_what_a_duration_looks_like() -> anyhow::Result<
             "5 seconds",
         ),
         (
+            valid_policy("bad"),
+            "/spec/signal/staleAfter",
+            "spec.signal.staleAfter",
+            "1 minute",
+        ),
+        (
+            valid_policy("bad"),
+            "/spec/signal/timeout",
+            "spec.signal.timeout",
+            "2",
+        ),
+        (
             with(
                 valid_policy("bad"),
                 "/spec/onSignalLoss",
@@ -621,20 +646,40 @@ async fn malformed_durations_say_what_a_duration_looks_like() -> anyhow::Result<
     let policy = with(
         with(
             with(valid_policy("durations"), "/spec/holdDown", json!("1h30m")),
-            "/spec/signal/interval",
-            json!("1m30s"),
+            "/spec/signal",
+            json!({"query": "vector(0.5)", "interval": "1m30s", "timeout": "1500ms", "staleAfter": "90s"}),
         ),
         "/spec/onSignalLoss",
         json!({"action": "Hold", "after": "99999ms"}),
     );
     let created = apply_strict(&api_for(&client, &ns.name, "DegradationPolicy"), policy).await?;
-    assert_eq!(created.data["spec"]["signal"]["interval"], json!("1m30s"));
+    assert_eq!(created.data["spec"]["signal"]["staleAfter"], json!("90s"));
     let policy = Api::<DegradationPolicy>::namespaced(client.clone(), &ns.name)
         .get("durations")
         .await?;
     assert_eq!(
-        policy.spec.hold_down,
-        flashsale_operator::api::Duration::from_secs(5400)
+        policy.spec.signal.stale_after,
+        flashsale_operator::api::Duration::from_secs(90)
+    );
+    // Defaults of the new signal fields.
+    create(
+        &api_for(&client, &ns.name, "DegradationPolicy"),
+        with(
+            valid_policy("defaults"),
+            "/spec/signal",
+            json!({"query": "vector(0.5)"}),
+        ),
+    )
+    .await?;
+    let policy = Api::<DegradationPolicy>::namespaced(client.clone(), &ns.name)
+        .get("defaults")
+        .await?;
+    assert_eq!(
+        (
+            policy.spec.signal.timeout.to_string(),
+            policy.spec.signal.stale_after.to_string()
+        ),
+        ("2s".to_owned(), "1m".to_owned())
     );
     Ok(())
 }
@@ -755,6 +800,7 @@ async fn kubectl_shows_columns_categories_and_waits_for_ready() -> anyhow::Resul
         "STOCK LEFT",
         "READY",
         "TIER",
+        "SOURCE",
         "SIGNAL",
         "OVERRIDE",
         "NEXT RUN",
@@ -769,6 +815,36 @@ async fn kubectl_shows_columns_categories_and_waits_for_ready() -> anyhow::Resul
         .unwrap_or_default();
     for cell in ["Live", "573", "3/3"] {
         assert!(sale_row.contains(cell), "no {cell} in {sale_row:?}");
+    }
+
+    api_for(&client, &ns.name, "DegradationPolicy")
+        .patch_status(
+            "policy",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {
+                "tier": 1, "tierReason": "Signal", "tierMessage": "signal 0.85 is above tier 1's enterAbove 0.8",
+                "since": "2026-11-11T00:00:00Z", "lastValue": 0.85, "lastSampleTime": "2026-11-11T00:00:00Z",
+                "propagation": {"generation": 3, "appliedReplicas": 2, "desiredReplicas": 3,
+                                "laggards": ["sale-gateway-x: applies generation 2"]},
+                "activeOverride": {"tier": 2, "reason": "incident", "expires": "2026-11-11T01:00:00Z",
+                                   "setBy": "kubectl-patch"}
+            }})),
+        )
+        .await?;
+    let wide = kubectl(&["get", "dp", "-n", &ns.name, "-o", "wide"])?;
+    for header in ["SOURCE", "APPLIED", "REASON"] {
+        assert!(wide.contains(header), "no {header} column in:\n{wide}");
+    }
+    let policy_row = wide
+        .lines()
+        .find(|l| l.starts_with("policy"))
+        .unwrap_or_default();
+    for cell in [
+        "Signal",
+        "0.85",
+        "signal 0.85 is above tier 1's enterAbove 0.8",
+    ] {
+        assert!(policy_row.contains(cell), "no {cell} in {policy_row:?}");
     }
 
     let category = kubectl(&["get", "flashsale", "-n", &ns.name, "-o", "name"])?;
