@@ -165,7 +165,7 @@ pub fn stalled_condition(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::ChaosDrill;
+    use crate::api::{ChaosDrill, DegradationPolicy};
 
     #[test]
     fn cron_accepts_five_fields_and_rejects_the_rest() {
@@ -247,6 +247,17 @@ mod tests {
             found.starts_with("spec.signal.query: invalid PromQL"),
             "{found}"
         );
+    }
+
+    #[test]
+    fn the_policy_example_passes_the_operators_checks() {
+        let policy: DegradationPolicy = match serde_yaml_ng::from_str(include_str!(
+            "../../crds/examples/degradationpolicy-two-tier.yaml"
+        )) {
+            Ok(p) => p,
+            Err(e) => panic!("example: {e}"),
+        };
+        assert_eq!(degradation_policy(&policy.spec), []);
     }
 
     #[test]

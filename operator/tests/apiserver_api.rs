@@ -8,7 +8,9 @@ mod common;
 
 use common::setup;
 use flashsale_e2e::kube::TestNamespace;
-use flashsale_operator::api::{ChaosDrill, DegradationPolicy, FlashSale};
+use flashsale_operator::api::{
+    ChaosDrill, DegradationPolicy, FlashSale, duration::DURATION_MESSAGE,
+};
 use kube::{
     Api, Client, Resource,
     api::{DynamicObject, Patch, PatchParams, PostParams},
@@ -396,26 +398,10 @@ async fn invalid_objects_are_rejected_naming_the_field() -> anyhow::Result<()> {
         ),
     ];
     assert!(cases.len() >= 15);
-    let mut failures = Vec::new();
-    for (case, object, field) in cases {
-        let kind = object["kind"].as_str().unwrap_or_default().to_owned();
-        match create(&api_for(&client, &ns.name, &kind), object).await {
-            Err(kube::Error::Api(status))
-                if status.code == 422 && status.message.contains(field) => {}
-            Err(kube::Error::Api(status)) => failures.push(format!(
-                "{case}: rejected ({}) without naming {field}: {}",
-                status.code, status.message
-            )),
-            Err(other) => failures.push(format!("{case}: unexpected error {other}")),
-            Ok(_) => {
-                failures.push(format!("{case}: accepted"));
-                // Free the name for the next case.
-                let _ = api_for(&client, &ns.name, &kind)
-                    .delete("bad", &Default::default())
-                    .await;
-            }
-        }
-    }
+    let cases = cases
+        .into_iter()
+        .map(|(case, object, field)| (case, object, vec![field]));
+    let failures = rejections(&client, &ns.name, cases).await;
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     // The valid bases really are valid, so each case failed for its own reason.
     for object in [sale(), policy(), drill()] {
@@ -424,6 +410,277 @@ async fn invalid_objects_are_rejected_naming_the_field() -> anyhow::Result<()> {
             .await
             .map_err(|e| anyhow::anyhow!("{kind}: {e}"))?;
     }
+    Ok(())
+}
+
+/// Words of CEL failing at run time (a rule applied to a value it cannot
+/// handle); a rejection must say what is wrong instead.
+const CEL_ERRORS: [&str; 3] = ["type conversion", "no such overload", "evaluating rule"];
+
+/// Creates each case's object (all named `bad`) and returns what went wrong:
+/// a case must be refused with 422, its message holding every fragment and
+/// no CEL run-time error.
+async fn rejections<C: std::fmt::Display>(
+    client: &Client,
+    ns: &str,
+    cases: impl IntoIterator<Item = (C, Value, Vec<&str>)>,
+) -> Vec<String> {
+    let mut failures = Vec::new();
+    for (case, object, fragments) in cases {
+        let kind = object["kind"].as_str().unwrap_or_default().to_owned();
+        match create(&api_for(client, ns, &kind), object).await {
+            Err(kube::Error::Api(status)) => {
+                let missing: Vec<&str> = fragments
+                    .iter()
+                    .copied()
+                    .filter(|f| !status.message.contains(f))
+                    .collect();
+                let cel: Vec<&str> = CEL_ERRORS
+                    .into_iter()
+                    .filter(|e| status.message.contains(e))
+                    .collect();
+                if status.code != 422 || !missing.is_empty() || !cel.is_empty() {
+                    failures.push(format!(
+                        "{case}: rejected ({}) without {missing:?} or with CEL errors {cel:?}: {}",
+                        status.code, status.message
+                    ));
+                }
+            }
+            Err(other) => failures.push(format!("{case}: unexpected error {other}")),
+            Ok(_) => {
+                failures.push(format!("{case}: accepted"));
+                // Free the name for the next case.
+                let _ = api_for(client, ns, &kind)
+                    .delete("bad", &Default::default())
+                    .await;
+            }
+        }
+    }
+    failures
+}
+
+#[tokio::test]
+async fn policies_only_name_tiers_they_define() -> anyhow::Result<()> {
+    let client = setup().await?;
+    let ns = TestNamespace::create(&client, "api-tiers").await?;
+    let policy = || valid_policy("bad");
+    let cases: Vec<(&str, Value, Vec<&str>)> = vec![
+        (
+            "tiers 1 and 3",
+            with(
+                with(policy(), "/spec/tiers/1/tier", json!(3)),
+                "/spec/override/tier",
+                json!(1),
+            ),
+            vec!["spec.tiers", "tiers must be numbered 1, 2, … without gaps"],
+        ),
+        (
+            "tiers 2 and 3",
+            with(
+                with(policy(), "/spec/tiers/0/tier", json!(3)),
+                "/spec/override",
+                Value::Null,
+            ),
+            vec!["spec.tiers", "without gaps"],
+        ),
+        (
+            "tier that switches nothing",
+            with(policy(), "/spec/tiers/1/switches", json!({})),
+            vec![
+                "spec.tiers[1].switches",
+                "switches must switch at least one feature",
+            ],
+        ),
+        (
+            "override of tier 3 with tiers 1 and 2",
+            with(policy(), "/spec/override/tier", json!(3)),
+            vec![
+                "spec.override.tier",
+                "override.tier must be 0 or a tier defined in spec.tiers",
+            ],
+        ),
+        (
+            "signal loss enters an undefined tier",
+            with(
+                policy(),
+                "/spec/onSignalLoss",
+                json!({"action": "EnterTier", "tier": 3}),
+            ),
+            vec![
+                "spec.onSignalLoss.tier",
+                "onSignalLoss.tier must be 0 (lift everything) or a tier defined in spec.tiers",
+            ],
+        ),
+        (
+            "staleAfter below interval",
+            with(policy(), "/spec/signal/staleAfter", json!("2s")),
+            vec![
+                "spec.signal.staleAfter",
+                "signal.staleAfter must be at least signal.interval",
+            ],
+        ),
+        (
+            "zero query timeout",
+            with(policy(), "/spec/signal/timeout", json!("0s")),
+            vec!["spec.signal.timeout", "signal.timeout must be positive"],
+        ),
+    ];
+    let failures = rejections(&client, &ns.name, cases).await;
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+
+    // Tier 0 lifts everything: allowed for the override and on signal loss.
+    let api = api_for(&client, &ns.name, "DegradationPolicy");
+    let lift = with(
+        with(valid_policy("lift"), "/spec/override/tier", json!(0)),
+        "/spec/onSignalLoss",
+        json!({"action": "EnterTier", "tier": 0}),
+    );
+    create(&api, lift).await?;
+    // Tiers may be listed in any order.
+    let mut tiers = valid_policy("any")["spec"]["tiers"].clone();
+    if let Value::Array(list) = &mut tiers {
+        list.reverse();
+    }
+    create(&api, with(valid_policy("reversed"), "/spec/tiers", tiers)).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn malformed_durations_say_what_a_duration_looks_like() -> anyhow::Result<()> {
+    let client = setup().await?;
+    let ns = TestNamespace::create(&client, "api-durations").await?;
+    // (object, JSON pointer, field path, malformed value): fields with and
+    // without rules of their own, and fields compared with another duration.
+    let fields: Vec<(Value, &str, &str, &str)> = vec![
+        (
+            valid_sale("bad"),
+            "/spec/reservationTTL",
+            "spec.reservationTTL",
+            "15 minutes",
+        ),
+        (
+            valid_sale("bad"),
+            "/spec/schedule/warmUp",
+            "spec.schedule.warmUp",
+            "10 minutes",
+        ),
+        (
+            valid_sale("bad"),
+            "/spec/orderWriter/database/flushInterval",
+            "spec.orderWriter.database.flushInterval",
+            "0.1s",
+        ),
+        (
+            valid_policy("bad"),
+            "/spec/holdDown",
+            "spec.holdDown",
+            "15 minutes",
+        ),
+        (
+            valid_policy("bad"),
+            "/spec/signal/interval",
+            "spec.signal.interval",
+            "5 seconds",
+        ),
+        (
+            valid_policy("bad"),
+            "/spec/signal/staleAfter",
+            "spec.signal.staleAfter",
+            "1 minute",
+        ),
+        (
+            valid_policy("bad"),
+            "/spec/signal/timeout",
+            "spec.signal.timeout",
+            "2",
+        ),
+        (
+            with(
+                valid_policy("bad"),
+                "/spec/onSignalLoss",
+                json!({"action": "Hold"}),
+            ),
+            "/spec/onSignalLoss/after",
+            "spec.onSignalLoss.after",
+            "30S",
+        ),
+        // Well-formed for Go, but past what a duration can hold: CEL's
+        // duration() would fail on it.
+        (
+            valid_policy("bad"),
+            "/spec/signal/interval",
+            "spec.signal.interval",
+            "999999999h",
+        ),
+        (
+            valid_drill("bad"),
+            "/spec/sloGuard/interval",
+            "spec.sloGuard.interval",
+            "5 seconds",
+        ),
+        (
+            valid_drill("bad"),
+            "/spec/sloGuard/staleAfter",
+            "spec.sloGuard.staleAfter",
+            "2 s",
+        ),
+        (
+            valid_drill("bad"),
+            "/spec/experiments/0/duration",
+            "spec.experiments[0].duration",
+            "2 minutes",
+        ),
+    ];
+    let cases = fields.into_iter().map(|(object, pointer, field, bad)| {
+        let kind = object["kind"].as_str().unwrap_or_default().to_owned();
+        (
+            format!("{kind} {field}: {bad:?}"),
+            with(object, pointer, json!(bad)),
+            vec![field, DURATION_MESSAGE],
+        )
+    });
+    let failures = rejections(&client, &ns.name, cases).await;
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+
+    // Well-formed durations in every spelling are accepted.
+    let policy = with(
+        with(
+            with(valid_policy("durations"), "/spec/holdDown", json!("1h30m")),
+            "/spec/signal",
+            json!({"query": "vector(0.5)", "interval": "1m30s", "timeout": "1500ms", "staleAfter": "90s"}),
+        ),
+        "/spec/onSignalLoss",
+        json!({"action": "Hold", "after": "99999ms"}),
+    );
+    let created = apply_strict(&api_for(&client, &ns.name, "DegradationPolicy"), policy).await?;
+    assert_eq!(created.data["spec"]["signal"]["staleAfter"], json!("90s"));
+    let policy = Api::<DegradationPolicy>::namespaced(client.clone(), &ns.name)
+        .get("durations")
+        .await?;
+    assert_eq!(
+        policy.spec.signal.stale_after,
+        flashsale_operator::api::Duration::from_secs(90)
+    );
+    // Defaults of the new signal fields.
+    create(
+        &api_for(&client, &ns.name, "DegradationPolicy"),
+        with(
+            valid_policy("defaults"),
+            "/spec/signal",
+            json!({"query": "vector(0.5)"}),
+        ),
+    )
+    .await?;
+    let policy = Api::<DegradationPolicy>::namespaced(client.clone(), &ns.name)
+        .get("defaults")
+        .await?;
+    assert_eq!(
+        (
+            policy.spec.signal.timeout.to_string(),
+            policy.spec.signal.stale_after.to_string()
+        ),
+        ("2s".to_owned(), "1m".to_owned())
+    );
     Ok(())
 }
 
@@ -543,6 +800,7 @@ async fn kubectl_shows_columns_categories_and_waits_for_ready() -> anyhow::Resul
         "STOCK LEFT",
         "READY",
         "TIER",
+        "SOURCE",
         "SIGNAL",
         "OVERRIDE",
         "NEXT RUN",
@@ -557,6 +815,36 @@ async fn kubectl_shows_columns_categories_and_waits_for_ready() -> anyhow::Resul
         .unwrap_or_default();
     for cell in ["Live", "573", "3/3"] {
         assert!(sale_row.contains(cell), "no {cell} in {sale_row:?}");
+    }
+
+    api_for(&client, &ns.name, "DegradationPolicy")
+        .patch_status(
+            "policy",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {
+                "tier": 1, "tierReason": "Signal", "tierMessage": "signal 0.85 is above tier 1's enterAbove 0.8",
+                "since": "2026-11-11T00:00:00Z", "lastValue": 0.85, "lastSampleTime": "2026-11-11T00:00:00Z",
+                "propagation": {"generation": 3, "appliedReplicas": 2, "desiredReplicas": 3,
+                                "laggards": ["sale-gateway-x: applies generation 2"]},
+                "activeOverride": {"tier": 2, "reason": "incident", "expires": "2026-11-11T01:00:00Z",
+                                   "setBy": "kubectl-patch"}
+            }})),
+        )
+        .await?;
+    let wide = kubectl(&["get", "dp", "-n", &ns.name, "-o", "wide"])?;
+    for header in ["SOURCE", "APPLIED", "REASON"] {
+        assert!(wide.contains(header), "no {header} column in:\n{wide}");
+    }
+    let policy_row = wide
+        .lines()
+        .find(|l| l.starts_with("policy"))
+        .unwrap_or_default();
+    for cell in [
+        "Signal",
+        "0.85",
+        "signal 0.85 is above tier 1's enterAbove 0.8",
+    ] {
+        assert!(policy_row.contains(cell), "no {cell} in {policy_row:?}");
     }
 
     let category = kubectl(&["get", "flashsale", "-n", &ns.name, "-o", "name"])?;

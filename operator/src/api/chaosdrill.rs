@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     common::{ObservedConditions, SaleRef},
-    duration::Duration,
+    duration::{self, Duration},
 };
 
 /// A recurring chaos drill against one FlashSale.
@@ -185,7 +185,10 @@ pub struct Experiment {
     /// The workload whose pods are targeted.
     pub target: TargetWorkload,
     /// How long the fault stays injected (Chaos Mesh recovers it after).
-    #[x_kube(validation = Rule::new("duration(self) > duration('0s') && duration(self) <= duration('1h')").message("experiment duration must be positive and at most 1h"))]
+    #[x_kube(validation = duration::rule(
+        &["self"],
+        "duration(self) > duration('0s') && duration(self) <= duration('1h')",
+    ).message("experiment duration must be positive and at most 1h"))]
     pub duration: Duration,
     /// Kill or fail pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -296,7 +299,10 @@ pub struct BlastRadius {
 /// The SLO guard: queries that must hold before and during injection.
 #[derive(KubeSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("duration(self.staleAfter) >= duration(self.interval)").message("sloGuard.staleAfter must be at least sloGuard.interval"))]
+#[x_kube(validation = duration::rule(
+    &["self.staleAfter", "self.interval"],
+    "duration(self.staleAfter) >= duration(self.interval)",
+).message("sloGuard.staleAfter must be at least sloGuard.interval").field_path(".staleAfter"))]
 pub struct SloGuard {
     /// Prometheus base URL; the operator's `--prometheus-url` when unset.
     #[serde(
@@ -312,7 +318,7 @@ pub struct SloGuard {
     pub objectives: Vec<SloObjective>,
     /// How often every objective is evaluated.
     #[serde(default = "default_guard_interval")]
-    #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("sloGuard.interval must be positive"))]
+    #[x_kube(validation = duration::positive().message("sloGuard.interval must be positive"))]
     pub interval: Duration,
     /// Dead-man bound: with no fresh answer for this long the guard counts
     /// as blind and the run is aborted.
@@ -369,7 +375,7 @@ pub struct FailoverCheck {
     /// Probe the standby only, or move traffic to it.
     pub mode: FailoverMode,
     /// Most time the standby may take to serve.
-    #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("failover.maxRTO must be positive"))]
+    #[x_kube(validation = duration::positive().message("failover.maxRTO must be positive"))]
     #[serde(rename = "maxRTO")]
     pub max_rto: Duration,
     /// Most orders' worth of time that may be lost (0s = none).

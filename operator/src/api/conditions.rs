@@ -12,6 +12,11 @@ pub const INVENTORY_REACHABLE: &str = "InventoryReachable";
 /// An ended FlashSale has nothing left to write: every reservation is paid
 /// or expired and the order-writer's lag is zero.
 pub const DRAINED: &str = "Drained";
+/// A DegradationPolicy's load signal was read and is fresh; while it is
+/// `False`, the reason says what is wrong with it and `onSignalLoss` applies.
+pub const SIGNAL_AVAILABLE: &str = "SignalAvailable";
+/// A DegradationPolicy's switches have reached every ready gateway.
+pub const PROPAGATED: &str = "Propagated";
 
 /// Reasons, as `reason` of a condition (CamelCase, stable for alerting).
 pub mod reasons {
@@ -52,4 +57,30 @@ pub mod reasons {
     /// Prefix of the Event reason of a phase change, followed by the new
     /// phase: `PhaseWarmingUp`, `PhaseLive`, `PhaseEnded`.
     pub const PHASE_EVENT_PREFIX: &str = "Phase";
+
+    /// The FlashSale a DegradationPolicy or ChaosDrill names does not exist.
+    pub const SALE_NOT_FOUND: &str = "SaleNotFound";
+    /// Another DegradationPolicy already drives the same sale; the message
+    /// names it.
+    pub const CONFLICTING_POLICY: &str = "ConflictingPolicy";
+    /// The load signal was read and is fresh.
+    pub const SIGNAL_OK: &str = "SignalOk";
+    /// Prometheus did not answer, or answered with an error status.
+    pub const PROMETHEUS_UNREACHABLE: &str = "PrometheusUnreachable";
+    /// Prometheus refused the query.
+    pub const INVALID_QUERY: &str = "InvalidQuery";
+    /// The query returned no sample.
+    pub const EMPTY_RESULT: &str = "EmptyResult";
+    /// The query returned NaN or an infinity.
+    pub const NOT_A_NUMBER: &str = "NotANumber";
+    /// The newest sample is older than `signal.staleAfter`.
+    pub const STALE_SAMPLE: &str = "StaleSample";
+    /// The query returned more than one sample, so none is the load.
+    pub const AMBIGUOUS_RESULT: &str = "AmbiguousResult";
+    /// Every ready gateway applies the current switches.
+    pub const APPLIED: &str = "Applied";
+    /// Some ready gateway does not apply the current switches yet.
+    pub const NOT_APPLIED: &str = "NotApplied";
+    /// The sale has no ready gateway to apply the switches.
+    pub const NO_GATEWAYS: &str = "NoGateways";
 }

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     common::{ObservedConditions, SaleRef},
-    duration::Duration,
+    duration::{self, Duration},
 };
 
 /// Tiered degradation for one sale, driven by a Prometheus load ratio.
@@ -29,6 +29,7 @@ use super::{
     doc = "Tiered degradation switches for a FlashSale, driven by a load signal.",
     printcolumn(name = "Sale", type_ = "string", json_path = ".spec.saleRef.name"),
     printcolumn(name = "Tier", type_ = "integer", json_path = ".status.tier"),
+    printcolumn(name = "Source", type_ = "string", json_path = ".status.tierReason"),
     printcolumn(name = "Signal", type_ = "number", json_path = ".status.lastValue"),
     printcolumn(
         name = "Override",
@@ -36,9 +37,15 @@ use super::{
         json_path = ".spec.override.tier"
     ),
     printcolumn(
+        name = "Applied",
+        type_ = "integer",
+        json_path = ".status.propagation.appliedReplicas",
+        priority = 1
+    ),
+    printcolumn(
         name = "Reason",
         type_ = "string",
-        json_path = ".status.tierReason",
+        json_path = ".status.tierMessage",
         priority = 1
     ),
     printcolumn(
@@ -48,15 +55,30 @@ use super::{
     )
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(
+    "!has(self.override) || self.override.tier == 0 || self.tiers.exists(t, t.tier == self.override.tier)"
+).message("override.tier must be 0 or a tier defined in spec.tiers")
+    .field_path(".override.tier")
+    .reason(Reason::FieldValueInvalid))]
+#[x_kube(validation = Rule::new(
+    "!has(self.onSignalLoss) || !has(self.onSignalLoss.tier) || self.onSignalLoss.tier == 0 || \
+     self.tiers.exists(t, t.tier == self.onSignalLoss.tier)"
+).message("onSignalLoss.tier must be 0 (lift everything) or a tier defined in spec.tiers")
+    .field_path(".onSignalLoss.tier")
+    .reason(Reason::FieldValueInvalid))]
 pub struct DegradationPolicySpec {
     /// The sale whose gateways this policy switches.
     pub sale_ref: SaleRef,
     /// The load signal.
     pub signal: LoadSignal,
-    /// Tiers above 0, each entered above its threshold. Higher tiers need
-    /// higher thresholds.
+    /// Tiers above 0, numbered 1, 2, … without gaps, each entered above its
+    /// threshold. Higher tiers need higher thresholds.
     #[schemars(length(min = 1, max = 8))]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["tier".into()]))]
+    // Unique (list-map key) and each at most the count: exactly 1..N, so
+    // every tier the policy can enter is one the gateways know.
+    #[x_kube(validation = Rule::new("self.all(t, t.tier <= size(self))")
+        .message("tiers must be numbered 1, 2, … without gaps"))]
     #[x_kube(validation = Rule::new(
         "self.all(a, self.all(b, a.tier < b.tier ? a.enterAbove < b.enterAbove : true))"
     ).message("a higher tier must have a higher enterAbove than every lower tier"))]
@@ -80,8 +102,15 @@ fn default_hold_down() -> Duration {
 /// A PromQL expression returning the load as a ratio (1.0 = capacity).
 #[derive(KubeSchema, Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = duration::rule(
+    &["self.staleAfter", "self.interval"],
+    "duration(self.staleAfter) >= duration(self.interval)",
+).message("signal.staleAfter must be at least signal.interval")
+    .field_path(".staleAfter")
+    .reason(Reason::FieldValueInvalid))]
 pub struct LoadSignal {
-    /// Instant query returning one sample, e.g. checkout p99 over its budget.
+    /// Instant query returning one sample, e.g. the gateways' in-flight
+    /// requests over their concurrency limit.
     #[schemars(length(min = 1, max = 4096))]
     pub query: String,
     /// Prometheus base URL; the operator's `--prometheus-url` when unset.
@@ -94,12 +123,29 @@ pub struct LoadSignal {
     pub prometheus_url: Option<String>,
     /// How often the query is evaluated.
     #[serde(default = "default_interval")]
-    #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("signal.interval must be positive"))]
+    #[x_kube(validation = duration::positive().message("signal.interval must be positive"))]
     pub interval: Duration,
+    /// Each query is bounded by this; one that takes longer counts as a
+    /// failed reading.
+    #[serde(default = "default_timeout")]
+    #[x_kube(validation = duration::positive().message("signal.timeout must be positive"))]
+    pub timeout: Duration,
+    /// A sample older than this counts as a lost signal; at least
+    /// `interval`.
+    #[serde(default = "default_stale_after")]
+    pub stale_after: Duration,
 }
 
 fn default_interval() -> Duration {
     Duration::from_secs(5)
+}
+
+fn default_timeout() -> Duration {
+    Duration::from_secs(2)
+}
+
+fn default_stale_after() -> Duration {
+    Duration::from_secs(60)
 }
 
 /// One degradation tier.
@@ -118,6 +164,11 @@ pub struct Tier {
     pub exit_below: f64,
     /// Features this tier switches, with their degraded mode. Tier-0 features
     /// (checkout, stock reservation, payment callbacks) have no switch.
+    // `dyn` lets `size` count the keys of an object whatever its fields: a
+    // tier that switches nothing changes nothing on a gateway.
+    #[x_kube(validation = Rule::new("size(dyn(self)) > 0")
+        .message("switches must switch at least one feature")
+        .reason(Reason::FieldValueRequired))]
     pub switches: Switches,
 }
 
@@ -277,18 +328,34 @@ pub struct DegradationPolicyStatus {
     /// The tier in force.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tier: Option<i32>,
-    /// Why that tier.
+    /// What decided that tier.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tier_reason: Option<TierReason>,
-    /// The last value of the signal.
+    /// Why that tier, in one sentence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier_message: Option<String>,
+    /// When the tier in force was entered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<Time>,
+    /// The last good value of the signal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_value: Option<f64>,
+    /// The sample time of `lastValue`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_sample_time: Option<Time>,
     /// When the signal was last evaluated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_evaluation_time: Option<Time>,
-    /// When the tier last changed.
+    /// Start of the hold-down: since when the signal has stayed below the
+    /// `exitBelow` of the tier in force.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_transition_time: Option<Time>,
+    pub below_exit_since: Option<Time>,
+    /// Since when the signal has been missing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal_lost_since: Option<Time>,
+    /// The override in force, with who set it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_override: Option<ActiveOverride>,
     /// How far the current switches have reached the gateways.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub propagation: Option<Propagation>,
@@ -297,14 +364,36 @@ pub struct DegradationPolicyStatus {
     pub observed: ObservedConditions,
 }
 
+/// An override the policy is obeying.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ActiveOverride {
+    /// The forced tier.
+    pub tier: i32,
+    /// Why, as `spec.override.reason` says.
+    pub reason: String,
+    /// When it lapses.
+    pub expires: Time,
+    /// The field manager that set `spec.override`, for the audit trail.
+    pub set_by: String,
+}
+
 /// Propagation of the switches ConfigMap to the gateways.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Propagation {
     /// `generation` of the `<sale>-degradation` ConfigMap.
     pub generation: i64,
-    /// Gateway replicas that report this generation.
+    /// Ready gateway replicas that report this generation.
     pub applied_replicas: i32,
     /// Gateway replicas in total.
     pub desired_replicas: i32,
+    /// Seconds from writing this generation to every ready gateway applying
+    /// it; unset until they all have.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seconds: Option<f64>,
+    /// Gateways that have not applied it, as `pod: why`; at most 10.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 10))]
+    pub laggards: Vec<String>,
 }

@@ -2,17 +2,31 @@
 
 use std::{fmt, str::FromStr};
 
+use kube::core::Rule;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// A duration written as a sequence of `<number><unit>` with units `ms`, `s`,
 /// `m`, `h` (Go's `time.ParseDuration` subset, which CEL's `duration()` also
-/// reads, so rules can compare durations).
+/// reads, so rules can compare durations). Numbers have at most 5 digits and
+/// the whole at most [`DURATION_MAX_LENGTH`] characters, so every accepted
+/// duration stays far below the 292 years where Go's durations, and thus
+/// CEL's `duration()`, overflow (5 × `99999h` is 57 years).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Duration(pub std::time::Duration);
 
-/// Pattern the apiserver enforces; CEL rules add "positive" where it matters.
-pub const DURATION_PATTERN: &str = r"^([0-9]{1,9}(ms|s|m|h))+$";
+/// The syntax of a duration, checked by the CEL rule every duration field
+/// carries; rules that call `duration()` are guarded by it.
+pub const DURATION_PATTERN: &str = r"^([0-9]{1,5}(ms|s|m|h))+$";
+
+/// Longest duration text; it also bounds the CEL cost of the rules.
+pub const DURATION_MAX_LENGTH: usize = 32;
+
+/// Most digits of one number of a duration.
+const MAX_DIGITS: usize = 5;
+
+/// What the apiserver answers for a malformed duration, after the field path.
+pub const DURATION_MESSAGE: &str = "must be a duration such as 250ms, 30s, 15m or 1h30m";
 
 /// A duration string that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -45,6 +59,9 @@ impl FromStr for Duration {
         if input.is_empty() {
             return Err(err("empty"));
         }
+        if input.len() > DURATION_MAX_LENGTH {
+            return Err(err("longer than 32 characters"));
+        }
         let mut total_ms: u64 = 0;
         let mut rest = input;
         while !rest.is_empty() {
@@ -54,9 +71,10 @@ impl FromStr for Duration {
             if digits == 0 {
                 return Err(err("a number must come before each unit"));
             }
-            let value: u64 = rest[..digits]
-                .parse()
-                .map_err(|_| err("number too large"))?;
+            if digits > MAX_DIGITS {
+                return Err(err("a number has at most 5 digits"));
+            }
+            let value: u64 = rest[..digits].parse().map_err(|_| err("not a number"))?;
             rest = &rest[digits..];
             let (unit_ms, len) = if rest.starts_with("ms") {
                 (1, 2)
@@ -119,14 +137,46 @@ impl JsonSchema for Duration {
         true
     }
 
+    // The syntax is a CEL rule rather than an OpenAPI `pattern`: a pattern
+    // failure does not stop the apiserver from running CEL on the value, so a
+    // pattern would add a second, cryptic error ("should match '^(…'") next
+    // to the rule's message, which says what a duration looks like.
     fn json_schema(_: &mut SchemaGenerator) -> Schema {
         json_schema!({
             "type": "string",
-            "pattern": DURATION_PATTERN,
-            "maxLength": 32,
+            "maxLength": DURATION_MAX_LENGTH,
             "description": "A duration such as 250ms, 30s, 15m or 1h30m.",
+            "x-kubernetes-validations": [{
+                "rule": well_formed("self"),
+                "message": DURATION_MESSAGE,
+            }],
         })
     }
+}
+
+/// CEL: `value` (an expression such as `self` or `self.interval`) is a
+/// well-formed duration, so `duration(value)` cannot fail.
+fn well_formed(value: &str) -> String {
+    format!("{value}.matches('{DURATION_PATTERN}')")
+}
+
+/// A CEL rule whose `condition` calls `duration()` on `values`: it holds
+/// when `condition` does or when one of `values` is malformed. The apiserver
+/// runs every rule even on a value that failed another check, and
+/// `duration()` of a malformed string fails with a type-conversion error;
+/// the guard leaves a malformed value to the duration's own rule and its
+/// readable message.
+pub fn rule(values: &[&str], condition: &str) -> Rule {
+    let guards: Vec<String> = values
+        .iter()
+        .map(|value| format!("!{}", well_formed(value)))
+        .collect();
+    Rule::new(format!("{} || ({condition})", guards.join(" || ")))
+}
+
+/// A rule on a duration field: it must be above zero.
+pub fn positive() -> Rule {
+    rule(&["self"], "duration(self) > duration('0s')")
 }
 
 #[cfg(test)]
@@ -156,9 +206,14 @@ mod tests {
         );
     }
 
-    #[test]
-    fn rejects_what_the_pattern_rejects() {
+    /// What the apiserver accepts: the length bound and the rule's pattern.
+    fn apiserver_accepts(text: &str) -> bool {
         let pattern = regex_lite::Regex::new(DURATION_PATTERN).ok();
+        text.len() <= DURATION_MAX_LENGTH && pattern.is_some_and(|p| p.is_match(text))
+    }
+
+    #[test]
+    fn rejects_what_the_apiserver_rejects() {
         for bad in [
             "",
             "5",
@@ -167,21 +222,47 @@ mod tests {
             "1.5h",
             "-1s",
             "10 s",
+            "15 minutes",
             "99999999999999999999h",
+            "100000ms",
+            "99999h99999h99999h99999h99999h10s",
         ] {
-            assert!(
-                !pattern.as_ref().is_some_and(|p| p.is_match(bad)),
-                "{bad:?} matches"
-            );
+            assert!(!apiserver_accepts(bad), "{bad:?} accepted by the apiserver");
             assert!(bad.parse::<Duration>().is_err(), "{bad:?} parsed");
         }
-        for good in ["1ms", "2h", "1h2m3s4ms"] {
+        for good in ["1ms", "2h", "1h2m3s4ms", "99999ms", "1h1h"] {
             assert!(good.parse::<Duration>().is_ok(), "{good:?}");
-            assert!(
-                pattern.as_ref().is_some_and(|p| p.is_match(good)),
-                "{good:?}"
-            );
+            assert!(apiserver_accepts(good), "{good:?}");
         }
+    }
+
+    #[test]
+    fn the_longest_duration_fits_cel() {
+        // Go's time.Duration, which CEL's duration() returns, ends at 2562047h.
+        let longest = "99999h99999h99999h99999h99999h";
+        assert!(apiserver_accepts(longest));
+        let hours = longest.parse::<Duration>().map(|d| d.0.as_secs() / 3600);
+        assert_eq!(hours, Ok(499_995));
+        assert!(hours.is_ok_and(|h| h < 2_562_047));
+    }
+
+    #[test]
+    fn rules_guard_duration_calls() {
+        let pattern = format!("matches('{DURATION_PATTERN}')");
+        assert_eq!(
+            positive().rule,
+            format!("!self.{pattern} || (duration(self) > duration('0s'))")
+        );
+        let both = rule(
+            &["self.a", "self.b"],
+            "duration(self.a) >= duration(self.b)",
+        );
+        assert_eq!(
+            both.rule,
+            format!(
+                "!self.a.{pattern} || !self.b.{pattern} || (duration(self.a) >= duration(self.b))"
+            )
+        );
     }
 
     #[test]

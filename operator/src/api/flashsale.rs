@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     common::{ObservedConditions, Placement, SecretKeyRef, WorkloadSpec},
-    duration::Duration,
+    duration::{self, Duration},
 };
 
 /// A flash sale: when it runs, what it sells, and how its gateway, inventory
@@ -64,7 +64,7 @@ pub struct FlashSaleSpec {
     pub currency: String,
     /// How long a reservation may stay unpaid before its stock returns.
     #[serde(default = "default_reservation_ttl", rename = "reservationTTL")]
-    #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("reservationTTL must be positive"))]
+    #[x_kube(validation = duration::positive().message("reservationTTL must be positive"))]
     pub reservation_ttl: Duration,
     /// The region this sale runs in (a label for dashboards and failover).
     #[schemars(length(min = 1, max = 63))]
@@ -286,7 +286,7 @@ pub struct WaitingRoom {
     pub ticket_secret_ref: Option<SecretKeyRef>,
     /// How long an admitted user's checkout pass stays valid.
     #[serde(default = "default_pass_ttl", rename = "passTTL")]
-    #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("waitingRoom.passTTL must be positive"))]
+    #[x_kube(validation = duration::positive().message("waitingRoom.passTTL must be positive"))]
     pub pass_ttl: Duration,
 }
 
@@ -418,7 +418,7 @@ pub struct DatabaseSpec {
     pub batch_size: i32,
     /// Longest wait before a partial batch is written.
     #[serde(default = "default_flush_interval")]
-    #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("database.flushInterval must be positive"))]
+    #[x_kube(validation = duration::positive().message("database.flushInterval must be positive"))]
     pub flush_interval: Duration,
 }
 

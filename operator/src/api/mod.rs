@@ -122,6 +122,75 @@ spec:
     }
 
     #[test]
+    fn minimal_policy_gets_signal_defaults() {
+        let policy: DegradationPolicy = parse(
+            r#"
+apiVersion: flashsale.dev/v1alpha1
+kind: DegradationPolicy
+metadata: {name: tiny}
+spec:
+  saleRef: {name: tiny}
+  signal: {query: "vector(0)"}
+  tiers: [{tier: 1, enterAbove: 0.8, exitBelow: 0.7, switches: {miniGames: closed}}]
+"#,
+        );
+        let signal = &policy.spec.signal;
+        assert_eq!(signal.interval, Duration::from_secs(5));
+        assert_eq!(signal.timeout, Duration::from_secs(2));
+        assert_eq!(signal.stale_after, Duration::from_secs(60));
+        assert_eq!(policy.spec.hold_down, Duration::from_secs(120));
+        round_trip(&policy);
+    }
+
+    #[test]
+    fn policy_status_serialises_in_camel_case_without_empty_fields() {
+        let time = |s: &str| {
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                s.parse().unwrap_or(jiff::Timestamp::UNIX_EPOCH),
+            )
+        };
+        let status = DegradationPolicyStatus {
+            tier: Some(2),
+            tier_reason: Some(degradation::TierReason::Override),
+            tier_message: Some("forced by on-call".to_owned()),
+            since: Some(time("2026-11-11T00:00:00Z")),
+            active_override: Some(degradation::ActiveOverride {
+                tier: 2,
+                reason: "INC-4711".to_owned(),
+                expires: time("2026-11-11T01:00:00Z"),
+                set_by: "kubectl-patch".to_owned(),
+            }),
+            propagation: Some(degradation::Propagation {
+                generation: 7,
+                applied_replicas: 2,
+                desired_replicas: 3,
+                seconds: None,
+                laggards: vec!["singles-day-gateway-abc: generation 6".to_owned()],
+            }),
+            ..Default::default()
+        };
+        let json = serde_json::to_value(&status).unwrap_or_default();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "tier": 2,
+                "tierReason": "Override",
+                "tierMessage": "forced by on-call",
+                "since": "2026-11-11T00:00:00Z",
+                "activeOverride": {
+                    "tier": 2, "reason": "INC-4711",
+                    "expires": "2026-11-11T01:00:00Z", "setBy": "kubectl-patch"
+                },
+                "propagation": {
+                    "generation": 7, "appliedReplicas": 2, "desiredReplicas": 3,
+                    "laggards": ["singles-day-gateway-abc: generation 6"]
+                }
+            })
+        );
+        round_trip(&status);
+    }
+
+    #[test]
     fn status_serialises_in_camel_case_without_empty_fields() {
         let status = flashsale::FlashSaleStatus {
             phase: Some(flashsale::SalePhase::WarmingUp),
