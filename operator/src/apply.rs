@@ -1,4 +1,4 @@
-//! Writing to the apiserver: server-side apply under one field manager, and
+//! Writing to the apiserver: server-side apply under the controller's field manager, and
 //! the few other writes a controller needs. Every write first checks the
 //! leadership, so a replica that lost the lease stops writing at once, even
 //! in the middle of a reconcile.
@@ -12,10 +12,7 @@ use kube::{
 };
 use serde::{Serialize, de::DeserializeOwned};
 
-use crate::{
-    context::{Context, MANAGER},
-    error::Error,
-};
+use crate::kit::{Context, Error, Verb};
 
 /// A namespaced built-in or custom kind the controllers write.
 pub trait Namespaced:
@@ -43,16 +40,10 @@ impl<K> Namespaced for K where
 }
 
 fn kube_error<K: Resource<DynamicType = ()>>(
-    action: &'static str,
+    verb: Verb,
     name: &str,
 ) -> impl FnOnce(kube::Error) -> Error {
-    let name = name.to_owned();
-    move |source| Error::Kube {
-        action,
-        kind: kind_of::<K>(),
-        name,
-        source,
-    }
+    Error::kube(verb, kind_of::<K>(), name)
 }
 
 fn kind_of<K: Resource<DynamicType = ()>>() -> &'static str {
@@ -63,7 +54,7 @@ fn kind_of<K: Resource<DynamicType = ()>>() -> &'static str {
     }
 }
 
-fn api_for<K: Namespaced>(ctx: &Context, object: &K) -> Result<(Api<K>, String), Error> {
+fn api_for<K: Namespaced, S>(ctx: &Context<S>, object: &K) -> Result<(Api<K>, String), Error> {
     let namespace = object
         .namespace()
         .ok_or(Error::MissingMetadata("metadata.namespace"))?;
@@ -75,7 +66,7 @@ fn api_for<K: Namespaced>(ctx: &Context, object: &K) -> Result<(Api<K>, String),
     Ok((Api::namespaced(ctx.client.clone(), &namespace), name))
 }
 
-fn must_lead(ctx: &Context) -> Result<(), Error> {
+fn must_lead<S>(ctx: &Context<S>) -> Result<(), Error> {
     if ctx.leadership.is_leader() {
         Ok(())
     } else {
@@ -86,67 +77,38 @@ fn must_lead(ctx: &Context) -> Result<(), Error> {
 /// Server-side applies `object` (forcing ownership of its fields, so a hand
 /// edit of a field the operator sets is reverted) and returns what the
 /// apiserver holds afterwards, status included.
-pub async fn apply<K: Namespaced>(
-    ctx: &Context,
-    controller: &'static str,
-    object: &K,
-) -> Result<K, Error> {
+pub async fn apply<K: Namespaced, S>(ctx: &Context<S>, object: &K) -> Result<K, Error> {
     must_lead(ctx)?;
     let (api, name) = api_for(ctx, object)?;
-    let params = PatchParams::apply(MANAGER).force();
+    let params = PatchParams::apply(ctx.id.field_manager).force();
     let applied = api
         .patch(&name, &params, &Patch::Apply(object))
         .await
-        .map_err(kube_error::<K>("apply", &name))?;
-    ctx.metrics.wrote(controller);
+        .map_err(kube_error::<K>(Verb::Apply, &name))?;
+    ctx.metrics.wrote(ctx.id.name);
     Ok(applied)
-}
-
-/// Creates `object` unless an object of its name exists; whatever exists is
-/// left alone (another controller owns its content). Returns whether it
-/// created.
-pub async fn create_if_absent<K: Namespaced>(
-    ctx: &Context,
-    controller: &'static str,
-    object: &K,
-) -> Result<bool, Error> {
-    let (api, name) = api_for(ctx, object)?;
-    if api
-        .get_metadata_opt(&name)
-        .await
-        .map_err(kube_error::<K>("read", &name))?
-        .is_some()
-    {
-        return Ok(false);
-    }
-    Ok(create(ctx, controller, object).await?.is_some())
 }
 
 /// Creates `object` and returns it as created; `None` when an object of its
 /// name exists already (created in between by someone else).
-pub async fn create<K: Namespaced>(
-    ctx: &Context,
-    controller: &'static str,
-    object: &K,
-) -> Result<Option<K>, Error> {
+pub async fn create<K: Namespaced, S>(ctx: &Context<S>, object: &K) -> Result<Option<K>, Error> {
     must_lead(ctx)?;
     let (api, name) = api_for(ctx, object)?;
     match api.create(&PostParams::default(), object).await {
         Ok(created) => {
-            ctx.metrics.wrote(controller);
+            ctx.metrics.wrote(ctx.id.name);
             Ok(Some(created))
         }
         Err(kube::Error::Api(status)) if status.code == 409 => Ok(None),
-        Err(err) => Err(kube_error::<K>("create", &name)(err)),
+        Err(err) => Err(kube_error::<K>(Verb::Create, &name)(err)),
     }
 }
 
 /// Deletes the object `name` if it exists and `owner_uid` controls it; an
 /// object of that name someone else made is left alone. Returns whether it
 /// deleted.
-pub async fn delete_owned<K: Namespaced>(
-    ctx: &Context,
-    controller: &'static str,
+pub async fn delete_owned<K: Namespaced, S>(
+    ctx: &Context<S>,
     namespace: &str,
     name: &str,
     owner_uid: &str,
@@ -155,7 +117,7 @@ pub async fn delete_owned<K: Namespaced>(
     let Some(meta) = api
         .get_metadata_opt(name)
         .await
-        .map_err(kube_error::<K>("read", name))?
+        .map_err(kube_error::<K>(Verb::Read, name))?
     else {
         return Ok(false);
     };
@@ -177,18 +139,17 @@ pub async fn delete_owned<K: Namespaced>(
     };
     match api.delete(name, &params).await {
         Ok(_) => {
-            ctx.metrics.wrote(controller);
+            ctx.metrics.wrote(ctx.id.name);
             Ok(true)
         }
         Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(false),
-        Err(err) => Err(kube_error::<K>("delete", name)(err)),
+        Err(err) => Err(kube_error::<K>(Verb::Delete, name)(err)),
     }
 }
 
 /// Server-side applies the status of `object` (the `status` subresource).
-pub async fn apply_status<K: Namespaced>(
-    ctx: &Context,
-    controller: &'static str,
+pub async fn apply_status<K: Namespaced, S>(
+    ctx: &Context<S>,
     object: &K,
     status: serde_json::Value,
 ) -> Result<(), Error> {
@@ -199,10 +160,36 @@ pub async fn apply_status<K: Namespaced>(
         "kind": K::kind(&()),
         "status": status,
     });
-    let params = PatchParams::apply(MANAGER).force();
+    let params = PatchParams::apply(ctx.id.field_manager).force();
     api.patch_status(&name, &params, &Patch::Apply(&patch))
         .await
-        .map_err(kube_error::<K>("status", &name))?;
-    ctx.metrics.wrote(controller);
+        .map_err(kube_error::<K>(Verb::Status, &name))?;
+    ctx.metrics.wrote(ctx.id.name);
+    Ok(())
+}
+
+/// Sets `object`'s finalizers to `finalizers`, on the version read only
+/// (a merge patch carrying `resourceVersion`, which the apiserver checks):
+/// a finalizer someone else added in between is never dropped, the write
+/// fails with a conflict and is retried instead.
+pub async fn set_finalizers<K: Namespaced, S>(
+    ctx: &Context<S>,
+    object: &K,
+    finalizers: &[String],
+) -> Result<(), Error> {
+    must_lead(ctx)?;
+    let (api, name) = api_for(ctx, object)?;
+    let version = object
+        .meta()
+        .resource_version
+        .clone()
+        .ok_or(Error::MissingMetadata("metadata.resourceVersion"))?;
+    let patch = serde_json::json!({
+        "metadata": {"resourceVersion": version, "finalizers": finalizers},
+    });
+    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(kube_error::<K>(Verb::Apply, &name))?;
+    ctx.metrics.wrote(ctx.id.name);
     Ok(())
 }

@@ -4,11 +4,10 @@
 pub mod api;
 pub mod apply;
 pub mod clock;
-pub mod context;
 pub mod crdgen;
 pub mod degradation;
-pub mod error;
 pub mod flashsale;
+pub mod kit;
 pub mod leader;
 pub mod metrics;
 pub mod run;

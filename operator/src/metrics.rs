@@ -1,37 +1,56 @@
-//! The operator's own Prometheus metrics (`flashsale_operator_*`).
+//! The operator's own Prometheus metrics: `flashsale_operator_*` for every
+//! controller, `flashsale_degradation_*` for the DegradationPolicy controller.
 
 use std::time::Duration;
 
+use flashsale_runtime::metrics::Buckets;
 use prometheus_client::{
-    metrics::{
-        counter::Counter,
-        family::{Family, MetricConstructor},
-        gauge::Gauge,
-        histogram::{Histogram, exponential_buckets},
-    },
+    encoding::EncodeLabelSet,
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
     registry::{Registry, Unit},
 };
 
-type Labels = Vec<(&'static str, String)>;
-
 /// Reconcile durations: 1 ms × 2^k up to about a minute.
-#[derive(Clone, Copy)]
-struct ReconcileBuckets;
+const RECONCILE_BUCKETS: Buckets = Buckets::exponential(0.001, 2.0, 17);
+/// Propagation times: 1 ms × 1.5^k up to about 40 s.
+const PROPAGATION_BUCKETS: Buckets = Buckets::exponential(0.001, 1.5, 27);
 
-impl MetricConstructor<Histogram> for ReconcileBuckets {
-    fn new_metric(&self) -> Histogram {
-        Histogram::new(exponential_buckets(0.001, 2.0, 17))
-    }
+/// A controller, by its name.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ControllerLabels {
+    controller: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    controller: &'static str,
+    /// ok or error.
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FailureLabels {
+    controller: &'static str,
+    reason: &'static str,
+}
+
+/// A DegradationPolicy, by namespace and name.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PolicyLabels {
+    namespace: String,
+    policy: String,
 }
 
 /// Handles to the operator's metrics; cheap to clone.
 #[derive(Clone)]
 pub struct OperatorMetrics {
-    reconciles: Family<Labels, Counter>,
-    failures: Family<Labels, Counter>,
-    duration: Family<Labels, Histogram, ReconcileBuckets>,
-    writes: Family<Labels, Counter>,
+    reconciles: Family<OutcomeLabels, Counter>,
+    failures: Family<FailureLabels, Counter>,
+    duration: Family<ControllerLabels, Histogram, Buckets>,
+    writes: Family<ControllerLabels, Counter>,
     leader: Gauge,
+    tier: Family<PolicyLabels, Gauge>,
+    propagation: Family<PolicyLabels, Histogram, Buckets>,
 }
 
 impl Default for OperatorMetrics {
@@ -39,9 +58,11 @@ impl Default for OperatorMetrics {
         Self {
             reconciles: Family::default(),
             failures: Family::default(),
-            duration: Family::new_with_constructor(ReconcileBuckets),
+            duration: Family::new_with_constructor(RECONCILE_BUCKETS),
             writes: Family::default(),
             leader: Gauge::default(),
+            tier: Family::default(),
+            propagation: Family::new_with_constructor(PROPAGATION_BUCKETS),
         }
     }
 }
@@ -76,6 +97,17 @@ impl OperatorMetrics {
             "1 while this replica holds the leader lease and may write",
             m.leader.clone(),
         );
+        registry.register(
+            "flashsale_degradation_tier",
+            "The degradation tier a DegradationPolicy has in force (0 = nothing degraded)",
+            m.tier.clone(),
+        );
+        registry.register_with_unit(
+            "flashsale_degradation_propagation",
+            "Time from writing a sale's switches until every ready gateway reported their generation",
+            Unit::Seconds,
+            m.propagation.clone(),
+        );
         m
     }
 
@@ -83,35 +115,58 @@ impl OperatorMetrics {
     pub fn reconciled(&self, controller: &'static str, ok: bool, took: Duration) {
         let result = if ok { "ok" } else { "error" };
         self.reconciles
-            .get_or_create(&vec![
-                ("controller", controller.to_owned()),
-                ("result", result.to_owned()),
-            ])
+            .get_or_create(&OutcomeLabels { controller, result })
             .inc();
         self.duration
-            .get_or_create(&vec![("controller", controller.to_owned())])
+            .get_or_create(&ControllerLabels { controller })
             .observe(took.as_secs_f64());
     }
 
     /// Counts one failure under the reason its Warning Event carries.
-    pub fn failed(&self, controller: &'static str, reason: &str) {
+    pub fn failed(&self, controller: &'static str, reason: &'static str) {
         self.failures
-            .get_or_create(&vec![
-                ("controller", controller.to_owned()),
-                ("reason", reason.to_owned()),
-            ])
+            .get_or_create(&FailureLabels { controller, reason })
             .inc();
     }
 
     /// Counts one write to the apiserver.
     pub fn wrote(&self, controller: &'static str) {
         self.writes
-            .get_or_create(&vec![("controller", controller.to_owned())])
+            .get_or_create(&ControllerLabels { controller })
             .inc();
     }
 
     /// Sets whether this replica leads.
     pub fn set_leader(&self, leads: bool) {
         self.leader.set(i64::from(leads));
+    }
+
+    /// Sets the tier `namespace/policy` has in force.
+    pub fn set_tier(&self, namespace: &str, policy: &str, tier: i32) {
+        self.tier
+            .get_or_create(&policy_labels(namespace, policy))
+            .set(i64::from(tier));
+    }
+
+    /// Records how long one change of `namespace/policy` took to reach every
+    /// gateway.
+    pub fn propagated(&self, namespace: &str, policy: &str, took: Duration) {
+        self.propagation
+            .get_or_create(&policy_labels(namespace, policy))
+            .observe(took.as_secs_f64());
+    }
+
+    /// Drops the series of a policy that no longer exists.
+    pub fn forget_policy(&self, namespace: &str, policy: &str) {
+        let labels = policy_labels(namespace, policy);
+        self.tier.remove(&labels);
+        self.propagation.remove(&labels);
+    }
+}
+
+fn policy_labels(namespace: &str, policy: &str) -> PolicyLabels {
+    PolicyLabels {
+        namespace: namespace.to_owned(),
+        policy: policy.to_owned(),
     }
 }

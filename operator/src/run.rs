@@ -7,13 +7,14 @@ use std::{sync::Arc, time::Duration};
 use anyhow::Context as _;
 use clap::Args;
 use flashsale_runtime::{Process, Readiness, RuntimeArgs, Shutdown};
-use kube::{Api, Client, CustomResourceExt};
+use kube::{Api, Client, CustomResourceExt, Resource};
 
 use crate::{
-    api::{self, FlashSale},
+    api::{self, ChaosDrill, DegradationPolicy, FlashSale},
     clock::SystemClock,
-    context::{Context, Settings},
+    degradation,
     flashsale::{self, allowlist::ImageAllowlist, build::Images, probe::Probe},
+    kit::{Context, Shared},
     leader::{self, Leadership, LeaseSettings},
     metrics::OperatorMetrics,
 };
@@ -62,6 +63,15 @@ pub struct RunArgs {
     /// status when nothing else changes.
     #[arg(long, default_value = "15s", value_parser = parse_duration)]
     pub status_refresh: Duration,
+    /// Prometheus base URL for DegradationPolicies that name none in
+    /// `spec.signal.prometheusURL`.
+    #[arg(long, env = "PROMETHEUS_URL")]
+    pub prometheus_url: Option<String>,
+    /// How long a change of a sale's degradation switches may take to reach
+    /// every ready gateway before the policy's `Propagated` condition names
+    /// the gateways that lag.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub propagation_timeout: Duration,
     /// Reconciles run at once per controller. Each sale's reconcile sends a
     /// dozen requests, so this bounds the load on the apiserver when many
     /// sales change together.
@@ -144,23 +154,39 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         inventory: args.inventory_image.clone(),
         order_writer: args.order_writer_image.clone(),
     };
-    let settings = Settings {
-        allowed_images: ImageAllowlist::new(args.allowed_images.clone(), &images),
-        operator_namespace: args.operator_namespace.clone(),
-        images,
-        refresh: args.status_refresh,
+    let shared = Shared {
+        client: client.clone(),
+        metrics,
+        clock: Arc::new(SystemClock),
+        leadership: leadership.clone(),
+        instance: identity.clone(),
         concurrency: args.max_concurrent_reconciles,
     };
     let probe = Probe::new(args.inventory_url_template.clone(), args.probe_timeout)?;
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        &identity,
-        metrics,
-        Arc::new(SystemClock),
-        leadership.clone(),
-        probe,
-        settings,
-    ));
+    let controllers = Controllers {
+        degradation: Arc::new(Context::new(
+            &shared,
+            degradation::reconcile::IDENTITY,
+            degradation::Settings {
+                prometheus_url: args.prometheus_url.clone(),
+                signal: degradation::signal::SignalReader::new()?,
+                probe: probe.clone(),
+                propagation_bound: args.propagation_timeout,
+                pace: degradation::pace::Pace::default(),
+            },
+        )),
+        flashsale: Arc::new(Context::new(
+            &shared,
+            flashsale::reconcile::IDENTITY,
+            flashsale::Settings {
+                allowed_images: ImageAllowlist::new(args.allowed_images.clone(), &images),
+                operator_namespace: args.operator_namespace.clone(),
+                images,
+                refresh: args.status_refresh,
+                probe,
+            },
+        )),
+    };
     let readiness = Readiness::default().with_check("apiserver", move || {
         let client = client.clone();
         async move {
@@ -177,7 +203,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         leader_election = args.leader_elect,
         "operator starting"
     );
-    let controllers = lead(ctx, args.namespace.clone(), leadership, shutdown);
+    let controllers = lead(
+        controllers,
+        shared.metrics.clone(),
+        args.namespace.clone(),
+        leadership,
+        shutdown,
+    );
     let (ops, ()) = tokio::join!(process.serve_ops(&args.runtime.ops, readiness), controllers);
     // Give the lease back, so a standby takes over now rather than when the
     // lease runs out.
@@ -193,19 +225,54 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Fails with how to install the CRDs when they are missing, instead of
+/// Fails with how to install the CRDs when one is missing, instead of
 /// starting controllers that would only log watch errors.
 async fn check_crds(client: &Client) -> anyhow::Result<()> {
-    let sales: Api<FlashSale> = Api::all(client.clone());
-    match sales.list(&kube::api::ListParams::default().limit(1)).await {
+    check_crd::<FlashSale>(client).await?;
+    check_crd::<DegradationPolicy>(client).await?;
+    check_crd::<ChaosDrill>(client).await
+}
+
+async fn check_crd<K>(client: &Client) -> anyhow::Result<()>
+where
+    K: CustomResourceExt
+        + Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let objects: Api<K> = Api::all(client.clone());
+    match objects
+        .list_metadata(&kube::api::ListParams::default().limit(1))
+        .await
+    {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(status)) if status.code == 404 => anyhow::bail!(
             "the CRD {} is not installed; install the CRDs with \
              `flashsale-operator crd | kubectl apply --server-side -f -` \
              (or the Helm chart), then start the operator again",
-            FlashSale::crd_name()
+            K::crd_name()
         ),
-        Err(err) => Err(err).context("cannot list FlashSales to check the CRDs"),
+        Err(err) => {
+            Err(err).with_context(|| format!("cannot list {} to check the CRDs", K::crd_name()))
+        }
+    }
+}
+
+/// Every controller of the operator, each with its own context.
+struct Controllers {
+    flashsale: Arc<flashsale::Ctx>,
+    degradation: Arc<degradation::Ctx>,
+}
+
+impl Controllers {
+    /// Runs them all until `stop` resolves.
+    async fn run(&self, namespace: Option<&str>, stop: Shutdown) {
+        let until = |stop: Shutdown| async move { stop.wait().await };
+        tokio::join!(
+            flashsale::run(self.flashsale.clone(), namespace, until(stop.clone())),
+            degradation::run(self.degradation.clone(), namespace, until(stop)),
+        );
     }
 }
 
@@ -213,7 +280,8 @@ async fn check_crds(client: &Client) -> anyhow::Result<()> {
 /// them at once: in-flight reconciles are cancelled mid-request, and every
 /// write checks the leadership first, so nothing is written after the loss.
 async fn lead(
-    ctx: Arc<Context>,
+    controllers: Controllers,
+    metrics: OperatorMetrics,
     namespace: Option<String>,
     mut leadership: Leadership,
     shutdown: Shutdown,
@@ -223,18 +291,15 @@ async fn lead(
             () = leadership.acquired() => {}
             () = shutdown.wait() => return,
         }
-        ctx.metrics.set_leader(true);
+        metrics.set_leader(true);
         tracing::info!("leading: controllers start");
-        let stop = shutdown.clone();
-        let controller = flashsale::run(ctx.clone(), namespace.as_deref(), async move {
-            stop.wait().await;
-        });
+        let running = controllers.run(namespace.as_deref(), shutdown.clone());
         let mut lost = leadership.clone();
         tokio::select! {
-            () = controller => {}
+            () = running => {}
             () = lost.lost() => tracing::warn!("leadership lost: controllers stopped"),
         }
-        ctx.metrics.set_leader(false);
+        metrics.set_leader(false);
         if shutdown.is_triggered() {
             return;
         }

@@ -14,7 +14,7 @@ use flashsale_e2e::{
     stack::{self, unique_name},
     wait::poll_until,
 };
-use flashsale_operator::api::FlashSale;
+use flashsale_operator::api::{DegradationPolicy, FlashSale};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::{
     api::{
@@ -132,10 +132,16 @@ async fn create_sale(client: &Client, ns: &str, opens_in: SignedDuration) -> any
 /// operator's defaults, and anything else under the project's image prefix
 /// is allowed for the failure cases.
 fn operator(ns: &str) -> anyhow::Result<Operator> {
+    let prometheus = stack::prometheus_url()?;
     Operator::start(
         ns,
         "real-node",
-        &["--allowed-image", "ghcr.io/flashsale-dev/"],
+        &[
+            "--allowed-image",
+            "ghcr.io/flashsale-dev/",
+            "--prometheus-url",
+            &prometheus,
+        ],
     )
 }
 
@@ -728,5 +734,146 @@ async fn chaos_mesh_pod_failure_stops_a_real_gateway_until_the_experiment_is_del
     })
     .await?;
     await_ready(&client, &ns.name, &sale.name).await?;
+    Ok(())
+}
+
+/// The shipped example policy, pointed at the test's sale and namespace.
+fn example_policy(ns: &str, sale: &str) -> anyhow::Result<DegradationPolicy> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../crds/examples/degradationpolicy-two-tier.yaml"
+    );
+    let text = std::fs::read_to_string(path)?
+        .replace("namespace=\"default\"", &format!("namespace=\"{ns}\""))
+        .replace("singles-day-gateway-", &format!("{sale}-gateway-"));
+    let mut policy: DegradationPolicy = serde_yaml_ng::from_str(&text)?;
+    policy.metadata.namespace = None;
+    policy.spec.sale_ref.name = sale.to_owned();
+    policy.spec.signal.interval = "1s".parse()?;
+    Ok(policy)
+}
+
+#[tokio::test]
+async fn the_example_policy_reads_the_real_gateways_and_every_gateway_applies_its_switches()
+-> anyhow::Result<()> {
+    let client = setup().await?;
+    let ns = TestNamespace::create(&client, "real-degradation").await?;
+    let operator = operator(&ns.name)?;
+    let sale = create_sale(&client, &ns.name, SignedDuration::from_hours(1)).await?;
+    patch_sale(
+        &client,
+        &ns.name,
+        &sale.name,
+        json!({"spec": {"gateway": {"replicas": 3}}}),
+    )
+    .await?;
+    poll_until("3 ready gateways", START, TICK, || {
+        let client = client.clone();
+        let (ns, name) = (ns.name.clone(), sale.name.clone());
+        async move {
+            let pods = ready_pods(&client, &ns, &name, "gateway")
+                .await
+                .map_err(|e| e.to_string())?;
+            (pods.len() == 3)
+                .then_some(())
+                .ok_or(format!("{} ready", pods.len()))
+        }
+    })
+    .await?;
+
+    // The example's signal, as written, over the gateways' own metrics as
+    // Prometheus scrapes them from the pods: a finite load ratio.
+    let policies: Api<DegradationPolicy> = Api::namespaced(client.clone(), &ns.name);
+    let created = policies
+        .create(
+            &PostParams::default(),
+            &example_policy(&ns.name, &sale.name)?,
+        )
+        .await?;
+    let name = created.name_any();
+    let read = poll_until("the example signal read", START, TICK, || {
+        let policies = policies.clone();
+        let name = name.clone();
+        async move {
+            let status = policies
+                .get(&name)
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .unwrap_or_default();
+            let signal = status.observed.get("SignalAvailable").cloned();
+            match (status.last_value, signal) {
+                (Some(value), Some(c)) if c.status == "True" => Ok(value),
+                (value, c) => Err(format!("{value:?} {c:?}")),
+            }
+        }
+    })
+    .await?;
+    assert!(
+        read.is_finite() && (0.0..1.0).contains(&read),
+        "load ratio {read} of idle gateways"
+    );
+
+    // On-call forces tier 2: every one of the three real gateways applies
+    // it, and the operator measured how long that took.
+    let expires = Timestamp::now() + SignedDuration::from_mins(10);
+    let patch = json!({"spec": {"override": {
+        "tier": 2, "reason": "drill: force tier 2", "expires": expires.to_string()
+    }}});
+    policies
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    let status = poll_until("the switches applied by every gateway", START, TICK, || {
+        let policies = policies.clone();
+        let name = name.clone();
+        async move {
+            let status = policies
+                .get(&name)
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .unwrap_or_default();
+            let propagated = status.observed.get("Propagated").cloned();
+            match (&status.propagation, status.tier) {
+                (Some(p), Some(2))
+                    if p.applied_replicas == 3
+                        && p.seconds.is_some()
+                        && propagated.as_ref().is_some_and(|c| c.status == "True") =>
+                {
+                    Ok(status)
+                }
+                _ => Err(format!("{:?} {propagated:?}", status.propagation)),
+            }
+        }
+    })
+    .await?;
+    let propagation = status.propagation.clone().unwrap_or_default();
+    assert_eq!(propagation.desired_replicas, 3);
+    let seconds = propagation.seconds.unwrap_or(f64::NAN);
+    assert!(seconds.is_finite() && seconds < 5.0, "{seconds}");
+    let switches =
+        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &ns.name)
+            .get(&format!("{}-degradation", sale.name))
+            .await?;
+    let state = flashsale_degradation::Degradation::from_data(&switches.data.unwrap_or_default())?;
+    assert_eq!(i64::try_from(state.generation)?, propagation.generation);
+    assert_eq!(state.tier, 2);
+    let measured = operator
+        .metric_sum("flashsale_degradation_propagation_seconds_count")
+        .await?;
+    assert!(measured >= 1.0, "{measured}");
+
+    policies.delete(&name, &DeleteParams::default()).await?;
+    poll_until("the policy gone", START, TICK, || {
+        let policies = policies.clone();
+        let name = name.clone();
+        async move {
+            match policies.get_opt(&name).await {
+                Ok(None) => Ok(()),
+                other => Err(format!("{:?}", other.map(|p| p.is_some()))),
+            }
+        }
+    })
+    .await?;
     Ok(())
 }

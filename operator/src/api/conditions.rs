@@ -63,6 +63,14 @@ pub mod reasons {
     /// Another DegradationPolicy already drives the same sale; the message
     /// names it.
     pub const CONFLICTING_POLICY: &str = "ConflictingPolicy";
+    /// Event: the degradation tier in force changed; the note says from
+    /// which, to which and why.
+    pub const TIER_CHANGED: &str = "TierChanged";
+    /// Event: an override took effect (or changed); the note names who set
+    /// it, the tier, until when and why.
+    pub const OVERRIDE_STARTED: &str = "OverrideStarted";
+    /// Event: an override expired or was removed; the signal decides again.
+    pub const OVERRIDE_ENDED: &str = "OverrideEnded";
     /// The load signal was read and is fresh.
     pub const SIGNAL_OK: &str = "SignalOk";
     /// Prometheus did not answer, or answered with an error status.

@@ -4,7 +4,7 @@
 // Each `printcolumn(...)` repeats the same keys, which this lint mistakes for duplicates.
 #![allow(clippy::duplicated_attributes)]
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -172,90 +172,13 @@ pub struct Tier {
     pub switches: Switches,
 }
 
-/// Degraded modes of the non-core features. A feature left out keeps the
-/// mode of the tier below (or runs normally at tier 0).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct Switches {
-    /// Recommendations.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub recommendations: Option<RecommendationsMode>,
-    /// Order-history search.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub order_history: Option<OrderHistoryMode>,
-    /// Voucher push notifications.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub voucher_push: Option<VoucherPushMode>,
-    /// Product reviews.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reviews: Option<ReviewsMode>,
-    /// Shop chat.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub shop_chat: Option<ShopChatMode>,
-    /// Mini-games.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mini_games: Option<MiniGamesMode>,
-}
-
-/// Recommendations under load.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub enum RecommendationsMode {
-    /// Computed per user.
-    Normal,
-    /// A static list, no per-user work.
-    Static,
-}
-
-/// Order history under load.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub enum OrderHistoryMode {
-    /// Full history.
-    Normal,
-    /// The last 7 days only.
-    Last7Days,
-}
-
-/// Voucher push under load.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub enum VoucherPushMode {
-    /// Sent at once.
-    Normal,
-    /// Accepted (202) and sent later.
-    Deferred,
-}
-
-/// Reviews under load.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub enum ReviewsMode {
-    /// Written at once.
-    Normal,
-    /// Queued and written later.
-    Queued,
-}
-
-/// Shop chat under load.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub enum ShopChatMode {
-    /// Unthrottled.
-    Normal,
-    /// One message per 5 s per user.
-    Throttled,
-}
-
-/// Mini-games under load.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub enum MiniGamesMode {
-    /// Open.
-    Normal,
-    /// Closed with a maintenance notice (HTTP 200).
-    Closed,
-}
+/// Degraded modes of the non-core features, as the switches contract
+/// shared with the gateways defines them. A feature left out keeps the mode
+/// of the tier below (or runs normally at tier 0).
+pub use flashsale_degradation::{
+    MiniGamesMode, OrderHistoryMode, RecommendationsMode, ReviewsMode, ShopChatMode,
+    SwitchChanges as Switches, VoucherPushMode,
+};
 
 /// What to do when the signal cannot be read (Prometheus down, empty result).
 #[derive(KubeSchema, Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -336,23 +259,23 @@ pub struct DegradationPolicyStatus {
     pub tier_message: Option<String>,
     /// When the tier in force was entered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub since: Option<Time>,
+    pub since: Option<MicroTime>,
     /// The last good value of the signal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_value: Option<f64>,
     /// The sample time of `lastValue`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_sample_time: Option<Time>,
+    pub last_sample_time: Option<MicroTime>,
     /// When the signal was last evaluated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_evaluation_time: Option<Time>,
     /// Start of the hold-down: since when the signal has stayed below the
     /// `exitBelow` of the tier in force.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub below_exit_since: Option<Time>,
+    pub below_exit_since: Option<MicroTime>,
     /// Since when the signal has been missing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub signal_lost_since: Option<Time>,
+    pub signal_lost_since: Option<MicroTime>,
     /// The override in force, with who set it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_override: Option<ActiveOverride>,

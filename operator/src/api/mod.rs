@@ -153,7 +153,9 @@ spec:
             tier: Some(2),
             tier_reason: Some(degradation::TierReason::Override),
             tier_message: Some("forced by on-call".to_owned()),
-            since: Some(time("2026-11-11T00:00:00Z")),
+            since: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+                time("2026-11-11T00:00:00Z").0,
+            )),
             active_override: Some(degradation::ActiveOverride {
                 tier: 2,
                 reason: "INC-4711".to_owned(),
@@ -176,7 +178,7 @@ spec:
                 "tier": 2,
                 "tierReason": "Override",
                 "tierMessage": "forced by on-call",
-                "since": "2026-11-11T00:00:00Z",
+                "since": "2026-11-11T00:00:00.000000Z",
                 "activeOverride": {
                     "tier": 2, "reason": "INC-4711",
                     "expires": "2026-11-11T01:00:00Z", "setBy": "kubectl-patch"

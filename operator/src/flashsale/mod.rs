@@ -4,6 +4,7 @@
 pub mod allowlist;
 pub mod build;
 pub mod drain;
+pub mod error;
 pub mod lifecycle;
 pub mod pods;
 pub mod probe;
@@ -11,9 +12,8 @@ pub mod reconcile;
 pub mod status;
 pub mod tokens;
 
-use std::{future::Future, sync::Arc};
+use std::{future::Future, sync::Arc, time::Duration};
 
-use futures::StreamExt;
 use k8s_openapi::api::{
     apps::v1::Deployment,
     autoscaling::v2::HorizontalPodAutoscaler,
@@ -28,16 +28,39 @@ use kube::{
     runtime::{Controller, controller, reflector::ObjectRef, watcher},
 };
 
-use crate::{api::FlashSale, apply::Namespaced, context::Context};
+use crate::{
+    api::FlashSale,
+    kit::{self, Context},
+};
+
+/// The FlashSale controller's settings.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Default images of the workloads.
+    pub images: build::Images,
+    /// The images a FlashSale may name.
+    pub allowed_images: allowlist::ImageAllowlist,
+    /// The operator's own namespace, let through the sales' NetworkPolicies
+    /// to the inventory API and the order-writer's metrics.
+    pub operator_namespace: String,
+    /// How often a running sale's status (replicas, stock) is refreshed when
+    /// nothing else wakes the controller.
+    pub refresh: Duration,
+    /// Reads the workloads' own view (stock, lag).
+    pub probe: probe::Probe,
+}
+
+/// The FlashSale controller's context.
+pub type Ctx = Context<Settings>;
 
 /// Runs the FlashSale controller until `shutdown` resolves. `namespace`
 /// limits it to one namespace; `None` watches them all.
 pub async fn run(
-    ctx: Arc<Context>,
+    ctx: Arc<Ctx>,
     namespace: Option<&str>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let sales: Api<FlashSale> = api(&ctx, namespace);
+    let sales: Api<FlashSale> = kit::api(&ctx.client, namespace);
     // Only the operator's own children: a change to one (a hand edit, a
     // deletion, new ready replicas) wakes its sale.
     let children = watcher::Config::default().labels(&format!(
@@ -47,24 +70,42 @@ pub async fn run(
     // Bounded concurrency: hundreds of sales created at once must not become
     // thousands of requests in flight, which time out at the apiserver and
     // hold memory here.
-    let config = controller::Config::default().concurrency(ctx.settings.concurrency);
-    Controller::new(sales, watcher::Config::default().any_semantic())
+    let config = controller::Config::default().concurrency(ctx.concurrency);
+    let results = Controller::new(sales, watcher::Config::default().any_semantic())
         .with_config(config)
-        .owns(api::<Deployment>(&ctx, namespace), children.clone())
-        .owns(api::<Service>(&ctx, namespace), children.clone())
-        .owns(api::<ConfigMap>(&ctx, namespace), children.clone())
         .owns(
-            api::<PodDisruptionBudget>(&ctx, namespace),
+            kit::api::<Deployment>(&ctx.client, namespace),
             children.clone(),
         )
         .owns(
-            api::<HorizontalPodAutoscaler>(&ctx, namespace),
+            kit::api::<Service>(&ctx.client, namespace),
             children.clone(),
         )
-        .owns(api::<NetworkPolicy>(&ctx, namespace), children.clone())
-        .owns(api::<ServiceAccount>(&ctx, namespace), children.clone())
-        .owns(api::<Role>(&ctx, namespace), children.clone())
-        .owns(api::<RoleBinding>(&ctx, namespace), children.clone())
+        .owns(
+            kit::api::<ConfigMap>(&ctx.client, namespace),
+            children.clone(),
+        )
+        .owns(
+            kit::api::<PodDisruptionBudget>(&ctx.client, namespace),
+            children.clone(),
+        )
+        .owns(
+            kit::api::<HorizontalPodAutoscaler>(&ctx.client, namespace),
+            children.clone(),
+        )
+        .owns(
+            kit::api::<NetworkPolicy>(&ctx.client, namespace),
+            children.clone(),
+        )
+        .owns(
+            kit::api::<ServiceAccount>(&ctx.client, namespace),
+            children.clone(),
+        )
+        .owns(kit::api::<Role>(&ctx.client, namespace), children.clone())
+        .owns(
+            kit::api::<RoleBinding>(&ctx.client, namespace),
+            children.clone(),
+        )
         // Pods belong to ReplicaSets, not to the sale: a pod that starts,
         // becomes ready or fails wakes the sale named by its part-of label.
         // Metadata only: every change still arrives, at a fraction of the
@@ -81,18 +122,6 @@ pub async fn run(
             },
         )
         .graceful_shutdown_on(shutdown)
-        .run(reconcile::reconcile, reconcile::error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(err) = result {
-                tracing::debug!(%err, "reconcile not completed");
-            }
-        })
-        .await;
-}
-
-fn api<K: Namespaced>(ctx: &Context, namespace: Option<&str>) -> Api<K> {
-    match namespace {
-        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
-        None => Api::all(ctx.client.clone()),
-    }
+        .run(reconcile::reconcile, kit::error_policy, ctx);
+    kit::report(reconcile::IDENTITY, results).await;
 }

@@ -2,7 +2,7 @@
 //! status, then sleep exactly until the next phase change (or the next status
 //! refresh, whichever comes first).
 
-use std::{sync::Arc, time::Instant};
+use std::sync::Arc;
 
 use jiff::Timestamp;
 use k8s_openapi::api::{
@@ -12,8 +12,10 @@ use k8s_openapi::api::{
 use kube::{Api, ResourceExt, api::ListParams, runtime::controller::Action};
 
 use super::{
+    Ctx,
     build::{self, Component, Input, Stage},
     drain,
+    error::Error,
     lifecycle::{self, Timeline},
     pods,
     probe::SaleAddress,
@@ -27,48 +29,27 @@ use crate::{
         flashsale::SalePhase,
     },
     apply::{self, Namespaced},
-    context::Context,
-    error::Error,
+    kit::{self, Identity, Verb, key},
     validate,
 };
 
-/// The controller's name in metrics and logs.
-pub const CONTROLLER: &str = "flashsale";
+/// The FlashSale controller.
+pub const IDENTITY: Identity = Identity {
+    name: "flashsale",
+    // The operator's name, unchanged since the first release, so the fields
+    // of existing children keep one owner.
+    field_manager: "flashsale-operator",
+};
 
 /// Reconciles one sale; every error is also a Warning Event and a metric.
-pub async fn reconcile(sale: Arc<FlashSale>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let started = Instant::now();
-    let result = reconcile_sale(&sale, &ctx).await;
-    ctx.metrics
-        .reconciled(CONTROLLER, result.is_ok(), started.elapsed());
-    match &result {
-        Ok(_) => {}
-        // A replica that lost the lease must not write, Events included.
-        Err(Error::NotLeader) => ctx.metrics.failed(CONTROLLER, Error::NotLeader.reason()),
-        Err(err) => {
-            tracing::warn!(sale = %key(&sale), reason = err.reason(), %err, "reconcile failed");
-            ctx.metrics.failed(CONTROLLER, err.reason());
-            ctx.event(sale.as_ref(), true, err.reason(), err.to_string())
-                .await;
-        }
-    }
-    result
+pub async fn reconcile(sale: Arc<FlashSale>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    kit::reconcile(sale, ctx, |sale, ctx| async move {
+        reconcile_sale(&sale, &ctx).await
+    })
+    .await
 }
 
-/// After a failed reconcile: retry with per-sale exponential backoff.
-pub fn error_policy(sale: Arc<FlashSale>, _err: &Error, ctx: Arc<Context>) -> Action {
-    Action::requeue(ctx.backoff(&key(&sale)))
-}
-
-fn key(sale: &FlashSale) -> String {
-    format!(
-        "{}/{}",
-        sale.namespace().unwrap_or_default(),
-        sale.name_any()
-    )
-}
-
-async fn reconcile_sale(sale: &FlashSale, ctx: &Context) -> Result<Action, Error> {
+async fn reconcile_sale(sale: &FlashSale, ctx: &Ctx) -> Result<Action, Error> {
     // A sale being deleted is left to the garbage collector: applying its
     // children again would recreate what the collector removes.
     if sale.metadata.deletion_timestamp.is_some() {
@@ -76,7 +57,7 @@ async fn reconcile_sale(sale: &FlashSale, ctx: &Context) -> Result<Action, Error
     }
     let namespace = sale
         .namespace()
-        .ok_or(Error::MissingMetadata("metadata.namespace"))?;
+        .ok_or(kit::Error::MissingMetadata("metadata.namespace"))?;
     let now = ctx.clock.now();
     let old = sale.status.as_ref();
     let generation = sale.metadata.generation;
@@ -111,7 +92,6 @@ async fn reconcile_sale(sale: &FlashSale, ctx: &Context) -> Result<Action, Error
         stage,
         operator_namespace: &ctx.settings.operator_namespace,
     })?;
-    let degradation = build::degradation_config_map(sale)?;
     let skus: Vec<String> = sale.spec.items.iter().map(|i| i.sku.clone()).collect();
     let address = SaleAddress {
         namespace: namespace.clone(),
@@ -122,7 +102,6 @@ async fn reconcile_sale(sale: &FlashSale, ctx: &Context) -> Result<Action, Error
     // so a transition shows in the status a few round trips after its time.
     let writes = async {
         let workloads = apply_all(ctx, &desired).await?;
-        apply::create_if_absent(ctx, CONTROLLER, &degradation).await?;
         prune(ctx, &namespace, sale, &desired).await?;
         Ok::<_, Error>(workloads)
     };
@@ -131,7 +110,8 @@ async fn reconcile_sale(sale: &FlashSale, ctx: &Context) -> Result<Action, Error
             return None;
         }
         Some(
-            ctx.probe
+            ctx.settings
+                .probe
                 .stock(&address, &token, &skus)
                 .await
                 .map_err(|err| err.to_string()),
@@ -165,7 +145,7 @@ async fn reconcile_sale(sale: &FlashSale, ctx: &Context) -> Result<Action, Error
 
 /// Why the sale's pods that do not run do not run, read from the pods.
 async fn failing_pods(
-    ctx: &Context,
+    ctx: &Ctx,
     namespace: &str,
     sale: &FlashSale,
 ) -> Result<Vec<pods::PodProblem>, Error> {
@@ -180,19 +160,14 @@ async fn failing_pods(
     let listed = api
         .list(&ListParams::default().labels(&selector))
         .await
-        .map_err(|source| Error::Kube {
-            action: "list",
-            kind: "Pod",
-            name: selector,
-            source,
-        })?;
+        .map_err(kit::Error::kube(Verb::List, "Pod", selector))?;
     Ok(pods::problems(&listed.items))
 }
 
 /// A Warning Event when a pod problem first becomes the reason the sale is
 /// stalled, so `kubectl describe` and alerting on Events see it once, not at
 /// every refresh.
-async fn announce_pod_problem(ctx: &Context, sale: &FlashSale, seen: &Observation) {
+async fn announce_pod_problem(ctx: &Ctx, sale: &FlashSale, seen: &Observation) {
     let Some(first) = seen.pod_problems.first() else {
         return;
     };
@@ -210,7 +185,7 @@ async fn announce_pod_problem(ctx: &Context, sale: &FlashSale, seen: &Observatio
 
 /// Wakes at the next phase change, or sooner to refresh replicas and stock
 /// while anything runs.
-fn requeue(ctx: &Context, now: Timestamp, next: Option<Timestamp>, stage: Stage) -> Action {
+fn requeue(ctx: &Ctx, now: Timestamp, next: Option<Timestamp>, stage: Stage) -> Action {
     let until_next = next.map(|at| {
         let wait = at.duration_since(now);
         // Round up, so the wake-up is never a hair before the change.
@@ -231,7 +206,7 @@ fn requeue(ctx: &Context, now: Timestamp, next: Option<Timestamp>, stage: Stage)
 /// whose API token is returned. The first problem found blocks the sale,
 /// before anything of it is written.
 async fn gather(
-    ctx: &Context,
+    ctx: &Ctx,
     namespace: &str,
     sale: &FlashSale,
 ) -> Result<Result<String, Blocker>, Error> {
@@ -259,7 +234,7 @@ async fn gather(
 
 /// The first Secret the spec names that does not exist or lacks its key.
 async fn missing_secret(
-    ctx: &Context,
+    ctx: &Ctx,
     namespace: &str,
     sale: &FlashSale,
 ) -> Result<Option<Blocker>, Error> {
@@ -268,12 +243,7 @@ async fn missing_secret(
         let secret = api
             .get_opt(&reference.name)
             .await
-            .map_err(|source| Error::Kube {
-                action: "read",
-                kind: "Secret",
-                name: reference.name.clone(),
-                source,
-            })?;
+            .map_err(kit::Error::kube(Verb::Read, "Secret", &reference.name))?;
         let Some(secret) = secret else {
             return Ok(Some(Blocker {
                 reason: reasons::SECRET_MISSING,
@@ -308,7 +278,7 @@ async fn missing_secret(
 /// sale is settled, and `Drained` is sticky: after scaling to zero there is
 /// nobody left to ask.
 async fn drain(
-    ctx: &Context,
+    ctx: &Ctx,
     namespace: &str,
     sale: &FlashSale,
     phase: SalePhase,
@@ -339,12 +309,12 @@ async fn drain(
         Err(err) => return Drain::Unknown(format!("listing the order-writer's pods: {err}")),
     };
     let replicas = drain::ready_replicas(&listed, build::OPS_PORT_NUMBER);
-    drain::verdict(&ctx.probe.writer_lags(&replicas).await)
+    drain::verdict(&ctx.settings.probe.writer_lags(&replicas).await)
 }
 
 /// Applies every desired object; returns the Deployments as the apiserver
 /// now holds them, for the status.
-async fn apply_all(ctx: &Context, desired: &build::Desired) -> Result<Vec<WorkloadView>, Error> {
+async fn apply_all(ctx: &Ctx, desired: &build::Desired) -> Result<Vec<WorkloadView>, Error> {
     // Two waves of concurrent applies: what the pods refer to (identity,
     // configuration) and what guards them (disruption budgets, network
     // policies) first, so new pods never start without it.
@@ -373,23 +343,24 @@ async fn apply_all(ctx: &Context, desired: &build::Desired) -> Result<Vec<Worklo
         .collect())
 }
 
-async fn apply_each<K: Namespaced>(ctx: &Context, objects: &[K]) -> Result<Vec<K>, Error> {
-    futures::future::try_join_all(objects.iter().map(|o| apply::apply(ctx, CONTROLLER, o))).await
+async fn apply_each<K: Namespaced>(ctx: &Ctx, objects: &[K]) -> Result<Vec<K>, Error> {
+    Ok(futures::future::try_join_all(objects.iter().map(|o| apply::apply(ctx, o))).await?)
 }
 
 /// Deletes what the sale may have but no longer needs. Every other child
 /// exists in every stage, so only the gateway's HPA can go stale.
 async fn prune(
-    ctx: &Context,
+    ctx: &Ctx,
     namespace: &str,
     sale: &FlashSale,
     desired: &build::Desired,
 ) -> Result<(), Error> {
-    let uid = sale.uid().ok_or(Error::MissingMetadata("metadata.uid"))?;
+    let uid = sale
+        .uid()
+        .ok_or(kit::Error::MissingMetadata("metadata.uid"))?;
     let hpa = build::names::gateway_autoscaler(sale);
     if desired.horizontal_pod_autoscalers.is_empty() {
-        apply::delete_owned::<HorizontalPodAutoscaler>(ctx, CONTROLLER, namespace, &hpa, &uid)
-            .await?;
+        apply::delete_owned::<HorizontalPodAutoscaler, _>(ctx, namespace, &hpa, &uid).await?;
     }
     Ok(())
 }
@@ -397,7 +368,7 @@ async fn prune(
 /// Writes the status when it changed; publishes an Event when the phase or
 /// the blocker changed, so `kubectl describe` tells the story.
 async fn write_status(
-    ctx: &Context,
+    ctx: &Ctx,
     sale: &FlashSale,
     new: &crate::api::FlashSaleStatus,
     blocker: Option<&Blocker>,
@@ -406,8 +377,8 @@ async fn write_status(
     if &old == new {
         return Ok(());
     }
-    let value = serde_json::to_value(new)?;
-    apply::apply_status(ctx, CONTROLLER, sale, value).await?;
+    let value = serde_json::to_value(new).map_err(kit::Error::from)?;
+    apply::apply_status(ctx, sale, value).await?;
     if let Some(blocker) = blocker {
         let was = old
             .observed

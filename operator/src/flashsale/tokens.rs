@@ -9,15 +9,15 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, ResourceExt};
 
 use super::{
+    Ctx,
     build::{self, ADMIN_TOKEN_KEY, API_TOKEN_KEY, InternalTokens},
-    reconcile::CONTROLLER,
+    error::Error,
     status::Blocker,
 };
 use crate::{
     api::{FlashSale, conditions::reasons},
     apply,
-    context::Context,
-    error::Error,
+    kit::{self, Verb},
 };
 
 /// Bytes of randomness per token (written as twice as many hex digits).
@@ -40,24 +40,21 @@ fn random_token() -> String {
 /// when it does not exist; a blocker when the Secret of that name cannot be
 /// used.
 pub async fn ensure(
-    ctx: &Context,
+    ctx: &Ctx,
     namespace: &str,
     sale: &FlashSale,
 ) -> Result<Result<String, Blocker>, Error> {
     let name = build::names::internal_secret(sale);
-    let uid = sale.uid().ok_or(Error::MissingMetadata("metadata.uid"))?;
+    let uid = sale
+        .uid()
+        .ok_or(kit::Error::MissingMetadata("metadata.uid"))?;
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
-    let read = |source| Error::Kube {
-        action: "read",
-        kind: "Secret",
-        name: name.clone(),
-        source,
-    };
+    let read = |source| kit::Error::kube(Verb::Read, "Secret", &name)(source);
     let existing = match api.get_opt(&name).await.map_err(read)? {
         Some(secret) => secret,
         None => {
             let wanted = build::internal_secret(sale, &generate())?;
-            match apply::create(ctx, CONTROLLER, &wanted).await? {
+            match apply::create(ctx, &wanted).await? {
                 Some(created) => created,
                 // Created in between: read what is there.
                 None => api.get(&name).await.map_err(read)?,

@@ -1,85 +1,82 @@
-//! What every controller shares: the client, the event recorder, metrics, the
-//! clock, the leadership view and the operator's settings.
+//! A controller's context: what every controller shares (client, metrics,
+//! clock, leadership), who this controller is, its own backoff and its own
+//! settings.
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{collections::HashMap, sync::Mutex, time::Duration};
+
+use std::sync::Arc;
 
 use kube::{
     Client, Resource, ResourceExt,
     runtime::events::{Event, EventType, Recorder, Reporter},
 };
 
-use crate::{
-    clock::Clock,
-    flashsale::{allowlist::ImageAllowlist, build::Images, probe::Probe},
-    leader::Leadership,
-    metrics::OperatorMetrics,
-};
+use crate::{clock::Clock, leader::Leadership, metrics::OperatorMetrics};
 
-/// The field manager of every server-side apply, and the Events' reporter.
-pub const MANAGER: &str = "flashsale-operator";
-
-/// Operator-wide settings the controllers read.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    /// Default images of the workloads.
-    pub images: Images,
-    /// The images a FlashSale may name.
-    pub allowed_images: ImageAllowlist,
-    /// The operator's own namespace, let through the sales' NetworkPolicies
-    /// to the inventory API and the order-writer's metrics.
-    pub operator_namespace: String,
-    /// How often a running sale's status (replicas, stock) is refreshed when
-    /// nothing else wakes the controller.
-    pub refresh: Duration,
-    /// Reconciles run at once, per controller.
-    pub concurrency: u16,
+/// Who a controller is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Identity {
+    /// Its name: the `controller` label of the metrics, the reporting
+    /// controller of its Events, the `controller` field of its logs.
+    pub name: &'static str,
+    /// The field manager of its writes, so `managedFields` tells which
+    /// controller set a field and one controller's apply never takes fields
+    /// from another.
+    pub field_manager: &'static str,
 }
 
-/// The shared context of the controllers.
-pub struct Context {
+/// What every controller of this process shares.
+#[derive(Clone)]
+pub struct Shared {
     /// Kubernetes client.
     pub client: Client,
-    /// Records Events on the objects reconciled.
-    pub recorder: Recorder,
     /// The operator's metrics.
     pub metrics: OperatorMetrics,
     /// Time, injected.
     pub clock: Arc<dyn Clock>,
     /// Whether this replica may write.
     pub leadership: Leadership,
-    /// Reads the workloads' own view (stock, lag).
-    pub probe: Probe,
-    /// Operator-wide settings.
-    pub settings: Settings,
+    /// This replica's name in Events.
+    pub instance: String,
+    /// Reconciles run at once, per controller.
+    pub concurrency: u16,
+}
+
+/// One controller's context.
+pub struct Context<S> {
+    /// Kubernetes client.
+    pub client: Client,
+    /// The operator's metrics.
+    pub metrics: OperatorMetrics,
+    /// Time, injected.
+    pub clock: Arc<dyn Clock>,
+    /// Whether this replica may write.
+    pub leadership: Leadership,
+    /// Reconciles run at once.
+    pub concurrency: u16,
+    /// Who this controller is.
+    pub id: Identity,
+    /// This controller's own settings.
+    pub settings: S,
+    recorder: Recorder,
     backoff: Backoff,
 }
 
-impl Context {
-    /// A context; `instance` names this replica in Events.
-    pub fn new(
-        client: Client,
-        instance: &str,
-        metrics: OperatorMetrics,
-        clock: Arc<dyn Clock>,
-        leadership: Leadership,
-        probe: Probe,
-        settings: Settings,
-    ) -> Self {
+impl<S> Context<S> {
+    /// The context of controller `id` over what the process shares.
+    pub fn new(shared: &Shared, id: Identity, settings: S) -> Self {
         let reporter = Reporter {
-            controller: MANAGER.to_owned(),
-            instance: Some(instance.to_owned()),
+            controller: id.field_manager.to_owned(),
+            instance: Some(shared.instance.clone()),
         };
         Self {
-            recorder: Recorder::new(client.clone(), reporter),
-            client,
-            metrics,
-            clock,
-            leadership,
-            probe,
+            recorder: Recorder::new(shared.client.clone(), reporter),
+            client: shared.client.clone(),
+            metrics: shared.metrics.clone(),
+            clock: shared.clock.clone(),
+            leadership: shared.leadership.clone(),
+            concurrency: shared.concurrency,
+            id,
             settings,
             backoff: Backoff::default(),
         }
@@ -94,6 +91,21 @@ impl Context {
         reason: &str,
         note: String,
     ) {
+        self.event_of(object, warning, reason, "Reconcile", note)
+            .await;
+    }
+
+    /// Publishes an Event of `action`. Events of one reason and action on
+    /// one object fold into a series that keeps the first note, so an action
+    /// that differs per occurrence (`Tier1To2`) keeps each one readable.
+    pub async fn event_of<K: Resource<DynamicType = ()>>(
+        &self,
+        object: &K,
+        warning: bool,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
         let event = Event {
             type_: if warning {
                 EventType::Warning
@@ -102,7 +114,7 @@ impl Context {
             },
             reason: reason.to_owned(),
             note: Some(note),
-            action: "Reconcile".to_owned(),
+            action: action.to_owned(),
             secondary: None,
         };
         if let Err(err) = self.recorder.publish(&event, &object.object_ref(&())).await {
@@ -121,8 +133,9 @@ impl Context {
     }
 }
 
-/// Per-object exponential backoff: 1 s, 2 s, 4 s … capped at 2 minutes. Kept
-/// here rather than in the controller's error policy because a missing Secret
+/// Per-object exponential backoff: 1 s, 2 s, 4 s … capped at 2 minutes. One
+/// per controller, so objects of two kinds with one name never share a
+/// count. Kept here rather than in the error policy because a missing Secret
 /// is not an error (it is reported in the status) but still needs spacing out.
 #[derive(Default)]
 struct Backoff {

@@ -1,22 +1,68 @@
-//! The controllers' errors. Each has a reason, which becomes the Warning
-//! Event's reason and the failure metric's label.
+//! Errors of the shared read and write path, and what every controller's own
+//! error type must say about itself.
 
-use crate::flashsale::build::BuildError;
+/// What a failed apiserver call was doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verb {
+    /// Server-side apply.
+    Apply,
+    /// Create.
+    Create,
+    /// Delete.
+    Delete,
+    /// Get.
+    Read,
+    /// List.
+    List,
+    /// Status subresource write.
+    Status,
+}
 
-/// A reconcile that could not finish.
+impl Verb {
+    /// The verb as log and error text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Apply => "apply",
+            Self::Create => "create",
+            Self::Delete => "delete",
+            Self::Read => "read",
+            Self::List => "list",
+            Self::Status => "status",
+        }
+    }
+
+    /// The stable reason of a failure of this verb.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Self::Apply => "ApplyFailed",
+            Self::Create => "CreateFailed",
+            Self::Delete => "DeleteFailed",
+            Self::Status => "StatusUpdateFailed",
+            Self::Read | Self::List => "ReadFailed",
+        }
+    }
+}
+
+impl std::fmt::Display for Verb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A failure any controller can meet on the shared path.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// This replica lost the lease: it must not write.
     #[error("this replica is not the leader, so it does not write")]
     NotLeader,
     /// An apiserver call failed.
-    #[error("{action} {kind} {name}: {source}")]
+    #[error("{verb} {kind} {name}: {source}")]
     Kube {
-        /// What was being done (apply, create, delete, read, status).
-        action: &'static str,
+        /// What was being done.
+        verb: Verb,
         /// Kind of the object.
         kind: &'static str,
-        /// Its name.
+        /// Its name (or the selector of a list).
         name: String,
         /// What the apiserver or the connection said.
         #[source]
@@ -25,29 +71,50 @@ pub enum Error {
     /// The object lacks metadata the apiserver always sets.
     #[error("the object has no {0}")]
     MissingMetadata(&'static str),
-    /// The children could not be built.
-    #[error(transparent)]
-    Build(#[from] BuildError),
     /// A status could not be encoded.
     #[error("encoding the status: {0}")]
     Encode(#[from] serde_json::Error),
 }
 
 impl Error {
-    /// A stable CamelCase category, for Events and metrics.
-    pub fn reason(&self) -> &'static str {
+    /// The mapper of a failed call: `api.get(n).await.map_err(Error::kube(Verb::Read, "Secret", n))`.
+    pub fn kube(
+        verb: Verb,
+        kind: &'static str,
+        name: impl Into<String>,
+    ) -> impl FnOnce(kube::Error) -> Self {
+        let name = name.into();
+        move |source| Self::Kube {
+            verb,
+            kind,
+            name,
+            source,
+        }
+    }
+}
+
+/// What the reconcile wrapper needs of a controller's own error type.
+pub trait ReconcileError: std::error::Error + Send + Sync + 'static {
+    /// A stable CamelCase category: the Warning Event's reason and the
+    /// failure metric's label.
+    fn reason(&self) -> &'static str;
+
+    /// Whether it only says this replica stopped leading, which is neither
+    /// logged as a failure nor published as an Event.
+    fn not_leader(&self) -> bool;
+}
+
+impl ReconcileError for Error {
+    fn reason(&self) -> &'static str {
         match self {
             Self::NotLeader => "NotLeader",
-            Self::Kube { action, .. } => match *action {
-                "apply" => "ApplyFailed",
-                "create" => "CreateFailed",
-                "delete" => "DeleteFailed",
-                "status" => "StatusUpdateFailed",
-                _ => "ReadFailed",
-            },
+            Self::Kube { verb, .. } => verb.reason(),
             Self::MissingMetadata(_) => "InvalidObject",
-            Self::Build(_) => "BuildFailed",
             Self::Encode(_) => "EncodeFailed",
         }
+    }
+
+    fn not_leader(&self) -> bool {
+        matches!(self, Self::NotLeader)
     }
 }

@@ -4,6 +4,9 @@
 
 #![allow(dead_code)] // each test binary uses a different part
 
+pub mod exporter;
+pub mod scene;
+
 use std::{
     net::TcpListener,
     path::PathBuf,

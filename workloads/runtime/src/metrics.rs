@@ -35,11 +35,7 @@ impl Buckets {
 
     /// A histogram with these buckets.
     pub fn histogram(&self) -> Histogram {
-        Histogram::new(exponential_buckets(
-            self.start,
-            self.factor,
-            self.count,
-        ))
+        Histogram::new(exponential_buckets(self.start, self.factor, self.count))
     }
 }
 

@@ -1,6 +1,7 @@
 //! Workload configuration ConfigMaps: the gateway's `gateway.json`, the
-//! inventory's `sale.json`, the initial degradation switches, and the hash
-//! that rolls pods when a configuration changes.
+//! inventory's `sale.json`, the degradation switches (written by the
+//! DegradationPolicy controller), and the hash that rolls pods when a
+//! configuration changes.
 
 use std::collections::BTreeMap;
 
@@ -231,37 +232,18 @@ pub(super) fn inventory_config_map(owner: &Owner<'_>, rendered: &Rendered) -> Co
     }
 }
 
-/// The `<sale>-degradation` ConfigMap at tier 0, created once when absent (the
-/// DegradationPolicy controller owns its content afterwards): data tier "0",
-/// generation "1", switches "{}", reason "initial: tier 0 when the sale was
-/// created", changedAt = the sale's metadata.creationTimestamp as RFC 3339
-/// (or "1970-01-01T00:00:00Z" if absent); same labels (component gateway) and
-/// owner reference.
-pub fn degradation_config_map(sale: &FlashSale) -> Result<ConfigMap, BuildError> {
+/// The `<sale>-degradation` ConfigMap holding `state`, in the format of the
+/// `flashsale-degradation` contract, labelled and owned like the sale's
+/// other children so it goes with the sale. Only the DegradationPolicy
+/// controller writes it.
+pub fn degradation_config_map(
+    sale: &FlashSale,
+    state: &flashsale_degradation::Degradation,
+) -> Result<ConfigMap, BuildError> {
     let owner = Owner::new(sale)?;
-    // The creation time, not "now": the build stays pure, and a recreated map
-    // says truthfully that tier 0 dates from the sale's creation.
-    let changed_at = sale
-        .metadata
-        .creation_timestamp
-        .as_ref()
-        .map_or_else(|| "1970-01-01T00:00:00Z".to_owned(), |t| t.0.to_string());
-    let data = [
-        ("tier", "0".to_owned()),
-        ("generation", "1".to_owned()),
-        ("switches", "{}".to_owned()),
-        (
-            "reason",
-            "initial: tier 0 when the sale was created".to_owned(),
-        ),
-        ("changedAt", changed_at),
-    ]
-    .into_iter()
-    .map(|(key, value)| (key.to_owned(), value))
-    .collect();
     Ok(ConfigMap {
         metadata: owner.object_meta(names::degradation(sale), Component::Gateway),
-        data: Some(data),
+        data: Some(state.to_data()),
         ..ConfigMap::default()
     })
 }

@@ -84,9 +84,14 @@ pub(super) fn network_policy(
     operator_namespace: &str,
 ) -> NetworkPolicy {
     let ingress = match component {
+        // The operator reads which switches generation each gateway applied
+        // from its metrics, to measure propagation.
         Component::Gateway => vec![
             rule(None, &[HTTP_PORT_NAME]),
-            rule(Some(vec![same_namespace()]), &[OPS_PORT_NAME]),
+            rule(
+                Some(vec![same_namespace(), namespace(operator_namespace)]),
+                &[OPS_PORT_NAME],
+            ),
         ],
         Component::Inventory => {
             let gateways = NetworkPolicyPeer {

@@ -10,9 +10,7 @@ use k8s_openapi::api::{
 };
 use serde::Serialize;
 
-use super::{
-    Desired, Input, InternalTokens, Stage, build, degradation_config_map, fixtures, internal_secret,
-};
+use super::{Desired, Input, InternalTokens, Stage, build, fixtures, internal_secret};
 
 /// `Desired` as one serializable document, kinds in a fixed order.
 #[derive(Serialize)]
@@ -56,7 +54,6 @@ fn big_sale_active() -> anyhow::Result<()> {
         operator_namespace: "flashsale-system",
     })?;
     insta::assert_yaml_snapshot!("big_sale_active", Snapshot::from(&desired));
-    insta::assert_yaml_snapshot!("big_sale_degradation", degradation_config_map(&sale)?);
     Ok(())
 }
 
@@ -71,7 +68,6 @@ fn small_sale_pending() -> anyhow::Result<()> {
         operator_namespace: "flashsale-system",
     })?;
     insta::assert_yaml_snapshot!("small_sale_pending", Snapshot::from(&desired));
-    insta::assert_yaml_snapshot!("small_sale_degradation", degradation_config_map(&sale)?);
     // Fixed tokens: the operator makes random ones once.
     let tokens = InternalTokens {
         api: "a".repeat(64),

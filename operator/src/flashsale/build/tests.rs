@@ -9,6 +9,8 @@ use k8s_openapi::{
 };
 use serde::Deserialize;
 
+use flashsale_degradation::Degradation;
+
 use super::{
     BuildError, CONFIG_HASH_ANNOTATION, Component, Desired, GATEWAY_CONFIG_KEY,
     INVENTORY_CONFIG_KEY, Input, MANAGED_BY, Stage, build, degradation_config_map, fixtures, names,
@@ -216,7 +218,7 @@ fn every_object_carries_the_design_labels_and_one_controller_owner() -> anyhow::
         let uid = sale.metadata.uid.clone().context("fixture uid")?;
         let name = sale.metadata.name.clone().context("fixture name")?;
         let desired = build_at(&sale, Stage::Active)?;
-        let degradation = degradation_config_map(&sale)?;
+        let degradation = degradation_config_map(&sale, &Degradation::default())?;
         let mut all = all_metadata(&desired);
         all.push(("ConfigMap", &degradation.metadata));
         assert_eq!(all.len(), if name == "singles-day" { 19 } else { 18 });
@@ -668,7 +670,7 @@ fn missing_metadata_is_an_error() -> anyhow::Result<()> {
         }
         ensure!(
             matches!(
-                degradation_config_map(&sale),
+                degradation_config_map(&sale, &Degradation::default()),
                 Err(BuildError::MissingMetadata(missing)) if missing == field
             ),
             "degradation map without metadata.{field}"
@@ -678,19 +680,30 @@ fn missing_metadata_is_an_error() -> anyhow::Result<()> {
 }
 
 #[test]
-fn the_degradation_map_starts_at_tier_zero() -> anyhow::Result<()> {
+fn the_degradation_map_holds_the_state_it_is_given() -> anyhow::Result<()> {
     let sale = fixtures::small_sale()?;
-    let map = degradation_config_map(&sale)?;
+    let state = Degradation {
+        tier: 2,
+        generation: 1_764_547_200_123,
+        switches: flashsale_degradation::Switches {
+            reviews: flashsale_degradation::ReviewsMode::Queued,
+            ..flashsale_degradation::Switches::default()
+        },
+        reason: "signal 0.97 above tier 2's enterAbove 0.95".to_owned(),
+        changed_at: Some("2026-11-11T00:01:00Z".parse()?),
+    };
+    let map = degradation_config_map(&sale, &state)?;
     assert_eq!(
         map.metadata.name.as_deref(),
         Some("weekend-deal-degradation")
     );
     let data = map.data.context("data")?;
-    let get = |key: &str| data.get(key).map(String::as_str);
-    assert_eq!(get("tier"), Some("0"));
-    assert_eq!(get("generation"), Some("1"));
-    assert_eq!(get("switches"), Some("{}"));
-    assert_eq!(get("changedAt"), Some("2026-06-01T09:30:00Z"));
+    assert_eq!(data, state.to_data());
+    assert_eq!(
+        Degradation::from_data(&data)?,
+        state,
+        "the gateway reads it back"
+    );
     assert_eq!(
         map.metadata
             .labels
@@ -698,14 +711,6 @@ fn the_degradation_map_starts_at_tier_zero() -> anyhow::Result<()> {
             .and_then(|l| l.get("app.kubernetes.io/component"))
             .map(String::as_str),
         Some("gateway")
-    );
-
-    let mut undated = sale;
-    undated.metadata.creation_timestamp = None;
-    let data = degradation_config_map(&undated)?.data.context("data")?;
-    assert_eq!(
-        data.get("changedAt").map(String::as_str),
-        Some("1970-01-01T00:00:00Z")
     );
     Ok(())
 }
@@ -999,7 +1004,10 @@ fn each_workload_admits_only_whom_it_serves() -> anyhow::Result<()> {
         ingress_of(&desired, "singles-day-gateway")?,
         [
             (None, vec![http.clone()]),
-            (Some(vec![namespace.clone()]), vec![ops.clone()]),
+            (
+                Some(vec![namespace.clone(), operator.clone()]),
+                vec![ops.clone()]
+            ),
         ]
     );
     assert_eq!(

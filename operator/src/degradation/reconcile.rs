@@ -1,0 +1,523 @@
+//! One evaluation of a DegradationPolicy: gather (sale, rivals) → read the
+//! signal → decide (pure) → write the switches when they change → measure
+//! how fast the gateways apply them → status and Events, then sleep until
+//! the next evaluation or the next instant the decision could change.
+
+use std::{sync::Arc, time::Instant};
+
+use flashsale_degradation::{Degradation, Switches, next_generation};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::{Api, ResourceExt, api::ListParams, runtime::controller::Action};
+
+use super::{
+    Ctx, FINALIZER,
+    decide::{self, Decision},
+    error::Error,
+    propagation,
+    signal::{Loss, LossCause, Reading},
+    status::{self, Blocker, Evaluation},
+};
+use crate::{
+    api::{
+        DegradationPolicy, FlashSale,
+        conditions::{READY, reasons},
+        degradation::{ActiveOverride, DegradationPolicySpec, DegradationPolicyStatus},
+    },
+    apply,
+    flashsale::{build, drain},
+    kit::{self, Identity, Verb},
+    validate,
+};
+
+/// The DegradationPolicy controller.
+pub const IDENTITY: Identity = Identity {
+    name: "degradationpolicy",
+    field_manager: "flashsale-operator-degradationpolicy",
+};
+
+/// Reconciles one policy; every error is also a Warning Event and a metric.
+pub async fn reconcile(policy: Arc<DegradationPolicy>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    kit::reconcile(policy, ctx, |policy, ctx| async move {
+        reconcile_policy(&policy, &ctx).await
+    })
+    .await
+}
+
+async fn reconcile_policy(policy: &DegradationPolicy, ctx: &Ctx) -> Result<Action, Error> {
+    let namespace = policy
+        .namespace()
+        .ok_or(kit::Error::MissingMetadata("metadata.namespace"))?;
+    let key = kit::key(policy);
+    if policy.metadata.deletion_timestamp.is_some() {
+        return release(ctx, policy, &namespace, &key).await;
+    }
+    if !policy.finalizers().iter().any(|f| f == FINALIZER) {
+        // The write wakes the controller again, with the finalizer on.
+        let mut finalizers = policy.finalizers().to_vec();
+        finalizers.push(FINALIZER.to_owned());
+        apply::set_finalizers(ctx, policy, &finalizers).await?;
+        return Ok(Action::await_change());
+    }
+    let now = ctx.clock.now();
+    let generation = policy.metadata.generation;
+    if let Some(wait) = ctx.settings.pace.wait(&key, generation, now) {
+        return Ok(Action::requeue(wait));
+    }
+    let interval = policy.spec.signal.interval.0;
+    let old = policy.status.as_ref();
+
+    let sale = match gather(ctx, policy, &namespace).await? {
+        Ok(sale) => sale,
+        Err(blocker) => {
+            let new = status::blocked(old, generation, &blocker, now);
+            write_status(ctx, policy, &new).await?;
+            let was = old
+                .and_then(|s| s.observed.get(READY))
+                .map(|c| c.reason.as_str());
+            if was != Some(blocker.reason) {
+                ctx.event(policy, true, blocker.reason, blocker.message.clone())
+                    .await;
+            }
+            // An invalid spec waits for an edit; a missing sale or a rival
+            // policy is looked at again every interval.
+            if blocker.reason == reasons::INVALID_SPEC {
+                ctx.settings.pace.forget(&key);
+                return Ok(Action::await_change());
+            }
+            ctx.settings
+                .pace
+                .set(&key, generation, now + interval_span(interval));
+            return Ok(Action::requeue(interval));
+        }
+    };
+
+    let reading = read_signal(ctx, &policy.spec, now).await;
+    let decision = decide::decide(&policy.spec, &status::memory(old), &reading, now);
+    let active_override = status::active_override(policy, now);
+    let propagation = publish(ctx, policy, &sale, &decision, now).await?;
+    let seen = Evaluation {
+        decision: &decision,
+        reading: &reading,
+        active_override: active_override.clone(),
+        propagation,
+    };
+    let new = status::evaluated(old, generation, &seen, now);
+    write_status(ctx, policy, &new).await?;
+    ctx.metrics
+        .set_tier(&namespace, &policy.name_any(), decision.memory.tier);
+    announce(ctx, policy, old, &new, &decision, &reading).await;
+    ctx.reset_backoff(&key);
+
+    let next = decision
+        .wake_at
+        .filter(|at| *at < now + interval_span(interval))
+        .unwrap_or(now + interval_span(interval));
+    ctx.settings.pace.set(&key, generation, next);
+    tracing::debug!(tier = decision.memory.tier, source = ?decision.memory.source, next = %next, "evaluated");
+    Ok(Action::requeue(
+        std::time::Duration::try_from(next.duration_since(now)).unwrap_or(interval),
+    ))
+}
+
+fn interval_span(interval: std::time::Duration) -> jiff::SignedDuration {
+    jiff::SignedDuration::try_from(interval).unwrap_or(jiff::SignedDuration::from_secs(5))
+}
+
+/// The sale the policy switches, unless something stops the policy: an
+/// invalid spec, a missing sale, or an older policy for the same sale.
+async fn gather(
+    ctx: &Ctx,
+    policy: &DegradationPolicy,
+    namespace: &str,
+) -> Result<Result<FlashSale, Blocker>, Error> {
+    let problems = validate::degradation_policy(&policy.spec);
+    if !problems.is_empty() {
+        let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        return Ok(Err(Blocker {
+            reason: reasons::INVALID_SPEC,
+            message: list.join("; "),
+        }));
+    }
+    let sale_name = &policy.spec.sale_ref.name;
+    let sales: Api<FlashSale> = Api::namespaced(ctx.client.clone(), namespace);
+    let Some(sale) = sales.get_opt(sale_name).await.map_err(kit::Error::kube(
+        Verb::Read,
+        "FlashSale",
+        sale_name,
+    ))?
+    else {
+        return Ok(Err(Blocker {
+            reason: reasons::SALE_NOT_FOUND,
+            message: format!(
+                "FlashSale {namespace}/{sale_name} does not exist; nothing is switched until it does"
+            ),
+        }));
+    };
+    let policies: Api<DegradationPolicy> = Api::namespaced(ctx.client.clone(), namespace);
+    let all = policies
+        .list(&ListParams::default())
+        .await
+        .map_err(kit::Error::kube(Verb::List, "DegradationPolicy", namespace))?;
+    let rivals: Vec<&DegradationPolicy> = all
+        .items
+        .iter()
+        .filter(|p| p.spec.sale_ref.name == *sale_name && p.metadata.deletion_timestamp.is_none())
+        .collect();
+    if let Some(holder) = holder(&rivals)
+        && holder.uid() != policy.uid()
+    {
+        return Ok(Err(Blocker {
+            reason: reasons::CONFLICTING_POLICY,
+            message: format!(
+                "DegradationPolicy {} already switches FlashSale {sale_name}; this one writes nothing \
+                 while it exists (one policy per sale)",
+                holder.name_any()
+            ),
+        }));
+    }
+    Ok(Ok(sale))
+}
+
+/// Of several policies for one sale, the one that keeps control: one that
+/// already switches the sale, else the oldest (then by name), so a second
+/// policy applied by mistake during a sale never takes the switches from
+/// the one that was working.
+fn holder<'a>(policies: &[&'a DegradationPolicy]) -> Option<&'a DegradationPolicy> {
+    policies
+        .iter()
+        .min_by_key(|p| {
+            let holds = p.status.as_ref().is_some_and(|s| {
+                s.tier.is_some()
+                    && s.observed
+                        .get(READY)
+                        .is_none_or(|c| c.reason != reasons::CONFLICTING_POLICY)
+            });
+            (
+                !holds,
+                p.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                p.name_any(),
+            )
+        })
+        .copied()
+}
+
+/// The signal, or why it is missing.
+async fn read_signal(ctx: &Ctx, spec: &DegradationPolicySpec, now: Timestamp) -> Reading {
+    let signal = &spec.signal;
+    let Some(url) = signal
+        .prometheus_url
+        .as_deref()
+        .or(ctx.settings.prometheus_url.as_deref())
+    else {
+        return Reading::Lost(Loss {
+            cause: LossCause::Unreachable,
+            detail: "no Prometheus to ask: set spec.signal.prometheusURL or the operator's \
+                     --prometheus-url"
+                .to_owned(),
+        });
+    };
+    ctx.settings
+        .signal
+        .read(
+            url,
+            &signal.query,
+            signal.timeout.0,
+            signal.stale_after.0,
+            now,
+        )
+        .await
+}
+
+/// The switches of `tier`: every tier's changes from 1 up to it, in order.
+pub fn switches_for(spec: &DegradationPolicySpec, tier: i32) -> Switches {
+    let mut tiers: Vec<_> = spec.tiers.iter().filter(|t| t.tier <= tier).collect();
+    tiers.sort_by_key(|t| t.tier);
+    tiers.into_iter().fold(Switches::default(), |switches, t| {
+        switches.with(&t.switches)
+    })
+}
+
+/// Writes the sale's switches when the decided tier's differ from what the
+/// ConfigMap holds, then measures how fast the ready gateways apply them.
+/// Returns the generation in force and its propagation.
+async fn publish(
+    ctx: &Ctx,
+    policy: &DegradationPolicy,
+    sale: &FlashSale,
+    decision: &Decision,
+    now: Timestamp,
+) -> Result<Option<(i64, propagation::Progress, Option<std::time::Duration>)>, Error> {
+    let namespace = policy
+        .namespace()
+        .ok_or(kit::Error::MissingMetadata("metadata.namespace"))?;
+    let name = build::names::degradation(sale);
+    let maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &namespace);
+    let current = maps
+        .get_opt(&name)
+        .await
+        .map_err(kit::Error::kube(Verb::Read, "ConfigMap", &name))?
+        .and_then(|map| Degradation::from_data(&map.data.unwrap_or_default()).ok());
+    let tier = decision.memory.tier;
+    let wanted = switches_for(&policy.spec, tier);
+    let unchanged = current
+        .as_ref()
+        .is_some_and(|c| i64::from(c.tier) == i64::from(tier) && c.switches == wanted);
+    let recorded = policy
+        .status
+        .as_ref()
+        .and_then(|s| s.propagation.as_ref())
+        .map_or(0, |p| u64::try_from(p.generation).unwrap_or(0));
+    let (generation, started) = if unchanged {
+        (current.map_or(0, |c| c.generation), None)
+    } else {
+        let previous = current.map_or(0, |c| c.generation).max(recorded);
+        let state = Degradation {
+            tier: u32::try_from(tier).unwrap_or(0),
+            generation: next_generation(previous, now),
+            switches: wanted,
+            reason: decision.message.clone(),
+            changed_at: Some(now),
+        };
+        let map = build::degradation_config_map(sale, &state)?;
+        apply::apply(ctx, &map).await?;
+        (state.generation, Some(Instant::now()))
+    };
+    let replicas = gateways(ctx, &namespace, sale).await?;
+    let settled = policy
+        .status
+        .as_ref()
+        .and_then(|s| s.propagation.as_ref())
+        .is_some_and(|p| {
+            u64::try_from(p.generation).ok() == Some(generation)
+                && p.laggards.is_empty()
+                && p.applied_replicas == i32::try_from(replicas.len()).unwrap_or(i32::MAX)
+        });
+    if settled {
+        return Ok(policy
+            .status
+            .as_ref()
+            .and_then(|s| s.propagation.as_ref())
+            .map(|p| {
+                (
+                    p.generation,
+                    propagation::Progress {
+                        applied: p.applied_replicas,
+                        total: p.desired_replicas,
+                        laggards: Vec::new(),
+                    },
+                    None,
+                )
+            }));
+    }
+    // After a write: wait for the gateways, up to the bound. Otherwise a
+    // single look, for gateways that were behind or new.
+    let bound = if started.is_some() {
+        ctx.settings.propagation_bound
+    } else {
+        std::time::Duration::ZERO
+    };
+    let outcome = propagation::await_generation(
+        &ctx.settings.probe,
+        &replicas,
+        generation,
+        started.unwrap_or_else(Instant::now),
+        bound,
+        PROPAGATION_POLL,
+    )
+    .await;
+    let took = started.and(outcome.elapsed_to_all);
+    if let Some(took) = took {
+        ctx.metrics.propagated(&namespace, &policy.name_any(), took);
+    }
+    Ok(Some((
+        i64::try_from(generation).unwrap_or(i64::MAX),
+        outcome.progress,
+        took,
+    )))
+}
+
+/// How often the gateways are asked while a change propagates.
+const PROPAGATION_POLL: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// The sale's ready gateway replicas, as (pod, metrics endpoint).
+async fn gateways(
+    ctx: &Ctx,
+    namespace: &str,
+    sale: &FlashSale,
+) -> Result<Vec<(String, std::net::SocketAddr)>, Error> {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+    let selector = build::selector(&sale.name_any(), build::Component::Gateway)
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let listed = pods
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(kit::Error::kube(Verb::List, "Pod", &selector))?;
+    Ok(drain::ready_replicas(&listed.items, build::OPS_PORT_NUMBER))
+}
+
+/// On deletion: lift the sale's degradation (tier 0, a new generation), so
+/// deleting the policy never leaves the gateways degraded, then let go.
+async fn release(
+    ctx: &Ctx,
+    policy: &DegradationPolicy,
+    namespace: &str,
+    key: &str,
+) -> Result<Action, Error> {
+    if !policy.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    let in_force = policy.status.as_ref().and_then(|s| s.tier).unwrap_or(0);
+    let holds = policy.status.as_ref().is_some_and(|s| {
+        s.observed
+            .get(READY)
+            .is_none_or(|c| c.reason != reasons::CONFLICTING_POLICY)
+    });
+    let sales: Api<FlashSale> = Api::namespaced(ctx.client.clone(), namespace);
+    let sale = sales
+        .get_opt(&policy.spec.sale_ref.name)
+        .await
+        .map_err(kit::Error::kube(
+            Verb::Read,
+            "FlashSale",
+            &policy.spec.sale_ref.name,
+        ))?;
+    if let Some(sale) =
+        sale.filter(|s| holds && in_force != 0 && s.metadata.deletion_timestamp.is_none())
+    {
+        let name = build::names::degradation(&sale);
+        let maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), namespace);
+        let previous = maps
+            .get_opt(&name)
+            .await
+            .map_err(kit::Error::kube(Verb::Read, "ConfigMap", &name))?
+            .and_then(|map| Degradation::from_data(&map.data.unwrap_or_default()).ok())
+            .map_or(0, |c| c.generation);
+        let now = ctx.clock.now();
+        let state = Degradation {
+            tier: 0,
+            generation: next_generation(previous, now),
+            switches: Switches::default(),
+            reason: format!(
+                "DegradationPolicy {} deleted: nothing degraded",
+                policy.name_any()
+            ),
+            changed_at: Some(now),
+        };
+        apply::apply(ctx, &build::degradation_config_map(&sale, &state)?).await?;
+        ctx.event_of(
+            policy,
+            false,
+            reasons::TIER_CHANGED,
+            &format!("Tier{in_force}To0"),
+            format!("tier {in_force} → 0: the policy is being deleted"),
+        )
+        .await;
+    }
+    let rest: Vec<String> = policy
+        .finalizers()
+        .iter()
+        .filter(|f| *f != FINALIZER)
+        .cloned()
+        .collect();
+    apply::set_finalizers(ctx, policy, &rest).await?;
+    ctx.settings.pace.forget(key);
+    ctx.metrics.forget_policy(namespace, &policy.name_any());
+    Ok(Action::await_change())
+}
+
+async fn write_status(
+    ctx: &Ctx,
+    policy: &DegradationPolicy,
+    new: &DegradationPolicyStatus,
+) -> Result<(), Error> {
+    if policy.status.as_ref() == Some(new) {
+        return Ok(());
+    }
+    let value = serde_json::to_value(new).map_err(kit::Error::from)?;
+    apply::apply_status(ctx, policy, value).await?;
+    Ok(())
+}
+
+/// Events for what an on-call engineer reads in `kubectl describe`: every
+/// tier change, the start and end of an override (with who set it), and the
+/// loss and return of the signal.
+async fn announce(
+    ctx: &Ctx,
+    policy: &DegradationPolicy,
+    old: Option<&DegradationPolicyStatus>,
+    new: &DegradationPolicyStatus,
+    decision: &Decision,
+    reading: &Reading,
+) {
+    let was_override = old.and_then(|s| s.active_override.as_ref());
+    match (was_override, new.active_override.as_ref()) {
+        (None, Some(now)) => {
+            let action = format!("OverrideTier{}", now.tier);
+            ctx.event_of(
+                policy,
+                false,
+                reasons::OVERRIDE_STARTED,
+                &action,
+                override_note(now),
+            )
+            .await;
+        }
+        (Some(before), None) => {
+            let note = format!(
+                "override to tier {} (set by {}: {}) ended; the signal decides again",
+                before.tier, before.set_by, before.reason
+            );
+            let action = format!("OverrideTier{}", before.tier);
+            ctx.event_of(policy, false, reasons::OVERRIDE_ENDED, &action, note)
+                .await;
+        }
+        (Some(before), Some(now)) if before != now => {
+            let action = format!("OverrideTier{}", now.tier);
+            ctx.event_of(
+                policy,
+                false,
+                reasons::OVERRIDE_STARTED,
+                &action,
+                override_note(now),
+            )
+            .await;
+        }
+        _ => {}
+    }
+    if decision.changed {
+        let from = old.and_then(|s| s.tier).unwrap_or(0);
+        let note = format!(
+            "tier {from} → {} ({:?}): {}",
+            decision.memory.tier, decision.memory.source, decision.message
+        );
+        let action = format!("Tier{from}To{}", decision.memory.tier);
+        ctx.event_of(policy, false, reasons::TIER_CHANGED, &action, note)
+            .await;
+    }
+    let was_lost = old.is_some_and(|s| s.signal_lost_since.is_some());
+    match reading {
+        Reading::Lost(loss) if !was_lost => {
+            ctx.event(policy, true, loss.cause.reason(), loss.detail.clone())
+                .await;
+        }
+        Reading::Value(sample) if was_lost => {
+            let note = format!("signal back: {:.3}", sample.value);
+            ctx.event(policy, false, reasons::SIGNAL_OK, note).await;
+        }
+        _ => {}
+    }
+}
+
+fn override_note(active: &ActiveOverride) -> String {
+    format!(
+        "override to tier {} set by {} until {}: {}",
+        active.tier, active.set_by, active.expires.0, active.reason
+    )
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,76 @@
+//! The pure steps of the reconcile: which switches a tier means, which of
+//! several policies keeps a sale.
+
+use flashsale_degradation::{
+    MiniGamesMode, OrderHistoryMode, RecommendationsMode, ReviewsMode, Switches,
+};
+
+use super::{holder, switches_for};
+use crate::api::DegradationPolicy;
+
+fn example() -> anyhow::Result<DegradationPolicy> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../crds/examples/degradationpolicy-two-tier.yaml"
+    );
+    Ok(serde_yaml_ng::from_str(&std::fs::read_to_string(path)?)?)
+}
+
+#[test]
+fn a_tier_switches_its_own_features_and_those_of_the_tiers_below() -> anyhow::Result<()> {
+    let spec = example()?.spec;
+    assert_eq!(switches_for(&spec, 0), Switches::default());
+    let one = switches_for(&spec, 1);
+    assert_eq!(one.recommendations, RecommendationsMode::Static);
+    assert_eq!(one.order_history, OrderHistoryMode::Last7Days);
+    assert_eq!(one.reviews, ReviewsMode::Normal, "a tier-2 feature");
+    let two = switches_for(&spec, 2);
+    assert_eq!(
+        two.recommendations,
+        RecommendationsMode::Static,
+        "kept from tier 1"
+    );
+    assert_eq!(two.reviews, ReviewsMode::Queued);
+    assert_eq!(two.mini_games, MiniGamesMode::Closed);
+    Ok(())
+}
+
+#[test]
+fn the_oldest_policy_keeps_the_sale() -> anyhow::Result<()> {
+    let at = |s: &str| -> anyhow::Result<_> {
+        Ok(Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            s.parse()?,
+        )))
+    };
+    let mut first = example()?;
+    first.metadata.name = Some("b-first".into());
+    first.metadata.creation_timestamp = at("2026-11-10T10:00:00Z")?;
+    let mut second = example()?;
+    second.metadata.name = Some("a-second".into());
+    second.metadata.creation_timestamp = at("2026-11-10T11:00:00Z")?;
+    let mut twin = example()?;
+    twin.metadata.name = Some("a-twin".into());
+    twin.metadata.creation_timestamp = at("2026-11-10T10:00:00Z")?;
+    let name = |p: Option<&DegradationPolicy>| p.and_then(|p| p.metadata.name.clone());
+    assert_eq!(name(holder(&[&second, &first])).as_deref(), Some("b-first"));
+    assert_eq!(
+        name(holder(&[&second, &first, &twin])).as_deref(),
+        Some("a-twin"),
+        "same second: by name"
+    );
+    assert_eq!(name(holder(&[])), None);
+    // Created in the same second as the one already switching the sale
+    // (timestamps have whole seconds): the one switching keeps it.
+    let mut holding = example()?;
+    holding.metadata.name = Some("z-holding".into());
+    holding.metadata.creation_timestamp = at("2026-11-10T10:00:00Z")?;
+    holding.status = Some(crate::api::degradation::DegradationPolicyStatus {
+        tier: Some(0),
+        ..Default::default()
+    });
+    assert_eq!(
+        name(holder(&[&twin, &holding, &first])).as_deref(),
+        Some("z-holding")
+    );
+    Ok(())
+}

@@ -1,0 +1,117 @@
+//! What every controller plugs into: its context ([`Context`], with its
+//! [`Identity`], backoff and settings), the one reconcile wrapper (timing,
+//! metrics, span, leadership, warning log and Event), the one error policy
+//! and the reporting of the controller's stream.
+//!
+//! A controller is its reconcile body — a function of (object, context)
+//! that gathers, decides with pure functions, and writes through
+//! [`crate::apply`] — plus a `run` that builds its `kube` Controller and
+//! hands the stream to [`report`].
+
+pub mod context;
+pub mod error;
+
+use std::{future::Future, sync::Arc, time::Instant};
+
+use futures::{Stream, StreamExt};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    runtime::{
+        controller::{self, Action},
+        reflector::ObjectRef,
+        watcher,
+    },
+};
+use tracing::Instrument;
+
+use crate::apply::Namespaced;
+
+pub use context::{Context, Identity, Shared};
+pub use error::{Error, ReconcileError, Verb};
+
+/// An `Api` over one namespace, or over all of them when `namespace` is
+/// `None` (a controller's watch scope).
+pub fn api<K: Namespaced>(client: &Client, namespace: Option<&str>) -> Api<K> {
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// `namespace/name`, the key of an object in logs, spans and the backoff.
+pub fn key<K: Resource>(object: &K) -> String {
+    format!(
+        "{}/{}",
+        object.namespace().unwrap_or_default(),
+        object.name_any()
+    )
+}
+
+/// Runs `body` as one reconcile of `object`: in a span naming the
+/// controller and the object, timed and counted, and on failure logged and
+/// published as a Warning Event under the error's reason — except when the
+/// replica merely stopped leading, which must not write, Events included.
+pub async fn reconcile<K, S, E, F, Fut>(
+    object: Arc<K>,
+    ctx: Arc<Context<S>>,
+    body: F,
+) -> Result<Action, E>
+where
+    K: Resource<DynamicType = ()>,
+    E: ReconcileError,
+    F: FnOnce(Arc<K>, Arc<Context<S>>) -> Fut,
+    Fut: Future<Output = Result<Action, E>>,
+{
+    let key = key(object.as_ref());
+    let span = tracing::info_span!("reconcile", controller = ctx.id.name, object = %key);
+    async move {
+        let started = Instant::now();
+        let result = body(object.clone(), ctx.clone()).await;
+        let name = ctx.id.name;
+        ctx.metrics
+            .reconciled(name, result.is_ok(), started.elapsed());
+        if let Err(err) = &result {
+            ctx.metrics.failed(name, err.reason());
+            if !err.not_leader() {
+                tracing::warn!(reason = err.reason(), %err, "reconcile failed");
+                ctx.event(object.as_ref(), true, err.reason(), err.to_string())
+                    .await;
+            }
+        }
+        result
+    }
+    .instrument(span)
+    .await
+}
+
+/// After a failed reconcile: retry with the object's exponential backoff,
+/// counted per controller.
+pub fn error_policy<K: Resource, S, E>(object: Arc<K>, _err: &E, ctx: Arc<Context<S>>) -> Action {
+    Action::requeue(ctx.backoff(&key(object.as_ref())))
+}
+
+/// Drives a controller's stream to its end. Reconcile failures were already
+/// logged and published by [`reconcile`]; what remains (a watch that fails,
+/// for example for lack of permission or a missing CRD) is a warning here,
+/// not something only debug logs show.
+pub async fn report<K, E>(
+    id: Identity,
+    results: impl Stream<Item = Result<(ObjectRef<K>, Action), controller::Error<E, watcher::Error>>>,
+) where
+    K: Resource,
+    E: std::error::Error + 'static,
+{
+    results
+        .for_each(|result| async move {
+            match result {
+                Ok(_) => {}
+                Err(controller::Error::ReconcilerFailed(err, object)) => {
+                    tracing::debug!(controller = id.name, %object, %err, "reconcile not completed");
+                }
+                Err(err) => {
+                    tracing::warn!(controller = id.name, error = %err, "controller stream error")
+                }
+            }
+        })
+        .await;
+}
