@@ -21,8 +21,10 @@ async fn prometheus_stopped_enters_the_signal_loss_tier_after_its_bound() -> any
         .await?;
     scene.until_tier(0, Duration::from_secs(30)).await?;
 
-    let outage = Outage::begin("prometheus").await?;
+    // From before the stop: the policy must not act within `after` of the
+    // moment Prometheus went away, which is at or after this instant.
     let stopped = Instant::now();
+    let outage = Outage::begin("prometheus").await?;
     let entered = scene.until_tier(2, Duration::from_secs(20)).await;
     let status = scene.status(POLICY).await;
     outage.end().await?;

@@ -269,6 +269,10 @@ up_containerd() {
   ctr_k8s images import "$(build_pause_image)" >>"$(logfile containerd)" 2>&1 \
     || die "importing $PAUSE_IMAGE into containerd failed"
   ctr_k8s images ls -q | grep -qxF "$PAUSE_IMAGE" || die "$PAUSE_IMAGE missing after import"
+  # Pinned, like the project's images: the kubelet's image garbage collection
+  # (a nearly full disk) must not take what no registry can give back.
+  ctr_k8s images label "$PAUSE_IMAGE" io.cri-containerd.pinned=pinned >/dev/null \
+    || die "labelling $PAUSE_IMAGE in containerd failed"
 }
 address_containerd() {
   local n; n=$(shim_pids | wc -l)
