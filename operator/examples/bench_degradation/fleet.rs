@@ -60,6 +60,40 @@ impl Setup {
     }
 }
 
+/// Free loopback ports below the kernel's ephemeral range: a port given
+/// out for port 0, or to an outgoing connection, never comes from there, so
+/// one found free stays free until its gateway binds it (choosing from the
+/// ephemeral range lost a port now and then on this busy machine).
+struct Ports {
+    next: u16,
+    end: u16,
+}
+
+impl Ports {
+    fn new() -> anyhow::Result<Self> {
+        let end = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .ok()
+            .and_then(|range| range.split_whitespace().next()?.parse().ok())
+            .unwrap_or(32768);
+        // Apart from the stack's fixed ports (up to about 20300), and from
+        // another run of this benchmark by its process id.
+        let start = 21000 + (std::process::id() % 50) as u16 * 200;
+        anyhow::ensure!(start < end, "the ephemeral port range starts below {start}");
+        Ok(Self { next: start, end })
+    }
+
+    fn take(&mut self) -> anyhow::Result<SocketAddr> {
+        while self.next < self.end {
+            let port = self.next;
+            self.next += 1;
+            if let Ok(free) = TcpListener::bind(("127.0.0.1", port)) {
+                return Ok(free.local_addr()?);
+            }
+        }
+        anyhow::bail!("no free port left below {}", self.end)
+    }
+}
+
 /// Running gateway processes.
 pub struct Fleet {
     children: Vec<Child>,
@@ -71,25 +105,15 @@ pub struct Fleet {
 impl Fleet {
     /// Starts `count` gateways.
     pub fn start(setup: &Setup, count: usize) -> anyhow::Result<Self> {
-        // Both ports of every gateway (public API and ops) are chosen here
-        // and held until just before it starts: a gateway binding port 0
-        // could otherwise take a port meant for another one's ops endpoint.
-        let ports = (0..count)
-            .map(|_| {
-                Ok((
-                    TcpListener::bind("127.0.0.1:0")?,
-                    TcpListener::bind("127.0.0.1:0")?,
-                ))
-            })
-            .collect::<std::io::Result<Vec<_>>>()?;
+        let mut ports = Ports::new()?;
         let mut fleet = Self {
             children: Vec::with_capacity(count),
             replicas: Vec::with_capacity(count),
             logs: Vec::with_capacity(count),
         };
         let kubeconfig = flashsale_e2e::stack::kubeconfig()?;
-        for (index, (public, ops_listener)) in ports.into_iter().enumerate() {
-            let (listen, ops) = (public.local_addr()?, ops_listener.local_addr()?);
+        for index in 0..count {
+            let (listen, ops) = (ports.take()?, ports.take()?);
             let name = format!("gateway-{index}");
             let log = std::env::temp_dir().join(format!("{}-{name}.log", setup.namespace));
             let file = std::fs::File::create(&log)?;
@@ -114,8 +138,6 @@ impl Fleet {
                 .arg("--log-filter=warn")
                 .stdout(Stdio::from(file.try_clone()?))
                 .stderr(Stdio::from(file));
-            // The ports are let go of as late as possible.
-            drop((public, ops_listener));
             let child = command
                 .spawn()
                 .with_context(|| format!("starting {}", setup.bin.display()))?;
