@@ -18,7 +18,7 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use kube::{
     Api, Client,
-    api::{DeleteParams, ListParams, PostParams},
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
     runtime::{WatchStreamExt, watcher},
 };
 use serde_json::{Value, json};
@@ -265,6 +265,40 @@ impl Scene {
         )
         .await?;
         Ok(())
+    }
+}
+
+impl Drop for Scene {
+    /// A test that failed before [`Scene::finish`] leaves policies whose
+    /// finalizer no operator will release: drop it, so the namespace can go.
+    fn drop(&mut self) {
+        let namespace = self.ns.name.clone();
+        let released = std::thread::spawn(move || {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            runtime.block_on(async move {
+                let Ok(client) = Client::try_default().await else {
+                    return;
+                };
+                let policies: Api<DegradationPolicy> = Api::namespaced(client, &namespace);
+                let Ok(list) = policies.list(&ListParams::default()).await else {
+                    return;
+                };
+                let patch = json!({"metadata": {"finalizers": null}});
+                for policy in list.items {
+                    if let Some(name) = policy.metadata.name {
+                        let _ = policies
+                            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                            .await;
+                    }
+                }
+            });
+        });
+        let _ = released.join();
     }
 }
 
