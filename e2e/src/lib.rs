@@ -7,5 +7,6 @@ pub mod kafka;
 pub mod kube;
 pub mod private_redis;
 pub mod redis_keys;
+pub mod sales;
 pub mod stack;
 pub mod wait;

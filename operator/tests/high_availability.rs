@@ -50,24 +50,7 @@ async fn only_the_leader_writes_and_a_standby_takes_over_within_the_lease() -> a
     })
     .await?;
 
-    let start = jiff::Timestamp::now() + jiff::SignedDuration::from_hours(1);
-    let sale: FlashSale = serde_json::from_value(json!({
-        "apiVersion": "flashsale.dev/v1alpha1",
-        "kind": "FlashSale",
-        "metadata": {"name": "ha"},
-        "spec": {
-            "schedule": {"start": start.to_string(), "end": (start + jiff::SignedDuration::from_hours(1)).to_string(), "warmUp": "2h"},
-            "region": "local",
-            "items": [{"sku": "PHONE", "stock": 10, "priceMinor": 100}],
-            "gateway": {"replicas": 1, "auth": {"hs256SecretRef": {"name": "jwt", "key": "hs256"}}},
-            "inventory": {"replicas": 1, "redis": {"url": "redis://redis:6379"}},
-            "orderWriter": {
-                "replicas": 1,
-                "kafka": {"brokers": ["kafka:9092"]},
-                "database": {"driver": "postgres", "urlSecretRef": {"name": "db", "key": "url"}}
-            }
-        }
-    }))?;
+    let sale: FlashSale = serde_json::from_value(flashsale_e2e::sales::warming_up("ha"))?;
     let sales = Api::<FlashSale>::namespaced(client.clone(), &ns.name);
     sales.create(&PostParams::default(), &sale).await?;
     poll_until("the sale Ready", WAIT, TICK, || async {

@@ -247,29 +247,6 @@ pub struct Scene {
     follower: Follower,
 }
 
-/// The sale: one gateway replica in its spec, none created (see the module).
-fn sale() -> serde_json::Value {
-    let start = Timestamp::now() + SignedDuration::from_hours(1);
-    let end = start + SignedDuration::from_hours(2);
-    json!({
-        "apiVersion": "flashsale.dev/v1alpha1",
-        "kind": "FlashSale",
-        "metadata": {"name": SALE},
-        "spec": {
-            "schedule": {"start": start.to_string(), "end": end.to_string(), "warmUp": "2h"},
-            "region": "local",
-            "items": [{"sku": "PHONE", "stock": 100, "perUserLimit": 1, "priceMinor": 100}],
-            "gateway": {"replicas": 1, "auth": {"hs256SecretRef": {"name": "jwt", "key": "hs256"}}},
-            "inventory": {"replicas": 1, "redis": {"url": "redis://redis:6379"}},
-            "orderWriter": {
-                "replicas": 1,
-                "kafka": {"brokers": ["kafka:9092"]},
-                "database": {"driver": "postgres", "urlSecretRef": {"name": "db", "key": "url"}}
-            }
-        }
-    })
-}
-
 /// Two tiers as in the shipped example, a signal that never moves
 /// (0.1, below every threshold) read every second.
 fn policy() -> serde_json::Value {
@@ -320,7 +297,7 @@ impl Scene {
             maps.delete(&switches, &DeleteParams::default()).await?;
         }
         let follower = Follower::start(maps, &switches);
-        let sale: FlashSale = serde_json::from_value(sale())?;
+        let sale: FlashSale = serde_json::from_value(flashsale_e2e::sales::warming_up(SALE))?;
         Api::<FlashSale>::namespaced(client.clone(), namespace)
             .create(&PostParams::default(), &sale)
             .await?;

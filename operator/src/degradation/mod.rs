@@ -10,7 +10,6 @@
 //! A sale without a policy has no switches and its gateways run at tier 0.
 
 pub mod decide;
-pub mod error;
 pub mod pace;
 pub mod propagation;
 pub mod reconcile;

@@ -13,7 +13,6 @@ use kube::{Api, ResourceExt, api::ListParams, runtime::controller::Action};
 use super::{
     Ctx, FINALIZER,
     decide::{self, Decision},
-    error::Error,
     propagation,
     signal::{Loss, LossCause, Reading},
     status::{self, Blocker, Evaluation},
@@ -26,6 +25,7 @@ use crate::{
     },
     apply,
     flashsale::{build, drain},
+    kit::Failure as Error,
     kit::{self, Identity, Verb},
     validate,
 };
@@ -455,16 +455,11 @@ async fn announce(
 ) {
     let was_override = old.and_then(|s| s.active_override.as_ref());
     match (was_override, new.active_override.as_ref()) {
-        (None, Some(now)) => {
+        (before, Some(now)) if before != Some(now) => {
             let action = format!("OverrideTier{}", now.tier);
-            ctx.event_of(
-                policy,
-                false,
-                reasons::OVERRIDE_STARTED,
-                &action,
-                override_note(now),
-            )
-            .await;
+            let note = override_note(now);
+            ctx.event_of(policy, false, reasons::OVERRIDE_STARTED, &action, note)
+                .await;
         }
         (Some(before), None) => {
             let note = format!(
@@ -474,17 +469,6 @@ async fn announce(
             let action = format!("OverrideTier{}", before.tier);
             ctx.event_of(policy, false, reasons::OVERRIDE_ENDED, &action, note)
                 .await;
-        }
-        (Some(before), Some(now)) if before != now => {
-            let action = format!("OverrideTier{}", now.tier);
-            ctx.event_of(
-                policy,
-                false,
-                reasons::OVERRIDE_STARTED,
-                &action,
-                override_note(now),
-            )
-            .await;
         }
         _ => {}
     }

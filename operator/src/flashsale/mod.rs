@@ -4,7 +4,6 @@
 pub mod allowlist;
 pub mod build;
 pub mod drain;
-pub mod error;
 pub mod lifecycle;
 pub mod pods;
 pub mod probe;

@@ -15,7 +15,6 @@ use super::{
     Ctx,
     build::{self, Component, Input, Stage},
     drain,
-    error::Error,
     lifecycle::{self, Timeline},
     pods,
     probe::SaleAddress,
@@ -29,6 +28,7 @@ use crate::{
         flashsale::SalePhase,
     },
     apply::{self, Namespaced},
+    kit::Failure as Error,
     kit::{self, Identity, Verb, key},
     validate,
 };

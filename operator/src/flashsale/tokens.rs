@@ -11,12 +11,12 @@ use kube::{Api, ResourceExt};
 use super::{
     Ctx,
     build::{self, ADMIN_TOKEN_KEY, API_TOKEN_KEY, InternalTokens},
-    error::Error,
     status::Blocker,
 };
 use crate::{
     api::{FlashSale, conditions::reasons},
     apply,
+    kit::Failure as Error,
     kit::{self, Verb},
 };
 

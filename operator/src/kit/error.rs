@@ -1,5 +1,5 @@
-//! Errors of the shared read and write path, and what every controller's own
-//! error type must say about itself.
+//! Errors of the shared read and write path, what a controller's error type
+//! must say about itself, and the one the controllers that build objects share.
 
 /// What a failed apiserver call was doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,5 +116,49 @@ impl ReconcileError for Error {
 
     fn not_leader(&self) -> bool {
         matches!(self, Self::NotLeader)
+    }
+}
+
+/// A reconcile that could not finish, for a controller that builds the
+/// objects it writes (FlashSale, DegradationPolicy): the shared path's
+/// failures, and objects that could not be built. A controller with other
+/// failures of its own has its own type.
+#[derive(Debug, thiserror::Error)]
+pub enum Failure {
+    /// Reading or writing through the shared path failed.
+    #[error(transparent)]
+    Kit(#[from] Error),
+    /// An object could not be built from the one reconciled.
+    #[error(transparent)]
+    Build(#[from] crate::flashsale::build::BuildError),
+}
+
+impl ReconcileError for Failure {
+    fn reason(&self) -> &'static str {
+        match self {
+            Self::Kit(err) => err.reason(),
+            Self::Build(_) => "BuildFailed",
+        }
+    }
+
+    fn not_leader(&self) -> bool {
+        matches!(self, Self::Kit(err) if err.not_leader())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_are_typed_not_parsed() {
+        let not_leader = Failure::from(Error::NotLeader);
+        assert!(not_leader.not_leader());
+        assert_eq!(not_leader.reason(), "NotLeader");
+        let missing = Failure::from(Error::MissingMetadata("metadata.uid"));
+        assert!(!missing.not_leader());
+        assert_eq!(missing.reason(), "InvalidObject");
+        let encode = serde_json::from_str::<u8>("x").map_err(Error::from);
+        assert!(matches!(encode, Err(ref e) if e.reason() == "EncodeFailed"));
     }
 }

@@ -27,7 +27,7 @@ use tracing::Instrument;
 use crate::apply::Namespaced;
 
 pub use context::{Context, Identity, Shared};
-pub use error::{Error, ReconcileError, Verb};
+pub use error::{Error, Failure, ReconcileError, Verb};
 
 /// An `Api` over one namespace, or over all of them when `namespace` is
 /// `None` (a controller's watch scope).

@@ -14,7 +14,7 @@ use flashsale_operator::{
     degradation::signal::{Reading, SignalReader},
 };
 use futures::StreamExt;
-use jiff::{SignedDuration, Timestamp};
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use kube::{
     Api, Client,
@@ -36,28 +36,6 @@ pub const SWITCHES: &str = "d11-degradation";
 /// The hold-down of every policy here: long enough to tell "after the
 /// hold-down" from "at once" across a 1 s scrape interval.
 pub const HOLD_DOWN: Duration = Duration::from_secs(3);
-
-pub fn sale() -> Value {
-    let start = Timestamp::now() + SignedDuration::from_hours(1);
-    let end = start + SignedDuration::from_hours(2);
-    json!({
-        "apiVersion": "flashsale.dev/v1alpha1",
-        "kind": "FlashSale",
-        "metadata": {"name": SALE},
-        "spec": {
-            "schedule": {"start": start.to_string(), "end": end.to_string(), "warmUp": "2h"},
-            "region": "local",
-            "items": [{"sku": "PHONE", "stock": 100, "perUserLimit": 1, "priceMinor": 100}],
-            "gateway": {"replicas": 1, "auth": {"hs256SecretRef": {"name": "jwt", "key": "hs256"}}},
-            "inventory": {"replicas": 1, "redis": {"url": "redis://redis:6379"}},
-            "orderWriter": {
-                "replicas": 1,
-                "kafka": {"brokers": ["kafka:9092"]},
-                "database": {"driver": "postgres", "urlSecretRef": {"name": "db", "key": "url"}}
-            }
-        }
-    })
-}
 
 /// Two tiers as in the shipped example (enter 0.80/0.95, exit 0.70/0.85),
 /// evaluated every 250 ms; on signal loss, tier `loss_tier` after 2 s.
@@ -134,7 +112,7 @@ impl Scene {
         )
         .await?;
         let operator = Operator::start(&ns.name, "solo", &["--prometheus-url", &prometheus])?;
-        let sale: FlashSale = serde_json::from_value(sale())?;
+        let sale: FlashSale = serde_json::from_value(flashsale_e2e::sales::warming_up(SALE))?;
         Api::<FlashSale>::namespaced(client.clone(), &ns.name)
             .create(&PostParams::default(), &sale)
             .await?;

@@ -1,0 +1,30 @@
+//! FlashSale objects that tests and benchmarks create when the sale itself
+//! is not what they look at.
+
+use jiff::{SignedDuration, Timestamp};
+use serde_json::{Value, json};
+
+/// A FlashSale named `name` that opens in an hour and warms up until then,
+/// one replica per workload, naming Secrets `jwt` and `db` and placeholder
+/// stores: on kwok nodes (or with no Secrets) nothing connects to them.
+pub fn warming_up(name: &str) -> Value {
+    let start = Timestamp::now() + SignedDuration::from_hours(1);
+    let end = start + SignedDuration::from_hours(2);
+    json!({
+        "apiVersion": "flashsale.dev/v1alpha1",
+        "kind": "FlashSale",
+        "metadata": {"name": name},
+        "spec": {
+            "schedule": {"start": start.to_string(), "end": end.to_string(), "warmUp": "2h"},
+            "region": "local",
+            "items": [{"sku": "PHONE", "stock": 100, "perUserLimit": 1, "priceMinor": 100}],
+            "gateway": {"replicas": 1, "auth": {"hs256SecretRef": {"name": "jwt", "key": "hs256"}}},
+            "inventory": {"replicas": 1, "redis": {"url": "redis://redis:6379"}},
+            "orderWriter": {
+                "replicas": 1,
+                "kafka": {"brokers": ["kafka:9092"]},
+                "database": {"driver": "postgres", "urlSecretRef": {"name": "db", "key": "url"}}
+            }
+        }
+    })
+}
