@@ -185,24 +185,34 @@ impl TestNamespace {
 
 impl Drop for TestNamespace {
     fn drop(&mut self) {
-        // The test's runtime (and the client's background worker on it) may
-        // be shutting down, so the delete runs on a runtime of its own with a
-        // fresh client. Best effort: the test's verdict is already decided.
         let name = self.name.clone();
-        let deleted = std::thread::spawn(move || {
-            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            runtime.block_on(async move {
-                if let Ok(client) = Client::try_default().await {
-                    let api = Api::<Namespace>::all(client);
-                    let _ = api.delete(&name, &DeleteParams::background()).await;
-                }
-            });
+        with_fresh_client(|client| async move {
+            let api = Api::<Namespace>::all(client);
+            let _ = api.delete(&name, &DeleteParams::background()).await;
         });
-        let _ = deleted.join();
     }
+}
+
+/// Runs `cleanup` to its end with a fresh client on a runtime of its own, for
+/// `Drop`: the test's runtime (and its client's background worker) may be
+/// shutting down. Best effort: the test's verdict is already decided.
+pub fn with_fresh_client<F, Fut>(cleanup: F)
+where
+    F: FnOnce(Client) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()>,
+{
+    let done = std::thread::spawn(move || {
+        let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        runtime.block_on(async move {
+            if let Ok(client) = Client::try_default().await {
+                cleanup(client).await;
+            }
+        });
+    });
+    let _ = done.join();
 }

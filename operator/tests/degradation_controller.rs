@@ -339,24 +339,7 @@ async fn a_standby_takes_over_at_the_same_tier_and_only_the_leader_writes() -> a
     let mut scene = Scene::start("dp-takeover", 0.9).await?;
     let prometheus = stack::prometheus_url()?;
     // The scene's operator leads; a standby waits.
-    poll_until(
-        "the first operator leads",
-        Duration::from_secs(15),
-        Duration::from_millis(100),
-        || {
-            let operator = &scene.operator;
-            async move {
-                let leads = operator
-                    .metric_sum("flashsale_operator_leader")
-                    .await
-                    .map_err(|e| e.to_string())?;
-                (leads == 1.0)
-                    .then_some(())
-                    .ok_or_else(|| "not yet".to_owned())
-            }
-        },
-    )
-    .await?;
+    scene.operator.until_leads().await?;
     let standby = Operator::start(
         &scene.ns.name,
         "standby",
@@ -379,24 +362,7 @@ async fn a_standby_takes_over_at_the_same_tier_and_only_the_leader_writes() -> a
 
     // The leader dies; the standby continues from the status: tier 1, not 0.
     scene.operator.kill();
-    poll_until(
-        "the standby leads",
-        Duration::from_secs(15),
-        Duration::from_millis(100),
-        || {
-            let standby = &standby;
-            async move {
-                let leads = standby
-                    .metric_sum("flashsale_operator_leader")
-                    .await
-                    .map_err(|e| e.to_string())?;
-                (leads == 1.0)
-                    .then_some(())
-                    .ok_or_else(|| "not yet".to_owned())
-            }
-        },
-    )
-    .await?;
+    standby.until_leads().await?;
     poll_until(
         "the standby evaluates",
         Duration::from_secs(10),

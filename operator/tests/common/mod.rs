@@ -122,6 +122,26 @@ impl Operator {
         let _ = self.child.wait();
     }
 
+    /// Waits until it holds the lease and runs its controllers.
+    pub async fn until_leads(&self) -> anyhow::Result<()> {
+        flashsale_e2e::wait::poll_until(
+            &format!("{} leads", self.identity),
+            Duration::from_secs(15),
+            Duration::from_millis(100),
+            || async {
+                let leads = self
+                    .metric_sum("flashsale_operator_leader")
+                    .await
+                    .map_err(|e| e.to_string())?;
+                (leads == 1.0)
+                    .then_some(())
+                    .ok_or_else(|| "not yet".to_owned())
+            },
+        )
+        .await?;
+        Ok(())
+    }
+
     /// Its `/metrics` text.
     pub async fn metrics(&self) -> anyhow::Result<String> {
         let url = format!("http://{}/metrics", self.ops);

@@ -8,7 +8,11 @@ use std::{
 };
 
 use flashsale_degradation::Degradation;
-use flashsale_e2e::{kube::TestNamespace, stack, wait::poll_until};
+use flashsale_e2e::{
+    kube::{TestNamespace, with_fresh_client},
+    stack,
+    wait::poll_until,
+};
 use flashsale_operator::{
     api::{DegradationPolicy, FlashSale, degradation::DegradationPolicyStatus},
     degradation::signal::{Reading, SignalReader},
@@ -251,32 +255,18 @@ impl Drop for Scene {
     /// finalizer no operator will release: drop it, so the namespace can go.
     fn drop(&mut self) {
         let namespace = self.ns.name.clone();
-        let released = std::thread::spawn(move || {
-            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
+        with_fresh_client(|client| async move {
+            let policies: Api<DegradationPolicy> = Api::namespaced(client, &namespace);
+            let Ok(list) = policies.list(&ListParams::default()).await else {
                 return;
             };
-            runtime.block_on(async move {
-                let Ok(client) = Client::try_default().await else {
-                    return;
-                };
-                let policies: Api<DegradationPolicy> = Api::namespaced(client, &namespace);
-                let Ok(list) = policies.list(&ListParams::default()).await else {
-                    return;
-                };
-                let patch = json!({"metadata": {"finalizers": null}});
-                for policy in list.items {
-                    if let Some(name) = policy.metadata.name {
-                        let _ = policies
-                            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                            .await;
-                    }
-                }
-            });
+            let patch = json!({"metadata": {"finalizers": null}});
+            for name in list.items.into_iter().filter_map(|p| p.metadata.name) {
+                let _ = policies
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await;
+            }
         });
-        let _ = released.join();
     }
 }
 
