@@ -215,26 +215,14 @@ impl Drop for Release {
         }
         let namespace = self.namespace.clone();
         // The benchmark's runtime may be shutting down: a runtime of its own.
-        let released = std::thread::spawn(move || {
-            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            runtime.block_on(async move {
-                let Ok(client) = Client::try_default().await else {
-                    return;
-                };
-                let policies: Api<DegradationPolicy> = Api::namespaced(client, &namespace);
-                let unfinalized = json!({"metadata": {"finalizers": null}});
-                let _ = policies
-                    .patch(POLICY, &PatchParams::default(), &Patch::Merge(&unfinalized))
-                    .await;
-                let _ = policies.delete(POLICY, &DeleteParams::default()).await;
-            });
+        flashsale_e2e::kube::with_fresh_client(|client| async move {
+            let policies: Api<DegradationPolicy> = Api::namespaced(client, &namespace);
+            let unfinalized = json!({"metadata": {"finalizers": null}});
+            let _ = policies
+                .patch(POLICY, &PatchParams::default(), &Patch::Merge(&unfinalized))
+                .await;
+            let _ = policies.delete(POLICY, &DeleteParams::default()).await;
         });
-        let _ = released.join();
     }
 }
 
