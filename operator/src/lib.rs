@@ -6,6 +6,7 @@ pub mod apply;
 pub mod clock;
 pub mod crdgen;
 pub mod degradation;
+pub mod drill;
 pub mod flashsale;
 pub mod kit;
 pub mod leader;

@@ -1,5 +1,6 @@
 //! The operator's own Prometheus metrics: `flashsale_operator_*` for every
-//! controller, `flashsale_degradation_*` for the DegradationPolicy controller.
+//! controller, `flashsale_degradation_*` for the DegradationPolicy controller,
+//! `flashsale_drill_*` for the ChaosDrill controller.
 
 use std::time::Duration;
 
@@ -12,8 +13,8 @@ use prometheus_client::{
 
 /// Reconcile durations: 1 ms × 2^k up to about a minute.
 const RECONCILE_BUCKETS: Buckets = Buckets::exponential(0.001, 2.0, 17);
-/// Propagation times: 1 ms × 1.5^k up to about 40 s.
-const PROPAGATION_BUCKETS: Buckets = Buckets::exponential(0.001, 1.5, 27);
+/// Propagation and abort latencies: 1 ms × 1.5^k up to about 40 s.
+const LATENCY_BUCKETS: Buckets = Buckets::exponential(0.001, 1.5, 27);
 
 /// A controller, by its name.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -41,6 +42,21 @@ struct PolicyLabels {
     policy: String,
 }
 
+/// A ChaosDrill, by namespace and name.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DrillLabels {
+    namespace: String,
+    drill: String,
+}
+
+/// A ChaosDrill and how one of its runs ended.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RunLabels {
+    namespace: String,
+    drill: String,
+    outcome: &'static str,
+}
+
 /// Handles to the operator's metrics; cheap to clone.
 #[derive(Clone)]
 pub struct OperatorMetrics {
@@ -51,6 +67,8 @@ pub struct OperatorMetrics {
     leader: Gauge,
     tier: Family<PolicyLabels, Gauge>,
     propagation: Family<PolicyLabels, Histogram, Buckets>,
+    abort_latency: Family<DrillLabels, Histogram, Buckets>,
+    runs: Family<RunLabels, Counter>,
 }
 
 impl Default for OperatorMetrics {
@@ -62,7 +80,9 @@ impl Default for OperatorMetrics {
             writes: Family::default(),
             leader: Gauge::default(),
             tier: Family::default(),
-            propagation: Family::new_with_constructor(PROPAGATION_BUCKETS),
+            propagation: Family::new_with_constructor(LATENCY_BUCKETS),
+            abort_latency: Family::new_with_constructor(LATENCY_BUCKETS),
+            runs: Family::default(),
         }
     }
 }
@@ -107,6 +127,17 @@ impl OperatorMetrics {
             "Time from writing a sale's switches until every ready gateway reported their generation",
             Unit::Seconds,
             m.propagation.clone(),
+        );
+        registry.register_with_unit(
+            "flashsale_drill_abort_latency",
+            "Time from a ChaosDrill guard's decision to abort until every Chaos Mesh object of the run was gone",
+            Unit::Seconds,
+            m.abort_latency.clone(),
+        );
+        registry.register(
+            "flashsale_drill_runs",
+            "ChaosDrill runs ended, by outcome (Succeeded, Aborted, Skipped, Failed)",
+            m.runs.clone(),
         );
         m
     }
@@ -154,6 +185,27 @@ impl OperatorMetrics {
         self.propagation
             .get_or_create(&policy_labels(namespace, policy))
             .observe(took.as_secs_f64());
+    }
+
+    /// Records the abort latency of one run of `namespace/drill`.
+    pub fn drill_aborted(&self, namespace: &str, drill: &str, took: Duration) {
+        self.abort_latency
+            .get_or_create(&DrillLabels {
+                namespace: namespace.to_owned(),
+                drill: drill.to_owned(),
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    /// Counts one ended run of `namespace/drill`.
+    pub fn drill_run(&self, namespace: &str, drill: &str, outcome: &'static str) {
+        self.runs
+            .get_or_create(&RunLabels {
+                namespace: namespace.to_owned(),
+                drill: drill.to_owned(),
+                outcome,
+            })
+            .inc();
     }
 
     /// Drops the series of a policy that no longer exists.

@@ -12,7 +12,7 @@ use kube::{Api, Client, CustomResourceExt, Resource};
 use crate::{
     api::{self, ChaosDrill, DegradationPolicy, FlashSale},
     clock::SystemClock,
-    degradation,
+    degradation, drill,
     flashsale::{self, allowlist::ImageAllowlist, build::Images, probe::Probe},
     kit::{Context, Shared},
     leader::{self, Leadership, LeaseSettings},
@@ -72,6 +72,18 @@ pub struct RunArgs {
     /// the gateways that lag.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub propagation_timeout: Duration,
+    /// Base URL at which chaos-controller-manager reaches this replica's ops
+    /// server: each ChaosDrill run's StatusCheck probes
+    /// `<url>/guard/<namespace>/<drill>` and ends the run's chaos when it
+    /// stops answering 200. Default: `http://$POD_IP:<ops port>` in a pod,
+    /// else the ops address.
+    #[arg(long, env = "GUARD_URL")]
+    pub guard_url: Option<String>,
+    /// Stop every ChaosDrill run and remove every experiment the operator
+    /// created, in every watched namespace, and start none while set. One
+    /// namespace: annotate it `flashsale.dev/chaos-kill-switch=true`.
+    #[arg(long, env = "CHAOS_KILL_SWITCH", default_value_t = false, action = clap::ArgAction::Set)]
+    pub chaos_kill_switch: bool,
     /// Reconciles run at once per controller. Each sale's reconcile sends a
     /// dozen requests, so this bounds the load on the apiserver when many
     /// sales change together.
@@ -163,7 +175,20 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         concurrency: args.max_concurrent_reconciles,
     };
     let probe = Probe::new(args.inventory_url_template.clone(), args.probe_timeout)?;
+    let guards = drill::guard::Guards::default();
+    let guard_routes = guards.router();
     let controllers = Controllers {
+        drill: Arc::new(Context::new(
+            &shared,
+            drill::reconcile::IDENTITY,
+            drill::Settings::new(
+                args.prometheus_url.clone(),
+                degradation::signal::SignalReader::new()?,
+                guard_base_url(&args),
+                args.chaos_kill_switch,
+                guards,
+            ),
+        )),
         degradation: Arc::new(Context::new(
             &shared,
             degradation::reconcile::IDENTITY,
@@ -210,7 +235,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         leadership,
         shutdown,
     );
-    let (ops, ()) = tokio::join!(process.serve_ops(&args.runtime.ops, readiness), controllers);
+    let (ops, ()) = tokio::join!(
+        process.serve_ops_with(&args.runtime.ops, readiness, guard_routes),
+        controllers
+    );
     // Give the lease back, so a standby takes over now rather than when the
     // lease runs out.
     if let Some(election) = election {
@@ -223,6 +251,27 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     ops?;
     Ok(())
+}
+
+/// Where Chaos Mesh reaches this replica's `/guard`: the flag, else the
+/// pod's IP, else the ops address itself (a loopback or host address when
+/// the operator runs outside the cluster).
+fn guard_base_url(args: &RunArgs) -> String {
+    if let Some(url) = &args.guard_url {
+        return url.clone();
+    }
+    let ops = args.runtime.ops.ops_addr;
+    let host = match std::env::var("POD_IP") {
+        Ok(ip) if !ip.is_empty() => ip,
+        _ if ops.ip().is_unspecified() => "127.0.0.1".to_owned(),
+        _ => ops.ip().to_string(),
+    };
+    let host = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host
+    };
+    format!("http://{host}:{}", ops.port())
 }
 
 /// Fails with how to install the CRDs when one is missing, instead of
@@ -263,6 +312,7 @@ where
 struct Controllers {
     flashsale: Arc<flashsale::Ctx>,
     degradation: Arc<degradation::Ctx>,
+    drill: Arc<drill::Ctx>,
 }
 
 impl Controllers {
@@ -271,7 +321,8 @@ impl Controllers {
         let until = |stop: Shutdown| async move { stop.wait().await };
         tokio::join!(
             flashsale::run(self.flashsale.clone(), namespace, until(stop.clone())),
-            degradation::run(self.degradation.clone(), namespace, until(stop)),
+            degradation::run(self.degradation.clone(), namespace, until(stop.clone())),
+            drill::run(self.drill.clone(), namespace, until(stop)),
         );
     }
 }

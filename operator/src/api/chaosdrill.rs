@@ -5,7 +5,7 @@
 // Each `printcolumn(...)` repeats the same keys, which this lint mistakes for duplicates.
 #![allow(clippy::duplicated_attributes)]
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -401,9 +401,11 @@ pub enum DrillPhase {
     SteadyState,
     /// Faults injected, guard watching.
     Injecting,
+    /// Faults removed; waiting for the SLOs to hold again.
+    Verifying,
     /// Removing faults after a breach or a blind guard.
     Aborting,
-    /// `spec.suspend` is set.
+    /// `spec.suspend` is set, or the kill switch is on.
     Suspended,
     /// The spec cannot be run; the conditions say why.
     Failed,
@@ -445,6 +447,11 @@ pub struct ChaosDrillStatus {
     /// Abort latency of the latest aborted run, e.g. `180ms`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_abort_latency: Option<Duration>,
+    /// The last run-now request handled (the annotation's value), so one
+    /// request starts one run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub last_run_request: Option<String>,
     /// observedGeneration and conditions.
     #[serde(flatten)]
     pub observed: ObservedConditions,
@@ -465,16 +472,47 @@ pub struct RunRecord {
     /// How it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<RunOutcome>,
-    /// Why, in a few words.
+    /// Why, as a CamelCase reason (`SloBreached`, `OutsideWindow`, …).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The reason in a sentence, with the numbers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub message: Option<String>,
     /// Pods targeted after the blast-radius cap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub targeted_pods: Option<i32>,
-    /// Breach in the SLO to the guard noticing it.
+    /// The pods named in the experiments' selectors, `namespace/name`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 1000))]
+    pub targets: Vec<String>,
+    /// The Chaos Mesh objects of the run, `Kind/name`; the Workflow first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub objects: Vec<String>,
+    /// Who forced the run outside its windows, and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub forced: Option<String>,
+    /// When the experiments were created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub injected_at: Option<MicroTime>,
+    /// When Prometheus evaluated the answer that made the guard abort.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detected_at: Option<MicroTime>,
+    /// When the guard decided to abort.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_at: Option<MicroTime>,
+    /// When Chaos Mesh reported every target recovered (or the object gone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovered_at: Option<MicroTime>,
+    /// When every Chaos Mesh object of the run was gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gone_at: Option<MicroTime>,
+    /// The answer's evaluation to the guard's decision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detection_latency: Option<Duration>,
-    /// The guard noticing to the experiment being gone.
+    /// The guard's decision to every experiment object being gone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub abort_latency: Option<Duration>,
     /// Worst value of each objective during the run.

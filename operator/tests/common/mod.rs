@@ -4,6 +4,7 @@
 
 #![allow(dead_code)] // each test binary uses a different part
 
+pub mod drill;
 pub mod exporter;
 pub mod scene;
 

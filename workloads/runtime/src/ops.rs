@@ -76,6 +76,12 @@ impl OpsServer {
         Ok(Self { listener, router })
     }
 
+    /// Serves `routes` beside the ops endpoints (the operator's `/guard`).
+    pub fn with_routes(mut self, routes: Router) -> Self {
+        self.router = self.router.merge(routes);
+        self
+    }
+
     /// The address actually bound (useful with port 0).
     pub fn local_addr(&self) -> Result<SocketAddr, OpsServerError> {
         self.listener.local_addr().map_err(OpsServerError::Serve)

@@ -60,7 +60,20 @@ impl Process {
 
     /// Serves the ops endpoints until shutdown.
     pub async fn serve_ops(self, ops: &OpsArgs, readiness: Readiness) -> Result<(), ProcessError> {
-        let server = OpsServer::bind(ops.ops_addr, self.registry, readiness).await?;
+        self.serve_ops_with(ops, readiness, axum::Router::new())
+            .await
+    }
+
+    /// Serves the ops endpoints and `routes` beside them until shutdown.
+    pub async fn serve_ops_with(
+        self,
+        ops: &OpsArgs,
+        readiness: Readiness,
+        routes: axum::Router,
+    ) -> Result<(), ProcessError> {
+        let server = OpsServer::bind(ops.ops_addr, self.registry, readiness)
+            .await?
+            .with_routes(routes);
         server.serve(self.shutdown).await?;
         tracing::info!(component = self.component, "stopped");
         Ok(())

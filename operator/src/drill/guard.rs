@@ -1,0 +1,245 @@
+//! The guards of the runs this replica drives, and `/guard/<ns>/<drill>`,
+//! the dead-man endpoint each run's Chaos Mesh StatusCheck probes.
+//!
+//! A guard is the task that drives one run (see [`super::execute`]); this
+//! module holds what the task shares with the reconcile (the run's
+//! progress) and with the endpoint (when the verdict was last healthy).
+//! The endpoint answers 200 only while a healthy verdict is younger than
+//! the drill's `staleAfter`: a guard that stopped, a replica that lost the
+//! lease or a process that died all fall silent, and Chaos Mesh then ends
+//! the run's chaos by itself.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, MutexGuard},
+    time::{Duration, Instant},
+};
+
+use axum::{
+    Json, Router,
+    extract::{Path, State},
+    http::StatusCode,
+    response::{IntoResponse, Response},
+    routing::get,
+};
+use serde_json::json;
+use tokio::task::AbortHandle;
+
+use crate::api::chaosdrill::{DrillPhase, RunRecord};
+
+/// Where a run is, as its guard reports it to the reconcile.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Progress {
+    /// The drill's phase while this run lasts.
+    pub phase: DrillPhase,
+    /// The run's record so far; `outcome` set once it ended.
+    pub record: RunRecord,
+}
+
+impl Progress {
+    /// Whether the run ended (its outcome is known).
+    pub fn finished(&self) -> bool {
+        self.record.outcome.is_some()
+    }
+}
+
+/// One run's guard.
+pub struct Guard {
+    /// The drill's uid: a drill deleted and recreated under the same name
+    /// is another drill.
+    pub uid: String,
+    /// The run id.
+    pub run: String,
+    stale_after: Duration,
+    state: Mutex<State_>,
+    task: Mutex<Option<AbortHandle>>,
+}
+
+struct State_ {
+    healthy_at: Option<Instant>,
+    verdict: &'static str,
+    progress: Progress,
+}
+
+impl Guard {
+    /// A guard for run `run` of the drill `uid`, starting at `progress`.
+    pub fn new(uid: String, run: String, stale_after: Duration, progress: Progress) -> Self {
+        Self {
+            uid,
+            run,
+            stale_after,
+            state: Mutex::new(State_ {
+                healthy_at: None,
+                verdict: "Waiting",
+                progress,
+            }),
+            task: Mutex::new(None),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State_> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records the latest verdict; `healthy` renews the endpoint's 200.
+    pub fn verdict(&self, reason: &'static str, healthy: bool) {
+        let mut state = self.state();
+        state.verdict = reason;
+        if healthy {
+            state.healthy_at = Some(Instant::now());
+        }
+    }
+
+    /// Silences the endpoint at once (an abort, or the end of the run).
+    pub fn silence(&self, reason: &'static str) {
+        let mut state = self.state();
+        state.verdict = reason;
+        state.healthy_at = None;
+    }
+
+    /// Whether a healthy verdict is younger than `staleAfter`, and the
+    /// latest verdict's reason.
+    pub fn fresh(&self) -> (bool, &'static str) {
+        let state = self.state();
+        let fresh = state
+            .healthy_at
+            .is_some_and(|at| at.elapsed() <= self.stale_after);
+        (fresh, state.verdict)
+    }
+
+    /// Updates the run's progress.
+    pub fn update(&self, change: impl FnOnce(&mut Progress)) {
+        change(&mut self.state().progress);
+    }
+
+    /// The run's progress.
+    pub fn progress(&self) -> Progress {
+        self.state().progress.clone()
+    }
+
+    /// Attaches the task driving the run, so dropping the guard stops it.
+    pub fn attach(&self, task: AbortHandle) {
+        *self.task.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
+    }
+
+    /// Whether the task driving the run still runs.
+    pub fn running(&self) -> bool {
+        self.task
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .is_some_and(|task| !task.is_finished())
+    }
+
+    fn stop_task(&self) {
+        if let Some(task) = self.task.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            task.abort();
+        }
+    }
+}
+
+/// The guards of this replica, by `namespace/drill`.
+#[derive(Default, Clone)]
+pub struct Guards {
+    inner: Arc<Mutex<HashMap<String, Arc<Guard>>>>,
+}
+
+impl Guards {
+    fn map(&self) -> MutexGuard<'_, HashMap<String, Arc<Guard>>> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The guard of `key`, if this replica drives a run of it.
+    pub fn get(&self, key: &str) -> Option<Arc<Guard>> {
+        self.map().get(key).cloned()
+    }
+
+    /// Registers `guard` under `key`, stopping any guard it replaces.
+    pub fn insert(&self, key: &str, guard: Arc<Guard>) {
+        if let Some(old) = self.map().insert(key.to_owned(), guard) {
+            old.stop_task();
+        }
+    }
+
+    /// Forgets `key`'s guard, stopping its task if it still runs.
+    pub fn remove(&self, key: &str) {
+        if let Some(old) = self.map().remove(key) {
+            old.stop_task();
+        }
+    }
+
+    /// Stops every guard's task and forgets them all: the replica stopped
+    /// leading, and a guard that cannot write must not seem alive.
+    pub fn clear(&self) {
+        for (_, guard) in self.map().drain() {
+            guard.stop_task();
+        }
+    }
+
+    /// The `/guard/{namespace}/{drill}` endpoint.
+    pub fn router(&self) -> Router {
+        Router::new()
+            .route("/guard/{namespace}/{drill}", get(answer))
+            .with_state(self.clone())
+    }
+}
+
+async fn answer(
+    State(guards): State<Guards>,
+    Path((namespace, drill)): Path<(String, String)>,
+) -> Response {
+    let Some(guard) = guards.get(&format!("{namespace}/{drill}")) else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({
+                "healthy": false,
+                "verdict": "NoGuard",
+                "message": format!("this replica guards no run of {namespace}/{drill}"),
+            })),
+        )
+            .into_response();
+    };
+    let (fresh, verdict) = guard.fresh();
+    let code = if fresh {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        code,
+        Json(json!({"healthy": fresh, "verdict": verdict, "run": guard.run})),
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn progress() -> Progress {
+        Progress {
+            phase: DrillPhase::SteadyState,
+            record: RunRecord::default(),
+        }
+    }
+
+    #[test]
+    fn the_guard_is_fresh_only_after_a_healthy_verdict_and_until_silenced() {
+        let guard = Guard::new("u".into(), "r".into(), Duration::from_secs(5), progress());
+        assert_eq!(guard.fresh(), (false, "Waiting"));
+        guard.verdict("Healthy", true);
+        assert_eq!(guard.fresh(), (true, "Healthy"));
+        guard.verdict("Waiting", false);
+        assert_eq!(guard.fresh(), (true, "Waiting"), "still within staleAfter");
+        guard.silence("SloBreached");
+        assert_eq!(guard.fresh(), (false, "SloBreached"));
+    }
+
+    #[test]
+    fn a_healthy_verdict_goes_stale_after_stale_after() {
+        let guard = Guard::new("u".into(), "r".into(), Duration::ZERO, progress());
+        guard.verdict("Healthy", true);
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(!guard.fresh().0);
+    }
+}

@@ -1,0 +1,763 @@
+//! One reconcile of a ChaosDrill: stop a run no live guard of this replica
+//! drives (first, before anything else) → check the spec → the kill switch
+//! → mirror the running guard's progress → decide whether a run starts
+//! (pure: [`decide_start`]) → status and Events.
+
+use std::sync::Arc;
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::{
+    api::core::v1::Namespace,
+    apimachinery::pkg::apis::meta::v1::{MicroTime, Time},
+};
+use kube::{Api, ResourceExt, runtime::controller::Action};
+
+use super::{
+    Ctx, FORCE_ANNOTATION, KILL_SWITCH_ANNOTATION, RUN_NOW_ANNOTATION,
+    calendar::{Allowance, Calendar},
+    chaos,
+    execute::{self, Plan, outcome_name},
+    guard::{Guard, Progress},
+    stop,
+};
+use crate::{
+    api::{
+        self, ChaosDrill, FlashSale,
+        chaosdrill::{ChaosDrillStatus, DrillPhase, RunOutcome, RunRecord},
+        conditions::{READY, STALLED, reasons},
+        flashsale::SalePhase,
+    },
+    apply,
+    kit::{self, Error, Identity, Verb},
+    validate,
+};
+
+/// The ChaosDrill controller.
+pub const IDENTITY: Identity = Identity {
+    name: "chaosdrill",
+    field_manager: "flashsale-operator-chaosdrill",
+};
+
+/// A scheduled run later than this is skipped as missed (the operator was
+/// down at its time), rather than started late and outside its intent.
+const MISSED_BOUND: SignedDuration = SignedDuration::from_secs(60);
+/// The longest a drill sleeps between looks when nothing is due.
+const IDLE: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Reconciles one drill; every error is also a Warning Event and a metric.
+pub async fn reconcile(drill: Arc<ChaosDrill>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    kit::reconcile(drill, ctx, |drill, ctx| async move {
+        reconcile_drill(&drill, &ctx).await
+    })
+    .await
+}
+
+async fn reconcile_drill(drill: &ChaosDrill, ctx: &Arc<Ctx>) -> Result<Action, Error> {
+    let namespace = drill
+        .namespace()
+        .ok_or(Error::MissingMetadata("metadata.namespace"))?;
+    let uid = drill.uid().ok_or(Error::MissingMetadata("metadata.uid"))?;
+    let key = kit::key(drill);
+    let now = ctx.clock.now();
+    let old = drill.status.clone().unwrap_or_default();
+    let mut status = old.clone();
+    status.observed.observed_generation = drill.metadata.generation;
+    let mut guard = ctx
+        .settings
+        .guards
+        .get(&key)
+        .filter(|guard| guard.uid == uid);
+    // A finished run the status already holds needs its guard no more.
+    if let Some(done) = &guard
+        && done.progress().finished()
+        && old.current_run.as_ref().is_none_or(|c| c.id != done.run)
+        && old.history.iter().any(|h| h.id == done.run)
+    {
+        ctx.settings.guards.remove(&key);
+        guard = None;
+    }
+
+    // A run in the status that no guard of this replica drives lost its
+    // guard (the operator restarted, or this replica just took the lease):
+    // stop its chaos before anything else.
+    if let Some(current) = &old.current_run
+        && !guard
+            .as_ref()
+            .is_some_and(|g| g.run == current.id && (g.running() || g.progress().finished()))
+    {
+        let ended = stop_stale(ctx, drill, &namespace, current.clone()).await?;
+        announce(ctx, drill, &ended).await;
+        finish(&mut status, ended, drill.spec.history_limit);
+        status.phase = Some(DrillPhase::Scheduled);
+        write_status(ctx, drill, &status).await?;
+        return Ok(Action::requeue(std::time::Duration::from_secs(1)));
+    }
+
+    let problems = validate::chaos_drill(&drill.spec);
+    let calendar = Calendar::new(&drill.spec);
+    let mut messages: Vec<String> = problems.iter().map(ToString::to_string).collect();
+    if let (true, Err(err)) = (problems.is_empty(), &calendar) {
+        messages.push(err.to_string());
+    }
+    let now_time = Time(now);
+    if !messages.is_empty() {
+        status.observed.set(
+            STALLED,
+            true,
+            reasons::INVALID_SPEC,
+            messages.join("; "),
+            &now_time,
+        );
+        status.observed.set(
+            READY,
+            false,
+            reasons::INVALID_SPEC,
+            "the spec cannot be run; see Stalled",
+            &now_time,
+        );
+        if guard.is_none() {
+            status.phase = Some(DrillPhase::Failed);
+            status.next_run_time = None;
+        }
+        write_status(ctx, drill, &status).await?;
+        return Ok(Action::await_change());
+    }
+    let Ok(calendar) = calendar else {
+        return Ok(Action::await_change());
+    };
+    status.observed.set(
+        STALLED,
+        false,
+        reasons::SPEC_VALID,
+        "the spec passed every check",
+        &now_time,
+    );
+
+    if let Some(why) = kill_switch(ctx, &namespace).await? {
+        ctx.settings.guards.remove(&key);
+        // Everything the operator created in the namespace, not only this
+        // drill's run: the switch must leave no chaos behind.
+        let stopped = stop::stop(
+            &ctx.client,
+            &ctx.leadership,
+            ctx.clock.as_ref(),
+            &namespace,
+            &chaos::managed_selector(),
+            execute::STOP_BOUND,
+        )
+        .await?;
+        if let Some(current) = status.current_run.take() {
+            let ended = ended(
+                current,
+                RunOutcome::Aborted,
+                "KillSwitch",
+                format!("{why}: every experiment stopped"),
+                now,
+                &stopped,
+            );
+            announce(ctx, drill, &ended).await;
+            finish(&mut status, ended, drill.spec.history_limit);
+        }
+        status.phase = Some(DrillPhase::Suspended);
+        status.next_run_time = None;
+        status
+            .observed
+            .set(READY, false, "KillSwitch", why, &now_time);
+        write_status(ctx, drill, &status).await?;
+        return Ok(Action::await_change());
+    }
+
+    if let Some(guard) = guard {
+        let progress = guard.progress();
+        if progress.finished() {
+            announce(ctx, drill, &progress.record).await;
+            finish(&mut status, progress.record, drill.spec.history_limit);
+            status.phase = Some(DrillPhase::Scheduled);
+            status.next_run_time = calendar.next_run(now).map(Time);
+            set_ready(&mut status, &now_time);
+            write_status(ctx, drill, &status).await?;
+            return Ok(next_look(&status, now));
+        }
+        status.current_run = Some(progress.record);
+        status.phase = Some(progress.phase);
+        status
+            .observed
+            .set(READY, true, "Running", "a run is in progress", &now_time);
+        write_status(ctx, drill, &status).await?;
+        // The guard wakes the reconcile on every step; this is a backstop.
+        return Ok(Action::requeue(std::time::Duration::from_secs(30)));
+    }
+
+    if drill.spec.suspend {
+        status.phase = Some(DrillPhase::Suspended);
+        status.next_run_time = None;
+        status
+            .observed
+            .set(READY, false, "Suspended", "spec.suspend is set", &now_time);
+        write_status(ctx, drill, &status).await?;
+        return Ok(Action::await_change());
+    }
+
+    let annotations = drill.annotations();
+    let request = annotations
+        .get(RUN_NOW_ANNOTATION)
+        .filter(|r| old.last_run_request.as_ref() != Some(*r));
+    // A spec edit (or a first look) reschedules from now.
+    let next_run = match (&old.next_run_time, old.observed.observed_generation) {
+        (Some(next), seen) if seen == drill.metadata.generation => Some(next.0),
+        _ => calendar.next_run(now),
+    };
+    let sale = sale_state(ctx, &namespace, &drill.spec.sale_ref.name).await?;
+    let decision = decide_start(&Facts {
+        now,
+        calendar: &calendar,
+        next_run,
+        request: request.map(String::as_str),
+        force: annotations.get(FORCE_ANNOTATION).map(String::as_str),
+        sale,
+        avoid_live_sale: drill.spec.avoid_live_sale,
+    });
+    if let Some(request) = request {
+        status.last_run_request = Some(request.clone());
+    }
+    match decision {
+        Start::Wait => {
+            status.phase = Some(DrillPhase::Scheduled);
+            status.next_run_time = next_run.map(Time);
+        }
+        Start::Skip { reason, message } => {
+            let record = RunRecord {
+                id: run_id(now),
+                started_at: Some(Time(now)),
+                ended_at: Some(Time(now)),
+                outcome: Some(RunOutcome::Skipped),
+                reason: Some(reason.to_owned()),
+                message: Some(message),
+                ..RunRecord::default()
+            };
+            ctx.metrics.drill_run(
+                &namespace,
+                &drill.name_any(),
+                outcome_name(RunOutcome::Skipped),
+            );
+            announce(ctx, drill, &record).await;
+            finish(&mut status, record, drill.spec.history_limit);
+            status.phase = Some(DrillPhase::Scheduled);
+            status.next_run_time = calendar.next_run(now).map(Time);
+        }
+        Start::Run { forced } => {
+            let record = start(ctx, drill, &namespace, &uid, &calendar, now, forced);
+            ctx.event_of(
+                drill,
+                false,
+                "RunStarted",
+                &record.id,
+                format!(
+                    "run {} started; injecting once every objective held for {}",
+                    record.id, drill.spec.slo_guard.steady_state
+                ),
+            )
+            .await;
+            status.current_run = Some(record);
+            status.phase = Some(DrillPhase::SteadyState);
+            status.next_run_time = calendar.next_run(now).map(Time);
+            status
+                .observed
+                .set(READY, true, "Running", "a run is in progress", &now_time);
+            write_status(ctx, drill, &status).await?;
+            return Ok(Action::requeue(std::time::Duration::from_secs(30)));
+        }
+    }
+    if status.next_run_time.is_none() {
+        status.observed.set(
+            READY,
+            false,
+            "NoAllowedRun",
+            "no tick of the cron falls inside a window and outside every blackout in the years ahead",
+            &now_time,
+        );
+    } else {
+        set_ready(&mut status, &now_time);
+    }
+    write_status(ctx, drill, &status).await?;
+    Ok(next_look(&status, now))
+}
+
+fn set_ready(status: &mut ChaosDrillStatus, now: &Time) {
+    status
+        .observed
+        .set(READY, true, "Scheduled", "waiting for the next run", now);
+}
+
+/// Sleep until the next run is due, looking again at least every
+/// [`IDLE`] (windows and the sale's phase can change meanwhile).
+fn next_look(status: &ChaosDrillStatus, now: Timestamp) -> Action {
+    let until = status
+        .next_run_time
+        .as_ref()
+        .and_then(|next| std::time::Duration::try_from(next.0 - now).ok())
+        .unwrap_or(IDLE);
+    Action::requeue(until.min(IDLE).max(std::time::Duration::from_millis(100)))
+}
+
+/// Starts a run: a guard, and the task that drives it.
+fn start(
+    ctx: &Arc<Ctx>,
+    drill: &ChaosDrill,
+    namespace: &str,
+    uid: &str,
+    calendar: &Calendar,
+    now: Timestamp,
+    forced: Option<String>,
+) -> RunRecord {
+    let prometheus_url = drill
+        .spec
+        .slo_guard
+        .prometheus_url
+        .clone()
+        .or_else(|| ctx.settings.prometheus_url.clone())
+        .unwrap_or_default();
+    let record = RunRecord {
+        id: run_id(now),
+        started_at: Some(Time(now)),
+        forced: forced.clone(),
+        ..RunRecord::default()
+    };
+    let guard = Arc::new(Guard::new(
+        uid.to_owned(),
+        record.id.clone(),
+        drill.spec.slo_guard.stale_after.0,
+        Progress {
+            phase: DrillPhase::SteadyState,
+            record: record.clone(),
+        },
+    ));
+    let plan = Plan {
+        drill: Arc::new(drill.clone()),
+        run: record.id.clone(),
+        prometheus_url,
+        allowed_until: if forced.is_some() {
+            None
+        } else {
+            calendar.allowed_until(now)
+        },
+        guard_url: ctx.settings.guard_url(namespace, &drill.name_any()),
+    };
+    let key = kit::key(drill);
+    ctx.settings.guards.insert(&key, guard.clone());
+    let task = tokio::spawn(execute::execute(ctx.clone(), plan, guard.clone()));
+    guard.attach(task.abort_handle());
+    record
+}
+
+/// Stops the chaos of a run whose guard is gone and records it aborted.
+async fn stop_stale(
+    ctx: &Ctx,
+    drill: &ChaosDrill,
+    namespace: &str,
+    current: RunRecord,
+) -> Result<RunRecord, Error> {
+    let decided = ctx.clock.now();
+    let stopped = stop::stop(
+        &ctx.client,
+        &ctx.leadership,
+        ctx.clock.as_ref(),
+        namespace,
+        &chaos::run_selector(&drill.name_any(), &current.id),
+        execute::STOP_BOUND,
+    )
+    .await?;
+    let mut record = ended(
+        current,
+        RunOutcome::Aborted,
+        "GuardLost",
+        "no guard of this replica drives the run (the operator restarted or the lease changed hands): its chaos was stopped".to_owned(),
+        decided,
+        &stopped,
+    );
+    record.decided_at = Some(MicroTime(decided));
+    if let Some(gone) = stopped.gone_at {
+        let latency = std::time::Duration::try_from(gone - decided).unwrap_or_default();
+        record.abort_latency = Some(api::Duration(latency));
+        ctx.metrics
+            .drill_aborted(namespace, &drill.name_any(), latency);
+    }
+    ctx.metrics.drill_run(
+        namespace,
+        &drill.name_any(),
+        outcome_name(RunOutcome::Aborted),
+    );
+    Ok(record)
+}
+
+/// `record`, ended now with `outcome`, and what the stop saw.
+fn ended(
+    mut record: RunRecord,
+    outcome: RunOutcome,
+    reason: &str,
+    message: String,
+    now: Timestamp,
+    stopped: &stop::Stopped,
+) -> RunRecord {
+    record.outcome = Some(outcome);
+    record.reason = Some(reason.to_owned());
+    record.message = Some(message);
+    record.ended_at = Some(Time(now));
+    record.recovered_at = stopped.recovered_at.map(MicroTime).or(record.recovered_at);
+    record.gone_at = stopped.gone_at.map(MicroTime).or(record.gone_at);
+    record
+}
+
+/// Moves an ended run into the history (newest first, bounded).
+fn finish(status: &mut ChaosDrillStatus, record: RunRecord, limit: i32) {
+    if status
+        .current_run
+        .as_ref()
+        .is_some_and(|current| current.id == record.id)
+    {
+        status.current_run = None;
+    }
+    status.last_outcome = record.outcome;
+    if record.outcome == Some(RunOutcome::Aborted) {
+        status.last_abort_latency = record.abort_latency;
+    }
+    status.history.retain(|old| old.id != record.id);
+    status.history.insert(0, record);
+    status
+        .history
+        .truncate(usize::try_from(limit.max(1)).unwrap_or(1));
+}
+
+/// An Event per ended run: Warning when aborted or failed.
+async fn announce(ctx: &Ctx, drill: &ChaosDrill, record: &RunRecord) {
+    let Some(outcome) = record.outcome else {
+        return;
+    };
+    let warning = matches!(outcome, RunOutcome::Aborted | RunOutcome::Failed);
+    let mut note = format!(
+        "run {} {}: {}",
+        record.id,
+        outcome_name(outcome).to_lowercase(),
+        record.message.as_deref().unwrap_or("")
+    );
+    if let Some(latency) = &record.abort_latency {
+        note.push_str(&format!(" (abort took {latency})"));
+    }
+    ctx.event_of(
+        drill,
+        warning,
+        &format!("Run{}", outcome_name(outcome)),
+        &record.id,
+        note,
+    )
+    .await;
+}
+
+/// Why the kill switch is on, if it is.
+async fn kill_switch(ctx: &Ctx, namespace: &str) -> Result<Option<String>, Error> {
+    if ctx.settings.kill_switch {
+        return Ok(Some("the operator's --chaos-kill-switch is on".to_owned()));
+    }
+    let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
+    let ns = namespaces.get_opt(namespace).await.map_err(Error::kube(
+        Verb::Read,
+        "Namespace",
+        namespace,
+    ))?;
+    let on = ns.is_some_and(|ns| {
+        ns.annotations()
+            .get(KILL_SWITCH_ANNOTATION)
+            .is_some_and(|v| v == "true")
+    });
+    Ok(on
+        .then(|| format!("namespace {namespace} has the annotation {KILL_SWITCH_ANNOTATION}=true")))
+}
+
+/// The target sale as the start gates see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SaleState {
+    /// It does not exist.
+    Missing,
+    /// It is Live.
+    Live,
+    /// It exists and is not Live.
+    NotLive,
+}
+
+async fn sale_state(ctx: &Ctx, namespace: &str, name: &str) -> Result<SaleState, Error> {
+    let sales: Api<FlashSale> = Api::namespaced(ctx.client.clone(), namespace);
+    let sale = sales
+        .get_opt(name)
+        .await
+        .map_err(Error::kube(Verb::Read, "FlashSale", name))?;
+    Ok(match sale {
+        None => SaleState::Missing,
+        Some(sale) if sale.status.as_ref().and_then(|s| s.phase) == Some(SalePhase::Live) => {
+            SaleState::Live
+        }
+        Some(_) => SaleState::NotLive,
+    })
+}
+
+/// What [`decide_start`] looks at.
+pub struct Facts<'a> {
+    /// Now.
+    pub now: Timestamp,
+    /// The drill's calendar.
+    pub calendar: &'a Calendar,
+    /// When the next scheduled run is due.
+    pub next_run: Option<Timestamp>,
+    /// A run-now request not handled yet.
+    pub request: Option<&'a str>,
+    /// The force annotation's reason, if any.
+    pub force: Option<&'a str>,
+    /// The target sale.
+    pub sale: SaleState,
+    /// `spec.avoidLiveSale`.
+    pub avoid_live_sale: bool,
+}
+
+/// Whether a run starts now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Start {
+    /// Nothing is due.
+    Wait,
+    /// A run is due but may not start: recorded as skipped.
+    Skip {
+        /// CamelCase reason.
+        reason: &'static str,
+        /// The reason in a sentence.
+        message: String,
+    },
+    /// A run starts; `forced` says who lifted the windows and why.
+    Run {
+        /// The force reason, for a forced run-now.
+        forced: Option<String>,
+    },
+}
+
+/// Decides whether a run starts: due (a scheduled time passed, or a new
+/// run-now request), then the gates in order — missed schedule, sale
+/// missing, sale Live, windows and blackouts (lifted only by a forced
+/// request).
+pub fn decide_start(facts: &Facts<'_>) -> Start {
+    let scheduled = facts.next_run.filter(|next| *next <= facts.now);
+    if facts.request.is_none() && scheduled.is_none() {
+        return Start::Wait;
+    }
+    let skip = |reason: &'static str, message: String| Start::Skip { reason, message };
+    if let (None, Some(next)) = (facts.request, scheduled)
+        && facts.now.duration_since(next) > MISSED_BOUND
+    {
+        return skip(
+            "MissedSchedule",
+            format!(
+                "the run due at {next} was missed by more than {}; the next one is scheduled",
+                api::Duration(std::time::Duration::try_from(MISSED_BOUND).unwrap_or_default())
+            ),
+        );
+    }
+    match facts.sale {
+        SaleState::Missing => {
+            return skip(
+                reasons::SALE_NOT_FOUND,
+                "the FlashSale of spec.saleRef does not exist".to_owned(),
+            );
+        }
+        SaleState::Live if facts.avoid_live_sale => {
+            return skip(
+                "SaleLive",
+                "the sale is Live and spec.avoidLiveSale is set".to_owned(),
+            );
+        }
+        _ => {}
+    }
+    let forced = facts.request.and(facts.force).map(str::to_owned);
+    if forced.is_none() {
+        match facts.calendar.allowance(facts.now) {
+            Allowance::Allowed => {}
+            refused => {
+                let message = match &refused {
+                    Allowance::InBlackout { reason, until } => format!(
+                        "inside a blackout until {until}{}",
+                        reason
+                            .as_deref()
+                            .map(|r| format!(" ({r})"))
+                            .unwrap_or_default()
+                    ),
+                    _ => "outside every window of spec.windows".to_owned(),
+                };
+                return skip(refused.reason(), message);
+            }
+        }
+    }
+    Start::Run { forced }
+}
+
+/// A run's id: its start time in UTC to the millisecond,
+/// `YYYYMMDD-HHMMSS-mmm`, so a request right after a skip is another run.
+pub fn run_id(now: Timestamp) -> String {
+    now.strftime("%Y%m%d-%H%M%S-%3f").to_string()
+}
+
+async fn write_status(ctx: &Ctx, drill: &ChaosDrill, new: &ChaosDrillStatus) -> Result<(), Error> {
+    if drill.status.as_ref() == Some(new) {
+        return Ok(());
+    }
+    tracing::debug!(phase = ?new.phase, "writing the status");
+    let value = serde_json::to_value(new)?;
+    apply::apply_status(ctx, drill, value).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn calendar() -> anyhow::Result<Calendar> {
+        let drill: ChaosDrill = serde_yaml_ng::from_str(include_str!(
+            "../../../crds/examples/chaosdrill-pod-kill.yaml"
+        ))?;
+        Ok(Calendar::new(&drill.spec)?)
+    }
+
+    fn at(text: &str) -> anyhow::Result<Timestamp> {
+        Ok(text.parse::<jiff::Zoned>()?.timestamp())
+    }
+
+    fn facts<'a>(calendar: &'a Calendar, now: Timestamp, next_run: Timestamp) -> Facts<'a> {
+        Facts {
+            now,
+            calendar,
+            next_run: Some(next_run),
+            request: None,
+            force: None,
+            sale: SaleState::NotLive,
+            avoid_live_sale: true,
+        }
+    }
+
+    fn reason(start: &Start) -> &'static str {
+        match start {
+            Start::Wait => "Wait",
+            Start::Skip { reason, .. } => reason,
+            Start::Run { .. } => "Run",
+        }
+    }
+
+    #[test]
+    fn a_request_at_tuesday_1359_tokyo_is_outside_the_window_and_1400_runs() -> anyhow::Result<()> {
+        let calendar = calendar()?;
+        let later = at("2026-12-31T00:00:00+09:00[Asia/Tokyo]")?;
+        // 2026-12-01 is a Tuesday.
+        let cases = [
+            ("2026-12-01T13:59:00+09:00[Asia/Tokyo]", "OutsideWindow"),
+            ("2026-12-01T14:00:00+09:00[Asia/Tokyo]", "Run"),
+            ("2026-12-01T15:59:59+09:00[Asia/Tokyo]", "Run"),
+            ("2026-12-01T16:00:00+09:00[Asia/Tokyo]", "OutsideWindow"),
+            ("2026-12-02T14:30:00+09:00[Asia/Tokyo]", "OutsideWindow"),
+            // The same instant seen from UTC: still 14:00 in Tokyo.
+            ("2026-12-01T05:00:00+00:00[UTC]", "Run"),
+        ];
+        for (now, expected) in cases {
+            let mut f = facts(&calendar, at(now)?, later);
+            f.request = Some("manual-1");
+            assert_eq!(reason(&decide_start(&f)), expected, "{now}");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn nothing_starts_before_the_next_run_and_the_scheduled_one_starts_on_time()
+    -> anyhow::Result<()> {
+        let calendar = calendar()?;
+        let next = at("2026-12-01T14:30:00+09:00[Asia/Tokyo]")?;
+        let before = at("2026-12-01T14:29:59+09:00[Asia/Tokyo]")?;
+        assert_eq!(decide_start(&facts(&calendar, before, next)), Start::Wait);
+        assert_eq!(
+            decide_start(&facts(&calendar, next, next)),
+            Start::Run { forced: None }
+        );
+        // Late by more than the missed bound: skipped, not run late.
+        let late = at("2026-12-01T14:31:01+09:00[Asia/Tokyo]")?;
+        assert_eq!(
+            reason(&decide_start(&facts(&calendar, late, next))),
+            "MissedSchedule"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn a_blackout_beats_the_window_and_only_a_forced_request_lifts_both() -> anyhow::Result<()> {
+        let calendar = calendar()?;
+        // Tuesday 2026-11-10, 14:30 Tokyo: inside the window and inside the
+        // singles-day blackout of the example.
+        let now = at("2026-11-10T14:30:00+09:00[Asia/Tokyo]")?;
+        let mut f = facts(&calendar, now, now);
+        assert_eq!(reason(&decide_start(&f)), "InBlackout");
+        f.request = Some("manual-2");
+        f.force = Some("alice: failover rehearsal");
+        assert_eq!(
+            decide_start(&f),
+            Start::Run {
+                forced: Some("alice: failover rehearsal".into())
+            }
+        );
+        // A force annotation without a request forces nothing.
+        f.request = None;
+        assert_eq!(reason(&decide_start(&f)), "InBlackout");
+        Ok(())
+    }
+
+    #[test]
+    fn a_live_sale_blocks_even_a_forced_run_unless_the_drill_allows_it() -> anyhow::Result<()> {
+        let calendar = calendar()?;
+        let now = at("2026-12-01T14:30:00+09:00[Asia/Tokyo]")?;
+        let mut f = facts(&calendar, now, now);
+        f.sale = SaleState::Live;
+        f.request = Some("manual-3");
+        f.force = Some("bob");
+        assert_eq!(reason(&decide_start(&f)), "SaleLive");
+        f.avoid_live_sale = false;
+        assert_eq!(reason(&decide_start(&f)), "Run");
+        f.sale = SaleState::Missing;
+        assert_eq!(reason(&decide_start(&f)), reasons::SALE_NOT_FOUND);
+        Ok(())
+    }
+
+    #[test]
+    fn finished_runs_go_first_into_a_bounded_history() {
+        let mut status = ChaosDrillStatus {
+            current_run: Some(RunRecord {
+                id: "r3".into(),
+                ..RunRecord::default()
+            }),
+            ..ChaosDrillStatus::default()
+        };
+        for id in ["r1", "r2", "r3"] {
+            let record = RunRecord {
+                id: id.into(),
+                outcome: Some(RunOutcome::Aborted),
+                abort_latency: Some(api::Duration(std::time::Duration::from_millis(40))),
+                ..RunRecord::default()
+            };
+            finish(&mut status, record, 2);
+        }
+        let ids: Vec<&str> = status.history.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(ids, ["r3", "r2"]);
+        assert_eq!(status.current_run, None);
+        assert_eq!(status.last_outcome, Some(RunOutcome::Aborted));
+        assert_eq!(
+            status.last_abort_latency,
+            Some(api::Duration(std::time::Duration::from_millis(40)))
+        );
+    }
+
+    #[test]
+    fn run_ids_are_the_start_time_in_utc() -> anyhow::Result<()> {
+        assert_eq!(
+            run_id(at("2026-12-01T14:30:05.0429+09:00[Asia/Tokyo]")?),
+            "20261201-053005-042"
+        );
+        Ok(())
+    }
+}
