@@ -18,7 +18,7 @@ use flashsale_operator::{
     drill::chaos::Kind,
 };
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -474,6 +474,57 @@ async fn the_namespace_kill_switch_removes_every_experiment_and_blocks_new_runs(
         Some(("False", "KillSwitch")),
         "{ready:?}"
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_operators_kill_switch_starts_nothing_and_sweeps_what_it_created() -> anyhow::Result<()>
+{
+    let scene = DrillScene::start_with("cd-switch", 0.0, &["--chaos-kill-switch=true"]).await?;
+    let pods = scene.gateway_pods(2).await?;
+    let pod = pods.first().cloned().unwrap_or_default();
+    // An experiment the operator created before (say, before a crash).
+    let leftover: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "chaos-mesh.org/v1alpha1",
+        "kind": "PodChaos",
+        "metadata": {"name": "leftover", "labels": {
+            "app.kubernetes.io/managed-by": "flashsale-operator",
+            "flashsale.dev/drill": "old", "flashsale.dev/run": "old-run"}},
+        "spec": {"action": "pod-failure", "mode": "all", "duration": "5m",
+                 "selector": {"namespaces": [scene.ns.name], "pods": {scene.ns.name.as_str(): [pod.as_str()]}}},
+    }))?;
+    let chaos: Api<DynamicObject> = Api::namespaced_with(
+        scene.client.clone(),
+        &scene.ns.name,
+        &Kind::PodChaos.resource(),
+    );
+    chaos.create(&PostParams::default(), &leftover).await?;
+    scene
+        .create(drill(
+            "held",
+            &scene.exporter.query(),
+            pod_kill("1s"),
+            (50.0, 1),
+        ))
+        .await?;
+    scene.run_now("held", "r1", None).await?;
+    let status = scene
+        .until_status("held", "held by the switch", Duration::from_secs(30), |s| {
+            s.observed
+                .get("Ready")
+                .is_some_and(|c| c.reason == "KillSwitch")
+        })
+        .await?;
+    assert_eq!(status.phase, Some(DrillPhase::Suspended));
+    assert_eq!(status.current_run, None);
+    assert!(status.history.is_empty(), "{status:?}");
+    assert!(
+        scene
+            .chaos_objects(Kind::PodChaos, "old-run")
+            .await?
+            .is_empty()
+    );
+    assert_eq!(scene.pod_names().await?, pods, "nothing was killed");
     Ok(())
 }
 

@@ -52,12 +52,19 @@ impl DrillScene {
     /// A namespace, a sale with no pods of its own, a gauge at `initial`
     /// that Prometheus already scraped, and the operator.
     pub async fn start(prefix: &str, initial: f64) -> anyhow::Result<Self> {
+        Self::start_with(prefix, initial, &[]).await
+    }
+
+    /// [`start`](Self::start), the operator with `extra` flags.
+    pub async fn start_with(prefix: &str, initial: f64, extra: &[&str]) -> anyhow::Result<Self> {
         let client = setup().await?;
         let ns = TestNamespace::create(&client, prefix).await?;
         let exporter = Exporter::start(initial, SCRAPE_TIME).await?;
         let prometheus = stack::prometheus_url()?;
         until_scraped(&prometheus, &exporter.query(), initial).await?;
-        let operator = Operator::start(&ns.name, "one", &["--prometheus-url", &prometheus])?;
+        let mut flags = vec!["--prometheus-url", prometheus.as_str()];
+        flags.extend_from_slice(extra);
+        let operator = Operator::start(&ns.name, "one", &flags)?;
         let mut sale = flashsale_e2e::sales::warming_up(SALE);
         for workload in ["gateway", "inventory", "orderWriter"] {
             sale["spec"][workload]["replicas"] = json!(0);
