@@ -14,7 +14,10 @@ use flashsale_e2e::{
     stack::{self, unique_name},
     wait::poll_until,
 };
-use flashsale_operator::api::{DegradationPolicy, FlashSale};
+use flashsale_operator::{
+    api::{ChaosDrill, DegradationPolicy, FlashSale, chaosdrill::RunOutcome},
+    drill::chaos::Kind,
+};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::{
     api::{
@@ -875,5 +878,117 @@ async fn the_example_policy_reads_the_real_gateways_and_every_gateway_applies_it
         }
     })
     .await?;
+    Ok(())
+}
+
+/// The sale's live gateways as Prometheus sees them: the SLO a drill on the
+/// real node guards.
+fn gateways_up(ns: &str, sale: &str) -> String {
+    format!(r#"count(up{{namespace="{ns}", pod=~"{sale}-gateway-.*"}} == 1)"#)
+}
+
+#[tokio::test]
+async fn a_drill_kills_a_real_gateway_and_the_real_slo_breach_aborts_the_run() -> anyhow::Result<()>
+{
+    let client = setup().await?;
+    let ns = TestNamespace::create(&client, "real-drill").await?;
+    let operator = operator(&ns.name)?;
+    let sale = create_sale(&client, &ns.name, SignedDuration::from_hours(1)).await?;
+    await_ready(&client, &ns.name, &sale.name).await?;
+    let gateways = ready_pods(&client, &ns.name, &sale.name, "gateway").await?;
+    assert_eq!(gateways.len(), 2);
+    poll_until("both gateways scraped and up", START, TICK, || async {
+        let targets = scraped(&ns.name).await?;
+        let up = |pod: &Pod| targets.contains(&(pod.name_any(), "up".to_owned()));
+        if gateways.iter().all(up) {
+            Ok(())
+        } else {
+            Err(format!("{targets:?}"))
+        }
+    })
+    .await?;
+
+    // The SLO: both gateways up. Killing one (half the fleet, the cap)
+    // breaks it for real: the killed process stops answering its scrape.
+    let drills: Api<ChaosDrill> = Api::namespaced(client.clone(), &ns.name);
+    let drill: ChaosDrill = serde_json::from_value(json!({
+        "apiVersion": "flashsale.dev/v1alpha1",
+        "kind": "ChaosDrill",
+        "metadata": {"name": "real", "annotations": {"flashsale.dev/run-now": "first"}},
+        "spec": {
+            "saleRef": {"name": sale.name},
+            "schedule": {"cron": "0 0 1 1 *", "timeZone": "UTC"},
+            "experiments": [{"name": "kill", "target": "gateway", "duration": "2m",
+                             "podChaos": {"action": "pod-kill"}}],
+            "blastRadius": {"maxPercent": 50, "maxPods": 1},
+            "sloGuard": {
+                "objectives": [{"name": "gateways-up", "query": gateways_up(&ns.name, &sale.name),
+                                "threshold": 2, "breachWhen": "Below"}],
+                "interval": "250ms", "staleAfter": "5s", "steadyState": "2s"
+            }
+        }
+    }))?;
+    drills.create(&PostParams::default(), &drill).await?;
+    let ended = poll_until("the run ended", START, TICK, || async {
+        let drill = drills.get("real").await.map_err(|e| e.to_string())?;
+        let status = drill.status.unwrap_or_default();
+        match status.history.first() {
+            Some(run) => Ok(run.clone()),
+            None => Err(format!("{:?} {:?}", status.phase, status.current_run)),
+        }
+    })
+    .await?;
+    assert_eq!(ended.outcome, Some(RunOutcome::Aborted), "{ended:?}");
+    assert_eq!(ended.reason.as_deref(), Some("SloBreached"), "{ended:?}");
+    assert_eq!(
+        ended.slo_extremes.get("gateways-up"),
+        Some(&1.0),
+        "{ended:?}"
+    );
+    assert!(ended.abort_latency.is_some(), "{ended:?}");
+    eprintln!(
+        "real node: injected {:?}, decided {:?}, detection {:?}, decision → gone {:?}",
+        ended.injected_at, ended.decided_at, ended.detection_latency, ended.abort_latency
+    );
+    // Exactly the named gateway was killed; the other kept running.
+    let [target] = ended.targets.as_slice() else {
+        anyhow::bail!("one target expected: {ended:?}");
+    };
+    let victim = target.rsplit('/').next().unwrap_or_default();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    for gateway in &gateways {
+        let now = pods.get_opt(&gateway.name_any()).await?;
+        if gateway.name_any() == victim {
+            assert!(
+                now.is_none_or(|p| p.uid() != gateway.uid()),
+                "{victim} not killed"
+            );
+        } else {
+            assert_eq!(
+                now.and_then(|p| p.uid()),
+                gateway.uid(),
+                "a bystander was killed"
+            );
+        }
+    }
+    for kind in [Kind::PodChaos, Kind::Workflow] {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), &ns.name, &kind.resource());
+        let left = api
+            .list(&ListParams::default().labels(&format!("flashsale.dev/run={}", ended.id)))
+            .await?;
+        assert!(left.items.is_empty(), "{kind:?} left after the abort");
+    }
+    // The Deployment replaces the killed gateway.
+    poll_until("two ready gateways again", START, TICK, || async {
+        let now = ready_pods(&client, &ns.name, &sale.name, "gateway")
+            .await
+            .map_err(|e| e.to_string())?;
+        (now.len() == 2)
+            .then_some(())
+            .ok_or(format!("{} ready", now.len()))
+    })
+    .await?;
+    drop(operator);
     Ok(())
 }
