@@ -5,7 +5,6 @@
 
 use std::fmt;
 
-use croner::parser::{CronParser, Seconds, Year};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::api::{
@@ -35,18 +34,17 @@ fn problem(field: impl Into<String>, message: impl Into<String>) -> SpecProblem 
     }
 }
 
-/// A standard five-field cron expression (no seconds, no years).
+/// A standard five-field cron expression (no seconds, no years), as the
+/// ChaosDrill calendar runs it.
 pub fn cron(field: &str, expression: &str) -> Option<SpecProblem> {
-    let parser = CronParser::builder()
-        .seconds(Seconds::Disallowed)
-        .year(Year::Disallowed)
-        .build();
-    parser.parse(expression).err().map(|err| {
-        problem(
-            field,
-            format!("invalid cron expression {expression:?}: {err}"),
-        )
-    })
+    crate::drill::calendar::check_cron(expression)
+        .err()
+        .map(|err| {
+            problem(
+                field,
+                format!("invalid cron expression {expression:?}: {err}"),
+            )
+        })
 }
 
 /// An IANA time-zone name known to the bundled tz database.

@@ -120,6 +120,12 @@ impl Allowance {
     }
 }
 
+/// Whether `expression` is a five-field cron expression this calendar
+/// runs; what is wrong with it if not.
+pub fn check_cron(expression: &str) -> Result<(), String> {
+    Cron::parse(expression).map(drop)
+}
+
 /// When a drill may run: its cron in its IANA time zone, its windows and
 /// blackouts.
 #[derive(Debug, Clone)]
