@@ -1,0 +1,152 @@
+//! The release `flashsale-operator run` process, with the flags and the
+//! interface of the tests' `Operator` (`operator/tests/common/mod.rs`), so
+//! the tests' drill scene starts this one: limited to the benchmark's
+//! namespace (its Lease there too), the tests' short lease timings, killed
+//! by its PID when dropped. The tests' own cannot be shared: it runs the
+//! test build (`CARGO_BIN_EXE_…`, which examples do not get).
+
+use std::{
+    net::TcpListener,
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    sync::OnceLock,
+    time::{Duration, Instant},
+};
+
+use anyhow::Context as _;
+use flashsale_e2e::kube::{client, install_crds};
+use flashsale_operator::api;
+use kube::Client;
+
+use super::observe;
+
+/// The binary every [`Operator`] runs, set once by `main`: the scene starts
+/// operators through the tests' signature, which has no place for it.
+static BINARY: OnceLock<PathBuf> = OnceLock::new();
+
+/// How long an operator may take to lead: a lease left by a killed one
+/// expires after 4 s.
+const LEAD_BOUND: Duration = Duration::from_secs(30);
+
+/// Makes every [`Operator`] run `path`.
+pub fn use_binary(path: PathBuf) {
+    // Set once, before any operator starts.
+    let _ = BINARY.set(path);
+}
+
+/// A client of the local control plane with the CRDs installed, as the
+/// tests' `setup`.
+pub async fn setup() -> anyhow::Result<Client> {
+    let client = client().await?;
+    install_crds(&client, &api::crds(), "flashsale-bench").await?;
+    Ok(client)
+}
+
+/// One operator process.
+pub struct Operator {
+    child: Child,
+    /// Address of its ops endpoints.
+    pub ops: String,
+    /// Its identity in the Lease.
+    pub identity: String,
+    /// Its log file.
+    pub log: PathBuf,
+}
+
+impl Operator {
+    /// Starts an operator for `namespace` with `extra` flags.
+    pub fn start(namespace: &str, identity: &str, extra: &[&str]) -> anyhow::Result<Self> {
+        let binary = BINARY
+            .get()
+            .context("no operator binary chosen before the first operator")?;
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let ops = format!("127.0.0.1:{port}");
+        let log = std::env::temp_dir().join(format!("{namespace}-{identity}.log"));
+        let file = std::fs::File::create(&log)?;
+        let child = Command::new(binary)
+            .args([
+                "run",
+                "--namespace",
+                namespace,
+                "--lease-namespace",
+                namespace,
+                "--identity",
+                identity,
+                "--ops-addr",
+                &ops,
+                "--lease-duration",
+                "4s",
+                "--lease-renew-deadline",
+                "3s",
+                "--lease-retry-period",
+                "500ms",
+                "--probe-timeout",
+                "300ms",
+                "--status-refresh",
+                "2s",
+                "--log-filter",
+                "info",
+            ])
+            .args(extra)
+            .stdout(Stdio::from(file.try_clone()?))
+            .stderr(Stdio::from(file))
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        eprintln!(
+            "operator {identity}: pid {} (log {})",
+            child.id(),
+            log.display()
+        );
+        Ok(Self {
+            child,
+            ops,
+            identity: identity.to_owned(),
+            log,
+        })
+    }
+
+    /// Kills the process at once (SIGKILL: no lease release, as in a crash).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Waits until it holds the lease and runs its controllers; fails at
+    /// once when the process has exited.
+    pub async fn until_leads(&mut self) -> anyhow::Result<()> {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                anyhow::bail!(
+                    "operator {} exited with {status}; see {}",
+                    self.identity,
+                    self.log.display()
+                );
+            }
+            if observe::sum_samples(&self.metrics().await, "flashsale_operator_leader", "") >= 1.0 {
+                return Ok(());
+            }
+            anyhow::ensure!(
+                started.elapsed() < LEAD_BOUND,
+                "operator {} did not lead within {LEAD_BOUND:?}; see {}",
+                self.identity,
+                self.log.display()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Its `/metrics` text; empty while it does not answer.
+    async fn metrics(&self) -> String {
+        match reqwest::get(format!("http://{}/metrics", self.ops)).await {
+            Ok(answer) => answer.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        }
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
