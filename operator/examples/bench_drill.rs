@@ -45,12 +45,12 @@ mod runs;
 #[path = "bench_drill/stop_path.rs"]
 mod stop_path;
 
-use std::{
-    path::{Path, PathBuf},
-    time::Duration,
-};
+#[path = "shared/bench.rs"]
+mod bench;
 
-use anyhow::Context as _;
+use bench::{ms, percentile, release_binary};
+use std::{path::PathBuf, time::Duration};
+
 use clap::Parser;
 use common::drill::DrillScene;
 
@@ -103,28 +103,6 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The binary `name` (of the package of that name) next to this example's
-/// folder (`<target>/<profile>/`), or `given`.
-fn release_binary(name: &str, given: Option<&Path>) -> anyhow::Result<PathBuf> {
-    let path = match given {
-        Some(path) => path.to_owned(),
-        None => {
-            let exe = std::env::current_exe()?;
-            exe.parent()
-                .and_then(Path::parent)
-                .context("cannot locate the target folder from this example's path")?
-                .join(name)
-        }
-    };
-    anyhow::ensure!(
-        path.is_file(),
-        "{} not found: build it first with `cargo build --release -p {name} --bin {name}` \
-         (same CARGO_TARGET_DIR), or pass its path",
-        path.display()
-    );
-    Ok(path)
-}
-
 /// Every measurement of the benchmark.
 #[derive(Debug, Default)]
 struct Report {
@@ -171,19 +149,6 @@ async fn run(args: &Args) -> anyhow::Result<Report> {
     }
     eprintln!("deleting namespace {}", scene.ns.name);
     Ok(report)
-}
-
-/// Nearest-rank percentile `q` (0–1) of `values`; NaN when there are none.
-fn percentile(values: &[f64], q: f64) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let rank = (q * sorted.len() as f64).ceil() as usize;
-    sorted.get(rank.max(1) - 1).copied().unwrap_or(f64::NAN)
-}
-
-/// Milliseconds of `duration`.
-fn ms(duration: Duration) -> f64 {
-    duration.as_secs_f64() * 1e3
 }
 
 /// A row of the summary: n, p50, p99, max.

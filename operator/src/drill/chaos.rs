@@ -41,7 +41,7 @@ pub const PAUSE_ANNOTATION: &str = "experiment.chaos-mesh.org/pause";
 pub const WORKFLOW_LABEL: &str = "chaos-mesh.org/workflow";
 
 /// The Chaos Mesh kinds the operator creates or reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Kind {
     /// Kills or fails pods.
     PodChaos,

@@ -1,15 +1,18 @@
-//! The stop path: pause and delete every Chaos Mesh object of a selection
-//! at once, then watch Chaos Mesh confirm it. One function serves the
-//! guard's abort, the end of a run, a standby's takeover and the kill
-//! switch, so they all stop the same way.
+//! The stop path: delete every Chaos Mesh object of a selection at once
+//! (pausing what cannot be deleted), then watch Chaos Mesh confirm it. One
+//! function serves the guard's abort, the end of a run, a standby's
+//! takeover and the kill switch, so they all stop the same way.
 
-use std::time::{Duration, Instant};
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
 
-use futures::future::join_all;
+use futures::{StreamExt, future::join_all, stream};
 use jiff::Timestamp;
 use kube::{
     Api, Client, ResourceExt,
-    api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams},
+    api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, WatchEvent, WatchParams},
 };
 use serde_json::json;
 
@@ -20,7 +23,7 @@ use crate::{
     leader::Leadership,
 };
 
-/// How often the stop path looks again while Chaos Mesh recovers.
+/// How often the stop path looks again when it cannot watch.
 const POLL: Duration = Duration::from_millis(10);
 
 /// What a stop did and saw.
@@ -39,10 +42,11 @@ pub struct Stopped {
     pub remaining: Vec<String>,
 }
 
-/// Stops everything `selector` selects in `namespace`: the pause
-/// annotation and a delete on every experiment, and a delete on every
-/// Workflow, all sent at once; then waits up to `bound` for the experiments
-/// to be gone. Writes only while this replica leads.
+/// Stops everything `selector` selects in `namespace`: a delete on every
+/// experiment and every Workflow, all sent at once (an experiment whose
+/// delete is refused gets the pause annotation instead); then follows the
+/// experiments until they are gone, at most `bound`. Writes only while this
+/// replica leads.
 pub async fn stop(
     client: &Client,
     leadership: &Leadership,
@@ -51,14 +55,15 @@ pub async fn stop(
     selector: &str,
     bound: Duration,
 ) -> Result<Stopped, Error> {
-    let experiments = list_all(client, namespace, selector, &Kind::EXPERIMENTS).await?;
-    let workflows = list_all(client, namespace, selector, &[Kind::Workflow]).await?;
+    let until = Instant::now() + bound;
+    let (experiments, versions) = listed(client, namespace, selector, &Kind::EXPERIMENTS).await?;
+    let (workflows, _) = listed(client, namespace, selector, &[Kind::Workflow]).await?;
     if !leadership.is_leader() {
         return Err(Error::NotLeader);
     }
     let experiment_writes = experiments
         .iter()
-        .map(|(kind, object)| pause_and_delete(client, namespace, *kind, object));
+        .map(|(kind, object)| delete_or_pause(client, namespace, *kind, object));
     let workflow_writes = workflows
         .iter()
         .map(|(kind, object)| delete(client, namespace, *kind, object));
@@ -67,33 +72,202 @@ pub async fn stop(
     for result in experiment_results.into_iter().chain(workflow_results) {
         result?;
     }
-    let mut stopped = Stopped {
+    let mut progress = Progress::new(&experiments);
+    // Watched from the list's versions, the deletes just sent cannot be
+    // missed, and each is seen the moment the apiserver makes it: a poll
+    // would add up to a whole list's time to every stop.
+    if !progress.done() {
+        match follow(
+            client,
+            namespace,
+            selector,
+            &versions,
+            &mut progress,
+            clock,
+            until,
+        )
+        .await
+        {
+            Ok(()) => {}
+            Err(err) => {
+                tracing::debug!(%err, "watching the stop failed; polling instead");
+                poll(client, namespace, selector, &mut progress, clock, until).await?;
+            }
+        }
+    }
+    let now = clock.now();
+    Ok(Stopped {
         experiments: experiments.len(),
         workflows: workflows.len(),
-        recovered_at: None,
-        gone_at: None,
-        remaining: Vec::new(),
-    };
-    let until = Instant::now() + bound;
-    loop {
-        let left = list_all(client, namespace, selector, &Kind::EXPERIMENTS).await?;
-        let now = clock.now();
-        if stopped.recovered_at.is_none() && left.iter().all(|(_, o)| recovered(o)) {
-            stopped.recovered_at = Some(now);
-        }
-        if left.is_empty() {
-            stopped.gone_at = Some(now);
-            return Ok(stopped);
-        }
-        if Instant::now() >= until {
-            stopped.remaining = left
+        recovered_at: progress.recovered_at.or(progress.done().then_some(now)),
+        gone_at: progress.done().then(|| progress.gone_at.unwrap_or(now)),
+        remaining: progress
+            .left
+            .keys()
+            .map(|(kind, name)| format!("{}/{name}", kind.name()))
+            .collect(),
+    })
+}
+
+/// The experiments still there, and when Chaos Mesh confirmed each step.
+struct Progress {
+    /// `(kind, name)` → recovered.
+    left: BTreeMap<(Kind, String), bool>,
+    recovered_at: Option<Timestamp>,
+    gone_at: Option<Timestamp>,
+}
+
+impl Progress {
+    fn new(experiments: &[(Kind, DynamicObject)]) -> Self {
+        Self {
+            left: experiments
                 .iter()
-                .map(|(kind, o)| format!("{}/{}", kind.name(), o.name_any()))
-                .collect();
-            return Ok(stopped);
+                .map(|(kind, o)| ((*kind, o.name_any()), recovered(o)))
+                .collect(),
+            recovered_at: None,
+            gone_at: None,
         }
-        tokio::time::sleep(POLL).await;
     }
+
+    fn done(&self) -> bool {
+        self.left.is_empty()
+    }
+
+    /// Takes in what an experiment is now (`None`: gone).
+    fn saw(&mut self, kind: Kind, name: String, now: Option<&DynamicObject>, at: Timestamp) {
+        let key = (kind, name);
+        match now {
+            None => {
+                self.left.remove(&key);
+            }
+            Some(object) => {
+                if let Some(done) = self.left.get_mut(&key) {
+                    *done = recovered(object);
+                }
+            }
+        }
+        if self.recovered_at.is_none() && self.left.values().all(|done| *done) {
+            self.recovered_at = Some(at);
+        }
+        if self.gone_at.is_none() && self.left.is_empty() {
+            self.gone_at = Some(at);
+        }
+    }
+}
+
+/// Follows the experiments' watch events until they are gone or `until`.
+async fn follow(
+    client: &Client,
+    namespace: &str,
+    selector: &str,
+    versions: &[(Kind, String)],
+    progress: &mut Progress,
+    clock: &dyn Clock,
+    until: Instant,
+) -> Result<(), kube::Error> {
+    let params = WatchParams::default().labels(selector);
+    let mut streams = Vec::new();
+    for (kind, version) in versions {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), namespace, &kind.resource());
+        let kind = *kind;
+        streams.push(
+            api.watch(&params, version)
+                .await?
+                .map(move |e| (kind, e))
+                .boxed(),
+        );
+    }
+    let mut events = stream::select_all(streams);
+    while !progress.done() {
+        let next = tokio::time::timeout_at(until.into(), events.next()).await;
+        match next {
+            Err(_) => return Ok(()),
+            Ok(None) => {
+                return Err(kube::Error::Service(
+                    "the watch ended before the experiments were gone".into(),
+                ));
+            }
+            Ok(Some((kind, event))) => match event? {
+                WatchEvent::Deleted(object) => {
+                    progress.saw(kind, object.name_any(), None, clock.now());
+                }
+                WatchEvent::Added(object) | WatchEvent::Modified(object) => {
+                    progress.saw(kind, object.name_any(), Some(&object), clock.now());
+                }
+                WatchEvent::Bookmark(_) => {}
+                WatchEvent::Error(status) => {
+                    return Err(kube::Error::Api(status));
+                }
+            },
+        }
+    }
+    Ok(())
+}
+
+/// Lists the experiments until they are gone or `until`.
+async fn poll(
+    client: &Client,
+    namespace: &str,
+    selector: &str,
+    progress: &mut Progress,
+    clock: &dyn Clock,
+    until: Instant,
+) -> Result<(), Error> {
+    while !progress.done() && Instant::now() < until {
+        let (left, _) = listed(client, namespace, selector, &Kind::EXPERIMENTS).await?;
+        let now = clock.now();
+        let present: BTreeMap<(Kind, String), &DynamicObject> = left
+            .iter()
+            .map(|(kind, o)| ((*kind, o.name_any()), o))
+            .collect();
+        let known: Vec<(Kind, String)> = progress.left.keys().cloned().collect();
+        for (kind, name) in known {
+            let object = present.get(&(kind, name.clone())).copied();
+            progress.saw(kind, name, object, now);
+        }
+        if !progress.done() {
+            tokio::time::sleep(POLL).await;
+        }
+    }
+    Ok(())
+}
+
+/// Every object of `kinds` that `selector` selects, and each kind's list
+/// version (to watch from); a kind whose CRD is missing has none.
+async fn listed(
+    client: &Client,
+    namespace: &str,
+    selector: &str,
+    kinds: &[Kind],
+) -> Result<(Vec<(Kind, DynamicObject)>, Vec<(Kind, String)>), Error> {
+    let params = ListParams::default().labels(selector);
+    let lists = kinds.iter().map(|kind| {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), namespace, &kind.resource());
+        let params = params.clone();
+        async move {
+            match api.list(&params).await {
+                Ok(list) => Ok(Some((*kind, list))),
+                Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
+                Err(err) => Err(Error::kube(Verb::List, kind.name(), selector)(err)),
+            }
+        }
+    });
+    let mut objects = Vec::new();
+    let mut versions = Vec::new();
+    for list in join_all(lists).await {
+        let Some((kind, list)) = list? else {
+            continue;
+        };
+        if !list.items.is_empty()
+            && let Some(version) = list.metadata.resource_version
+        {
+            versions.push((kind, version));
+        }
+        objects.extend(list.items.into_iter().map(|o| (kind, o)));
+    }
+    Ok((objects, versions))
 }
 
 /// Every object of `kinds` that `selector` selects; a kind whose CRD is
@@ -104,45 +278,34 @@ pub async fn list_all(
     selector: &str,
     kinds: &[Kind],
 ) -> Result<Vec<(Kind, DynamicObject)>, Error> {
-    let params = ListParams::default().labels(selector);
-    let lists = kinds.iter().map(|kind| {
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(client.clone(), namespace, &kind.resource());
-        let params = params.clone();
-        async move {
-            match api.list(&params).await {
-                Ok(list) => Ok(list.items.into_iter().map(|o| (*kind, o)).collect()),
-                Err(kube::Error::Api(status)) if status.code == 404 => Ok(Vec::new()),
-                Err(err) => Err(Error::kube(Verb::List, kind.name(), selector)(err)),
-            }
-        }
-    });
-    let mut all = Vec::new();
-    for list in join_all(lists).await {
-        all.extend(list?);
-    }
-    Ok(all)
+    Ok(listed(client, namespace, selector, kinds).await?.0)
 }
 
-async fn pause_and_delete(
+/// Deletes an experiment; only if the delete is refused, pauses it
+/// instead, so Chaos Mesh still recovers its targets. Not both at once:
+/// every extra write while Chaos Mesh recovers makes its whole-object
+/// status updates conflict and back off, which made the stop slower in the
+/// benchmark (`docs/benchmarks.md`).
+async fn delete_or_pause(
     client: &Client,
     namespace: &str,
     kind: Kind,
     object: &DynamicObject,
 ) -> Result<(), Error> {
+    let Err(refused) = delete(client, namespace, kind, object).await else {
+        return Ok(());
+    };
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &kind.resource());
     let name = object.name_any();
-    // A merge patch of the annotation alone: Chaos Mesh writes its status
-    // with whole-object updates, and a full write here would conflict.
     let pause = Patch::Merge(json!({"metadata": {"annotations": {PAUSE_ANNOTATION: "true"}}}));
-    let patch_params = PatchParams::default();
-    let delete_params = DeleteParams::background();
-    let (paused, deleted) = tokio::join!(
-        api.patch(&name, &patch_params, &pause),
-        api.delete(&name, &delete_params),
-    );
-    gone_is_fine(paused.map(drop), Verb::Apply, kind, &name)?;
-    gone_is_fine(deleted.map(drop), Verb::Delete, kind, &name)
+    let paused = api.patch(&name, &PatchParams::default(), &pause).await;
+    match gone_is_fine(paused.map(drop), Verb::Apply, kind, &name) {
+        Ok(()) => {
+            tracing::warn!(%refused, object = name, "delete refused; the experiment is paused instead");
+            Ok(())
+        }
+        Err(_) => Err(refused),
+    }
 }
 
 async fn delete(
