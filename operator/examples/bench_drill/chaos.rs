@@ -1,17 +1,18 @@
 //! Reading Chaos Mesh's experiments as the benchmark waits on them: until
 //! Chaos Mesh says it injected the fault, and until the object is gone.
 
-use std::time::{Duration, Instant};
+use std::{
+    collections::BTreeSet,
+    time::{Duration, Instant},
+};
 
 use flashsale_e2e::wait::poll_until;
 use flashsale_operator::drill::chaos::Kind;
+use futures::StreamExt;
 use kube::{
-    Api, Client,
-    api::{DynamicObject, ListParams},
+    Api, Client, ResourceExt,
+    api::{DynamicObject, ListParams, WatchEvent, WatchParams},
 };
-
-/// How often the benchmark looks while the chaos is being removed.
-pub const GONE_POLL: Duration = Duration::from_millis(10);
 
 /// The namespace's PodChaos objects.
 pub fn pod_chaos(client: &Client, namespace: &str) -> Api<DynamicObject> {
@@ -54,25 +55,34 @@ pub async fn until_injected(
     Ok(())
 }
 
-/// From `since` until nothing `selector` selects is left, looking every
-/// [`GONE_POLL`].
+/// From `since` until nothing `selector` selects is left: a list, then a
+/// watch from the list's version, so each delete is seen the moment the
+/// apiserver makes it (a poll would add up to a list's time).
 pub async fn until_gone(
     api: &Api<DynamicObject>,
     selector: &str,
     since: Instant,
     bound: Duration,
 ) -> anyhow::Result<Duration> {
-    let params = ListParams::default().labels(selector);
-    loop {
-        let left = api.list(&params).await?.items.len();
-        let now = Instant::now();
-        if left == 0 {
-            return Ok(now - since);
-        }
-        anyhow::ensure!(
-            now - since < bound,
-            "{left} objects of {selector} still there after {bound:?}"
-        );
-        tokio::time::sleep(GONE_POLL).await;
+    let list = api.list(&ListParams::default().labels(selector)).await?;
+    let mut left: BTreeSet<String> = list.items.iter().map(ResourceExt::name_any).collect();
+    if left.is_empty() {
+        return Ok(since.elapsed());
     }
+    let version = list.metadata.resource_version.unwrap_or_default();
+    let mut events = api
+        .watch(&WatchParams::default().labels(selector), &version)
+        .await?
+        .boxed();
+    let deadline = since + bound;
+    while !left.is_empty() {
+        let event = tokio::time::timeout_at(deadline.into(), events.next())
+            .await
+            .map_err(|_| anyhow::anyhow!("{left:?} of {selector} still there after {bound:?}"))?
+            .ok_or_else(|| anyhow::anyhow!("the watch of {selector} ended"))??;
+        if let WatchEvent::Deleted(object) = event {
+            left.remove(&object.name_any());
+        }
+    }
+    Ok(since.elapsed())
 }

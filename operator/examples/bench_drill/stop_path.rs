@@ -4,8 +4,8 @@
 //! `drill::stop::stop` is timed from just before the call (the decision)
 //! until Chaos Mesh reported the target recovered and until the object was
 //! gone. The baseline alternates with it: the same kind of object removed
-//! by a plain delete, as `kubectl delete` sends it (no pause annotation),
-//! looked at every 10 ms until gone.
+//! by a plain delete, as `kubectl delete` sends it, watched until gone (the
+//! stop path watches its deletes the same way).
 
 use std::time::{Duration, Instant};
 
