@@ -69,13 +69,18 @@ pub async fn measure(
     for (i, (stopped_pod, deleted_pod)) in pairs.iter().enumerate() {
         let run = inject(&api, namespace, stopped_pod, bound).await?;
         let selector = chaos::run_selector(DRILL, &run);
+        // As the guard's abort does: the run's objects are known by name.
+        let known = [(chaos::Kind::PodChaos, object_name(&run))];
         let decided = SystemClock.now();
         let stopped = stop::stop(
             client,
             &leadership,
             &SystemClock,
-            namespace,
-            &selector,
+            stop::Scope {
+                namespace,
+                selector: &selector,
+                known: &known,
+            },
             bound,
         )
         .await?;

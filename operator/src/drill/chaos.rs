@@ -80,6 +80,19 @@ impl Kind {
         }
     }
 
+    /// The kind of this name, if the operator knows it.
+    pub fn from_name(name: &str) -> Option<Self> {
+        [
+            Self::PodChaos,
+            Self::NetworkChaos,
+            Self::StressChaos,
+            Self::Workflow,
+            Self::StatusCheck,
+        ]
+        .into_iter()
+        .find(|kind| kind.name() == name)
+    }
+
     /// The kind as a dynamic API resource.
     pub fn resource(self) -> ApiResource {
         ApiResource::from_gvk_with_plural(
@@ -349,6 +362,18 @@ pub fn dynamic(value: Value) -> Result<DynamicObject, serde_json::Error> {
     serde_json::from_value(value)
 }
 
+/// `Kind/name` entries (a run's `objects`) as kinds and names; entries of
+/// unknown kinds are left out.
+pub fn parse_objects(objects: &[String]) -> Vec<(Kind, String)> {
+    objects
+        .iter()
+        .filter_map(|entry| {
+            let (kind, name) = entry.split_once('/')?;
+            Some((Kind::from_name(kind)?, name.to_owned()))
+        })
+        .collect()
+}
+
 /// The pods an experiment object names in its selector, `namespace/name`.
 pub fn selected_pods(object: &DynamicObject) -> Vec<String> {
     let Some(pods) = object.data["spec"]["selector"]["pods"].as_object() else {
@@ -485,6 +510,23 @@ mod tests {
         orphan.metadata.uid = None;
         assert!(workflow(&orphan, "r", &backstop).is_err());
         Ok(())
+    }
+
+    #[test]
+    fn a_runs_objects_read_back_as_kinds_and_names() {
+        let objects = [
+            "Workflow/d-r".to_owned(),
+            "PodChaos/d-r-kill".to_owned(),
+            "Deployment/x".to_owned(),
+            "no-slash".to_owned(),
+        ];
+        assert_eq!(
+            parse_objects(&objects),
+            [
+                (Kind::Workflow, "d-r".to_owned()),
+                (Kind::PodChaos, "d-r-kill".to_owned())
+            ]
+        );
     }
 
     #[test]

@@ -145,7 +145,7 @@ async fn drive(ctx: &Ctx, plan: &Plan, guard: &Guard) -> Ending {
     }
     // The experiments ran their course: remove them and check the SLOs
     // come back.
-    let stopped = match stop_run(ctx, plan).await {
+    let stopped = match stop_run(ctx, plan, guard).await {
         Ok(stopped) => stopped,
         Err(err) => return Ending::new(RunOutcome::Failed, "StopFailed", err.to_string()),
     };
@@ -301,7 +301,7 @@ async fn inject(ctx: &Ctx, plan: &Plan, guard: &Guard) -> Result<Injected, Endin
     let status_check = match await_status_check(ctx, &namespace, &workflow.name_any()).await {
         Ok(Some(found)) => found,
         Ok(None) => {
-            let _ = stop_run(ctx, plan).await;
+            let _ = stop_run(ctx, plan, guard).await;
             return Err(Ending::new(
                 RunOutcome::Failed,
                 "ChaosMeshNotResponding",
@@ -313,7 +313,7 @@ async fn inject(ctx: &Ctx, plan: &Plan, guard: &Guard) -> Result<Injected, Endin
             ));
         }
         Err(err) => {
-            let _ = stop_run(ctx, plan).await;
+            let _ = stop_run(ctx, plan, guard).await;
             return Err(failed("ReadFailed", &err));
         }
     };
@@ -342,7 +342,7 @@ async fn inject(ctx: &Ctx, plan: &Plan, guard: &Guard) -> Result<Injected, Endin
                 targets.extend(pods.iter().map(|p| format!("{namespace}/{p}")));
             }
             Err(err) => {
-                let _ = stop_run(ctx, plan).await;
+                let _ = stop_run(ctx, plan, guard).await;
                 return Err(failed("CreateFailed", &err));
             }
         }
@@ -503,7 +503,7 @@ async fn abort(ctx: &Ctx, plan: &Plan, guard: &Guard, verdict: &Verdict) -> Endi
             Some(api::Duration(unsigned(decided.duration_since(detected))));
     });
     ctx.settings.wake(&plan.drill);
-    let stopped = stop_run(ctx, plan).await;
+    let stopped = stop_run(ctx, plan, guard).await;
     let namespace = plan.drill.namespace().unwrap_or_default();
     match stopped {
         Ok(stopped) => {
@@ -537,14 +537,20 @@ async fn abort(ctx: &Ctx, plan: &Plan, guard: &Guard, verdict: &Verdict) -> Endi
     }
 }
 
-async fn stop_run(ctx: &Ctx, plan: &Plan) -> Result<Stopped, crate::kit::Error> {
+/// Stops the run's objects; those the guard recorded are deleted without
+/// waiting for the list.
+async fn stop_run(ctx: &Ctx, plan: &Plan, guard: &Guard) -> Result<Stopped, crate::kit::Error> {
     let namespace = plan.drill.namespace().unwrap_or_default();
+    let known = chaos::parse_objects(&guard.progress().record.objects);
     stop::stop(
         &ctx.client,
         &ctx.leadership,
         ctx.clock.as_ref(),
-        &namespace,
-        &chaos::run_selector(&plan.drill.name_any(), &plan.run),
+        stop::Scope {
+            namespace: &namespace,
+            selector: &chaos::run_selector(&plan.drill.name_any(), &plan.run),
+            known: &known,
+        },
         STOP_BOUND,
     )
     .await

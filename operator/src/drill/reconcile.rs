@@ -141,8 +141,11 @@ async fn reconcile_drill(drill: &ChaosDrill, ctx: &Arc<Ctx>) -> Result<Action, E
             &ctx.client,
             &ctx.leadership,
             ctx.clock.as_ref(),
-            &namespace,
-            &chaos::managed_selector(),
+            stop::Scope {
+                namespace: &namespace,
+                selector: &chaos::managed_selector(),
+                known: &[],
+            },
             execute::STOP_BOUND,
         )
         .await?;
@@ -362,8 +365,11 @@ async fn stop_stale(
         &ctx.client,
         &ctx.leadership,
         ctx.clock.as_ref(),
-        namespace,
-        &chaos::run_selector(&drill.name_any(), &current.id),
+        stop::Scope {
+            namespace,
+            selector: &chaos::run_selector(&drill.name_any(), &current.id),
+            known: &chaos::parse_objects(&current.objects),
+        },
         execute::STOP_BOUND,
     )
     .await?;

@@ -42,40 +42,70 @@ pub struct Stopped {
     pub remaining: Vec<String>,
 }
 
-/// Stops everything `selector` selects in `namespace`: a delete on every
-/// experiment and every Workflow, all sent at once (an experiment whose
-/// delete is refused gets the pause annotation instead); then follows the
-/// experiments until they are gone, at most `bound`. Writes only while this
-/// replica leads.
+/// What a stop removes: everything `selector` selects in `namespace`, of
+/// which `known` (possibly none) are known by kind and name already.
+#[derive(Debug, Clone, Copy)]
+pub struct Scope<'a> {
+    /// The namespace.
+    pub namespace: &'a str,
+    /// The label selector of everything to stop.
+    pub selector: &'a str,
+    /// Objects known to be selected: their deletes go out before the list
+    /// answers, not after.
+    pub known: &'a [(Kind, String)],
+}
+
+/// Stops everything `scope` selects: a delete on every experiment and
+/// every Workflow, all sent at once (an experiment whose delete is refused
+/// gets the pause annotation instead); then follows the experiments until
+/// they are gone, at most `bound`. Writes only while this replica leads.
 pub async fn stop(
     client: &Client,
     leadership: &Leadership,
     clock: &dyn Clock,
-    namespace: &str,
-    selector: &str,
+    scope: Scope<'_>,
     bound: Duration,
 ) -> Result<Stopped, Error> {
     let until = Instant::now() + bound;
-    let (experiments, versions) = listed(client, namespace, selector, &Kind::EXPERIMENTS).await?;
-    let (workflows, _) = listed(client, namespace, selector, &[Kind::Workflow]).await?;
     if !leadership.is_leader() {
         return Err(Error::NotLeader);
     }
-    let experiment_writes = experiments
+    let Scope {
+        namespace,
+        selector,
+        known,
+    } = scope;
+    // The known objects' deletes travel with the lists: an experiment the
+    // list no longer shows was deleted before it, and one it shows is
+    // deleted after the list's version, where the watch starts.
+    let known_writes = known
         .iter()
-        .map(|(kind, object)| delete_or_pause(client, namespace, *kind, object));
-    let workflow_writes = workflows
+        .map(|(kind, name)| remove(client, namespace, *kind, name));
+    let (known_results, experiments, workflows) = tokio::join!(
+        join_all(known_writes),
+        listed(client, namespace, selector, &Kind::EXPERIMENTS),
+        listed(client, namespace, selector, &[Kind::Workflow]),
+    );
+    let ((experiments, versions), (workflows, _)) = (experiments?, workflows?);
+    let others = experiments
         .iter()
-        .map(|(kind, object)| delete(client, namespace, *kind, object));
-    let (experiment_results, workflow_results) =
-        tokio::join!(join_all(experiment_writes), join_all(workflow_writes));
-    for result in experiment_results.into_iter().chain(workflow_results) {
+        .chain(&workflows)
+        .filter(|(kind, o)| !known.iter().any(|(k, n)| k == kind && *n == o.name_any()))
+        .map(|(kind, o)| (*kind, o.name_any()))
+        .collect::<Vec<_>>();
+    let other_writes = others
+        .iter()
+        .map(|(kind, name)| remove(client, namespace, *kind, name));
+    for result in known_results
+        .into_iter()
+        .chain(join_all(other_writes).await)
+    {
         result?;
     }
     let mut progress = Progress::new(&experiments);
-    // Watched from the list's versions, the deletes just sent cannot be
-    // missed, and each is seen the moment the apiserver makes it: a poll
-    // would add up to a whole list's time to every stop.
+    // Watched from the list's versions, no delete can be missed, and each
+    // is seen the moment the apiserver makes it: a poll would add up to a
+    // whole list's time to every stop.
     if !progress.done() {
         match follow(
             client,
@@ -96,9 +126,18 @@ pub async fn stop(
         }
     }
     let now = clock.now();
+    // Everything deleted, known or listed, counted once.
+    let stopped: std::collections::BTreeSet<(Kind, String)> =
+        known.iter().cloned().chain(others).collect();
+    let count = |workflow: bool| {
+        stopped
+            .iter()
+            .filter(|(kind, _)| (*kind == Kind::Workflow) == workflow)
+            .count()
+    };
     Ok(Stopped {
-        experiments: experiments.len(),
-        workflows: workflows.len(),
+        experiments: count(false),
+        workflows: count(true),
         recovered_at: progress.recovered_at.or(progress.done().then_some(now)),
         gone_at: progress.done().then(|| progress.gone_at.unwrap_or(now)),
         remaining: progress
@@ -281,43 +320,29 @@ pub async fn list_all(
     Ok(listed(client, namespace, selector, kinds).await?.0)
 }
 
-/// Deletes an experiment; only if the delete is refused, pauses it
-/// instead, so Chaos Mesh still recovers its targets. Not both at once:
-/// every extra write while Chaos Mesh recovers makes its whole-object
-/// status updates conflict and back off, which made the stop slower in the
-/// benchmark (`docs/benchmarks.md`).
-async fn delete_or_pause(
-    client: &Client,
-    namespace: &str,
-    kind: Kind,
-    object: &DynamicObject,
-) -> Result<(), Error> {
-    let Err(refused) = delete(client, namespace, kind, object).await else {
+/// Removes one object: deletes a Workflow; deletes an experiment or, only
+/// if the delete is refused, pauses it instead, so Chaos Mesh still
+/// recovers its targets. Not both at once: every extra write while Chaos
+/// Mesh recovers makes its whole-object status updates conflict and back
+/// off, which made the stop slower in the benchmark (`docs/benchmarks.md`).
+async fn remove(client: &Client, namespace: &str, kind: Kind, name: &str) -> Result<(), Error> {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &kind.resource());
+    let deleted = api.delete(name, &DeleteParams::background()).await;
+    let Err(refused) = gone_is_fine(deleted.map(drop), Verb::Delete, kind, name) else {
         return Ok(());
     };
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &kind.resource());
-    let name = object.name_any();
+    if kind == Kind::Workflow {
+        return Err(refused);
+    }
     let pause = Patch::Merge(json!({"metadata": {"annotations": {PAUSE_ANNOTATION: "true"}}}));
-    let paused = api.patch(&name, &PatchParams::default(), &pause).await;
-    match gone_is_fine(paused.map(drop), Verb::Apply, kind, &name) {
+    let paused = api.patch(name, &PatchParams::default(), &pause).await;
+    match gone_is_fine(paused.map(drop), Verb::Apply, kind, name) {
         Ok(()) => {
             tracing::warn!(%refused, object = name, "delete refused; the experiment is paused instead");
             Ok(())
         }
         Err(_) => Err(refused),
     }
-}
-
-async fn delete(
-    client: &Client,
-    namespace: &str,
-    kind: Kind,
-    object: &DynamicObject,
-) -> Result<(), Error> {
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &kind.resource());
-    let name = object.name_any();
-    let deleted = api.delete(&name, &DeleteParams::background()).await;
-    gone_is_fine(deleted.map(drop), Verb::Delete, kind, &name)
 }
 
 fn gone_is_fine(
