@@ -218,34 +218,31 @@ async fn failing_one_pod(scene: &DrillScene, name: &str) -> anyhow::Result<(RunR
         .ok_or_else(|| anyhow::anyhow!("no target in {run:?}"))?
         .to_owned();
     // Chaos Mesh swapped the target's image for its pause image.
-    let pods = scene.pods();
-    poll_until(
-        "the target failed by Chaos Mesh",
-        Duration::from_secs(30),
-        Duration::from_millis(50),
-        || async {
-            let image = image(&pods, &target).await.map_err(|e| e.to_string())?;
-            if image == "gateway:drill" {
-                Err(image)
-            } else {
-                Ok(())
-            }
-        },
-    )
-    .await?;
+    until_image(scene, &target, false).await?;
     Ok((run, target))
 }
 
 /// Waits until Chaos Mesh restored the target's image.
 async fn until_restored(scene: &DrillScene, target: &str) -> anyhow::Result<()> {
+    until_image(scene, target, true).await
+}
+
+/// Waits until the target runs its own image (`restored`) or Chaos Mesh's
+/// pause image (not `restored`).
+async fn until_image(scene: &DrillScene, target: &str, restored: bool) -> anyhow::Result<()> {
     let pods = scene.pods();
+    let what = if restored {
+        "the target recovered"
+    } else {
+        "the target failed by Chaos Mesh"
+    };
     poll_until(
-        "the target recovered",
+        what,
         Duration::from_secs(30),
         Duration::from_millis(50),
         || async {
             let image = image(&pods, target).await.map_err(|e| e.to_string())?;
-            if image == "gateway:drill" {
+            if (image == "gateway:drill") == restored {
                 Ok(())
             } else {
                 Err(image)

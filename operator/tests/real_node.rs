@@ -14,6 +14,7 @@ use flashsale_e2e::{
     stack::{self, unique_name},
     wait::poll_until,
 };
+use flashsale_operator::flashsale::pods::is_ready;
 use flashsale_operator::{
     api::{ChaosDrill, DegradationPolicy, FlashSale, chaosdrill::RunOutcome},
     drill::chaos::Kind,
@@ -196,13 +197,6 @@ async fn ready_pods(
         .into_iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none() && is_ready(p))
         .collect())
-}
-
-fn is_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 fn uids(pods: &[Pod]) -> BTreeSet<String> {

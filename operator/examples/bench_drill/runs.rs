@@ -20,6 +20,7 @@ use flashsale_operator::{
     api::chaosdrill::RunRecord,
     degradation::signal::{Reading, SignalReader},
     drill::chaos::{self, Kind},
+    flashsale::pods::is_ready,
 };
 use jiff::Timestamp;
 
@@ -27,7 +28,6 @@ use super::{
     chaos::{pod_chaos, until_gone, until_injected},
     common::drill::{DrillScene, THRESHOLD, drill, image, pod_failure, until_scraped},
     ms,
-    stop_path::is_ready,
 };
 
 /// The drill's name.

@@ -197,7 +197,11 @@ async fn create_pods(
         Duration::from_millis(250),
         || async {
             let pods = api.list(&params).await.map_err(|e| e.to_string())?;
-            let ready = pods.items.iter().filter(|pod| is_ready(pod)).count();
+            let ready = pods
+                .items
+                .iter()
+                .filter(|pod| flashsale_operator::flashsale::pods::is_ready(pod))
+                .count();
             if ready == count {
                 Ok(())
             } else {
@@ -207,12 +211,4 @@ async fn create_pods(
     )
     .await?;
     Ok(())
-}
-
-/// Whether `pod` is Ready.
-pub fn is_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }

@@ -395,17 +395,10 @@ async fn candidates(
         .iter()
         .map(|pod| blast::Candidate {
             name: pod.name_any(),
-            ready: is_ready(pod),
+            ready: crate::flashsale::pods::is_ready(pod),
             terminating: pod.metadata.deletion_timestamp.is_some(),
         })
         .collect())
-}
-
-fn is_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 async fn create(

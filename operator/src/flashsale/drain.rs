@@ -43,15 +43,10 @@ pub struct ReplicaLag {
 pub fn ready_replicas(pods: &[Pod], port: u16) -> Vec<(String, SocketAddr)> {
     pods.iter()
         .filter(|pod| pod.metadata.deletion_timestamp.is_none())
+        .filter(|pod| super::pods::is_ready(pod))
         .filter_map(|pod| {
-            let status = pod.status.as_ref()?;
-            let ready = status
-                .conditions
-                .iter()
-                .flatten()
-                .any(|c| c.type_ == "Ready" && c.status == "True");
-            let ip: IpAddr = status.pod_ip.as_deref()?.parse().ok()?;
-            ready.then(|| (pod.name_any(), SocketAddr::new(ip, port)))
+            let ip: IpAddr = pod.status.as_ref()?.pod_ip.as_deref()?.parse().ok()?;
+            Some((pod.name_any(), SocketAddr::new(ip, port)))
         })
         .collect()
 }

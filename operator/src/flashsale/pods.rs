@@ -6,6 +6,14 @@ use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 
 use super::build::COMPONENT_KEY;
 
+/// Whether `pod` has its `Ready` condition `True`.
+pub fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
 /// Container waiting reasons that mean "this will not start by itself":
 /// the kubelet's own reason strings.
 const FAILING_WAITING_REASONS: [&str; 9] = [

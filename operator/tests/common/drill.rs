@@ -13,6 +13,7 @@ use flashsale_operator::{
     },
     degradation::signal::{Reading, SignalReader},
     drill::chaos::{Kind, RUN_LABEL},
+    flashsale::pods,
 };
 use futures::{StreamExt, TryStreamExt, stream};
 use jiff::Timestamp;
@@ -162,16 +163,7 @@ impl DrillScene {
             .await?
             .items
             .iter()
-            .filter(|pod| {
-                pod.metadata.deletion_timestamp.is_none()
-                    && pod
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.conditions.as_ref())
-                        .is_some_and(|cs| {
-                            cs.iter().any(|c| c.type_ == "Ready" && c.status == "True")
-                        })
-            })
+            .filter(|pod| pod.metadata.deletion_timestamp.is_none() && pods::is_ready(pod))
             .map(ResourceExt::name_any)
             .collect())
     }

@@ -13,12 +13,8 @@ use flashsale_e2e::{
     stack,
     wait::poll_until,
 };
-use flashsale_operator::{
-    api::{DegradationPolicy, FlashSale, degradation::DegradationPolicyStatus},
-    degradation::signal::{Reading, SignalReader},
-};
+use flashsale_operator::api::{DegradationPolicy, FlashSale, degradation::DegradationPolicyStatus};
 use futures::StreamExt;
-use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use kube::{
     Api, Client,
@@ -89,32 +85,7 @@ impl Scene {
         let prometheus = stack::prometheus_url()?;
         // Policies start from a signal Prometheus already has: before its
         // first scrape the query is empty, a lost signal.
-        let reader = SignalReader::new()?;
-        let query = exporter.query();
-        poll_until(
-            "the exporter scraped",
-            Duration::from_secs(30),
-            Duration::from_millis(100),
-            || {
-                let (reader, prometheus, query) = (&reader, &prometheus, &query);
-                async move {
-                    match reader
-                        .read(
-                            prometheus,
-                            query,
-                            Duration::from_secs(1),
-                            Duration::from_secs(30),
-                            Timestamp::now(),
-                        )
-                        .await
-                    {
-                        Reading::Value(sample) if sample.value == initial => Ok(()),
-                        other => Err(format!("{other:?}")),
-                    }
-                }
-            },
-        )
-        .await?;
+        super::drill::until_scraped(&prometheus, &exporter.query(), initial).await?;
         let operator = Operator::start(&ns.name, "solo", &["--prometheus-url", &prometheus])?;
         let sale: FlashSale = serde_json::from_value(flashsale_e2e::sales::warming_up(SALE))?;
         Api::<FlashSale>::namespaced(client.clone(), &ns.name)
