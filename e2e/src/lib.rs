@@ -2,6 +2,7 @@
 //! where each component is, and how to wait for a condition with a deadline
 //! instead of sleeping.
 
+pub mod browser;
 pub mod faults;
 pub mod kafka;
 pub mod kube;
