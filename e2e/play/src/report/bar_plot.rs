@@ -1,0 +1,116 @@
+//! A bar plot: groups of vertical bars on one value axis from zero, each
+//! bar labelled with its value, coloured by its name.
+
+use std::fmt::{self, Write};
+
+use super::{
+    escape::escape,
+    model::BarPlot,
+    number::{self, Px},
+    scale::{Linear, Ticks, extent},
+    svg::{self, Frame, Legend, LegendItem, Side, Swatch},
+};
+
+/// The share of a group's band its bars take.
+const FILL: f64 = 0.72;
+/// The widest a bar gets.
+const MAX_BAR: f64 = 80.0;
+/// The space between bars of one group.
+const BAR_GAP: f64 = 3.0;
+
+/// Draws `plot` as an `<svg>`.
+pub(crate) fn bar_plot(out: &mut String, plot: &BarPlot) -> fmt::Result {
+    // One colour per bar name, in order of first appearance.
+    let mut names: Vec<&str> = Vec::new();
+    for (_, bars) in &plot.groups {
+        for bar in bars {
+            if !names.contains(&bar.name.as_str()) {
+                names.push(&bar.name);
+            }
+        }
+    }
+    let color = |name: &str| svg::color(names.iter().position(|n| *n == name).unwrap_or(0));
+    let legend = if plot.groups.iter().any(|(_, bars)| bars.len() > 1) {
+        let items = names.iter().map(|name| LegendItem {
+            label: (*name).to_owned(),
+            color: color(name),
+            swatch: Swatch::Box,
+        });
+        Legend::new(items.collect(), svg::WIDTH - 140.0)
+    } else {
+        Legend::default()
+    };
+    let frame = Frame::new(68.0, 24.0, 26.0 + legend.height(), 40.0);
+
+    let values = plot
+        .groups
+        .iter()
+        .flat_map(|(_, bars)| bars.iter().map(|b| b.value));
+    let (lo, hi) = extent(values).unwrap_or((0.0, 0.0));
+    let (lo, hi) = (lo.min(0.0), hi.max(0.0));
+    let ticks = Ticks::nice(lo, hi, 5);
+    let y = Linear::new((ticks.lo, ticks.hi), (frame.y1, frame.y0));
+    let zero = y.map(0.0);
+
+    svg::open(out, &plot.id, &plot.title)?;
+    svg::value_axis(out, frame, &ticks, &y, Side::Left, &plot.unit)?;
+    write!(
+        out,
+        r#"<line class="axis" x1="{}" x2="{}" y1="{z}" y2="{z}"/>"#,
+        Px(frame.x0),
+        Px(frame.x1),
+        z = Px(zero),
+    )?;
+    let band = (frame.x1 - frame.x0) / plot.groups.len().max(1) as f64;
+    for (g, (group, bars)) in plot.groups.iter().enumerate() {
+        let centre = frame.x0 + band * (g as f64 + 0.5);
+        let slot = (band * FILL / bars.len().max(1) as f64).min(MAX_BAR);
+        let gap = if bars.len() > 1 { BAR_GAP } else { 0.0 };
+        let start = centre - slot * bars.len() as f64 / 2.0;
+        for (b, bar) in bars.iter().enumerate() {
+            let value = if bar.value.is_finite() {
+                bar.value
+            } else {
+                0.0
+            };
+            let left = start + slot * b as f64 + gap / 2.0;
+            let width = slot - gap;
+            let top = y.map(value.max(0.0));
+            let bottom = y.map(value.min(0.0));
+            // Above a bar, or below one that goes down.
+            let label_y = if value < 0.0 {
+                bottom + 13.0
+            } else {
+                top - 5.0
+            };
+            write!(
+                out,
+                r#"<rect data-series="{}" x="{}" y="{}" width="{}" height="{}" rx="2" fill="{}"><title>{}: {}</title></rect><text class="value" x="{}" y="{}" text-anchor="middle">{}</text>"#,
+                escape(&bar.name),
+                Px(left),
+                Px(top),
+                Px(width),
+                Px(bottom - top),
+                color(&bar.name),
+                escape(group),
+                number::value(value),
+                Px(left + width / 2.0),
+                Px(label_y),
+                number::value(value),
+            )?;
+        }
+        write!(
+            out,
+            r#"<text class="group" x="{}" y="{}" text-anchor="middle">{}</text>"#,
+            Px(centre),
+            Px(frame.y1 + 20.0),
+            escape(group),
+        )?;
+    }
+    if plot.groups.iter().all(|(_, bars)| bars.is_empty()) {
+        svg::no_data(out, frame)?;
+    }
+    legend.draw(out, frame.x0, 6.0)?;
+    out.push_str("</svg>");
+    Ok(())
+}

@@ -1,0 +1,346 @@
+//! A plot over time: lines on the left axis, steps on the right one,
+//! dashed thresholds, marked moments and shaded stretches.
+
+use std::fmt::{self, Write};
+
+use super::{
+    escape::escape,
+    model::{Series, TimePlot},
+    number::{self, Px},
+    scale::{Linear, Ticks, extent},
+    svg::{self, Frame, Legend, LegendItem, PathData, Side, Swatch},
+};
+
+/// Shades for spans, one per label.
+const SPAN_FILLS: [&str; 4] = ["#e9eff6", "#f6eee3", "#e8f2eb", "#f2ecf5"];
+/// Threshold lines and their labels.
+const THRESHOLD: &str = "#b4474d";
+/// Marker lines.
+const MARKER: &str = "#4a4a4a";
+/// Rows for staggered marker and span labels.
+const LABEL_ROWS: usize = 3;
+/// Height of a row of labels.
+const LABEL_ROW: f64 = 14.0;
+
+/// Draws `plot` as an `<svg>`.
+pub(crate) fn time_plot(out: &mut String, plot: &TimePlot) -> fmt::Result {
+    let (from, to) = time_range(plot);
+    let seconds = |t: i64| t.saturating_sub(from) as f64 / 1000.0;
+    let shown = |t: i64| t >= from && t <= to;
+    let has_right = !plot.right.is_empty() || !plot.right_label.is_empty();
+
+    let legend = Legend::new(legend_items(plot), svg::WIDTH - 140.0);
+    let frame = Frame::new(
+        68.0,
+        if has_right { 68.0 } else { 24.0 },
+        16.0 + legend.height(),
+        46.0,
+    );
+    let x = Linear::new((0.0, seconds(to)), (frame.x0, frame.x1));
+    let values = |series: &[Series]| {
+        series
+            .iter()
+            .flat_map(|s| s.points.iter())
+            .filter(|(t, _)| shown(*t))
+            .map(|(_, v)| *v)
+            .collect::<Vec<_>>()
+    };
+    let left_values = values(&plot.left);
+    let right_values = values(&plot.right);
+    let thresholds = plot.thresholds.iter().filter(|(v, _)| v.is_finite());
+    let left_ticks = axis_ticks(
+        left_values
+            .iter()
+            .copied()
+            .chain(thresholds.clone().map(|(v, _)| *v)),
+    );
+    let y_left = Linear::new((left_ticks.lo, left_ticks.hi), (frame.y1, frame.y0));
+    let mut right_ticks = axis_ticks(right_values.iter().copied());
+    // Tiers and counts get whole ticks.
+    if right_values
+        .iter()
+        .all(|v| v.fract() == 0.0 || !v.is_finite())
+    {
+        right_ticks = right_ticks.whole();
+    }
+    let y_right = Linear::new((right_ticks.lo, right_ticks.hi), (frame.y1, frame.y0));
+
+    svg::open(out, &plot.id, &plot.title)?;
+    let spans: Vec<_> = plot
+        .spans
+        .iter()
+        .filter_map(|s| {
+            let (a, b) = (s.from_ms.max(from), s.to_ms.min(to));
+            (a < b).then(|| (x.map(seconds(a)), x.map(seconds(b)), s.label.as_str()))
+        })
+        .collect();
+    span_shades(out, frame, &spans)?;
+    svg::value_axis(
+        out,
+        frame,
+        &left_ticks,
+        &y_left,
+        Side::Left,
+        &plot.left_label,
+    )?;
+    if has_right {
+        svg::value_axis(
+            out,
+            frame,
+            &right_ticks,
+            &y_right,
+            Side::Right,
+            &plot.right_label,
+        )?;
+    }
+    time_axis(out, frame, &x, seconds(to))?;
+    for (value, _) in thresholds.clone() {
+        write!(
+            out,
+            r#"<line x1="{}" x2="{}" y1="{py}" y2="{py}" stroke="{THRESHOLD}" stroke-width="1.25" stroke-dasharray="6 4"/>"#,
+            Px(frame.x0),
+            Px(frame.x1),
+            py = Px(y_left.map(*value)),
+        )?;
+    }
+    for (i, series) in plot.left.iter().enumerate() {
+        let d = trace(series, shown, Draw::Line, |t, v| {
+            (x.map(seconds(t)), y_left.map(v))
+        });
+        series_path(out, series, &d, svg::color(i), "1.75")?;
+    }
+    for (j, series) in plot.right.iter().enumerate() {
+        let d = trace(series, shown, Draw::Step, |t, v| {
+            (x.map(seconds(t)), y_right.map(v))
+        });
+        series_path(out, series, &d, svg::color(plot.left.len() + j), "2")?;
+    }
+    let markers: Vec<_> = plot
+        .markers
+        .iter()
+        .filter(|m| shown(m.at_ms))
+        .map(|m| (x.map(seconds(m.at_ms)), m.label.as_str()))
+        .collect();
+    for (px, _) in &markers {
+        write!(
+            out,
+            r#"<line x1="{px}" x2="{px}" y1="{}" y2="{}" stroke="{MARKER}" stroke-width="1.25"/>"#,
+            Px(frame.y0),
+            Px(frame.y1),
+            px = Px(*px),
+        )?;
+    }
+
+    // Labels last, so lines never cross them.
+    for (value, label) in thresholds {
+        write!(
+            out,
+            r#"<text class="note" x="{}" y="{}" text-anchor="end" fill="{THRESHOLD}">{}</text>"#,
+            Px(frame.x1 - 6.0),
+            Px(y_left.map(*value) - 5.0),
+            escape(label),
+        )?;
+    }
+    marker_labels(out, frame, &markers)?;
+    span_labels(out, frame, &spans)?;
+    if left_values
+        .iter()
+        .chain(&right_values)
+        .all(|v| !v.is_finite())
+    {
+        svg::no_data(out, frame)?;
+    }
+    legend.draw(out, frame.x0, 8.0)?;
+    out.push_str("</svg>");
+    Ok(())
+}
+
+/// The time shown: the plot's range, or else the data's, or else a second.
+fn time_range(plot: &TimePlot) -> (i64, i64) {
+    let (from, to) = plot.range_ms;
+    if from < to {
+        return (from, to);
+    }
+    let times = plot
+        .left
+        .iter()
+        .chain(&plot.right)
+        .flat_map(|s| s.points.iter().map(|(t, _)| *t));
+    match (times.clone().min(), times.max()) {
+        (Some(first), Some(last)) if first < last => (first, last),
+        (Some(first), _) => (first, first.saturating_add(1000)),
+        _ => (from, from.saturating_add(1000)),
+    }
+}
+
+/// Ticks for a value axis: from zero, with a little headroom above the
+/// data so lines clear the plot's top edge.
+fn axis_ticks(values: impl IntoIterator<Item = f64>) -> Ticks {
+    let (lo, hi) = extent(values).unwrap_or((0.0, 0.0));
+    let (lo, hi) = (lo.min(0.0), hi.max(0.0));
+    Ticks::nice(lo, hi + (hi - lo) * 0.08, 5)
+}
+
+/// How a series is drawn.
+#[derive(Debug, Clone, Copy)]
+enum Draw {
+    /// Straight lines between points.
+    Line,
+    /// Steps: a value holds until the next point.
+    Step,
+}
+
+/// The path data of `series`' shown points, placed by `point`, broken at
+/// gaps (NaN or infinite values).
+fn trace(
+    series: &Series,
+    shown: impl Fn(i64) -> bool,
+    draw: Draw,
+    point: impl Fn(i64, f64) -> (f64, f64),
+) -> String {
+    let mut path = PathData::default();
+    for &(t, v) in series.points.iter().filter(|(t, _)| shown(*t)) {
+        if !v.is_finite() {
+            path.lift();
+            continue;
+        }
+        let (px, py) = point(t, v);
+        match draw {
+            Draw::Line => path.line_to(px, py),
+            Draw::Step => path.step_to(px, py),
+        }
+    }
+    path.finish()
+}
+
+/// A data series' `<path>`, marked with its name.
+fn series_path(
+    out: &mut String,
+    series: &Series,
+    d: &str,
+    color: &str,
+    width: &str,
+) -> fmt::Result {
+    write!(
+        out,
+        r#"<path data-series="{}" d="{d}" fill="none" stroke="{color}" stroke-width="{width}" stroke-linejoin="round" stroke-linecap="round"/>"#,
+        escape(&series.name),
+    )
+}
+
+/// The legend: left series as lines, right series as steps.
+fn legend_items(plot: &TimePlot) -> Vec<LegendItem> {
+    let left = plot.left.iter().enumerate().map(|(i, s)| LegendItem {
+        label: s.name.clone(),
+        color: svg::color(i),
+        swatch: Swatch::Line,
+    });
+    let right = plot.right.iter().enumerate().map(|(j, s)| LegendItem {
+        label: format!("{} (right axis)", s.name),
+        color: svg::color(plot.left.len() + j),
+        swatch: Swatch::Step,
+    });
+    left.chain(right).collect()
+}
+
+/// The time axis: seconds since the range's start.
+fn time_axis(out: &mut String, frame: Frame, x: &Linear, duration: f64) -> fmt::Result {
+    write!(
+        out,
+        r#"<line class="axis" x1="{}" x2="{}" y1="{y}" y2="{y}"/>"#,
+        Px(frame.x0),
+        Px(frame.x1),
+        y = Px(frame.y1),
+    )?;
+    let ticks = Ticks::nice(0.0, duration, 8);
+    for value in ticks.within(0.0, duration) {
+        let px = Px(x.map(value));
+        write!(
+            out,
+            r#"<line class="axis" x1="{px}" x2="{px}" y1="{}" y2="{}"/><text class="tick" x="{px}" y="{}" text-anchor="middle">{}</text>"#,
+            Px(frame.y1),
+            Px(frame.y1 + 4.0),
+            Px(frame.y1 + 17.0),
+            number::tick(value, ticks.decimals()),
+        )?;
+    }
+    write!(
+        out,
+        r#"<text class="axis-label" x="{}" y="{}" text-anchor="middle">time since start (s)</text>"#,
+        Px((frame.x0 + frame.x1) / 2.0),
+        Px(svg::HEIGHT - 8.0),
+    )
+}
+
+/// The spans' shaded rectangles: one shade per label, so a tier that comes
+/// back looks the same.
+fn span_shades(out: &mut String, frame: Frame, spans: &[(f64, f64, &str)]) -> fmt::Result {
+    let mut labels: Vec<&str> = Vec::new();
+    for (left, right, label) in spans {
+        let shade = labels.iter().position(|l| l == label).unwrap_or_else(|| {
+            labels.push(label);
+            labels.len() - 1
+        });
+        write!(
+            out,
+            r#"<rect class="span" x="{}" y="{}" width="{}" height="{}" fill="{}"/>"#,
+            Px(*left),
+            Px(frame.y0),
+            Px(right - left),
+            Px(frame.y1 - frame.y0),
+            SPAN_FILLS[shade % SPAN_FILLS.len()],
+        )?;
+    }
+    Ok(())
+}
+
+/// Marker labels along the top, beside their line, staggered when close.
+fn marker_labels(out: &mut String, frame: Frame, markers: &[(f64, &str)]) -> fmt::Result {
+    let placed: Vec<_> = markers
+        .iter()
+        .map(|&(px, label)| {
+            let width = svg::text_width(label, 11.0);
+            // Beside the line, on its left when the right edge is too near.
+            if px + 5.0 + width <= frame.x1 {
+                ((px + 5.0, px + 5.0 + width), px + 5.0, "start")
+            } else {
+                ((px - 5.0 - width, px - 5.0), px - 5.0, "end")
+            }
+        })
+        .collect();
+    let extents: Vec<_> = placed.iter().map(|&(extent, _, _)| extent).collect();
+    let rows = svg::stagger(&extents, LABEL_ROWS);
+    for ((&(_, label), &(_, x, anchor)), row) in markers.iter().zip(&placed).zip(rows) {
+        write!(
+            out,
+            r#"<text class="note" x="{}" y="{}" text-anchor="{anchor}">{}</text>"#,
+            Px(x),
+            Px(frame.y0 + 12.0 + row as f64 * LABEL_ROW),
+            escape(label),
+        )?;
+    }
+    Ok(())
+}
+
+/// Span labels along the bottom, centred in their span, staggered upwards.
+fn span_labels(out: &mut String, frame: Frame, spans: &[(f64, f64, &str)]) -> fmt::Result {
+    let extents: Vec<_> = spans
+        .iter()
+        .map(|&(left, right, label)| {
+            let middle = (left + right) / 2.0;
+            let half = svg::text_width(label, 11.0) / 2.0;
+            (middle - half, middle + half)
+        })
+        .collect();
+    let rows = svg::stagger(&extents, LABEL_ROWS);
+    for (&(left, right, label), row) in spans.iter().zip(rows) {
+        write!(
+            out,
+            r#"<text class="note span-label" x="{}" y="{}" text-anchor="middle">{}</text>"#,
+            Px((left + right) / 2.0),
+            Px(frame.y1 - 7.0 - row as f64 * LABEL_ROW),
+            escape(label),
+        )?;
+    }
+    Ok(())
+}
