@@ -129,7 +129,7 @@ impl Chromium {
         height: u32,
     ) -> Result<(), BrowserError> {
         // A PNG left from an earlier run must not pass for this one.
-        match tokio::fs::remove_file(png).await {
+        match std::fs::remove_file(png) {
             Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
                 return Err(self.run_error(err));
             }
@@ -143,7 +143,7 @@ impl Chromium {
             url.into(),
         ])
         .await?;
-        if tokio::fs::try_exists(png).await.unwrap_or(false) {
+        if png.is_file() {
             Ok(())
         } else {
             Err(BrowserError::NoScreenshot {
