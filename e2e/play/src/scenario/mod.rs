@@ -1,1 +1,620 @@
-//! placeholder
+//! The scenario: a whole flash sale on the local stack's real node, played
+//! and then proven.
+//!
+//! 1. The sale is applied and warms up; its pods start on the real node.
+//! 2. A DegradationPolicy reads the gateways' load from Prometheus.
+//! 3. Buyers arrive, the load ramps up and down: the policy walks the tiers
+//!    up and back. In the tail a ChaosDrill, inside a window the scenario
+//!    opens, kills a real gateway; the real SLO breaks and its guard aborts.
+//! 4. The sale ends; unpaid reservations return to stock; the order-writer
+//!    drains.
+//! 5. The checks, from the systems of record; the summary and the report.
+
+mod checks;
+mod facts;
+pub mod plan;
+mod series;
+mod summary;
+mod tiers;
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, bail};
+use flashsale_e2e::{kafka, stack, wait::poll_until};
+use flashsale_operator::api::{
+    ChaosDrill, DegradationPolicy, FlashSale,
+    chaosdrill::RunRecord,
+    flashsale::SalePhase,
+};
+use jiff::Timestamp;
+use k8s_openapi::{
+    ByteString,
+    api::core::v1::{Namespace, Secret, Service},
+};
+use kube::{
+    Client, Resource, ResourceExt,
+    api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams},
+};
+use rand::RngCore;
+use serde::Serialize;
+use serde_json::json;
+use tokio::sync::{Mutex, watch};
+
+use crate::{
+    buyers::{self, Progress},
+    report::{BarPlot, Check, Report},
+};
+pub use checks::{Acked, Row, Stock};
+use plan::{Plan, SLO, Wiring};
+use series::{Source, Window};
+pub use summary::Funnel;
+use tiers::TierLog;
+
+/// What to play, and where.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The namespace the operator watches.
+    pub namespace: String,
+    /// The numbers of the run.
+    pub plan: Plan,
+    /// Where the report, the result and the buyers' ledger go.
+    pub out_dir: PathBuf,
+    /// Seeds the buyers' choices.
+    pub seed: u64,
+}
+
+/// How a played sale ended.
+#[derive(Debug, Clone, Serialize)]
+pub struct Outcome {
+    /// The checks, in order.
+    pub checks: Vec<Check>,
+    /// The funnel from arrivals to persisted orders.
+    pub funnel: Funnel,
+    /// The tiers the policy walked.
+    pub tiers: TierLog,
+    /// The drill's run, as the operator recorded it.
+    pub drill: Option<RunRecord>,
+    /// The HTML report.
+    pub report: PathBuf,
+    /// Seconds from the first step to the last.
+    pub seconds: f64,
+}
+
+impl Outcome {
+    /// Whether every check held.
+    pub fn passed(&self) -> bool {
+        !self.checks.is_empty() && self.checks.iter().all(|c| c.passed)
+    }
+}
+
+/// The name of the result file in the output folder (JSON of [`Outcome`]).
+pub const RESULT_FILE: &str = "result.json";
+/// The name of the report in the output folder.
+pub const REPORT_FILE: &str = "report.html";
+
+const TICK: Duration = Duration::from_millis(250);
+
+/// Numbered progress lines, one per step.
+struct Steps {
+    progress: Progress,
+    total: usize,
+    n: usize,
+    started: Instant,
+}
+
+impl Steps {
+    fn begin(&mut self, what: &str) {
+        self.n += 1;
+        self.progress.line(&format!(
+            "[{}/{}] {what} (+{}s)",
+            self.n,
+            self.total,
+            self.started.elapsed().as_secs()
+        ));
+    }
+}
+
+/// Plays the sale and proves what happened; fails only when the scenario
+/// could not run (a failed check is in the outcome, not an error).
+pub async fn play(options: Options, progress: Progress) -> anyhow::Result<Outcome> {
+    let started = Instant::now();
+    let Options {
+        namespace: ns,
+        plan,
+        out_dir,
+        seed,
+    } = options;
+    let mut steps = Steps {
+        progress: progress.clone(),
+        total: 7,
+        n: 0,
+        started,
+    };
+    let client = flashsale_e2e::kube::client().await.context("connecting to the apiserver")?;
+    let prometheus: prometheus_http_query::Client = stack::prometheus_url()?
+        .parse()
+        .context("Prometheus URL")?;
+
+    steps.begin(&format!("preparing {ns}: the previous run's objects go, new keys and topics"));
+    let keys = prepare(&client, &ns, &plan).await?;
+    let topic = format!("play-orders-{}", Timestamp::now().as_second());
+    let brokers = stack::kafka_brokers()?;
+    kafka::create_topic(&brokers, &topic, 3).await.context("creating the order topic")?;
+    kafka::create_topic(&brokers, &format!("{topic}.dlq"), 1)
+        .await
+        .context("creating the dead-letter topic")?;
+    let wiring = Wiring {
+        redis_url: stack::in_cluster::redis_url()?,
+        kafka_brokers: stack::in_cluster::kafka_brokers()?,
+        topic,
+        node_label: "flashsale.dev/real-node".into(),
+    };
+
+    steps.begin(&format!(
+        "applying sale {ns}/{}: it warms up now and opens in {}s; its pods start on the real node",
+        plan.sale,
+        plan.opens_in.as_secs()
+    ));
+    let opens = Timestamp::now() + plan.opens_in;
+    let sales: Api<FlashSale> = Api::namespaced(client.clone(), &ns);
+    let sale: FlashSale = serde_json::from_value(plan.sale(opens, &wiring))?;
+    let sale = sales.create(&PostParams::default(), &sale).await.context("creating the sale")?;
+    let sale_id = flashsale_operator::flashsale::build::sale_id(&sale)?;
+    await_live(&sales, &plan, &progress).await?;
+    await_scraped(&prometheus, &plan, &ns).await?;
+
+    steps.begin("applying the DegradationPolicy: two tiers on the share of the planned peak load");
+    let policies: Api<DegradationPolicy> = Api::namespaced(client.clone(), &ns);
+    let policy: DegradationPolicy = serde_json::from_value(plan.policy(&ns))?;
+    policies.create(&PostParams::default(), &policy).await.context("creating the policy")?;
+    poll_until("the policy reads the load", Duration::from_secs(60), TICK, || async {
+        let p = policies.get(&plan.sale).await.map_err(|e| e.to_string())?;
+        let status = p.status.unwrap_or_default();
+        status.tier.map(|_| ()).ok_or_else(|| format!("{:?}", status.observed.conditions))
+    })
+    .await?;
+
+    steps.begin(&format!(
+        "{} buyers at the peak for {}s; in the tail a drill kills a gateway under the SLO guard",
+        plan.users,
+        plan.load.as_secs()
+    ));
+    let gateway = gateway_url(&client, &ns, &plan.sale).await?;
+    let played = play_load(&client, &ns, &plan, &gateway, &keys, seed, &progress).await?;
+
+    steps.begin("ending the sale: unpaid reservations return to stock, the order-writer drains");
+    let ended_at = Timestamp::now();
+    end_sale(&sales, &plan, &progress).await?;
+
+    steps.begin("checking stock, orders, tiers and the drill against the systems of record");
+    let acked = played.outcome.ledger.acked();
+    let unresolved = played.outcome.ledger.unresolved();
+    let drills: Api<ChaosDrill> = Api::namespaced(client.clone(), &ns);
+    let run = drills
+        .get_opt(&plan.sale)
+        .await?
+        .and_then(|d| d.status.unwrap_or_default().history.into_iter().next());
+    // The last `expired` events may still be on their way to the database:
+    // poll until the facts prove the checks, or until the deadline.
+    let redis_url = stack::redis_url()?;
+    let database_url = stack::postgres_url()?;
+    let facts = Arc::new(Mutex::new(None));
+    let settled = poll_until("the orders settle", Duration::from_secs(60), Duration::from_secs(1), || {
+        let facts = facts.clone();
+        let (redis_url, database_url, sale_id, plan, acked) =
+            (&redis_url, &database_url, &sale_id, &plan, &acked);
+        async move {
+            let stock = facts::stock(redis_url, sale_id, &plan.items).await.map_err(|e| format!("{e:#}"))?;
+            let rows = facts::rows(database_url, sale_id).await.map_err(|e| format!("{e:#}"))?;
+            let ok = checks::stock_conserved(&stock).passed
+                && checks::orders_persisted_once(acked, unresolved, &rows).passed;
+            *facts.lock().await = Some((stock, rows));
+            if ok { Ok(()) } else { Err("not settled".to_owned()) }
+        }
+    })
+    .await;
+    if let Err(timeout) = settled {
+        progress.line(&format!("the orders did not settle: {timeout}"));
+    }
+    let Some((stock, rows)) = facts.lock().await.take() else {
+        bail!("no facts could be read from Redis and PostgreSQL");
+    };
+    let left = facts::chaos_left(&client, &ns).await?;
+    let checks = vec![
+        checks::stock_conserved(&stock),
+        checks::sold_is_paid(&stock, &acked, &rows),
+        checks::orders_persisted_once(&acked, unresolved, &rows),
+        checks::tiers_walked(&played.tiers),
+        checks::drill_aborted(run.as_ref(), SLO),
+        checks::no_chaos_left(&left),
+    ];
+
+    steps.begin("writing the report from the run's Prometheus data");
+    let source = Source {
+        prometheus: &prometheus,
+        plan: &plan,
+        namespace: &ns,
+        window: Window {
+            from: played.from,
+            to: played.to,
+        },
+    };
+    let tally = &played.outcome.tally;
+    let funnel = Funnel {
+        arrived: tally.arrived,
+        queued: tally.queued,
+        admitted: tally.admitted,
+        rate_limited: tally.rate_limited,
+        reserved: source.reserved().await?,
+        acknowledged: acked.len() as u64,
+        persisted: rows.len() as u64,
+        paid: acked.iter().filter(|o| o.paid).count() as u64,
+    };
+    let plots = vec![
+        source.load(&played.tiers, run.as_ref()).await?,
+        source.buyers(played.active.clone()).await?,
+        source.slo(run.as_ref()).await?,
+    ];
+    let bars: Vec<BarPlot> = vec![funnel.plot(), source.latency().await?];
+    let outcome = Outcome {
+        checks,
+        funnel,
+        tiers: played.tiers,
+        drill: run,
+        report: out_dir.join(REPORT_FILE),
+        seconds: started.elapsed().as_secs_f64(),
+    };
+    let report = Report {
+        title: format!("Flash sale {ns}/{}", plan.sale),
+        subtitle: format!(
+            "played {} to {} UTC: {} buyers at the peak, {}s of load, sale {sale_id}",
+            checks::time_of_day(played.from),
+            checks::time_of_day(ended_at),
+            plan.users,
+            plan.load.as_secs()
+        ),
+        summary: summary::figures(&outcome, &plan),
+        checks: outcome.checks.clone(),
+        time_plots: plots,
+        bar_plots: bars,
+    };
+    write_outputs(&out_dir, &report, &outcome, &played.outcome.ledger)?;
+    progress.line(&summary::text(&outcome));
+    Ok(outcome)
+}
+
+/// The buyers' part: the load with the tiers watched, and the drill in the
+/// tail.
+struct Played {
+    outcome: buyers::Outcome,
+    tiers: TierLog,
+    active: Vec<(i64, f64)>,
+    from: Timestamp,
+    to: Timestamp,
+}
+
+async fn play_load(
+    client: &Client,
+    ns: &str,
+    plan: &Plan,
+    gateway: &str,
+    keys: &Keys,
+    seed: u64,
+    progress: &Progress,
+) -> anyhow::Result<Played> {
+    let profile = buyers::Profile::shaped(plan.load);
+    let config = buyers::Config {
+        gateway: gateway.to_owned(),
+        jwt_secret: keys.jwt.clone(),
+        payment_secret: keys.payment.clone(),
+        skus: plan
+            .items
+            .iter()
+            .map(|i| buyers::Sku {
+                sku: i.sku.clone(),
+                per_user_limit: u32::try_from(i.per_user_limit).unwrap_or(1),
+            })
+            .collect(),
+        users: plan.users,
+        profile: profile.clone(),
+        think: plan.think,
+        seed,
+        ..buyers::Config::default()
+    };
+    let (stop_tx, mut stop_rx) = watch::channel(false);
+    let stop = async move {
+        let _ = stop_rx.wait_for(|stop| *stop).await;
+    };
+    let from = Timestamp::now();
+    let load_started = Instant::now();
+    let load = buyers::Load::start(config, progress.clone(), stop);
+    let live = load.counters();
+
+    let policies: Api<DegradationPolicy> = Api::namespaced(client.clone(), ns);
+    let drills: Api<ChaosDrill> = Api::namespaced(client.clone(), ns);
+    let mut tiers = TierLog::default();
+    let mut active = Vec::new();
+    let mut drill_requested = None;
+    let mut last_sample = Instant::now() - Duration::from_secs(1);
+    let tail = profile.tail_start();
+    let tail_deadline = tail + Duration::from_secs(180);
+    let run = loop {
+        if last_sample.elapsed() >= Duration::from_secs(1) {
+            last_sample = Instant::now();
+            active.push((Timestamp::now().as_millisecond(), live.active() as f64));
+        }
+        if let Ok(policy) = policies.get(&plan.sale).await {
+            let status = policy.status.unwrap_or_default();
+            if let Some(change) = tiers.record(&status, Timestamp::now()) {
+                progress.line(&format!(
+                    "tier {} at {} ({:?}, load {:.2} of the planned peak)",
+                    change.tier,
+                    checks::time_of_day(change.at),
+                    change.reason,
+                    change.value.unwrap_or(f64::NAN)
+                ));
+            }
+        }
+        let elapsed = load_started.elapsed();
+        match drill_requested {
+            None if elapsed >= tail
+                && (tiers.changes.last().is_some_and(|c| c.tier == 0) || elapsed >= tail_deadline) =>
+            {
+                let now = Timestamp::now();
+                let request = format!("play-{}", now.as_second());
+                let drill: ChaosDrill = serde_json::from_value(plan.drill(ns, now, &request))?;
+                drills.create(&PostParams::default(), &drill).await.context("creating the drill")?;
+                let (start, end) = plan::window_from(now);
+                progress.line(&format!(
+                    "drill requested inside the window {start}–{end} UTC: kill one of the two gateways"
+                ));
+                drill_requested = Some(Instant::now());
+            }
+            Some(asked) => {
+                let status = drills.get(&plan.sale).await?.status.unwrap_or_default();
+                if let Some(run) = status.history.first() {
+                    progress.line(&format!(
+                        "drill ended {:?} ({}) : detection {}, decision → chaos gone {}",
+                        run.outcome,
+                        run.reason.as_deref().unwrap_or("-"),
+                        run.detection_latency.as_ref().map_or("-".to_owned(), ToString::to_string),
+                        run.abort_latency.as_ref().map_or("-".to_owned(), ToString::to_string)
+                    ));
+                    break Some(run.clone());
+                }
+                if asked.elapsed() > Duration::from_secs(180) {
+                    progress.line("the drill did not end within 3 minutes");
+                    break None;
+                }
+            }
+            None => {}
+        }
+        tokio::time::sleep(TICK).await;
+    };
+    drop(run);
+    let _ = stop_tx.send(true);
+    let outcome = load.finish().await?;
+    let to = Timestamp::now();
+    Ok(Played {
+        outcome,
+        tiers,
+        active,
+        from,
+        to,
+    })
+}
+
+/// The random keys of a run.
+struct Keys {
+    jwt: Vec<u8>,
+    payment: Vec<u8>,
+}
+
+/// Makes the namespace ready: the previous run's sale, policy and drill
+/// deleted (the sale with its pods), then fresh Secrets.
+async fn prepare(client: &Client, ns: &str, plan: &Plan) -> anyhow::Result<Keys> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    if namespaces.get_opt(ns).await?.is_none() {
+        let object = Namespace {
+            metadata: ObjectMeta {
+                name: Some(ns.to_owned()),
+                ..ObjectMeta::default()
+            },
+            ..Namespace::default()
+        };
+        namespaces.create(&PostParams::default(), &object).await?;
+    }
+    delete_and_wait::<ChaosDrill>(client, ns, &plan.sale).await?;
+    delete_and_wait::<DegradationPolicy>(client, ns, &plan.sale).await?;
+    delete_and_wait::<FlashSale>(client, ns, &plan.sale).await?;
+    let keys = Keys {
+        jwt: random_key(),
+        payment: random_key(),
+    };
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let queue = random_key();
+    for (what, key, value) in [
+        ("jwt", "key", keys.jwt.clone()),
+        ("payment", "key", keys.payment.clone()),
+        ("queue", "key", queue),
+        ("db", "url", stack::in_cluster::database_url()?.into_bytes()),
+    ] {
+        let name = plan.secret(what);
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                ..ObjectMeta::default()
+            },
+            data: Some(BTreeMap::from([(key.to_owned(), ByteString(value))])),
+            ..Secret::default()
+        };
+        secrets
+            .patch(&name, &PatchParams::apply("flashsale-play").force(), &Patch::Apply(&secret))
+            .await
+            .with_context(|| format!("writing Secret {name}"))?;
+    }
+    Ok(keys)
+}
+
+fn random_key() -> Vec<u8> {
+    let mut key = vec![0u8; 32];
+    rand::rng().fill_bytes(&mut key);
+    key
+}
+
+/// Deletes `name` (foreground, so a sale's pods go first) and waits until
+/// it is gone.
+async fn delete_and_wait<K>(client: &Client, ns: &str, name: &str) -> anyhow::Result<()>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+    K::DynamicType: Default,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
+    if api.get_opt(name).await?.is_none() {
+        return Ok(());
+    }
+    api.delete(name, &DeleteParams::foreground()).await?;
+    poll_until(
+        &format!("the previous {} {name} is gone", K::kind(&K::DynamicType::default())),
+        Duration::from_secs(180),
+        TICK,
+        || async {
+            match api.get_opt(name).await {
+                Ok(None) => Ok(()),
+                Ok(Some(_)) => Err("still there".to_owned()),
+                Err(e) => Err(e.to_string()),
+            }
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+/// Waits until the sale is Ready and Live, telling the phases as they come.
+async fn await_live(sales: &Api<FlashSale>, plan: &Plan, progress: &Progress) -> anyhow::Result<()> {
+    poll_until(
+        "the sale is Ready and Live",
+        plan.opens_in + Duration::from_secs(240),
+        TICK,
+        || {
+            async {
+                let sale = sales.get(&plan.sale).await.map_err(|e| e.to_string())?;
+                let status = sale.status.unwrap_or_default();
+                let ready = status
+                    .observed
+                    .conditions
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True");
+                let now = format!(
+                    "phase {:?}, workloads ready {}",
+                    status.phase,
+                    status.ready_workloads.as_deref().unwrap_or("-")
+                );
+                if ready && status.phase == Some(SalePhase::Live) {
+                    Ok(())
+                } else {
+                    Err(now)
+                }
+            }
+        },
+    )
+    .await?;
+    progress.line("the sale is live and every workload is ready");
+    Ok(())
+}
+
+/// Waits until Prometheus scrapes both gateways, so the policy and the
+/// drill's guard see the sale from its first request.
+async fn await_scraped(
+    prometheus: &prometheus_http_query::Client,
+    plan: &Plan,
+    ns: &str,
+) -> anyhow::Result<()> {
+    let query = plan.slo_query(ns);
+    poll_until("Prometheus scrapes both gateways", Duration::from_secs(60), TICK, || async {
+        let answer = prometheus.query(query.as_str()).get().await.map_err(|e| e.to_string())?;
+        let up: f64 = answer
+            .data()
+            .as_vector()
+            .unwrap_or_default()
+            .iter()
+            .map(|v| v.sample().value())
+            .sum();
+        if up >= 2.0 { Ok(()) } else { Err(format!("{up} gateways up")) }
+    })
+    .await?;
+    Ok(())
+}
+
+/// `http://<cluster IP>` of the sale's gateway Service (kube-proxy routes
+/// it from the host too).
+async fn gateway_url(client: &Client, ns: &str, sale: &str) -> anyhow::Result<String> {
+    let services: Api<Service> = Api::namespaced(client.clone(), ns);
+    let name = format!("{sale}-gateway");
+    let service = services.get(&name).await.with_context(|| format!("Service {name}"))?;
+    let ip = service
+        .spec
+        .and_then(|s| s.cluster_ip)
+        .with_context(|| format!("Service {name} has no cluster IP"))?;
+    Ok(format!("http://{ip}"))
+}
+
+/// Ends the sale now and waits until it has drained: unpaid reservations
+/// returned at `end + reservationTTL`, the order-writer's lag read as 0.
+async fn end_sale(sales: &Api<FlashSale>, plan: &Plan, progress: &Progress) -> anyhow::Result<()> {
+    let end = Timestamp::now() + Duration::from_secs(2);
+    sales
+        .patch(
+            &plan.sale,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"schedule": {"end": end.to_string()}}})),
+        )
+        .await
+        .context("moving the sale's end to now")?;
+    poll_until(
+        "the sale has drained",
+        plan.reservation_ttl + Duration::from_secs(180),
+        TICK,
+        || async {
+            let sale = sales.get(&plan.sale).await.map_err(|e| e.to_string())?;
+            let status = sale.status.unwrap_or_default();
+            match status.observed.conditions.iter().find(|c| c.type_ == "Drained") {
+                Some(c) if c.status == "True" => Ok(()),
+                other => Err(format!(
+                    "phase {:?}, Drained {}",
+                    status.phase,
+                    other.map_or("absent".to_owned(), |c| format!("{} {}: {}", c.status, c.reason, c.message))
+                )),
+            }
+        },
+    )
+    .await?;
+    progress.line("the sale ended and drained: reservations settled, order-writer lag 0");
+    Ok(())
+}
+
+/// Writes the report, the result and the ledger.
+fn write_outputs(
+    dir: &Path,
+    report: &Report,
+    outcome: &Outcome,
+    ledger: &buyers::Ledger,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let write = |name: &str, text: String| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
+    };
+    write(REPORT_FILE, crate::report::render_html(report))?;
+    write(RESULT_FILE, serde_json::to_string_pretty(outcome)?)?;
+    write("ledger.json", serde_json::to_string_pretty(ledger)?)?;
+    Ok(())
+}

@@ -1,0 +1,147 @@
+//! The short scenario, end to end on the local stack's real node: the
+//! operator for a namespace of its own, then `flashsale-scenario --short`,
+//! then every check it reports and the report rendered in headless
+//! Chromium.
+
+use std::{
+    collections::BTreeMap,
+    net::TcpListener,
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use flashsale_e2e::{
+    browser,
+    kube::{TestNamespace, client, install_crds},
+    stack,
+};
+use flashsale_operator::api;
+use serde_json::Value;
+
+/// An operator process limited to one namespace, killed when dropped.
+struct Operator {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Operator {
+    fn start(namespace: &str) -> anyhow::Result<Self> {
+        let bin = std::env::var("FLASHSALE_OPERATOR_BIN").map_err(|_| {
+            anyhow::anyhow!("FLASHSALE_OPERATOR_BIN is not set: run through `e2e/local/stack test`")
+        })?;
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let log = std::env::temp_dir().join(format!("{namespace}-operator.log"));
+        let file = std::fs::File::create(&log)?;
+        let child = Command::new(bin)
+            .args(["run", "--namespace", namespace, "--lease-namespace", namespace])
+            .args(["--ops-addr", &format!("127.0.0.1:{port}")])
+            .args(["--prometheus-url", &stack::prometheus_url()?])
+            .args(["--status-refresh", "2s", "--log-format", "json"])
+            .stdout(Stdio::from(file.try_clone()?))
+            .stderr(Stdio::from(file))
+            .spawn()?;
+        Ok(Self { child, log })
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("operator log: {}", self.log.display());
+        }
+    }
+}
+
+const CHECKS: [&str; 6] = [
+    "stock is conserved: sold + available == stock",
+    "units sold == units paid (inventory, buyers, database)",
+    "every acknowledged order is exactly one row, and nothing else is",
+    "tiers went 0 → 1 → 2 → 1 → 0 with the load",
+    "the drill was aborted by its SLO guard",
+    "no chaos object is left",
+];
+
+const PLOTS: [&str; 5] = ["load", "buyers", "slo", "funnel", "latency"];
+
+#[tokio::test]
+async fn the_short_scenario_passes_every_check_and_its_report_renders() -> anyhow::Result<()> {
+    let client = client().await?;
+    install_crds(&client, &api::crds(), "flashsale-play-tests").await?;
+    let ns = TestNamespace::create(&client, "play").await?;
+    let operator = Operator::start(&ns.name)?;
+    let out = std::env::temp_dir().join(format!("{}-report", ns.name));
+
+    let status = tokio::process::Command::new(env!("CARGO_BIN_EXE_flashsale-scenario"))
+        .args(["--short", "--namespace", &ns.name, "--out"])
+        .arg(&out)
+        .kill_on_drop(true)
+        .status();
+    let status = tokio::time::timeout(Duration::from_secs(900), status).await??;
+
+    let result: Value = serde_json::from_slice(&std::fs::read(out.join("result.json"))?)?;
+    let checks: BTreeMap<&str, (bool, &str)> = result["checks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| {
+            Some((
+                c["name"].as_str()?,
+                (c["passed"].as_bool()?, c["detail"].as_str().unwrap_or("")),
+            ))
+        })
+        .collect();
+    for name in CHECKS {
+        let (passed, detail) = checks
+            .get(name)
+            .copied()
+            .ok_or_else(|| anyhow::anyhow!("check {name:?} missing: {checks:?}"))?;
+        eprintln!("{} {name}: {detail}", if passed { "✓" } else { "✗" });
+        assert!(passed, "{name}: {detail}");
+    }
+    assert!(status.success(), "the scenario exited with {status}");
+
+    let tiers: Vec<i64> = result["tiers"]["changes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["tier"].as_i64())
+        .collect();
+    assert_eq!(tiers, [0, 1, 2, 1, 0]);
+    let drill = &result["drill"];
+    assert_eq!(drill["outcome"], "Aborted", "{drill}");
+    assert_eq!(drill["reason"], "SloBreached", "{drill}");
+    assert!(drill["detectionLatency"].is_string(), "{drill}");
+    assert!(drill["abortLatency"].is_string(), "{drill}");
+    let funnel = &result["funnel"];
+    let n = |stage: &str| funnel[stage].as_u64().unwrap_or(0);
+    for stage in ["arrived", "queued", "admitted", "reserved", "acknowledged", "paid"] {
+        assert!(n(stage) > 0, "no buyer got to {stage}: {funnel}");
+    }
+    assert_eq!(n("persisted"), n("acknowledged"), "{funnel}");
+    assert!(n("paid") < n("acknowledged"), "no reservation was abandoned: {funnel}");
+
+    // The report renders in a real browser, with every plot drawn from data.
+    let report = out.join("report.html");
+    let chromium = browser::Chromium::find().await?;
+    let url = browser::file_url(&report)?;
+    let dom = chromium.dump_dom(&url).await?;
+    for plot in PLOTS {
+        let at = dom
+            .find(&format!("data-plot=\"{plot}\""))
+            .ok_or_else(|| anyhow::anyhow!("plot {plot} missing from the rendered report"))?;
+        let rest = &dom[at..];
+        let end = rest.find("</svg>").unwrap_or(rest.len());
+        assert!(
+            rest[..end].contains("data-series="),
+            "plot {plot} has no data series"
+        );
+    }
+    let png = out.join("report.png");
+    chromium.screenshot(&url, &png, 1280, 3600).await?;
+    eprintln!("report: {} (screenshot {})", report.display(), png.display());
+    drop(operator);
+    Ok(())
+}
