@@ -22,12 +22,7 @@ pub(crate) struct Answer {
 
 impl Answer {
     /// An answer from its parts.
-    pub(crate) fn new(
-        status: u16,
-        retry_after: Option<&str>,
-        degraded: bool,
-        body: &[u8],
-    ) -> Self {
+    pub(crate) fn new(status: u16, retry_after: Option<&str>, degraded: bool, body: &[u8]) -> Self {
         let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
         let error = body["error"].as_str().map(str::to_owned);
         Self {
@@ -76,6 +71,9 @@ mod tests {
         assert_eq!(answer.retry_after, Some(Duration::from_secs(1)));
         assert_eq!(answer.describe(), "503 overloaded");
         let odd = Answer::new(502, Some("Wed, 21 Oct 2015 07:28:00 GMT"), false, b"<html>");
-        assert_eq!((odd.error, odd.retry_after, odd.body), (None, None, Value::Null));
+        assert_eq!(
+            (odd.error, odd.retry_after, odd.body),
+            (None, None, Value::Null)
+        );
     }
 }

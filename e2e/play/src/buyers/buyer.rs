@@ -80,7 +80,11 @@ pub(crate) struct Buyer {
 }
 
 impl Buyer {
-    pub(crate) fn new(index: usize, shared: Arc<Shared>, control: watch::Receiver<Control>) -> Self {
+    pub(crate) fn new(
+        index: usize,
+        shared: Arc<Shared>,
+        control: watch::Receiver<Control>,
+    ) -> Self {
         let seed = shared.config.seed ^ (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         Self {
             index,

@@ -165,16 +165,27 @@ mod tests {
             skus: Vec::new(),
             ..good.clone()
         };
-        assert!(no_skus.check().is_err_and(|e| e.to_string().contains("no SKU")));
+        assert!(
+            no_skus
+                .check()
+                .is_err_and(|e| e.to_string().contains("no SKU"))
+        );
         let weak = Config {
             payment_secret: b"short".to_vec(),
             ..good.clone()
         };
-        assert!(weak.check().is_err_and(|e| e.to_string().contains("32 bytes")));
+        assert!(
+            weak.check()
+                .is_err_and(|e| e.to_string().contains("32 bytes"))
+        );
         let abandon = Config {
             abandon: 1.5,
             ..good
         };
-        assert!(abandon.check().is_err_and(|e| e.to_string().contains("abandon")));
+        assert!(
+            abandon
+                .check()
+                .is_err_and(|e| e.to_string().contains("abandon"))
+        );
     }
 }

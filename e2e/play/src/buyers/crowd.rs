@@ -63,7 +63,8 @@ pub async fn run(
                 let active = profile.active_at(started.elapsed(), users);
                 control.send_if_modified(|c| std::mem::replace(&mut c.active, active) != active);
                 // A buyer arrives at its first activation.
-                for index in arrived..active {
+                while arrived < active {
+                    let index = arrived;
                     arrived += 1;
                     counters.add(Count::Arrived);
                     let buyer = Buyer::new(index, shared.clone(), watching.clone());

@@ -144,6 +144,9 @@ pub(crate) fn order(reply: Option<&Answer>, at: Attempt, policy: &RetryPolicy) -
         (403, Some("replayed")) if at.with_pass && at.uncertain => {
             again(backoff.max(REPLAYED_WAIT), true)
         }
+        // This user's place in the queue was used up by an earlier order:
+        // rejoining returns the same place until its ticket expires.
+        (403, Some("replayed")) if at.with_pass => end(Ending::GivenUp, false),
         (403, _) if at.with_pass => OrderNext::Rejoin,
         _ => end(Ending::Unexpected, at.uncertain),
     }

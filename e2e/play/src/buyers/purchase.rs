@@ -41,7 +41,9 @@ impl Buyer {
             at.with_pass = pass.is_some();
             at.winding_down = self.winding_down();
             let reply = self.order(sku, &key, pass.as_deref()).await?;
-            let last = reply.as_ref().map_or("no answer".to_owned(), Answer::describe);
+            let last = reply
+                .as_ref()
+                .map_or("no answer".to_owned(), Answer::describe);
             let next = decide::order(reply.as_ref(), at, &self.shared.config.retry);
             match next {
                 OrderNext::Acknowledged(ack) => return self.acknowledged(key, ack).await,

@@ -34,7 +34,8 @@ impl Minter {
     /// A token for `user`, issued at `now` (Unix seconds).
     pub(crate) fn mint(&self, user: &str, now: i64) -> Result<Bearer, jsonwebtoken::errors::Error> {
         let exp = now.saturating_add(TTL.as_secs() as i64);
-        let value = jsonwebtoken::encode(&Header::default(), &Claims { sub: user, exp }, &self.key)?;
+        let value =
+            jsonwebtoken::encode(&Header::default(), &Claims { sub: user, exp }, &self.key)?;
         Ok(Bearer { value, exp })
     }
 }
@@ -67,8 +68,8 @@ mod tests {
     }
 
     #[test]
-    fn tokens_are_hs256_with_subject_and_expiry_and_renewed_before_they_lapse()
-    -> anyhow::Result<()> {
+    fn tokens_are_hs256_with_subject_and_expiry_and_renewed_before_they_lapse() -> anyhow::Result<()>
+    {
         let secret = b"buyers-secret-buyers-secret-1234";
         let now = jiff::Timestamp::now().as_second();
         let bearer = Minter::new(secret)?.mint("buyer-7", now)?;

@@ -91,8 +91,18 @@ fn order_answers_lead_to_their_next_step() {
     };
     let table: Vec<(&str, Option<Answer>, Attempt, OrderNext)> = vec![
         ("201 is an order", Some(created.clone()), FRESH, ack(false)),
-        ("201 resolves an uncertain key", Some(created.clone()), uncertain, ack(false)),
-        ("200 paid is an order already paid", Some(already_paid), FRESH, ack(true)),
+        (
+            "201 resolves an uncertain key",
+            Some(created.clone()),
+            uncertain,
+            ack(false),
+        ),
+        (
+            "200 paid is an order already paid",
+            Some(already_paid),
+            FRESH,
+            ack(true),
+        ),
         (
             "201 without an order id stays unresolved",
             Some(answer(201, None, json!({}))),
@@ -103,9 +113,17 @@ fn order_answers_lead_to_their_next_step() {
             "202 queues with the server's hint",
             Some(queued.clone()),
             FRESH,
-            OrderNext::Queue { ticket: "T".into(), poll_in: ms(2300) },
+            OrderNext::Queue {
+                ticket: "T".into(),
+                poll_in: ms(2300),
+            },
         ),
-        ("202 while winding down gives up", Some(queued.clone()), winding, end(Ending::GivenUp, false)),
+        (
+            "202 while winding down gives up",
+            Some(queued.clone()),
+            winding,
+            end(Ending::GivenUp, false),
+        ),
         (
             "202 while winding down with an uncertain key is unresolved",
             Some(queued),
@@ -154,16 +172,39 @@ fn order_answers_lead_to_their_next_step() {
             uncertain,
             again(policy.backoff(0), true, true),
         ),
-        ("no answer makes the key uncertain", None, FRESH, again(policy.backoff(0), true, true)),
-        ("no answer with the budget spent is unresolved", None, spent, end(Ending::GivenUp, true)),
+        (
+            "no answer makes the key uncertain",
+            None,
+            FRESH,
+            again(policy.backoff(0), true, true),
+        ),
+        (
+            "no answer with the budget spent is unresolved",
+            None,
+            spent,
+            end(Ending::GivenUp, true),
+        ),
         (
             "503 overloaded with the budget spent gives up, resolved",
             Some(refusal(503, "overloaded", None)),
-            Attempt { uncertain: false, ..spent },
+            Attempt {
+                uncertain: false,
+                ..spent
+            },
             end(Ending::GivenUp, false),
         ),
-        ("sold out", Some(refusal(409, "sold_out", None)), uncertain, end(Ending::SoldOut, false)),
-        ("user limit", Some(refusal(409, "user_limit", None)), FRESH, end(Ending::LimitReached, false)),
+        (
+            "sold out",
+            Some(refusal(409, "sold_out", None)),
+            uncertain,
+            end(Ending::SoldOut, false),
+        ),
+        (
+            "user limit",
+            Some(refusal(409, "user_limit", None)),
+            FRESH,
+            end(Ending::LimitReached, false),
+        ),
         (
             "order_abandoned resolves the key: nothing was ordered",
             Some(refusal(409, "order_abandoned", None)),
@@ -182,19 +223,35 @@ fn order_answers_lead_to_their_next_step() {
             winding,
             end(Ending::GivenUp, false),
         ),
-        ("410 ends the sale", Some(refusal(410, "sale_ended", None)), FRESH, end(Ending::SaleEnded, false)),
+        (
+            "410 ends the sale",
+            Some(refusal(410, "sale_ended", None)),
+            FRESH,
+            end(Ending::SaleEnded, false),
+        ),
         (
             "410 after an uncertain attempt leaves it unresolved",
             Some(refusal(410, "sale_ended", None)),
             uncertain,
             end(Ending::SaleEnded, true),
         ),
-        ("a refused pass rejoins", Some(refusal(403, "expired", None)), with_pass, OrderNext::Rejoin),
+        (
+            "a refused pass rejoins",
+            Some(refusal(403, "expired", None)),
+            with_pass,
+            OrderNext::Rejoin,
+        ),
         (
             "a replayed pass after an uncertain attempt waits for its lease",
             Some(refusal(403, "replayed", None)),
             pass_uncertain,
             again(Duration::from_secs(1), true, true),
+        ),
+        (
+            "a replayed pass of a used place ends the purchase",
+            Some(refusal(403, "replayed", None)),
+            with_pass,
+            end(Ending::GivenUp, false),
         ),
         (
             "403 without a pass is unexpected",
@@ -223,21 +280,68 @@ fn order_answers_lead_to_their_next_step() {
 #[test]
 fn queue_polls_follow_the_hint_until_a_pass() {
     let policy = RetryPolicy::default();
-    let waiting = answer(200, None, json!({"position": 9, "nextPollMs": 2700, "admitted": false, "pass": null}));
-    let admitted = answer(200, None, json!({"position": 9, "nextPollMs": 2100, "admitted": true, "pass": "P"}));
+    let waiting = answer(
+        200,
+        None,
+        json!({"position": 9, "nextPollMs": 2700, "admitted": false, "pass": null}),
+    );
+    let admitted = answer(
+        200,
+        None,
+        json!({"position": 9, "nextPollMs": 2100, "admitted": true, "pass": "P"}),
+    );
     let table: Vec<(&str, Option<Answer>, u32, PollNext)> = vec![
-        ("waiting: the hint", Some(waiting), 0, PollNext::Again { wait: ms(2700), budgeted: false }),
-        ("admitted: the pass", Some(admitted), 0, PollNext::Admitted("P".into())),
-        ("a refused ticket rejoins", Some(refusal(403, "expired", None)), 0, PollNext::Rejoin),
+        (
+            "waiting: the hint",
+            Some(waiting),
+            0,
+            PollNext::Again {
+                wait: ms(2700),
+                budgeted: false,
+            },
+        ),
+        (
+            "admitted: the pass",
+            Some(admitted),
+            0,
+            PollNext::Admitted("P".into()),
+        ),
+        (
+            "a refused ticket rejoins",
+            Some(refusal(403, "expired", None)),
+            0,
+            PollNext::Rejoin,
+        ),
         (
             "503 retries after Retry-After",
             Some(refusal(503, "unavailable", Some("1"))),
             0,
-            PollNext::Again { wait: ms(1000), budgeted: true },
+            PollNext::Again {
+                wait: ms(1000),
+                budgeted: true,
+            },
         ),
-        ("no answer backs off", None, 3, PollNext::Again { wait: policy.backoff(3), budgeted: true }),
-        ("spent budget fails", None, policy.max_retries, PollNext::Fail),
-        ("401 fails", Some(refusal(401, "invalid_token", None)), 0, PollNext::Fail),
+        (
+            "no answer backs off",
+            None,
+            3,
+            PollNext::Again {
+                wait: policy.backoff(3),
+                budgeted: true,
+            },
+        ),
+        (
+            "spent budget fails",
+            None,
+            policy.max_retries,
+            PollNext::Fail,
+        ),
+        (
+            "401 fails",
+            Some(refusal(401, "invalid_token", None)),
+            0,
+            PollNext::Fail,
+        ),
     ];
     for (name, reply, retries, want) in table {
         assert_eq!(poll(reply.as_ref(), retries, &policy), want, "{name}");
@@ -249,13 +353,38 @@ fn payments_retry_what_can_be_retried() {
     let policy = RetryPolicy::default();
     let table: Vec<(&str, Option<Answer>, u32, Verdict)> = vec![
         ("202", Some(answer(202, None, json!({}))), 0, Verdict::Done),
-        ("200", Some(answer(200, None, json!({"status": "paid"}))), 0, Verdict::Done),
-        ("503", Some(refusal(503, "unavailable", Some("1"))), 0, Verdict::Again(ms(1000))),
-        ("429", Some(refusal(429, "rate_limited", None)), 1, Verdict::Again(policy.backoff(1))),
+        (
+            "200",
+            Some(answer(200, None, json!({"status": "paid"}))),
+            0,
+            Verdict::Done,
+        ),
+        (
+            "503",
+            Some(refusal(503, "unavailable", Some("1"))),
+            0,
+            Verdict::Again(ms(1000)),
+        ),
+        (
+            "429",
+            Some(refusal(429, "rate_limited", None)),
+            1,
+            Verdict::Again(policy.backoff(1)),
+        ),
         ("no answer", None, 2, Verdict::Again(policy.backoff(2))),
         ("spent", None, policy.max_retries, Verdict::Fail),
-        ("409 lapsed", Some(refusal(409, "order_lapsed", None)), 0, Verdict::Fail),
-        ("401 bad signature", Some(refusal(401, "bad_signature", None)), 0, Verdict::Fail),
+        (
+            "409 lapsed",
+            Some(refusal(409, "order_lapsed", None)),
+            0,
+            Verdict::Fail,
+        ),
+        (
+            "401 bad signature",
+            Some(refusal(401, "bad_signature", None)),
+            0,
+            Verdict::Fail,
+        ),
     ];
     for (name, reply, retries, want) in table {
         assert_eq!(verdict(reply.as_ref(), retries, &policy), want, "{name}");
