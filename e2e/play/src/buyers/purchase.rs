@@ -1,0 +1,297 @@
+//! One purchase: order one unit (through the waiting room when there is
+//! one), retrying with the same idempotency key until the outcome is known,
+//! then pay it or abandon it. Paying plays both sides: the buyer starts the
+//! payment, and the payment provider confirms it with a signed callback.
+
+use gateway::{
+    payments::{SIGNATURE_HEADER, sign},
+    queue::{PASS_HEADER, TICKET_HEADER},
+};
+use rand::Rng;
+use serde_json::json;
+
+use super::{
+    Error,
+    answer::Answer,
+    buyer::{Buyer, unexpected},
+    decide::{self, Ack, Attempt, Ending, OrderNext, PollNext, Verdict},
+    ledger::{OrderRecord, Unresolved},
+    tally::Count,
+};
+
+/// Units per purchase.
+const QUANTITY: u64 = 1;
+
+/// How a wait in the queue ended.
+enum Queue {
+    Pass(String),
+    Rejoin,
+    Left,
+}
+
+impl Buyer {
+    /// Tries to buy one unit of `sku` under a fresh idempotency key.
+    pub(super) async fn purchase(&mut self, sku: &str) -> Result<(), Error> {
+        let counters = self.shared.gateway.counters().clone();
+        counters.add(Count::Purchase);
+        let key = uuid::Uuid::new_v4().simple().to_string();
+        let mut at = Attempt::default();
+        let mut pass: Option<String> = None;
+        loop {
+            at.with_pass = pass.is_some();
+            at.winding_down = self.winding_down();
+            let reply = self.order(sku, &key, pass.as_deref()).await?;
+            let last = reply
+                .as_ref()
+                .map_or("no answer".to_owned(), Answer::describe);
+            let next = decide::order(reply.as_ref(), at, &self.shared.config.retry);
+            match next {
+                OrderNext::Acknowledged(ack) => return self.acknowledged(key, ack).await,
+                OrderNext::Queue { ticket, poll_in } => {
+                    if !self.was_queued {
+                        self.was_queued = true;
+                        counters.add(Count::Queued);
+                    }
+                    match self.queue(&ticket, poll_in).await? {
+                        Queue::Pass(admitted) => {
+                            counters.add(Count::Admitted);
+                            pass = Some(admitted);
+                        }
+                        Queue::Rejoin => at = self.rejoin(at, &mut pass),
+                        Queue::Left => {
+                            self.ended(Ending::GivenUp, at.uncertain, key, sku, last);
+                            return Ok(());
+                        }
+                    }
+                }
+                OrderNext::Again {
+                    wait,
+                    uncertain,
+                    budgeted,
+                } => {
+                    at.uncertain = uncertain;
+                    at.retries += u32::from(budgeted);
+                    let wait = self.jitter(wait);
+                    // A key that may have gone through is seen to the end:
+                    // its retries are bounded, and its outcome must be known.
+                    if uncertain {
+                        tokio::time::sleep(wait).await;
+                    } else if self.pause(wait).await {
+                        self.ended(Ending::GivenUp, false, key, sku, last);
+                        return Ok(());
+                    }
+                }
+                OrderNext::Rejoin => at = self.rejoin(at, &mut pass),
+                OrderNext::End { why, unresolved } => {
+                    self.ended(why, unresolved, key, sku, last);
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Drops a refused pass (the next order request joins the queue again);
+    /// each rejoin spends a retry, so a pass refused for good ends the purchase.
+    fn rejoin(&self, at: Attempt, pass: &mut Option<String>) -> Attempt {
+        *pass = None;
+        Attempt {
+            retries: at.retries + 1,
+            ..at
+        }
+    }
+
+    async fn order(
+        &mut self,
+        sku: &str,
+        key: &str,
+        pass: Option<&str>,
+    ) -> Result<Option<Answer>, Error> {
+        let token = self.token()?;
+        let mut request = self
+            .shared
+            .gateway
+            .post("/api/v1/orders")
+            .bearer_auth(token)
+            .json(&json!({"sku": sku, "quantity": QUANTITY, "idempotencyKey": key}));
+        if let Some(pass) = pass {
+            request = request.header(PASS_HEADER, pass);
+        }
+        Ok(self.shared.gateway.send(request).await)
+    }
+
+    /// Polls the queue status with the server's hinted waits until a pass
+    /// comes; leaves when the buyer winds down.
+    async fn queue(
+        &mut self,
+        ticket: &str,
+        first_poll: std::time::Duration,
+    ) -> Result<Queue, Error> {
+        let policy = self.shared.config.retry.clone();
+        let mut wait = first_poll;
+        let mut retries = 0;
+        loop {
+            if self.pause(wait).await {
+                return Ok(Queue::Left);
+            }
+            let token = self.token()?;
+            let request = self
+                .shared
+                .gateway
+                .get("/api/v1/queue/status")
+                .bearer_auth(token)
+                .header(TICKET_HEADER, ticket);
+            let reply = self.shared.gateway.send(request).await;
+            match decide::poll(reply.as_ref(), retries, &policy) {
+                PollNext::Admitted(pass) => return Ok(Queue::Pass(pass)),
+                PollNext::Again {
+                    wait: next,
+                    budgeted,
+                } => {
+                    // The budget is for failures in a row.
+                    retries = if budgeted { retries + 1 } else { 0 };
+                    wait = if budgeted { self.jitter(next) } else { next };
+                }
+                PollNext::Rejoin => return Ok(Queue::Rejoin),
+                PollNext::Fail => {
+                    if reply.as_ref().is_some_and(unexpected) {
+                        self.shared.gateway.counters().add(Count::Unexpected);
+                    }
+                    return Ok(Queue::Left);
+                }
+            }
+        }
+    }
+
+    /// Records an acknowledged order, then pays it or abandons it.
+    async fn acknowledged(&mut self, key: String, ack: Ack) -> Result<(), Error> {
+        let counters = self.shared.gateway.counters().clone();
+        counters.add(Count::Acknowledged);
+        *self.bought.entry(ack.sku.clone()).or_default() += ack.quantity;
+        self.ledger.orders.push(OrderRecord {
+            order_id: ack.order_id.clone(),
+            idempotency_key: key,
+            sku: ack.sku,
+            quantity: ack.quantity,
+            amount_minor: ack.amount_minor,
+            acknowledged_at_ms: jiff::Timestamp::now().as_millisecond(),
+            paid: ack.paid,
+        });
+        if ack.paid {
+            counters.add(Count::Paid);
+            return Ok(());
+        }
+        if self.rng.random::<f64>() < self.shared.config.abandon {
+            counters.add(Count::Abandoned);
+            return Ok(());
+        }
+        // The shopper takes a moment at the checkout; a buyer winding down
+        // pays at once.
+        let think = self.shared.config.think;
+        self.pause(think).await;
+        let paid = self.pay(&ack.order_id).await?;
+        if paid {
+            counters.add(Count::Paid);
+            if let Some(order) = self.ledger.orders.last_mut() {
+                order.paid = true;
+            }
+        } else {
+            counters.add(Count::PaymentFailed);
+        }
+        Ok(())
+    }
+
+    /// Starts the payment as the buyer, then confirms it as the payment
+    /// provider; true when the callback was answered 2xx.
+    async fn pay(&mut self, order_id: &str) -> Result<bool, Error> {
+        let path = format!("/api/v1/orders/{order_id}/pay");
+        let Some((amount_minor, currency)) = self
+            .retried(|buyer| {
+                let request = buyer.shared.gateway.post(&path).bearer_auth(buyer.token()?);
+                Ok(request)
+            })
+            .await?
+            .as_ref()
+            .and_then(decide::bill)
+        else {
+            return Ok(false);
+        };
+        let body = serde_json::to_vec(&json!({
+            "paymentId": format!("pay-{order_id}"),
+            "orderId": order_id,
+            "amountMinor": amount_minor,
+            "currency": currency,
+            "status": "succeeded",
+        }))?;
+        let callback = self
+            .retried(|buyer| {
+                let now = jiff::Timestamp::now().as_second();
+                let signature = sign(&buyer.shared.config.payment_secret, now, &body)?;
+                Ok(buyer
+                    .shared
+                    .gateway
+                    .post("/api/v1/payments/callback")
+                    .header(SIGNATURE_HEADER, signature)
+                    .header(reqwest::header::CONTENT_TYPE, "application/json")
+                    .body(body.clone()))
+            })
+            .await?;
+        Ok(callback.is_some())
+    }
+
+    /// Sends the request `build` makes until it is answered 2xx (that
+    /// answer) or refused, or the retries are spent (`None`).
+    async fn retried(
+        &mut self,
+        mut build: impl FnMut(&mut Self) -> Result<reqwest::RequestBuilder, Error>,
+    ) -> Result<Option<Answer>, Error> {
+        let policy = self.shared.config.retry.clone();
+        let mut retries = 0;
+        loop {
+            let request = build(self)?;
+            let reply = self.shared.gateway.send(request).await;
+            match decide::verdict(reply.as_ref(), retries, &policy) {
+                Verdict::Done => return Ok(reply),
+                Verdict::Again(wait) => {
+                    retries += 1;
+                    let wait = self.jitter(wait);
+                    tokio::time::sleep(wait).await;
+                }
+                Verdict::Fail => {
+                    if reply.as_ref().is_some_and(unexpected) {
+                        self.shared.gateway.counters().add(Count::Unexpected);
+                    }
+                    return Ok(None);
+                }
+            }
+        }
+    }
+
+    /// A purchase ended without an order: what the buyer learnt, and the
+    /// key kept when its outcome is unknown.
+    fn ended(&mut self, why: Ending, unresolved: bool, key: String, sku: &str, last: String) {
+        let counters = self.shared.gateway.counters().clone();
+        match why {
+            Ending::SoldOut => {
+                self.sold_out.insert(sku.to_owned());
+            }
+            Ending::LimitReached => {
+                self.limit_reached.insert(sku.to_owned());
+            }
+            Ending::SaleEnded => self.sale_over = true,
+            Ending::GivenUp => {}
+            Ending::Unexpected => counters.add(Count::Unexpected),
+        }
+        if unresolved {
+            counters.add(Count::Unresolved);
+            self.ledger.unresolved.push(Unresolved {
+                idempotency_key: key,
+                sku: sku.to_owned(),
+                quantity: QUANTITY,
+                given_up_at_ms: jiff::Timestamp::now().as_millisecond(),
+                last,
+            });
+        } else if why == Ending::GivenUp {
+            counters.add(Count::GivenUp);
+        }
+    }
+}
