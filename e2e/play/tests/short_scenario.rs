@@ -34,7 +34,13 @@ impl Operator {
         let log = std::env::temp_dir().join(format!("{namespace}-operator.log"));
         let file = std::fs::File::create(&log)?;
         let child = Command::new(bin)
-            .args(["run", "--namespace", namespace, "--lease-namespace", namespace])
+            .args([
+                "run",
+                "--namespace",
+                namespace,
+                "--lease-namespace",
+                namespace,
+            ])
             .args(["--ops-addr", &format!("127.0.0.1:{port}")])
             .args(["--prometheus-url", &stack::prometheus_url()?])
             .args(["--status-refresh", "2s", "--log-format", "json"])
@@ -117,11 +123,21 @@ async fn the_short_scenario_passes_every_check_and_its_report_renders() -> anyho
     assert!(drill["abortLatency"].is_string(), "{drill}");
     let funnel = &result["funnel"];
     let n = |stage: &str| funnel[stage].as_u64().unwrap_or(0);
-    for stage in ["arrived", "queued", "admitted", "reserved", "acknowledged", "paid"] {
+    for stage in [
+        "arrived",
+        "queued",
+        "admitted",
+        "reserved",
+        "acknowledged",
+        "paid",
+    ] {
         assert!(n(stage) > 0, "no buyer got to {stage}: {funnel}");
     }
     assert_eq!(n("persisted"), n("acknowledged"), "{funnel}");
-    assert!(n("paid") < n("acknowledged"), "no reservation was abandoned: {funnel}");
+    assert!(
+        n("paid") < n("acknowledged"),
+        "no reservation was abandoned: {funnel}"
+    );
 
     // The report renders in a real browser, with every plot drawn from data.
     let report = out.join("report.html");
@@ -141,7 +157,11 @@ async fn the_short_scenario_passes_every_check_and_its_report_renders() -> anyho
     }
     let png = out.join("report.png");
     chromium.screenshot(&url, &png, 1280, 3600).await?;
-    eprintln!("report: {} (screenshot {})", report.display(), png.display());
+    eprintln!(
+        "report: {} (screenshot {})",
+        report.display(),
+        png.display()
+    );
     drop(operator);
     Ok(())
 }

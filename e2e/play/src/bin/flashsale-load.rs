@@ -44,6 +44,10 @@ struct Args {
     /// Share (0-1) of actions that are purchase attempts; the rest browse.
     #[arg(long, default_value_t = 0.5)]
     purchase_share: f64,
+    /// Share (0-1) of page views a buyer reloads impatiently, several times
+    /// in a row (what the per-user rate limit refuses).
+    #[arg(long, default_value_t = 0.1)]
+    impatient: f64,
     /// Seed of the buyers' random choices.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -103,6 +107,7 @@ async fn main() -> anyhow::Result<()> {
         think: args.think,
         abandon: args.abandon,
         purchase_share: args.purchase_share,
+        impatient: args.impatient,
         seed: args.seed,
         http_timeout: args.http_timeout,
         retry: RetryPolicy::default(),

@@ -21,7 +21,11 @@ use flashsale_play::{
 #[command(name = "flashsale-scenario", version)]
 struct Cli {
     /// The namespace the operator watches; created when missing.
-    #[arg(long, env = "FLASHSALE_PLAY_NAMESPACE", default_value = "flashsale-demo")]
+    #[arg(
+        long,
+        env = "FLASHSALE_PLAY_NAMESPACE",
+        default_value = "flashsale-demo"
+    )]
     namespace: String,
     /// The sale's name (a previous sale of that name is deleted first).
     #[arg(long, default_value = "play")]
@@ -71,7 +75,9 @@ async fn main() -> ExitCode {
         cli.users.unwrap_or(base.users),
         cli.duration.unwrap_or(base.load),
     );
-    let progress = Progress::new();
+    // The bar runs over the sale's opening, the load and about two minutes
+    // for the drill, the end and the checks.
+    let progress = Progress::new(plan.opens_in + plan.load + Duration::from_secs(120));
     let options = Options {
         namespace: cli.namespace,
         plan,

@@ -19,6 +19,10 @@ use super::{
     token::{Bearer, Minter},
 };
 
+/// Page loads in a row of an impatient buyer: more than the per-user
+/// burst a sale usually allows.
+const IMPATIENT_RELOADS: usize = 8;
+
 /// Longest think time, in means: the exponential tail is cut so no buyer
 /// sleeps through a whole phase.
 const MAX_THINK_MEANS: f64 = 10.0;
@@ -77,6 +81,8 @@ pub(crate) struct Buyer {
     pub(super) sale_over: bool,
     /// The waiting room queued this buyer at least once.
     pub(super) was_queued: bool,
+    /// The waiting room let this buyer through at least once.
+    pub(super) was_admitted: bool,
 }
 
 impl Buyer {
@@ -100,6 +106,7 @@ impl Buyer {
             limit_reached: BTreeSet::new(),
             sale_over: false,
             was_queued: false,
+            was_admitted: false,
             shared,
         }
     }
@@ -217,14 +224,23 @@ impl Buyer {
             (6, _) => Page::History,
             _ => Page::Games,
         };
-        let token = self.token()?;
-        let request = self.shared.gateway.get(&page.path()).bearer_auth(token);
-        let answer = self.shared.gateway.send(request).await;
-        if let (Page::Item(sku), Some(answer)) = (&page, &answer) {
-            self.saw_item(sku, answer);
-        }
-        if answer.as_ref().is_some_and(unexpected) {
-            self.shared.gateway.counters().add(Count::Unexpected);
+        // An impatient buyer reloads the page again and again, faster than
+        // the per-user rate limit allows: the limit's 429s come from these.
+        let loads = if self.rng.random::<f64>() < self.shared.config.impatient {
+            IMPATIENT_RELOADS
+        } else {
+            1
+        };
+        for _ in 0..loads {
+            let token = self.token()?;
+            let request = self.shared.gateway.get(&page.path()).bearer_auth(token);
+            let answer = self.shared.gateway.send(request).await;
+            if let (Page::Item(sku), Some(answer)) = (&page, &answer) {
+                self.saw_item(sku, answer);
+            }
+            if answer.as_ref().is_some_and(unexpected) {
+                self.shared.gateway.counters().add(Count::Unexpected);
+            }
         }
         Ok(())
     }

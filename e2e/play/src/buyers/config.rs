@@ -70,6 +70,9 @@ pub struct Config {
     pub abandon: f64,
     /// Share of actions that are purchase attempts (the rest browse).
     pub purchase_share: f64,
+    /// Share of page views where the buyer reloads the page impatiently,
+    /// several times in a row.
+    pub impatient: f64,
     /// Seed of every random choice the buyers make.
     pub seed: u64,
     /// Bound of one HTTP request.
@@ -90,6 +93,7 @@ impl Default for Config {
             think: Duration::from_secs(1),
             abandon: 0.25,
             purchase_share: 0.5,
+            impatient: 0.1,
             seed: 0,
             http_timeout: Duration::from_secs(5),
             retry: RetryPolicy::default(),
@@ -116,6 +120,7 @@ impl Config {
         for (name, share) in [
             ("abandon", self.abandon),
             ("purchase share", self.purchase_share),
+            ("impatient share", self.impatient),
         ] {
             if !(0.0..=1.0).contains(&share) {
                 return Err(Error::Config(format!(

@@ -54,7 +54,10 @@ impl Buyer {
                     }
                     match self.queue(&ticket, poll_in).await? {
                         Queue::Pass(admitted) => {
-                            counters.add(Count::Admitted);
+                            if !self.was_admitted {
+                                self.was_admitted = true;
+                                counters.add(Count::Admitted);
+                            }
                             pass = Some(admitted);
                         }
                         Queue::Rejoin => at = self.rejoin(at, &mut pass),

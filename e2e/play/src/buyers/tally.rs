@@ -33,7 +33,7 @@ pub struct Tally {
     pub purchases: u64,
     /// Buyers queued by the waiting room at least once.
     pub queued: u64,
-    /// Waiting-room passes received.
+    /// Buyers the waiting room let through at least once.
     pub admitted: u64,
     /// 429 answers, on any route.
     pub rate_limited: u64,

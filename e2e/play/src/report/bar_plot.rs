@@ -17,6 +17,8 @@ const FILL: f64 = 0.72;
 const MAX_BAR: f64 = 80.0;
 /// The space between bars of one group.
 const BAR_GAP: f64 = 3.0;
+/// About how wide one character of a group label is, in pixels.
+const CHAR_WIDTH: f64 = 6.8;
 
 /// Draws `plot` as an `<svg>`.
 pub(crate) fn bar_plot(out: &mut String, plot: &BarPlot) -> fmt::Result {
@@ -40,7 +42,21 @@ pub(crate) fn bar_plot(out: &mut String, plot: &BarPlot) -> fmt::Result {
     } else {
         Legend::default()
     };
-    let frame = Frame::new(68.0, 24.0, 26.0 + legend.height(), 40.0);
+    // Labels wider than their band alternate between two rows, so
+    // neighbours never overlap.
+    let bands = plot.groups.len().max(1) as f64;
+    let widest = plot
+        .groups
+        .iter()
+        .map(|(label, _)| label.chars().count() as f64 * CHAR_WIDTH)
+        .fold(0.0, f64::max);
+    let staggered = widest > (svg::WIDTH - 68.0 - 24.0) / bands - 6.0;
+    let frame = Frame::new(
+        68.0,
+        24.0,
+        26.0 + legend.height(),
+        if staggered { 56.0 } else { 40.0 },
+    );
 
     let values = plot
         .groups
@@ -103,7 +119,7 @@ pub(crate) fn bar_plot(out: &mut String, plot: &BarPlot) -> fmt::Result {
             out,
             r#"<text class="group" x="{}" y="{}" text-anchor="middle">{}</text>"#,
             Px(centre),
-            Px(frame.y1 + 20.0),
+            Px(frame.y1 + if staggered && g % 2 == 1 { 36.0 } else { 20.0 }),
             escape(group),
         )?;
     }

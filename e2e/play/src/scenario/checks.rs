@@ -75,7 +75,11 @@ pub fn stock_conserved(stock: &[Stock]) -> Check {
         })
         .collect::<Vec<_>>()
         .join("; ");
-    check("stock is conserved: sold + available == stock", passed, detail)
+    check(
+        "stock is conserved: sold + available == stock",
+        passed,
+        detail,
+    )
 }
 
 /// What the inventory sold is what buyers paid for and what the database
@@ -100,7 +104,11 @@ pub fn sold_is_paid(stock: &[Stock], acked: &[Acked], rows: &[Row]) -> Check {
             s.sku, s.sold, buyers, db
         ));
     }
-    check("units sold == units paid (inventory, buyers, database)", passed, parts.join("; "))
+    check(
+        "units sold == units paid (inventory, buyers, database)",
+        passed,
+        parts.join("; "),
+    )
 }
 
 /// Every acknowledged order is exactly one row, in the state its buyer left
@@ -178,15 +186,26 @@ pub fn tiers_walked(log: &TierLog) -> Check {
         .changes
         .iter()
         .map(|c| {
-            let value = c.value.map_or_else(String::new, |v| format!(", load {v:.2}"));
-            format!("tier {} at {} ({}{value})", c.tier, time_of_day(c.at), c.reason)
+            let value = c
+                .value
+                .map_or_else(String::new, |v| format!(", load {v:.2}"));
+            format!(
+                "tier {} at {} ({}{value})",
+                c.tier,
+                time_of_day(c.at),
+                c.reason
+            )
         })
         .collect::<Vec<_>>()
         .join(" → ");
     check(
         "tiers went 0 → 1 → 2 → 1 → 0 with the load",
         sequence == TIER_WALK && in_order,
-        if detail.is_empty() { "no tier seen".to_owned() } else { detail },
+        if detail.is_empty() {
+            "no tier seen".to_owned()
+        } else {
+            detail
+        },
     )
 }
 
@@ -194,7 +213,11 @@ pub fn tiers_walked(log: &TierLog) -> Check {
 /// its detection and stop latencies measured.
 pub fn drill_aborted(run: Option<&RunRecord>, slo: &str) -> Check {
     let Some(run) = run else {
-        return check("the drill was aborted by its SLO guard", false, "no run ended".to_owned());
+        return check(
+            "the drill was aborted by its SLO guard",
+            false,
+            "no run ended".to_owned(),
+        );
     };
     let worst = run.slo_extremes.get(slo).copied();
     let passed = run.outcome == Some(RunOutcome::Aborted)
@@ -204,14 +227,11 @@ pub fn drill_aborted(run: Option<&RunRecord>, slo: &str) -> Check {
         && run.targets.len() == 1
         && worst.is_some_and(|w| w < 2.0);
     let detail = format!(
-        "run {}: {:?} ({}), target {}, worst {slo} {}, detection {}, decision → chaos gone {}",
+        "run {}: {}, target {}, worst {slo} {}",
         run.id,
-        run.outcome,
-        run.reason.as_deref().unwrap_or("no reason"),
+        run_text(run),
         run.targets.join(", "),
         worst.map_or("-".to_owned(), |w| w.to_string()),
-        run.detection_latency.as_ref().map_or("-".to_owned(), ToString::to_string),
-        run.abort_latency.as_ref().map_or("-".to_owned(), ToString::to_string),
     );
     check("the drill was aborted by its SLO guard", passed, detail)
 }
@@ -220,7 +240,10 @@ pub fn drill_aborted(run: Option<&RunRecord>, slo: &str) -> Check {
 pub fn no_chaos_left(left: &BTreeMap<String, usize>) -> Check {
     let total: usize = left.values().sum();
     let detail = if total == 0 {
-        format!("none of {} left", left.keys().cloned().collect::<Vec<_>>().join(", "))
+        format!(
+            "none of {} left",
+            left.keys().cloned().collect::<Vec<_>>().join(", ")
+        )
     } else {
         left.iter()
             .filter(|(_, n)| **n > 0)
@@ -237,6 +260,22 @@ fn check(name: &str, passed: bool, detail: String) -> Check {
         passed,
         detail,
     }
+}
+
+/// A run's outcome, reason and latencies in a few words.
+pub fn run_text(run: &RunRecord) -> String {
+    let latency = |d: &Option<flashsale_operator::api::Duration>| {
+        d.as_ref().map_or("-".to_owned(), ToString::to_string)
+    };
+    format!(
+        "{} ({}), detection {}, decision → chaos gone {}",
+        run.outcome
+            .as_ref()
+            .map_or("still running".to_owned(), |o| format!("{o:?}")),
+        run.reason.as_deref().unwrap_or("no reason"),
+        latency(&run.detection_latency),
+        latency(&run.abort_latency)
+    )
 }
 
 /// `HH:MM:SS` UTC.
@@ -308,9 +347,17 @@ mod tests {
         let check = orders_persisted_once(&orders, 0, &missing);
         assert!(!check.passed);
         assert!(check.detail.contains("missing: o2"), "{}", check.detail);
-        let extra = [row("o1", "A", "paid"), row("o2", "A", "expired"), row("o3", "A", "paid")];
+        let extra = [
+            row("o1", "A", "paid"),
+            row("o2", "A", "expired"),
+            row("o3", "A", "paid"),
+        ];
         assert!(!orders_persisted_once(&orders, 0, &extra).passed);
-        let doubled = [row("o1", "A", "paid"), row("o1", "A", "paid"), row("o2", "A", "expired")];
+        let doubled = [
+            row("o1", "A", "paid"),
+            row("o1", "A", "paid"),
+            row("o2", "A", "expired"),
+        ];
         assert!(!orders_persisted_once(&orders, 0, &doubled).passed);
         let unpaid_abandoned = [row("o1", "A", "paid"), row("o2", "A", "pending_payment")];
         assert!(!orders_persisted_once(&orders, 0, &unpaid_abandoned).passed);

@@ -79,7 +79,10 @@ pub async fn rows(database_url: &str, sale_id: &str) -> anyhow::Result<Vec<Row>>
 
 /// How many Chaos Mesh objects of each kind the drill could leave exist in
 /// `namespace`.
-pub async fn chaos_left(client: &Client, namespace: &str) -> anyhow::Result<BTreeMap<String, usize>> {
+pub async fn chaos_left(
+    client: &Client,
+    namespace: &str,
+) -> anyhow::Result<BTreeMap<String, usize>> {
     let mut left = BTreeMap::new();
     for kind in Kind::EXPERIMENTS
         .into_iter()

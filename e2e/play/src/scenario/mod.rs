@@ -27,9 +27,7 @@ use std::{
 use anyhow::{Context, bail};
 use flashsale_e2e::{kafka, stack, wait::poll_until};
 use flashsale_operator::api::{
-    ChaosDrill, DegradationPolicy, FlashSale,
-    chaosdrill::RunRecord,
-    flashsale::SalePhase,
+    ChaosDrill, DegradationPolicy, FlashSale, chaosdrill::RunRecord, flashsale::SalePhase,
 };
 use jiff::Timestamp;
 use k8s_openapi::{
@@ -37,7 +35,7 @@ use k8s_openapi::{
     api::core::v1::{Namespace, Secret, Service},
 };
 use kube::{
-    Client, Resource, ResourceExt,
+    Client, Resource,
     api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams},
 };
 use rand::RngCore;
@@ -98,6 +96,9 @@ pub const RESULT_FILE: &str = "result.json";
 pub const REPORT_FILE: &str = "report.html";
 
 const TICK: Duration = Duration::from_millis(250);
+/// How long the buyers stay once the SLO holds again, so the report shows
+/// the sale after the drill, not just its end.
+const AFTERMATH: Duration = Duration::from_secs(15);
 
 /// Numbered progress lines, one per step.
 struct Steps {
@@ -110,7 +111,7 @@ struct Steps {
 impl Steps {
     fn begin(&mut self, what: &str) {
         self.n += 1;
-        self.progress.line(&format!(
+        self.progress.line(format!(
             "[{}/{}] {what} (+{}s)",
             self.n,
             self.total,
@@ -135,16 +136,21 @@ pub async fn play(options: Options, progress: Progress) -> anyhow::Result<Outcom
         n: 0,
         started,
     };
-    let client = flashsale_e2e::kube::client().await.context("connecting to the apiserver")?;
-    let prometheus: prometheus_http_query::Client = stack::prometheus_url()?
-        .parse()
-        .context("Prometheus URL")?;
+    let client = flashsale_e2e::kube::client()
+        .await
+        .context("connecting to the apiserver")?;
+    let prometheus: prometheus_http_query::Client =
+        stack::prometheus_url()?.parse().context("Prometheus URL")?;
 
-    steps.begin(&format!("preparing {ns}: the previous run's objects go, new keys and topics"));
+    steps.begin(&format!(
+        "preparing {ns}: the previous run's objects go, new keys and topics"
+    ));
     let keys = prepare(&client, &ns, &plan).await?;
     let topic = format!("play-orders-{}", Timestamp::now().as_second());
     let brokers = stack::kafka_brokers()?;
-    kafka::create_topic(&brokers, &topic, 3).await.context("creating the order topic")?;
+    kafka::create_topic(&brokers, &topic, 3)
+        .await
+        .context("creating the order topic")?;
     kafka::create_topic(&brokers, &format!("{topic}.dlq"), 1)
         .await
         .context("creating the dead-letter topic")?;
@@ -163,7 +169,10 @@ pub async fn play(options: Options, progress: Progress) -> anyhow::Result<Outcom
     let opens = Timestamp::now() + plan.opens_in;
     let sales: Api<FlashSale> = Api::namespaced(client.clone(), &ns);
     let sale: FlashSale = serde_json::from_value(plan.sale(opens, &wiring))?;
-    let sale = sales.create(&PostParams::default(), &sale).await.context("creating the sale")?;
+    let sale = sales
+        .create(&PostParams::default(), &sale)
+        .await
+        .context("creating the sale")?;
     let sale_id = flashsale_operator::flashsale::build::sale_id(&sale)?;
     await_live(&sales, &plan, &progress).await?;
     await_scraped(&prometheus, &plan, &ns).await?;
@@ -171,12 +180,23 @@ pub async fn play(options: Options, progress: Progress) -> anyhow::Result<Outcom
     steps.begin("applying the DegradationPolicy: two tiers on the share of the planned peak load");
     let policies: Api<DegradationPolicy> = Api::namespaced(client.clone(), &ns);
     let policy: DegradationPolicy = serde_json::from_value(plan.policy(&ns))?;
-    policies.create(&PostParams::default(), &policy).await.context("creating the policy")?;
-    poll_until("the policy reads the load", Duration::from_secs(60), TICK, || async {
-        let p = policies.get(&plan.sale).await.map_err(|e| e.to_string())?;
-        let status = p.status.unwrap_or_default();
-        status.tier.map(|_| ()).ok_or_else(|| format!("{:?}", status.observed.conditions))
-    })
+    policies
+        .create(&PostParams::default(), &policy)
+        .await
+        .context("creating the policy")?;
+    poll_until(
+        "the policy reads the load",
+        Duration::from_secs(60),
+        TICK,
+        || async {
+            let p = policies.get(&plan.sale).await.map_err(|e| e.to_string())?;
+            let status = p.status.unwrap_or_default();
+            status
+                .tier
+                .map(|_| ())
+                .ok_or_else(|| format!("{:?}", status.observed.conditions))
+        },
+    )
     .await?;
 
     steps.begin(&format!(
@@ -185,15 +205,35 @@ pub async fn play(options: Options, progress: Progress) -> anyhow::Result<Outcom
         plan.load.as_secs()
     ));
     let gateway = gateway_url(&client, &ns, &plan.sale).await?;
-    let played = play_load(&client, &ns, &plan, &gateway, &keys, seed, &progress).await?;
+    let played = play_load(
+        &client,
+        &prometheus,
+        &ns,
+        &plan,
+        &gateway,
+        &keys,
+        seed,
+        &progress,
+    )
+    .await?;
 
     steps.begin("ending the sale: unpaid reservations return to stock, the order-writer drains");
     let ended_at = Timestamp::now();
     end_sale(&sales, &plan, &progress).await?;
 
     steps.begin("checking stock, orders, tiers and the drill against the systems of record");
-    let acked = played.outcome.ledger.acked();
-    let unresolved = played.outcome.ledger.unresolved();
+    let acked: Vec<Acked> = played
+        .outcome
+        .ledger
+        .orders()
+        .map(|(_, order)| Acked {
+            order_id: order.order_id.clone(),
+            sku: order.sku.clone(),
+            quantity: i64::try_from(order.quantity).unwrap_or(i64::MAX),
+            paid: order.paid,
+        })
+        .collect();
+    let unresolved = played.outcome.ledger.unresolved().count();
     let drills: Api<ChaosDrill> = Api::namespaced(client.clone(), &ns);
     let run = drills
         .get_opt(&plan.sale)
@@ -204,22 +244,35 @@ pub async fn play(options: Options, progress: Progress) -> anyhow::Result<Outcom
     let redis_url = stack::redis_url()?;
     let database_url = stack::postgres_url()?;
     let facts = Arc::new(Mutex::new(None));
-    let settled = poll_until("the orders settle", Duration::from_secs(60), Duration::from_secs(1), || {
-        let facts = facts.clone();
-        let (redis_url, database_url, sale_id, plan, acked) =
-            (&redis_url, &database_url, &sale_id, &plan, &acked);
-        async move {
-            let stock = facts::stock(redis_url, sale_id, &plan.items).await.map_err(|e| format!("{e:#}"))?;
-            let rows = facts::rows(database_url, sale_id).await.map_err(|e| format!("{e:#}"))?;
-            let ok = checks::stock_conserved(&stock).passed
-                && checks::orders_persisted_once(acked, unresolved, &rows).passed;
-            *facts.lock().await = Some((stock, rows));
-            if ok { Ok(()) } else { Err("not settled".to_owned()) }
-        }
-    })
+    let settled = poll_until(
+        "the orders settle",
+        Duration::from_secs(60),
+        Duration::from_secs(1),
+        || {
+            let facts = facts.clone();
+            let (redis_url, database_url, sale_id, plan, acked) =
+                (&redis_url, &database_url, &sale_id, &plan, &acked);
+            async move {
+                let stock = facts::stock(redis_url, sale_id, &plan.items)
+                    .await
+                    .map_err(|e| format!("{e:#}"))?;
+                let rows = facts::rows(database_url, sale_id)
+                    .await
+                    .map_err(|e| format!("{e:#}"))?;
+                let ok = checks::stock_conserved(&stock).passed
+                    && checks::orders_persisted_once(acked, unresolved, &rows).passed;
+                *facts.lock().await = Some((stock, rows));
+                if ok {
+                    Ok(())
+                } else {
+                    Err("not settled".to_owned())
+                }
+            }
+        },
+    )
     .await;
     if let Err(timeout) = settled {
-        progress.line(&format!("the orders did not settle: {timeout}"));
+        progress.line(format!("the orders did not settle: {timeout}"));
     }
     let Some((stock, rows)) = facts.lock().await.take() else {
         bail!("no facts could be read from Redis and PostgreSQL");
@@ -284,7 +337,7 @@ pub async fn play(options: Options, progress: Progress) -> anyhow::Result<Outcom
         bar_plots: bars,
     };
     write_outputs(&out_dir, &report, &outcome, &played.outcome.ledger)?;
-    progress.line(&summary::text(&outcome));
+    progress.line(summary::text(&outcome));
     Ok(outcome)
 }
 
@@ -298,8 +351,10 @@ struct Played {
     to: Timestamp,
 }
 
+#[allow(clippy::too_many_arguments)] // one call site; a struct would only rename them
 async fn play_load(
     client: &Client,
+    prometheus: &prometheus_http_query::Client,
     ns: &str,
     plan: &Plan,
     gateway: &str,
@@ -307,7 +362,7 @@ async fn play_load(
     seed: u64,
     progress: &Progress,
 ) -> anyhow::Result<Played> {
-    let profile = buyers::Profile::shaped(plan.load);
+    let profile = buyers::Profile::sale(plan.load);
     let config = buyers::Config {
         gateway: gateway.to_owned(),
         jwt_secret: keys.jwt.clone(),
@@ -315,9 +370,9 @@ async fn play_load(
         skus: plan
             .items
             .iter()
-            .map(|i| buyers::Sku {
+            .map(|i| buyers::SkuLimit {
                 sku: i.sku.clone(),
-                per_user_limit: u32::try_from(i.per_user_limit).unwrap_or(1),
+                limit: u64::try_from(i.per_user_limit).unwrap_or(1),
             })
             .collect(),
         users: plan.users,
@@ -332,8 +387,8 @@ async fn play_load(
     };
     let from = Timestamp::now();
     let load_started = Instant::now();
-    let load = buyers::Load::start(config, progress.clone(), stop);
-    let live = load.counters();
+    let live = buyers::Counters::default();
+    let load = tokio::spawn(buyers::run(config, progress.clone(), live.clone(), stop));
 
     let policies: Api<DegradationPolicy> = Api::namespaced(client.clone(), ns);
     let drills: Api<ChaosDrill> = Api::namespaced(client.clone(), ns);
@@ -341,7 +396,7 @@ async fn play_load(
     let mut active = Vec::new();
     let mut drill_requested = None;
     let mut last_sample = Instant::now() - Duration::from_secs(1);
-    let tail = profile.tail_start();
+    let tail = profile.start_of("tail").unwrap_or_else(|| profile.total());
     let tail_deadline = tail + Duration::from_secs(180);
     let run = loop {
         if last_sample.elapsed() >= Duration::from_secs(1) {
@@ -351,26 +406,32 @@ async fn play_load(
         if let Ok(policy) = policies.get(&plan.sale).await {
             let status = policy.status.unwrap_or_default();
             if let Some(change) = tiers.record(&status, Timestamp::now()) {
-                progress.line(&format!(
-                    "tier {} at {} ({:?}, load {:.2} of the planned peak)",
+                let load = change.value.map_or(String::new(), |v| {
+                    format!(", load {v:.2} of the planned peak")
+                });
+                progress.line(format!(
+                    "tier {} at {} ({}{load})",
                     change.tier,
                     checks::time_of_day(change.at),
-                    change.reason,
-                    change.value.unwrap_or(f64::NAN)
+                    change.reason
                 ));
             }
         }
         let elapsed = load_started.elapsed();
         match drill_requested {
             None if elapsed >= tail
-                && (tiers.changes.last().is_some_and(|c| c.tier == 0) || elapsed >= tail_deadline) =>
+                && (tiers.changes.last().is_some_and(|c| c.tier == 0)
+                    || elapsed >= tail_deadline) =>
             {
                 let now = Timestamp::now();
                 let request = format!("play-{}", now.as_second());
                 let drill: ChaosDrill = serde_json::from_value(plan.drill(ns, now, &request))?;
-                drills.create(&PostParams::default(), &drill).await.context("creating the drill")?;
+                drills
+                    .create(&PostParams::default(), &drill)
+                    .await
+                    .context("creating the drill")?;
                 let (start, end) = plan::window_from(now);
-                progress.line(&format!(
+                progress.line(format!(
                     "drill requested inside the window {start}–{end} UTC: kill one of the two gateways"
                 ));
                 drill_requested = Some(Instant::now());
@@ -378,13 +439,7 @@ async fn play_load(
             Some(asked) => {
                 let status = drills.get(&plan.sale).await?.status.unwrap_or_default();
                 if let Some(run) = status.history.first() {
-                    progress.line(&format!(
-                        "drill ended {:?} ({}) : detection {}, decision → chaos gone {}",
-                        run.outcome,
-                        run.reason.as_deref().unwrap_or("-"),
-                        run.detection_latency.as_ref().map_or("-".to_owned(), ToString::to_string),
-                        run.abort_latency.as_ref().map_or("-".to_owned(), ToString::to_string)
-                    ));
+                    progress.line(format!("drill ended: {}", checks::run_text(run)));
                     break Some(run.clone());
                 }
                 if asked.elapsed() > Duration::from_secs(180) {
@@ -396,9 +451,23 @@ async fn play_load(
         }
         tokio::time::sleep(TICK).await;
     };
-    drop(run);
+    if run.is_some() {
+        // The buyers stay while the Deployment replaces the killed gateway,
+        // so the report shows the SLO hold again.
+        let restored = Instant::now();
+        match await_scraped(prometheus, plan, ns).await {
+            Ok(()) => {
+                progress.line(format!(
+                    "both gateways up again {}s after the drill ended",
+                    restored.elapsed().as_secs()
+                ));
+                tokio::time::sleep(AFTERMATH).await;
+            }
+            Err(err) => progress.line(format!("the SLO did not hold again: {err:#}")),
+        }
+    }
     let _ = stop_tx.send(true);
-    let outcome = load.finish().await?;
+    let outcome = load.await??;
     let to = Timestamp::now();
     Ok(Played {
         outcome,
@@ -454,7 +523,11 @@ async fn prepare(client: &Client, ns: &str, plan: &Plan) -> anyhow::Result<Keys>
             ..Secret::default()
         };
         secrets
-            .patch(&name, &PatchParams::apply("flashsale-play").force(), &Patch::Apply(&secret))
+            .patch(
+                &name,
+                &PatchParams::apply("flashsale-play").force(),
+                &Patch::Apply(&secret),
+            )
             .await
             .with_context(|| format!("writing Secret {name}"))?;
     }
@@ -483,7 +556,10 @@ where
     }
     api.delete(name, &DeleteParams::foreground()).await?;
     poll_until(
-        &format!("the previous {} {name} is gone", K::kind(&K::DynamicType::default())),
+        &format!(
+            "the previous {} {name} is gone",
+            K::kind(&K::DynamicType::default())
+        ),
         Duration::from_secs(180),
         TICK,
         || async {
@@ -499,30 +575,32 @@ where
 }
 
 /// Waits until the sale is Ready and Live, telling the phases as they come.
-async fn await_live(sales: &Api<FlashSale>, plan: &Plan, progress: &Progress) -> anyhow::Result<()> {
+async fn await_live(
+    sales: &Api<FlashSale>,
+    plan: &Plan,
+    progress: &Progress,
+) -> anyhow::Result<()> {
     poll_until(
         "the sale is Ready and Live",
         plan.opens_in + Duration::from_secs(240),
         TICK,
-        || {
-            async {
-                let sale = sales.get(&plan.sale).await.map_err(|e| e.to_string())?;
-                let status = sale.status.unwrap_or_default();
-                let ready = status
-                    .observed
-                    .conditions
-                    .iter()
-                    .any(|c| c.type_ == "Ready" && c.status == "True");
-                let now = format!(
-                    "phase {:?}, workloads ready {}",
-                    status.phase,
-                    status.ready_workloads.as_deref().unwrap_or("-")
-                );
-                if ready && status.phase == Some(SalePhase::Live) {
-                    Ok(())
-                } else {
-                    Err(now)
-                }
+        || async {
+            let sale = sales.get(&plan.sale).await.map_err(|e| e.to_string())?;
+            let status = sale.status.unwrap_or_default();
+            let ready = status
+                .observed
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            let now = format!(
+                "phase {:?}, workloads ready {}",
+                status.phase,
+                status.ready_workloads.as_deref().unwrap_or("-")
+            );
+            if ready && status.phase == Some(SalePhase::Live) {
+                Ok(())
+            } else {
+                Err(now)
             }
         },
     )
@@ -539,17 +617,31 @@ async fn await_scraped(
     ns: &str,
 ) -> anyhow::Result<()> {
     let query = plan.slo_query(ns);
-    poll_until("Prometheus scrapes both gateways", Duration::from_secs(60), TICK, || async {
-        let answer = prometheus.query(query.as_str()).get().await.map_err(|e| e.to_string())?;
-        let up: f64 = answer
-            .data()
-            .as_vector()
-            .unwrap_or_default()
-            .iter()
-            .map(|v| v.sample().value())
-            .sum();
-        if up >= 2.0 { Ok(()) } else { Err(format!("{up} gateways up")) }
-    })
+    poll_until(
+        "Prometheus scrapes both gateways",
+        Duration::from_secs(60),
+        TICK,
+        || async {
+            let answer = prometheus
+                .query(query.as_str())
+                .get()
+                .await
+                .map_err(|e| e.to_string())?;
+            let up: f64 = answer
+                .data()
+                .as_vector()
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+                .iter()
+                .map(|v| v.sample().value())
+                .sum();
+            if up >= 2.0 {
+                Ok(())
+            } else {
+                Err(format!("{up} gateways up"))
+            }
+        },
+    )
     .await?;
     Ok(())
 }
@@ -559,7 +651,10 @@ async fn await_scraped(
 async fn gateway_url(client: &Client, ns: &str, sale: &str) -> anyhow::Result<String> {
     let services: Api<Service> = Api::namespaced(client.clone(), ns);
     let name = format!("{sale}-gateway");
-    let service = services.get(&name).await.with_context(|| format!("Service {name}"))?;
+    let service = services
+        .get(&name)
+        .await
+        .with_context(|| format!("Service {name}"))?;
     let ip = service
         .spec
         .and_then(|s| s.cluster_ip)
@@ -586,12 +681,20 @@ async fn end_sale(sales: &Api<FlashSale>, plan: &Plan, progress: &Progress) -> a
         || async {
             let sale = sales.get(&plan.sale).await.map_err(|e| e.to_string())?;
             let status = sale.status.unwrap_or_default();
-            match status.observed.conditions.iter().find(|c| c.type_ == "Drained") {
+            match status
+                .observed
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Drained")
+            {
                 Some(c) if c.status == "True" => Ok(()),
                 other => Err(format!(
                     "phase {:?}, Drained {}",
                     status.phase,
-                    other.map_or("absent".to_owned(), |c| format!("{} {}: {}", c.status, c.reason, c.message))
+                    other.map_or("absent".to_owned(), |c| format!(
+                        "{} {}: {}",
+                        c.status, c.reason, c.message
+                    ))
                 )),
             }
         },

@@ -123,7 +123,10 @@ impl Plan {
 
     /// The PromQL selector of the sale's gateway pods in `namespace`.
     pub fn gateways(&self, namespace: &str) -> String {
-        format!(r#"namespace="{namespace}", pod=~"{}-gateway-.*""#, self.sale)
+        format!(
+            r#"namespace="{namespace}", pod=~"{}-gateway-.*""#,
+            self.sale
+        )
     }
 
     /// The load signal: requests per second over all gateways, as a share of
@@ -146,7 +149,8 @@ impl Plan {
     /// scenario ends it first (it does, once the load is over).
     pub fn sale(&self, start: Timestamp, wiring: &Wiring) -> Value {
         let end = start + 1.hour();
-        let small = json!({"requests": {"cpu": "20m", "memory": "32Mi"}, "limits": {"memory": "256Mi"}});
+        let small =
+            json!({"requests": {"cpu": "20m", "memory": "32Mi"}, "limits": {"memory": "256Mi"}});
         let items: Vec<Value> = self
             .items
             .iter()

@@ -61,7 +61,11 @@ impl Source<'_> {
             .get()
             .await
             .with_context(|| format!("Prometheus range query {query}"))?;
-        let matrix = answer.data().as_matrix().unwrap_or_default();
+        let matrix = answer
+            .data()
+            .as_matrix()
+            .map(Vec::as_slice)
+            .unwrap_or_default();
         Ok(matrix
             .iter()
             .enumerate()
@@ -93,6 +97,7 @@ impl Source<'_> {
         Ok(answer
             .data()
             .as_vector()
+            .map(Vec::as_slice)
             .unwrap_or_default()
             .iter()
             .map(|v| {
@@ -134,7 +139,10 @@ impl Source<'_> {
             left.extend(self.range(name, &query).await?);
         }
         let right = self
-            .range("tier in force (gateways)", &format!("max(gateway_degradation_tier{{{g}}})"))
+            .range(
+                "tier in force (gateways)",
+                &format!("max(gateway_degradation_tier{{{g}}})"),
+            )
             .await?;
         let peak = self.plan.peak_rps();
         let mut markers: Vec<Marker> = tiers
@@ -223,6 +231,7 @@ impl Source<'_> {
                  (increase(gateway_request_duration_seconds_bucket{{{g}}}[{seconds}s])))"
             );
             for (route, value) in self.at_end(&query, "route").await? {
+                let route = route.strip_prefix("/api/v1").unwrap_or(&route).to_owned();
                 if !value.is_finite() {
                     continue;
                 }
@@ -248,7 +257,10 @@ impl Source<'_> {
     /// Reservations the inventory made over the load (its `ok` results).
     pub async fn reserved(&self) -> anyhow::Result<u64> {
         let query = format!(
-            r#"sum(increase(inventory_reservations_total{{namespace="{}", pod=~"{}-inventory-.*", result="ok"}}[{}s]))"#,
+            // The counters start with the pods, just before the sale: their
+            // highest value is what each pod reserved (no `increase`
+            // extrapolation).
+            r#"sum(max_over_time(inventory_reservations_total{{namespace="{}", pod=~"{}-inventory-.*", result="ok"}}[{}s]))"#,
             self.namespace,
             self.plan.sale,
             self.window.seconds()
@@ -310,13 +322,19 @@ mod tests {
                 value: None,
             });
         }
-        let window = Window { from: at(0)?, to: at(60)? };
+        let window = Window {
+            from: at(0)?,
+            to: at(60)?,
+        };
         let spans = tier_spans(&log, window);
         let got: Vec<(i64, i64, &str)> = spans
             .iter()
             .map(|s| (s.from_ms / 1000, s.to_ms / 1000, s.label.as_str()))
             .collect();
-        assert_eq!(got, [(10, 20, "tier 1"), (20, 30, "tier 2"), (30, 40, "tier 1")]);
+        assert_eq!(
+            got,
+            [(10, 20, "tier 1"), (20, 30, "tier 2"), (30, 40, "tier 1")]
+        );
         assert_eq!(window.step(), 1.0);
         Ok(())
     }

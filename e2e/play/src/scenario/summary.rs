@@ -3,7 +3,11 @@
 
 use serde::Serialize;
 
-use super::{Outcome, checks::time_of_day, plan::Plan};
+use super::{
+    Outcome,
+    checks::{run_text, time_of_day},
+    plan::Plan,
+};
 use crate::report::{Bar, BarPlot};
 
 /// How far buyers got, stage by stage.
@@ -88,26 +92,13 @@ pub fn figures(outcome: &Outcome, plan: &Plan) -> Vec<(String, String)> {
                 .collect::<Vec<_>>()
                 .join(" → "),
         ),
-        ("scenario time".to_owned(), format!("{:.0} s", outcome.seconds)),
+        (
+            "scenario time".to_owned(),
+            format!("{:.0} s", outcome.seconds),
+        ),
     ];
     if let Some(run) = &outcome.drill {
-        out.push((
-            "drill".to_owned(),
-            format!(
-                "{:?} ({})",
-                run.outcome,
-                run.reason.as_deref().unwrap_or("-")
-            ),
-        ));
-        for (label, value) in [
-            ("detection latency", &run.detection_latency),
-            ("decision → chaos gone", &run.abort_latency),
-        ] {
-            out.push((
-                label.to_owned(),
-                value.as_ref().map_or("-".to_owned(), ToString::to_string),
-            ));
-        }
+        out.push(("drill".to_owned(), run_text(run)));
     }
     out
 }
@@ -132,16 +123,9 @@ pub fn text(outcome: &Outcome) -> String {
     out.push_str("Drill\n");
     match &outcome.drill {
         Some(run) => out.push_str(&format!(
-            "  {:?} ({}), target {}, detection {}, decision → chaos gone {}\n",
-            run.outcome,
-            run.reason.as_deref().unwrap_or("-"),
-            run.targets.join(", "),
-            run.detection_latency
-                .as_ref()
-                .map_or("-".to_owned(), ToString::to_string),
-            run.abort_latency
-                .as_ref()
-                .map_or("-".to_owned(), ToString::to_string)
+            "  {}, target {}\n",
+            run_text(run),
+            run.targets.join(", ")
         )),
         None => out.push_str("  no run ended\n"),
     }
@@ -184,7 +168,16 @@ mod tests {
         let labels: Vec<&str> = plot.groups.iter().map(|(l, _)| l.as_str()).collect();
         assert_eq!(
             labels,
-            ["arrived", "queued", "admitted", "rate-limited", "reserved", "acknowledged", "persisted", "paid"]
+            [
+                "arrived",
+                "queued",
+                "admitted",
+                "rate-limited",
+                "reserved",
+                "acknowledged",
+                "persisted",
+                "paid"
+            ]
         );
         assert_eq!(plot.groups[5].1[0].value, 39.0);
     }

@@ -28,7 +28,11 @@ pub struct TierLog {
 impl TierLog {
     /// Takes a reading of the policy's status at `seen`; returns the change
     /// when the tier differs from the last one logged.
-    pub fn record(&mut self, status: &DegradationPolicyStatus, seen: Timestamp) -> Option<&TierChange> {
+    pub fn record(
+        &mut self,
+        status: &DegradationPolicyStatus,
+        seen: Timestamp,
+    ) -> Option<&TierChange> {
         let tier = status.tier?;
         if self.changes.last().is_some_and(|last| last.tier == tier) {
             return None;
@@ -80,17 +84,30 @@ mod tests {
     fn only_changes_are_logged_with_the_policys_own_time() -> anyhow::Result<()> {
         let mut log = TierLog::default();
         let seen: Timestamp = "2026-11-11T00:00:09Z".parse()?;
-        assert!(log.record(&status(0, "2026-11-11T00:00:00Z")?, seen).is_some());
-        assert!(log.record(&status(0, "2026-11-11T00:00:00Z")?, seen).is_none());
-        let change = log.record(&status(1, "2026-11-11T00:00:05Z")?, seen).cloned();
-        assert_eq!(change.map(|c| (c.tier, c.at.to_string(), c.reason)),
-            Some((1, "2026-11-11T00:00:05Z".to_owned(), "Signal".to_owned())));
+        assert!(
+            log.record(&status(0, "2026-11-11T00:00:00Z")?, seen)
+                .is_some()
+        );
+        assert!(
+            log.record(&status(0, "2026-11-11T00:00:00Z")?, seen)
+                .is_none()
+        );
+        let change = log
+            .record(&status(1, "2026-11-11T00:00:05Z")?, seen)
+            .cloned();
+        assert_eq!(
+            change.map(|c| (c.tier, c.at.to_string(), c.reason)),
+            Some((1, "2026-11-11T00:00:05Z".to_owned(), "Signal".to_owned()))
+        );
         log.record(&status(2, "2026-11-11T00:00:08Z")?, seen);
         assert_eq!(log.sequence(), [0, 1, 2]);
         assert_eq!(log.tier_at("2026-11-11T00:00:06Z".parse()?), 1);
         assert_eq!(log.tier_at("2026-11-10T00:00:00Z".parse()?), 0);
         // A status without a tier yet says nothing.
-        assert!(log.record(&DegradationPolicyStatus::default(), seen).is_none());
+        assert!(
+            log.record(&DegradationPolicyStatus::default(), seen)
+                .is_none()
+        );
         Ok(())
     }
 }
