@@ -393,16 +393,24 @@ async fn play_load(
     let policies: Api<DegradationPolicy> = Api::namespaced(client.clone(), ns);
     let drills: Api<ChaosDrill> = Api::namespaced(client.clone(), ns);
     let mut tiers = TierLog::default();
-    let mut active = Vec::new();
+    // Active buyers, sampled every second until the buyers stop.
+    let sampler = {
+        let (live, mut stopped) = (live.clone(), stop_tx.subscribe());
+        tokio::spawn(async move {
+            let mut samples = Vec::new();
+            let mut every = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tokio::select! {
+                    _ = every.tick() => samples.push((Timestamp::now().as_millisecond(), live.active() as f64)),
+                    _ = stopped.wait_for(|stop| *stop) => return samples,
+                }
+            }
+        })
+    };
     let mut drill_requested = None;
-    let mut last_sample = Instant::now() - Duration::from_secs(1);
     let tail = profile.start_of("tail").unwrap_or_else(|| profile.total());
     let tail_deadline = tail + Duration::from_secs(180);
     let run = loop {
-        if last_sample.elapsed() >= Duration::from_secs(1) {
-            last_sample = Instant::now();
-            active.push((Timestamp::now().as_millisecond(), live.active() as f64));
-        }
         if let Ok(policy) = policies.get(&plan.sale).await {
             let status = policy.status.unwrap_or_default();
             if let Some(change) = tiers.record(&status, Timestamp::now()) {
@@ -468,6 +476,7 @@ async fn play_load(
     }
     let _ = stop_tx.send(true);
     let outcome = load.await??;
+    let active = sampler.await?;
     let to = Timestamp::now();
     Ok(Played {
         outcome,
