@@ -174,7 +174,8 @@ fn validate(
 
 /// The inventory request id of a client's order: stable across retries,
 /// unique per (sale, user, key), and within the inventory's id alphabet.
-fn request_id(sale: &str, user: &str, key: &str) -> String {
+/// Order events and rows carry it as their idempotency key.
+pub fn request_id(sale: &str, user: &str, key: &str) -> String {
     let mut hash = Sha256::new();
     for part in [sale, user, key] {
         hash.update(part.as_bytes());

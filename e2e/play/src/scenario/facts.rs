@@ -59,17 +59,19 @@ pub async fn rows(database_url: &str, sale_id: &str) -> anyhow::Result<Vec<Row>>
         .connect(database_url)
         .await
         .context("connecting to PostgreSQL")?;
-    let rows: Vec<(String, String, i32, String)> =
-        sqlx::query_as("SELECT order_id, sku, quantity, status FROM orders WHERE sale = $1")
-            .bind(sale_id)
-            .fetch_all(&pool)
-            .await
-            .context("reading the sale's orders")?;
+    let rows: Vec<(String, String, String, i32, String)> = sqlx::query_as(
+        "SELECT order_id, idempotency_key, sku, quantity, status FROM orders WHERE sale = $1",
+    )
+    .bind(sale_id)
+    .fetch_all(&pool)
+    .await
+    .context("reading the sale's orders")?;
     pool.close().await;
     Ok(rows
         .into_iter()
-        .map(|(order_id, sku, quantity, status)| Row {
+        .map(|(order_id, idempotency_key, sku, quantity, status)| Row {
             order_id,
+            idempotency_key,
             sku,
             quantity: i64::from(quantity),
             status,

@@ -233,7 +233,14 @@ pub async fn play(options: Options, progress: Progress) -> anyhow::Result<Outcom
             paid: order.paid,
         })
         .collect();
-    let unresolved = played.outcome.ledger.unresolved().count();
+    let unresolved: Vec<String> = played
+        .outcome
+        .ledger
+        .unresolved()
+        .map(|(user, purchase)| {
+            gateway::orders::request_id(&sale_id, user, &purchase.idempotency_key)
+        })
+        .collect();
     let drills: Api<ChaosDrill> = Api::namespaced(client.clone(), &ns);
     let run = drills
         .get_opt(&plan.sale)
@@ -250,8 +257,14 @@ pub async fn play(options: Options, progress: Progress) -> anyhow::Result<Outcom
         Duration::from_secs(1),
         || {
             let facts = facts.clone();
-            let (redis_url, database_url, sale_id, plan, acked) =
-                (&redis_url, &database_url, &sale_id, &plan, &acked);
+            let (redis_url, database_url, sale_id, plan, acked, unresolved) = (
+                &redis_url,
+                &database_url,
+                &sale_id,
+                &plan,
+                &acked,
+                &unresolved,
+            );
             async move {
                 let stock = facts::stock(redis_url, sale_id, &plan.items)
                     .await
@@ -281,7 +294,7 @@ pub async fn play(options: Options, progress: Progress) -> anyhow::Result<Outcom
     let checks = vec![
         checks::stock_conserved(&stock),
         checks::sold_is_paid(&stock, &acked, &rows),
-        checks::orders_persisted_once(&acked, unresolved, &rows),
+        checks::orders_persisted_once(&acked, &unresolved, &rows),
         checks::tiers_walked(&played.tiers),
         checks::drill_aborted(run.as_ref(), SLO),
         checks::no_chaos_left(&left),
