@@ -6,6 +6,7 @@ pub mod browser;
 pub mod faults;
 pub mod kafka;
 pub mod kube;
+pub mod operator;
 pub mod private_redis;
 pub mod redis_keys;
 pub mod sales;

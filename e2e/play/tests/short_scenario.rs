@@ -3,62 +3,38 @@
 //! then every check it reports and the report rendered in headless
 //! Chromium.
 
-use std::{
-    collections::BTreeMap,
-    net::TcpListener,
-    path::PathBuf,
-    process::{Child, Command, Stdio},
-    time::Duration,
-};
+use std::{collections::BTreeMap, path::Path, time::Duration};
 
 use flashsale_e2e::{
     browser,
     kube::{TestNamespace, client, install_crds},
+    operator::OperatorProcess,
     stack,
 };
 use flashsale_operator::api;
 use serde_json::Value;
 
-/// An operator process limited to one namespace, killed when dropped.
-struct Operator {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Operator {
-    fn start(namespace: &str) -> anyhow::Result<Self> {
-        let bin = std::env::var("FLASHSALE_OPERATOR_BIN").map_err(|_| {
-            anyhow::anyhow!("FLASHSALE_OPERATOR_BIN is not set: run through `e2e/local/stack test`")
-        })?;
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let log = std::env::temp_dir().join(format!("{namespace}-operator.log"));
-        let file = std::fs::File::create(&log)?;
-        let child = Command::new(bin)
-            .args([
-                "run",
-                "--namespace",
-                namespace,
-                "--lease-namespace",
-                namespace,
-            ])
-            .args(["--ops-addr", &format!("127.0.0.1:{port}")])
-            .args(["--prometheus-url", &stack::prometheus_url()?])
-            .args(["--status-refresh", "2s", "--log-format", "json"])
-            .stdout(Stdio::from(file.try_clone()?))
-            .stderr(Stdio::from(file))
-            .spawn()?;
-        Ok(Self { child, log })
-    }
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            eprintln!("operator log: {}", self.log.display());
-        }
-    }
+/// The operator for `namespace`, from the binary of the stack's images.
+fn operator(namespace: &str) -> anyhow::Result<OperatorProcess> {
+    let bin = std::env::var("FLASHSALE_OPERATOR_BIN").map_err(|_| {
+        anyhow::anyhow!("FLASHSALE_OPERATOR_BIN is not set: run through `e2e/local/stack test`")
+    })?;
+    let prometheus = stack::prometheus_url()?;
+    let args = [
+        "--prometheus-url",
+        &prometheus,
+        "--status-refresh",
+        "2s",
+        "--log-format",
+        "json",
+    ];
+    Ok(OperatorProcess::start(
+        Path::new(&bin),
+        namespace,
+        "operator",
+        &args,
+        &[],
+    )?)
 }
 
 const CHECKS: [&str; 6] = [
@@ -77,7 +53,8 @@ async fn the_short_scenario_passes_every_check_and_its_report_renders() -> anyho
     let client = client().await?;
     install_crds(&client, &api::crds(), "flashsale-play-tests").await?;
     let ns = TestNamespace::create(&client, "play").await?;
-    let operator = Operator::start(&ns.name)?;
+    let operator = operator(&ns.name)?;
+    eprintln!("operator log: {}", operator.log.display());
     let out = std::env::temp_dir().join(format!("{}-report", ns.name));
 
     let status = tokio::process::Command::new(env!("CARGO_BIN_EXE_flashsale-scenario"))

@@ -16,14 +16,12 @@
 //! waiting for them after each write.
 
 use std::{
-    net::TcpListener,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
 
 use anyhow::Context as _;
-use flashsale_e2e::{kube::create_secret, stack, wait::poll_until};
+use flashsale_e2e::{kube::create_secret, operator::OperatorProcess, stack, wait::poll_until};
 use flashsale_operator::{
     api::{self, DegradationPolicy, FlashSale},
     flashsale::probe::Probe,
@@ -110,44 +108,38 @@ impl Counters {
 
 /// The operator process, killed when dropped.
 struct Operator {
-    child: Child,
+    process: OperatorProcess,
     ops: String,
     log: PathBuf,
 }
 
 impl Operator {
     fn start(bin: &Path, namespace: &str, prometheus: &str) -> anyhow::Result<Self> {
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let ops = format!("127.0.0.1:{port}");
-        let log = std::env::temp_dir().join(format!("{namespace}-operator.log"));
-        let file = std::fs::File::create(&log)?;
-        let child = Command::new(bin)
-            .args([
-                "run",
-                "--namespace",
-                namespace,
-                "--lease-namespace",
-                namespace,
-                "--prometheus-url",
-                prometheus,
-                "--ops-addr",
-                &ops,
-                "--leader-elect",
-                "false",
-                "--log-filter",
-                "info",
-            ])
-            .stdout(Stdio::from(file.try_clone()?))
-            .stderr(Stdio::from(file))
-            .spawn()
+        let args = [
+            "--prometheus-url",
+            prometheus,
+            "--leader-elect",
+            "false",
+            "--log-filter",
+            "info",
+        ];
+        let process = OperatorProcess::start(bin, namespace, "operator", &args, &[])
             .with_context(|| format!("starting {}", bin.display()))?;
-        eprintln!("operator pid {} (log {})", child.id(), log.display());
-        Ok(Self { child, ops, log })
+        eprintln!(
+            "operator pid {} (log {})",
+            process.pid(),
+            process.log.display()
+        );
+        Ok(Self {
+            ops: process.ops.clone(),
+            log: process.log.clone(),
+            process,
+        })
     }
 
     /// Fails when the operator has exited.
     fn ensure_running(&mut self) -> anyhow::Result<()> {
-        if let Some(status) = self.child.try_wait()? {
+        if let Some(status) = self.process.exited()? {
             anyhow::bail!(
                 "the operator exited with {status}; see {}",
                 self.log.display()
@@ -190,13 +182,6 @@ impl Operator {
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-    }
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -350,7 +335,7 @@ impl Scene {
         // Every gateway holds the policy's tier 0 before the first step.
         all_at_tier(probe, fleet, 0, Instant::now(), bound, poll).await?;
         let pids = fleet.pids();
-        let operator = Some(self.operator.child.id());
+        let operator = Some(self.operator.process.pid());
         let mut cpu = Cpu::default();
         let counted = self.operator.counters().await;
         let mut measured = Vec::with_capacity(steps);

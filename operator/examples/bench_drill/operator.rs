@@ -6,15 +6,16 @@
 //! test build (`CARGO_BIN_EXE_…`, which examples do not get).
 
 use std::{
-    net::TcpListener,
     path::PathBuf,
-    process::{Child, Command, Stdio},
     sync::OnceLock,
     time::{Duration, Instant},
 };
 
 use anyhow::Context as _;
-use flashsale_e2e::kube::{client, install_crds};
+use flashsale_e2e::{
+    kube::{client, install_crds},
+    operator::OperatorProcess,
+};
 use flashsale_operator::api;
 use kube::Client;
 
@@ -44,7 +45,7 @@ pub async fn setup() -> anyhow::Result<Client> {
 
 /// One operator process.
 pub struct Operator {
-    child: Child,
+    process: OperatorProcess,
     /// Address of its ops endpoints.
     pub ops: String,
     /// Its identity in the Lease.
@@ -59,56 +60,41 @@ impl Operator {
         let binary = BINARY
             .get()
             .context("no operator binary chosen before the first operator")?;
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let ops = format!("127.0.0.1:{port}");
-        let log = std::env::temp_dir().join(format!("{namespace}-{identity}.log"));
-        let file = std::fs::File::create(&log)?;
-        let child = Command::new(binary)
-            .args([
-                "run",
-                "--namespace",
-                namespace,
-                "--lease-namespace",
-                namespace,
-                "--identity",
-                identity,
-                "--ops-addr",
-                &ops,
-                "--lease-duration",
-                "4s",
-                "--lease-renew-deadline",
-                "3s",
-                "--lease-retry-period",
-                "500ms",
-                "--probe-timeout",
-                "300ms",
-                "--status-refresh",
-                "2s",
-                "--log-filter",
-                "info",
-            ])
-            .args(extra)
-            .stdout(Stdio::from(file.try_clone()?))
-            .stderr(Stdio::from(file))
-            .spawn()
+        let mut args = vec![
+            "--identity",
+            identity,
+            "--lease-duration",
+            "4s",
+            "--lease-renew-deadline",
+            "3s",
+            "--lease-retry-period",
+            "500ms",
+            "--probe-timeout",
+            "300ms",
+            "--status-refresh",
+            "2s",
+            "--log-filter",
+            "info",
+        ];
+        args.extend(extra);
+        let process = OperatorProcess::start(binary, namespace, identity, &args, &[])
             .with_context(|| format!("starting {}", binary.display()))?;
         eprintln!(
             "operator {identity}: pid {} (log {})",
-            child.id(),
-            log.display()
+            process.pid(),
+            process.log.display()
         );
         Ok(Self {
-            child,
-            ops,
+            ops: process.ops.clone(),
+            log: process.log.clone(),
             identity: identity.to_owned(),
-            log,
+            process,
         })
     }
 
     /// Kills the process at once (SIGKILL: no lease release, as in a crash).
     pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.kill();
     }
 
     /// Waits until it holds the lease and runs its controllers; fails at
@@ -116,7 +102,7 @@ impl Operator {
     pub async fn until_leads(&mut self) -> anyhow::Result<()> {
         let started = Instant::now();
         loop {
-            if let Some(status) = self.child.try_wait()? {
+            if let Some(status) = self.process.exited()? {
                 anyhow::bail!(
                     "operator {} exited with {status}; see {}",
                     self.identity,
@@ -142,11 +128,5 @@ impl Operator {
             Ok(answer) => answer.text().await.unwrap_or_default(),
             Err(_) => String::new(),
         }
-    }
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        self.kill();
     }
 }

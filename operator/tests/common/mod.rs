@@ -9,15 +9,16 @@ pub mod exporter;
 pub mod scene;
 
 use std::{
-    net::TcpListener,
-    path::PathBuf,
-    process::{Child, Command, Stdio},
+    path::{Path, PathBuf},
     time::Duration,
 };
 
 #[allow(unused_imports)] // not every test binary creates Secrets
 pub use flashsale_e2e::kube::create_secret as secret;
-use flashsale_e2e::kube::{client, install_crds};
+use flashsale_e2e::{
+    kube::{client, install_crds},
+    operator::OperatorProcess,
+};
 use flashsale_operator::api;
 use kube::Client;
 
@@ -50,7 +51,7 @@ pub const LEASE_DURATION: Duration = Duration::from_secs(4);
 /// One `flashsale-operator run` process, limited to a test's namespace (its
 /// Lease lives there too), killed by its PID when dropped.
 pub struct Operator {
-    child: Child,
+    process: OperatorProcess,
     /// Address of its ops endpoints.
     pub ops: String,
     /// Its identity in the Lease.
@@ -73,54 +74,42 @@ impl Operator {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> anyhow::Result<Self> {
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let ops = format!("127.0.0.1:{port}");
-        let log = std::env::temp_dir().join(format!("{namespace}-{identity}.log"));
-        let file = std::fs::File::create(&log)?;
-        let child = Command::new(env!("CARGO_BIN_EXE_flashsale-operator"))
-            .args([
-                "run",
-                "--namespace",
-                namespace,
-                "--lease-namespace",
-                namespace,
-                "--identity",
-                identity,
-                "--ops-addr",
-                &ops,
-                "--lease-duration",
-                "4s",
-                "--lease-renew-deadline",
-                "3s",
-                "--lease-retry-period",
-                "500ms",
-                "--probe-timeout",
-                "300ms",
-                "--log-filter",
-                "info,flashsale_operator=debug",
-            ])
-            .args(if extra.contains(&"--status-refresh") {
-                &[][..]
-            } else {
-                &["--status-refresh", "2s"][..]
-            })
-            .args(extra)
-            .envs(env.iter().copied())
-            .stdout(Stdio::from(file.try_clone()?))
-            .stderr(Stdio::from(file))
-            .spawn()?;
+        let mut args = vec![
+            "--identity",
+            identity,
+            "--lease-duration",
+            "4s",
+            "--lease-renew-deadline",
+            "3s",
+            "--lease-retry-period",
+            "500ms",
+            "--probe-timeout",
+            "300ms",
+            "--log-filter",
+            "info,flashsale_operator=debug",
+        ];
+        if !extra.contains(&"--status-refresh") {
+            args.extend(["--status-refresh", "2s"]);
+        }
+        args.extend(extra);
+        let process = OperatorProcess::start(
+            Path::new(env!("CARGO_BIN_EXE_flashsale-operator")),
+            namespace,
+            identity,
+            &args,
+            env,
+        )?;
         Ok(Self {
-            child,
-            ops,
+            ops: process.ops.clone(),
+            log: process.log.clone(),
             identity: identity.to_owned(),
-            log,
+            process,
         })
     }
 
     /// Kills the process at once (SIGKILL: no lease release, as in a crash).
     pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.kill();
     }
 
     /// Waits until it holds the lease and runs its controllers.
