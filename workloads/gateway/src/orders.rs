@@ -77,9 +77,19 @@ pub async fn place(
     // up. Any failure (sold out, a 503, a gateway crash, a client that went
     // away) leaves it to the buyer for another try.
     let lease = match &state.waiting_room {
-        Some(room) => match queue::lease_pass(&state, room, &headers, &user).await? {
-            queue::Entry::Admitted(lease) => Some(lease),
-            queue::Entry::Queued(answer) => return Ok(rate.on(answer)),
+        Some(room) => match queue::lease_pass(&state, room, &headers, &user).await {
+            Ok(queue::Entry::Admitted(lease)) => Some(lease),
+            Ok(queue::Entry::Queued(answer)) => return Ok(rate.on(answer)),
+            // A retry of an order that went through comes with the pass it
+            // used up: it gets the order again, as without a waiting room.
+            // Only replays pay for the lookup.
+            Err(refusal) if refusal.code() == "replayed" => {
+                return match acknowledged(&state, &order.request_id).await {
+                    Some(answer) => Ok(rate.on(answer)),
+                    None => Err(refusal),
+                };
+            }
+            Err(refusal) => return Err(refusal),
         },
         None => None,
     };
@@ -216,9 +226,8 @@ async fn intake(state: &AppState, user: &User, order: &Order) -> Result<Response
             ));
         }
     }
-    let order_id = order_id(&record.id);
     // A fresh reservation cannot have been published yet.
-    if !fresh && published(state, &order_id).await {
+    if !fresh && acknowledged(state, &order.request_id).await.is_some() {
         return Ok(accepted(&record, "reserved", StatusCode::CREATED));
     }
     // Built from the record: an order is what was reserved, whatever the
@@ -242,7 +251,7 @@ async fn intake(state: &AppState, user: &User, order: &Order) -> Result<Response
             "orders cannot be recorded right now; nothing was charged or held",
         ));
     }
-    note_published(state, &order_id).await;
+    note_acknowledged(state, &record).await;
     Ok(accepted(&record, "reserved", StatusCode::CREATED))
 }
 
@@ -259,46 +268,47 @@ pub(crate) fn facts<'a>(state: &'a AppState, record: &'a Reservation) -> Reserve
     }
 }
 
-/// How long the "published" note of an order is kept: far longer than any
-/// client retries.
-const PUBLISHED_NOTE_SECONDS: u64 = 24 * 3600;
+/// How long the acknowledgement note of an order is kept: far longer than
+/// any client retries.
+const ACK_NOTE_SECONDS: u64 = 24 * 3600;
 /// A note is an optimisation; Redis gets little time for it.
 const NOTE_BUDGET: Duration = Duration::from_millis(50);
 
-fn published_key(state: &AppState, order_id: &str) -> String {
-    format!("fs:{{{}}}:ord:{order_id}:published", state.config.sale)
+fn ack_key(state: &AppState, request_id: &str) -> String {
+    format!("fs:{{{}}}:ord:req:{request_id}", state.config.sale)
 }
 
-/// Whether this order's created event is known to be in Kafka (a retry).
-async fn published(state: &AppState, order_id: &str) -> bool {
-    let Some(redis) = &state.redis else {
-        return false;
-    };
+/// The answer an order got when its created event was acknowledged by
+/// Kafka, if this request id's order was (a retry).
+async fn acknowledged(state: &AppState, request_id: &str) -> Option<Response> {
+    let redis = state.redis.as_ref()?;
     let mut conn = redis.clone();
-    let key = published_key(state, order_id);
-    let mut exists = redis::cmd("EXISTS");
-    exists.arg(&key);
-    let get = exists.query_async::<bool>(&mut conn);
-    matches!(tokio::time::timeout(NOTE_BUDGET, get).await, Ok(Ok(true)))
+    let mut get = redis::cmd("GET");
+    get.arg(ack_key(state, request_id));
+    let read = get.query_async::<Option<String>>(&mut conn);
+    let text = tokio::time::timeout(NOTE_BUDGET, read).await.ok()?.ok()??;
+    let body: serde_json::Value = serde_json::from_str(&text).ok()?;
+    Some((StatusCode::CREATED, Json(body)).into_response())
 }
 
-async fn note_published(state: &AppState, order_id: &str) {
+/// Notes the order's answer under its request id, so a retry neither
+/// publishes again nor needs a pass again.
+async fn note_acknowledged(state: &AppState, record: &Reservation) {
     let Some(redis) = &state.redis else {
         return;
     };
     let mut conn = redis.clone();
-    let key = published_key(state, order_id);
     let mut command = redis::cmd("SET");
     command
-        .arg(&key)
-        .arg(1)
+        .arg(ack_key(state, &record.request_id))
+        .arg(answer(record, "reserved").to_string())
         .arg("EX")
-        .arg(PUBLISHED_NOTE_SECONDS);
+        .arg(ACK_NOTE_SECONDS);
     let set = command.query_async::<()>(&mut conn);
     if !matches!(tokio::time::timeout(NOTE_BUDGET, set).await, Ok(Ok(()))) {
         tracing::debug!(
-            order_id,
-            "could not note the publication; a retry would publish again"
+            order_id = order_id(&record.id),
+            "could not note the acknowledgement; a retry would publish again"
         );
     }
 }
@@ -319,19 +329,20 @@ pub(crate) async fn publish(state: &AppState, event: &OrderEvent) -> Result<(), 
 }
 
 fn accepted(record: &Reservation, status: &str, code: StatusCode) -> Response {
-    (
-        code,
-        Json(json!({
-            "orderId": order_id(&record.id),
-            "reservationId": record.id,
-            "sku": record.sku,
-            "quantity": record.quantity,
-            "amountMinor": record.amount_minor,
-            "status": status,
-            "payBeforeMs": record.expires_at_ms,
-        })),
-    )
-        .into_response()
+    (code, Json(answer(record, status))).into_response()
+}
+
+/// The body of an order's answer.
+fn answer(record: &Reservation, status: &str) -> serde_json::Value {
+    json!({
+        "orderId": order_id(&record.id),
+        "reservationId": record.id,
+        "sku": record.sku,
+        "quantity": record.quantity,
+        "amountMinor": record.amount_minor,
+        "status": status,
+        "payBeforeMs": record.expires_at_ms,
+    })
 }
 
 /// A 503 the client should retry after a second.

@@ -191,6 +191,38 @@ async fn lease(funnel: &Funnel, pass: Option<&str>) -> anyhow::Result<Result<Pas
 }
 
 #[tokio::test]
+async fn a_retry_of_an_acknowledged_order_with_its_used_pass_gets_the_order_again()
+-> anyhow::Result<()> {
+    let funnel = Funnel::start(Options {
+        config: room(100),
+        ..Options::default()
+    })
+    .await?;
+    let url = &funnel.gateway.url;
+    let (_, body, _) = order(url, "u1", "A", "k", None).await?;
+    let ticket = body["ticket"].as_str().unwrap_or_default();
+    let pass = wait_for_pass(url, ticket, Duration::from_secs(10)).await?;
+    let (code, first, _) = order(url, "u1", "A", "k", Some(&pass)).await?;
+    assert_eq!(code, 201, "{first}");
+    // The answer was lost on the way: the buyer retries with the same key
+    // and the pass the order used up, and learns its order.
+    let (code, again, _) = order(url, "u1", "A", "k", Some(&pass)).await?;
+    assert_eq!(
+        (code, &again["orderId"]),
+        (201, &first["orderId"]),
+        "{again}"
+    );
+    // The pass buys nothing else.
+    let (code, other, _) = order(url, "u1", "A", "k2", Some(&pass)).await?;
+    assert_eq!(
+        (code, other["error"].as_str()),
+        (403, Some("replayed")),
+        "{other}"
+    );
+    funnel.cleanup().await
+}
+
+#[tokio::test]
 async fn a_leased_pass_is_spent_only_once_the_order_commits() -> anyhow::Result<()> {
     let funnel = Funnel::start(Options {
         config: room(100),

@@ -27,7 +27,7 @@
 //! | `fs:{S}:wr:frontier` | hash | waiting room: `admitted` (positions up to it are let in), `last_us` (Redis clock the admission credit counts from) |
 //! | `fs:{S}:wr:user:<U>` | hash | waiting room: user U's `position` and `issued_ms` (Redis clock), expires with U's ticket |
 //! | `fs:{S}:wr:used:<P>` | string | waiting room: set (to a random claim) while position P's pass is redeemed; lives ticket TTL + pass TTL |
-//! | `fs:{S}:ord:<O>:published` | string | gateway: order O's created event was acknowledged by Kafka, so a client's retry does not publish it again; expires after a day |
+//! | `fs:{S}:ord:req:<R>` | string | gateway: the answer (JSON) of the order of request id R, once its created event was acknowledged by Kafka, so a client's retry neither publishes again nor needs a waiting-room pass again; expires after a day |
 //!
 //! For every shard, `avail + held` is constant (changed only by stock
 //! adjustments), and a SKU's stock is the sum of that over its shards.
@@ -216,7 +216,7 @@ mod tests {
             "fs:{ns.s11.0123abcd}:rl:u1",
             "fs:{ns.s11.0123abcd}:wr:seq",
             "fs:{ns.s11.0123abcd}:wr:user:u1",
-            "fs:{ns.s11.0123abcd}:ord:ord-1:published",
+            "fs:{ns.s11.0123abcd}:ord:req:0a1b2c",
         ];
         for key in &inventory {
             assert!(allowed(&keys, Workload::Inventory, key), "{key}");

@@ -12,8 +12,12 @@ const DEFAULT_POLL: Duration = Duration::from_secs(2);
 /// Wait before asking again when the sale is not open and no `Retry-After` came.
 const NOT_OPEN_WAIT: Duration = Duration::from_secs(1);
 /// Shortest wait before presenting a pass again after `replayed`: the
-/// earlier redemption's lease must lapse or be settled first.
-const REPLAYED_WAIT: Duration = Duration::from_secs(1);
+/// earlier redemption's lease must lapse or be settled first. The retry
+/// budget at this pace outlasts a lease (twice the gateway's request
+/// timeout plus 3 s, 7 s by default), so a purchase whose first request is
+/// still running learns its outcome: the order (the gateway answers a
+/// retry of an acknowledged order with its used pass) or the pass back.
+const REPLAYED_WAIT: Duration = Duration::from_secs(2);
 
 /// Where a purchase stands when an answer to its order request comes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -245,7 +245,7 @@ fn order_answers_lead_to_their_next_step() {
             "a replayed pass after an uncertain attempt waits for its lease",
             Some(refusal(403, "replayed", None)),
             pass_uncertain,
-            again(Duration::from_secs(1), true, true),
+            again(Duration::from_secs(2), true, true),
         ),
         (
             "a replayed pass of a used place ends the purchase",
