@@ -64,7 +64,10 @@ async fn the_short_scenario_passes_every_check_and_its_report_renders() -> anyho
         .status();
     let status = tokio::time::timeout(Duration::from_secs(900), status).await??;
 
-    let result: Value = serde_json::from_slice(&std::fs::read(out.join("result.json"))?)?;
+    let result = std::fs::read(out.join("result.json")).map_err(|err| {
+        anyhow::anyhow!("the scenario exited with {status} and wrote no result ({err})")
+    })?;
+    let result: Value = serde_json::from_slice(&result)?;
     let checks: BTreeMap<&str, (bool, &str)> = result["checks"]
         .as_array()
         .into_iter()

@@ -609,15 +609,21 @@ async fn await_live(
         || async {
             let sale = sales.get(&plan.sale).await.map_err(|e| e.to_string())?;
             let status = sale.status.unwrap_or_default();
-            let ready = status
+            let condition = status
                 .observed
                 .conditions
                 .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True");
+                .find(|c| c.type_ == "Ready");
+            let ready = condition.is_some_and(|c| c.status == "True");
+            // Why not, in the operator's words (e.g. pods unschedulable).
             let now = format!(
-                "phase {:?}, workloads ready {}",
+                "phase {:?}, workloads ready {}; {}",
                 status.phase,
-                status.ready_workloads.as_deref().unwrap_or("-")
+                status.ready_workloads.as_deref().unwrap_or("-"),
+                condition.map_or("no Ready condition yet".to_owned(), |c| format!(
+                    "Ready {} {}: {}",
+                    c.status, c.reason, c.message
+                ))
             );
             if ready && status.phase == Some(SalePhase::Live) {
                 Ok(())
