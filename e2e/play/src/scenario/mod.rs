@@ -5,7 +5,7 @@
 //! 2. A DegradationPolicy reads the gateways' load from Prometheus.
 //! 3. Buyers arrive, the load ramps up and down: the policy walks the tiers
 //!    up and back. In the tail a ChaosDrill, inside a window the scenario
-//!    opens, kills a real gateway; the real SLO breaks and its guard aborts.
+//!    opens, fails a real gateway; the real SLO breaks and its guard aborts.
 //! 4. The sale ends; unpaid reservations return to stock; the order-writer
 //!    drains.
 //! 5. The checks, from the systems of record; the summary and the report.
@@ -200,7 +200,7 @@ pub async fn play(options: Options, progress: Progress) -> anyhow::Result<Outcom
     .await?;
 
     steps.begin(&format!(
-        "{} buyers at the peak for {}s; in the tail a drill kills a gateway under the SLO guard",
+        "{} buyers at the peak for {}s; in the tail a drill fails a gateway under the SLO guard",
         plan.users,
         plan.load.as_secs()
     ));
@@ -453,7 +453,7 @@ async fn play_load(
                     .context("creating the drill")?;
                 let (start, end) = plan::window_from(now);
                 progress.line(format!(
-                    "drill requested inside the window {start}–{end} UTC: kill one of the two gateways"
+                    "drill requested inside the window {start}–{end} UTC: fail one of the two gateways until the guard ends it"
                 ));
                 drill_requested = Some(Instant::now());
             }

@@ -226,7 +226,11 @@ impl Plan {
         })
     }
 
-    /// The ChaosDrill: kill one of the two gateways (the blast-radius cap)
+    /// The ChaosDrill: fail one of the two gateways (the blast-radius cap)
+    /// for up to two minutes: pod-failure swaps its container for a pause
+    /// image, so the process is gone until the chaos ends, and the pod stays
+    /// (a killed pod is replaced within a scrape, too fast for the SLO to
+    /// see every time)
     /// under the SLO "both gateways up", in a window opened from `now` for
     /// ten minutes (UTC, within the day), run at once by the `run-now`
     /// request `request`.
@@ -243,8 +247,8 @@ impl Plan {
                 "windows": [{"days": ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"],
                              "start": start, "end": end}],
                 "avoidLiveSale": false,
-                "experiments": [{"name": "kill-gateway", "target": "gateway", "duration": "2m",
-                                 "podChaos": {"action": "pod-kill"}}],
+                "experiments": [{"name": "fail-gateway", "target": "gateway", "duration": "2m",
+                                 "podChaos": {"action": "pod-failure"}}],
                 "blastRadius": {"maxPercent": 50, "maxPods": 1},
                 "sloGuard": {
                     "objectives": [{"name": SLO, "query": self.slo_query(namespace),
