@@ -556,10 +556,16 @@ async fn prepare(client: &Client, ns: &str, plan: &Plan) -> anyhow::Result<Keys>
     Ok(keys)
 }
 
+/// 32 random bytes as 64 hex digits: the workloads trim their secret files,
+/// so raw bytes that begin or end with whitespace would come out shorter
+/// than the 32 bytes they require (and the keys would differ from ours).
 fn random_key() -> Vec<u8> {
-    let mut key = vec![0u8; 32];
+    let mut key = [0u8; 32];
     rand::rng().fill_bytes(&mut key);
-    key
+    key.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<String>()
+        .into_bytes()
 }
 
 /// Deletes `name` (foreground, so a sale's pods go first) and waits until
@@ -748,4 +754,18 @@ fn write_outputs(
     write(RESULT_FILE, serde_json::to_string_pretty(outcome)?)?;
     write("ledger.json", serde_json::to_string_pretty(ledger)?)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn keys_survive_the_workloads_trimming_their_secret_files() {
+        for _ in 0..1000 {
+            let key = super::random_key();
+            assert_eq!(key.len(), 64);
+            assert_eq!(key.trim_ascii(), key.as_slice());
+            assert!(key.iter().all(u8::is_ascii_hexdigit));
+        }
+        assert_ne!(super::random_key(), super::random_key());
+    }
 }
