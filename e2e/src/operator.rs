@@ -11,6 +11,18 @@ use std::{
     process::{Child, Command, ExitStatus, Stdio},
 };
 
+/// Lease timings short enough for tests: a standby takes over within 4 s.
+pub const FAST_LEASE: [&str; 8] = [
+    "--lease-duration",
+    "4s",
+    "--lease-renew-deadline",
+    "3s",
+    "--lease-retry-period",
+    "500ms",
+    "--probe-timeout",
+    "300ms",
+];
+
 /// One running operator.
 #[derive(Debug)]
 pub struct OperatorProcess {

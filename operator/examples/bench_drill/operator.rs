@@ -14,7 +14,7 @@ use std::{
 use anyhow::Context as _;
 use flashsale_e2e::{
     kube::{client, install_crds},
-    operator::OperatorProcess,
+    operator::{FAST_LEASE, OperatorProcess},
 };
 use flashsale_operator::api;
 use kube::Client;
@@ -60,22 +60,9 @@ impl Operator {
         let binary = BINARY
             .get()
             .context("no operator binary chosen before the first operator")?;
-        let mut args = vec![
-            "--identity",
-            identity,
-            "--lease-duration",
-            "4s",
-            "--lease-renew-deadline",
-            "3s",
-            "--lease-retry-period",
-            "500ms",
-            "--probe-timeout",
-            "300ms",
-            "--status-refresh",
-            "2s",
-            "--log-filter",
-            "info",
-        ];
+        let mut args = vec!["--identity", identity];
+        args.extend(FAST_LEASE);
+        args.extend(["--status-refresh", "2s", "--log-filter", "info"]);
         args.extend(extra);
         let process = OperatorProcess::start(binary, namespace, identity, &args, &[])
             .with_context(|| format!("starting {}", binary.display()))?;

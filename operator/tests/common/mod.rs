@@ -17,7 +17,7 @@ use std::{
 pub use flashsale_e2e::kube::create_secret as secret;
 use flashsale_e2e::{
     kube::{client, install_crds},
-    operator::OperatorProcess,
+    operator::{FAST_LEASE, OperatorProcess},
 };
 use flashsale_operator::api;
 use kube::Client;
@@ -74,20 +74,9 @@ impl Operator {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> anyhow::Result<Self> {
-        let mut args = vec![
-            "--identity",
-            identity,
-            "--lease-duration",
-            "4s",
-            "--lease-renew-deadline",
-            "3s",
-            "--lease-retry-period",
-            "500ms",
-            "--probe-timeout",
-            "300ms",
-            "--log-filter",
-            "info,flashsale_operator=debug",
-        ];
+        let mut args = vec!["--identity", identity];
+        args.extend(FAST_LEASE);
+        args.extend(["--log-filter", "info,flashsale_operator=debug"]);
         if !extra.contains(&"--status-refresh") {
             args.extend(["--status-refresh", "2s"]);
         }

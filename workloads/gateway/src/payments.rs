@@ -145,6 +145,21 @@ pub fn sign(secret: &[u8], timestamp: i64, body: &[u8]) -> Result<String, Signat
     Ok(format!("t={timestamp},v1={hex}"))
 }
 
+/// The body a provider sends when order `order_id` was paid `amount_minor`
+/// in `currency` (payment id `pay-<order id>`): the test provider's, signed
+/// with [`sign`].
+pub fn succeeded(order_id: &str, amount_minor: u64, currency: &str) -> Vec<u8> {
+    json!({
+        "paymentId": format!("pay-{order_id}"),
+        "orderId": order_id,
+        "amountMinor": amount_minor,
+        "currency": currency,
+        "status": "succeeded",
+    })
+    .to_string()
+    .into_bytes()
+}
+
 fn decode_hex(text: &str) -> Option<Vec<u8>> {
     if !text.len().is_multiple_of(2) {
         return None;

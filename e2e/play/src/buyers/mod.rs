@@ -46,9 +46,6 @@ pub enum Error {
     /// The HTTP client could not be built.
     #[error("HTTP client: {0}")]
     Http(#[from] reqwest::Error),
-    /// A callback body could not be written.
-    #[error("payment callback body: {0}")]
-    Body(#[from] serde_json::Error),
     /// A buyer's task failed.
     #[error("buyer task: {0}")]
     Buyer(#[from] tokio::task::JoinError),

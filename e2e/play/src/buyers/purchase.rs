@@ -218,13 +218,7 @@ impl Buyer {
         else {
             return Ok(false);
         };
-        let body = serde_json::to_vec(&json!({
-            "paymentId": format!("pay-{order_id}"),
-            "orderId": order_id,
-            "amountMinor": amount_minor,
-            "currency": currency,
-            "status": "succeeded",
-        }))?;
+        let body = gateway::payments::succeeded(order_id, amount_minor, &currency);
         let callback = self
             .retried(|buyer| {
                 let now = jiff::Timestamp::now().as_second();

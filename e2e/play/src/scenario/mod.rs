@@ -20,7 +20,6 @@ mod tiers;
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
-    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -248,30 +247,21 @@ pub async fn play(options: Options, progress: Progress) -> anyhow::Result<Outcom
         .and_then(|d| d.status.unwrap_or_default().history.into_iter().next());
     // The last `expired` events may still be on their way to the database:
     // poll until the facts prove the checks, or until the deadline.
-    let redis_url = stack::redis_url()?;
-    let database_url = stack::postgres_url()?;
-    let facts = Arc::new(Mutex::new(None));
+    let records = facts::Records::connect(&stack::redis_url()?, &stack::postgres_url()?).await?;
+    let facts = Mutex::new(None);
     let settled = poll_until(
         "the orders settle",
         Duration::from_secs(60),
         Duration::from_secs(1),
         || {
-            let facts = facts.clone();
-            let (redis_url, database_url, sale_id, plan, acked, unresolved) = (
-                &redis_url,
-                &database_url,
-                &sale_id,
-                &plan,
-                &acked,
-                &unresolved,
-            );
+            let (facts, records, sale_id, plan, acked, unresolved) =
+                (&facts, &records, &sale_id, &plan, &acked, &unresolved);
             async move {
-                let stock = facts::stock(redis_url, sale_id, &plan.items)
+                let stock = records
+                    .stock(sale_id, &plan.items)
                     .await
                     .map_err(|e| format!("{e:#}"))?;
-                let rows = facts::rows(database_url, sale_id)
-                    .await
-                    .map_err(|e| format!("{e:#}"))?;
+                let rows = records.rows(sale_id).await.map_err(|e| format!("{e:#}"))?;
                 let ok = checks::stock_conserved(&stock).passed
                     && checks::orders_persisted_once(acked, unresolved, &rows).passed;
                 *facts.lock().await = Some((stock, rows));
@@ -615,12 +605,8 @@ async fn await_live(
         || async {
             let sale = sales.get(&plan.sale).await.map_err(|e| e.to_string())?;
             let status = sale.status.unwrap_or_default();
-            let condition = status
-                .observed
-                .conditions
-                .iter()
-                .find(|c| c.type_ == "Ready");
-            let ready = condition.is_some_and(|c| c.status == "True");
+            let condition = status.observed.get("Ready");
+            let ready = status.observed.is_true("Ready");
             // Why not, in the operator's words (e.g. pods unschedulable).
             let now = format!(
                 "phase {:?}, workloads ready {}; {}",
@@ -715,12 +701,7 @@ async fn end_sale(sales: &Api<FlashSale>, plan: &Plan, progress: &Progress) -> a
         || async {
             let sale = sales.get(&plan.sale).await.map_err(|e| e.to_string())?;
             let status = sale.status.unwrap_or_default();
-            match status
-                .observed
-                .conditions
-                .iter()
-                .find(|c| c.type_ == "Drained")
-            {
+            match status.observed.get("Drained") {
                 Some(c) if c.status == "True" => Ok(()),
                 other => Err(format!(
                     "phase {:?}, Drained {}",

@@ -353,13 +353,7 @@ pub async fn provider_pays(
     currency: &str,
     signed_at: i64,
 ) -> anyhow::Result<(u16, Value)> {
-    let body = serde_json::to_vec(&json!({
-        "paymentId": format!("pay-{order_id}"),
-        "orderId": order_id,
-        "amountMinor": amount_minor,
-        "currency": currency,
-        "status": "succeeded",
-    }))?;
+    let body = gateway::payments::succeeded(order_id, u64::try_from(amount_minor)?, currency);
     let signature = gateway::payments::sign(PAYMENT_SECRET, signed_at, &body)?;
     let response = http()
         .post(format!("{gateway}/api/v1/payments/callback"))
