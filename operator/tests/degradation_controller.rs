@@ -345,6 +345,12 @@ async fn a_standby_takes_over_at_the_same_tier_and_only_the_leader_writes() -> a
         "standby",
         &["--prometheus-url", &prometheus],
     )?;
+    standby.until_serves().await?;
+    assert_eq!(
+        standby.metric_sum("flashsale_operator_leader").await?,
+        0.0,
+        "the standby leads too"
+    );
     scene
         .create_policy(policy(POLICY, SALE, &scene.exporter.query(), 1))
         .await?;

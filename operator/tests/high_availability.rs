@@ -45,10 +45,7 @@ async fn only_the_leader_writes_and_a_standby_takes_over_within_the_lease() -> a
     })
     .await?;
     let bravo = Operator::start(&ns.name, "bravo", &[])?;
-    poll_until("bravo's metrics", WAIT, TICK, || async {
-        bravo.metrics().await.map(|_| ()).map_err(|e| e.to_string())
-    })
-    .await?;
+    bravo.until_serves().await?;
 
     let sale: FlashSale = serde_json::from_value(flashsale_e2e::sales::warming_up("ha"))?;
     let sales = Api::<FlashSale>::namespaced(client.clone(), &ns.name);

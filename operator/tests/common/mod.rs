@@ -121,6 +121,19 @@ impl Operator {
         Ok(())
     }
 
+    /// Waits until its ops server answers: a process just started may not
+    /// listen yet.
+    pub async fn until_serves(&self) -> anyhow::Result<()> {
+        flashsale_e2e::wait::poll_until(
+            &format!("{} serves /metrics", self.identity),
+            Duration::from_secs(15),
+            Duration::from_millis(100),
+            || async { self.metrics().await.map_err(|e| e.to_string()) },
+        )
+        .await?;
+        Ok(())
+    }
+
     /// Its `/metrics` text.
     pub async fn metrics(&self) -> anyhow::Result<String> {
         let url = format!("http://{}/metrics", self.ops);
