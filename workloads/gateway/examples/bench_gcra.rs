@@ -52,7 +52,7 @@ async fn main() -> anyhow::Result<()> {
     let mut settings = Settings::new(policy);
     // Measure the Redis path itself: never fall back during the benchmark.
     settings.redis_timeout = Duration::from_secs(1);
-    let limiter = RateLimiter::new(Some(conn.clone()), settings);
+    let limiter = RateLimiter::new(Some(conn.clone().into()), settings);
     let script = Arc::new(redis::Script::new(GCRA_LUA));
     let governor = Arc::new(governor::RateLimiter::keyed(
         Quota::per_second(policy.rate).allow_burst(policy.burst),

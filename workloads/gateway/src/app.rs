@@ -58,7 +58,7 @@ pub struct Inner {
     /// Order events to Kafka.
     pub producer: Arc<OrderProducer>,
     /// Redis shared by the replicas, when configured.
-    pub redis: Option<redis::aio::ConnectionManager>,
+    pub redis: Option<flashsale_runtime::RedisConnection>,
     /// Stock status cache.
     pub items: ItemCache,
     /// Checks the payment provider's callbacks, when a secret is configured.

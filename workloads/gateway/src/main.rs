@@ -31,8 +31,10 @@ struct Args {
     /// rateLimit, waitingRoom, concurrency, requestTimeoutMs, itemCacheMs).
     #[arg(long, env = "GATEWAY_CONFIG")]
     config: PathBuf,
-    /// Redis shared by the replicas (rate limit, waiting room). Without it
-    /// each replica rate-limits alone and the waiting room is unavailable.
+    /// Redis shared by the replicas (rate limit, waiting room): one server
+    /// (`redis://host:port`) or a cluster (a comma-separated list of nodes,
+    /// or `redis+cluster://host:port`). Without it each replica rate-limits
+    /// alone and the waiting room is unavailable.
     #[arg(long, env = "REDIS_URL")]
     redis_url: Option<String>,
     /// Base URL of the inventory service.

@@ -5,9 +5,8 @@
 use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
 use flashsale_orders::{OrderProducer, ProducerSettings};
-use flashsale_runtime::Shutdown;
+use flashsale_runtime::{RedisConnection, RedisTarget, RedisTimeouts, Shutdown};
 use prometheus_client::registry::Registry;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::net::TcpListener;
 
 use crate::{
@@ -35,6 +34,9 @@ pub enum BuildError {
     /// Redis URL or first connection.
     #[error("connecting to Redis: {0}")]
     Redis(#[from] redis::RedisError),
+    /// The Redis URL names no server.
+    #[error(transparent)]
+    RedisUrl(#[from] flashsale_runtime::redis::InvalidRedisUrl),
     /// The waiting room is enabled but cannot run.
     #[error("waiting room: {0}")]
     WaitingRoom(String),
@@ -117,12 +119,8 @@ impl Gateway {
     ) -> Result<Self, BuildError> {
         let redis = match &settings.redis_url {
             Some(url) => {
-                let client = redis::Client::open(url.as_str())?;
-                // Bounded, so a hung Redis fails a call instead of a request.
-                let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(Duration::from_secs(1)))
-                    .set_response_timeout(Some(Duration::from_secs(1)));
-                Some(ConnectionManager::new_with_config(client, config).await?)
+                let target: RedisTarget = url.parse()?;
+                Some(RedisConnection::connect(&target, RedisTimeouts::default()).await?)
             }
             None => None,
         };

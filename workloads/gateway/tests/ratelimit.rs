@@ -25,7 +25,7 @@ async fn redis_limiter(policy: Policy) -> anyhow::Result<RateLimiter> {
     let mut settings = Settings::new(policy);
     // Conformance is about the algorithm: never fall back in these tests.
     settings.redis_timeout = Duration::from_secs(2);
-    Ok(RateLimiter::new(Some(conn), settings))
+    Ok(RateLimiter::new(Some(conn.into()), settings))
 }
 
 #[tokio::test]
@@ -110,7 +110,7 @@ async fn without_redis_decisions_are_local_and_still_limit() -> anyhow::Result<(
         client,
         redis::aio::ConnectionManagerConfig::new(),
     )?;
-    let limiter = RateLimiter::new(Some(conn), Settings::new(policy(10, 3)?));
+    let limiter = RateLimiter::new(Some(conn.into()), Settings::new(policy(10, 3)?));
     let sale = stack::unique_name("rl-local");
     let mut outcomes = Vec::new();
     for _ in 0..5 {
@@ -128,7 +128,7 @@ async fn stallable(policy: Policy) -> anyhow::Result<(PrivateRedis, RateLimiter,
     let redis = PrivateRedis::start(&["--enable-debug-command", "yes"]).await?;
     let client = redis::Client::open(redis.url.as_str())?;
     let limiter = RateLimiter::new(
-        Some(redis::aio::ConnectionManager::new(client.clone()).await?),
+        Some(redis::aio::ConnectionManager::new(client.clone()).await?.into()),
         Settings::new(policy),
     );
     Ok((redis, limiter, client))
@@ -367,7 +367,7 @@ async fn measure_the_fallback_under_steady_load() -> anyhow::Result<()> {
         settings.fallback.failures = failures;
         settings.fallback.failing_for = failing_for;
         let conn = redis::aio::ConnectionManager::new(client.clone()).await?;
-        limiters.push(RateLimiter::new(Some(conn), settings));
+        limiters.push(RateLimiter::new(Some(conn.into()), settings));
     }
     let every = Duration::from_millis(2);
     let (old, new) = tokio::join!(

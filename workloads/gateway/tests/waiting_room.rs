@@ -42,7 +42,7 @@ async fn replica_on(
     // These tests are about the algorithm, not latency, on a busy machine.
     settings.redis_timeout = Duration::from_secs(2);
     tweak(&mut settings);
-    Ok(WaitingRoom::new(conn, Signer::new(KEY)?, settings))
+    Ok(WaitingRoom::new(conn.into(), Signer::new(KEY)?, settings))
 }
 
 /// Runs `body` with a fresh sale name, then removes the keys of that sale
@@ -371,7 +371,7 @@ async fn tickets_and_passes_of_someone_else_are_refused() -> anyhow::Result<()> 
         let forger = Signer::new(b"not the gateway's key, but 32+ bytes")?;
         let client = redis::Client::open(stack::redis_url()?)?;
         let forged_room = WaitingRoom::new(
-            redis::aio::ConnectionManager::new(client).await?,
+            redis::aio::ConnectionManager::new(client).await?.into(),
             forger,
             Settings::new(sale.clone(), 1_000),
         );

@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use flashsale_orders::{EventKind, OrderEvent, OrderProducer};
 use flashsale_runtime::Shutdown;
-use redis::{Value, aio::ConnectionManager};
+use flashsale_runtime::RedisConnection;
+use redis::Value;
 
 use crate::{
     keys::SaleKeys,
@@ -153,7 +154,7 @@ fn expired_event(sale: &str, record: &Reservation) -> OrderEvent {
     )
 }
 
-async fn ensure_group(conn: &mut ConnectionManager, stream: &str) -> Result<(), StoreError> {
+async fn ensure_group(conn: &mut RedisConnection, stream: &str) -> Result<(), StoreError> {
     let created: redis::RedisResult<()> = redis::cmd("XGROUP")
         .arg("CREATE")
         .arg(stream)
@@ -182,7 +183,7 @@ enum Source {
 impl Source {
     async fn read(
         self,
-        conn: &mut ConnectionManager,
+        conn: &mut RedisConnection,
         stream: &str,
         consumer: &str,
     ) -> Result<Vec<Entry>, StoreError> {

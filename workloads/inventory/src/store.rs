@@ -4,7 +4,8 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use redis::{Script, aio::ConnectionManager};
+use flashsale_runtime::{RedisConnection, RedisTarget, RedisTimeouts};
+use redis::Script;
 use serde::{Deserialize, Serialize};
 use tokio::sync::RwLock;
 
@@ -20,6 +21,9 @@ pub enum StoreError {
     /// Redis failed or is unreachable.
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
+    /// The Redis URL names no server.
+    #[error(transparent)]
+    Url(#[from] flashsale_runtime::redis::InvalidRedisUrl),
     /// Redis holds something this code did not write.
     #[error("unexpected data in redis: {0}")]
     Corrupt(String),
@@ -243,7 +247,7 @@ struct SaleInfo {
 /// The reservation store over one Redis.
 #[derive(Clone)]
 pub struct Store {
-    conn: ConnectionManager,
+    conn: RedisConnection,
     scripts: Arc<Scripts>,
     // Shared per sale so the hot path clones a pointer, not the SKU map.
     sales: Arc<RwLock<HashMap<String, Arc<SaleInfo>>>>,
@@ -261,7 +265,7 @@ pub struct LoadedItem {
 impl Store {
     /// A store over `conn`. Scripts are sent by SHA and reloaded on NOSCRIPT
     /// (after `SCRIPT FLUSH` or a Redis restart) by the `redis` crate.
-    pub fn new(conn: ConnectionManager) -> Self {
+    pub fn new(conn: RedisConnection) -> Self {
         Self {
             conn,
             scripts: Arc::new(Scripts::new()),
@@ -269,10 +273,14 @@ impl Store {
         }
     }
 
-    /// Connects to `url`.
+    /// Connects to `url`: one Redis or a cluster (see [`RedisTarget`]).
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
-        let client = redis::Client::open(url)?;
-        Ok(Self::new(ConnectionManager::new(client).await?))
+        let target: RedisTarget = url.parse()?;
+        let timeouts = RedisTimeouts {
+            connect: std::time::Duration::from_secs(2),
+            response: std::time::Duration::from_secs(2),
+        };
+        Ok(Self::new(RedisConnection::connect(&target, timeouts).await?))
     }
 
     /// Loads a sale: creates what is missing and keeps every count that
@@ -332,7 +340,7 @@ impl Store {
     }
 
     /// A handle on the store's Redis connection (multiplexed; cheap).
-    pub(crate) fn connection(&self) -> ConnectionManager {
+    pub(crate) fn connection(&self) -> RedisConnection {
         self.conn.clone()
     }
 

@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod ops;
 pub mod process;
 pub mod readiness;
+pub mod redis;
 pub mod shutdown;
 pub mod telemetry;
 
@@ -20,4 +21,5 @@ pub use cli::{LogArgs, LogFormat, OpsArgs, RuntimeArgs};
 pub use ops::{OpsServer, OpsServerError, register_build_info};
 pub use process::{Process, ProcessError};
 pub use readiness::{Readiness, ReadinessCheck, ReadinessReport};
+pub use redis::{RedisConnection, RedisTarget, RedisTimeouts};
 pub use shutdown::Shutdown;

@@ -32,7 +32,8 @@ use governor::{
     middleware::StateInformationMiddleware,
     state::keyed::DefaultKeyedStateStore,
 };
-use redis::{Script, aio::ConnectionManager};
+use flashsale_runtime::RedisConnection;
+use redis::Script;
 
 use fallback::{Fallback, Route};
 pub use fallback::{Switch, Thresholds};
@@ -125,7 +126,7 @@ type LocalLimiter = governor::RateLimiter<
 /// The per-user limiter; cheap to clone.
 #[derive(Clone)]
 pub struct RateLimiter {
-    redis: Option<ConnectionManager>,
+    redis: Option<RedisConnection>,
     script: Arc<Script>,
     settings: Settings,
     local: Arc<LocalLimiter>,
@@ -144,7 +145,7 @@ enum Failure {
 
 impl RateLimiter {
     /// A limiter over Redis (`None`: local only, for a single replica).
-    pub fn new(redis: Option<ConnectionManager>, settings: Settings) -> Self {
+    pub fn new(redis: Option<RedisConnection>, settings: Settings) -> Self {
         let quota = Quota::per_second(settings.policy.rate).allow_burst(settings.policy.burst);
         Self {
             redis,
@@ -206,7 +207,7 @@ impl RateLimiter {
     /// One GCRA call, bounded by the Redis timeout.
     async fn ask_redis(
         &self,
-        redis: &ConnectionManager,
+        redis: &RedisConnection,
         sale: &str,
         user: &str,
     ) -> Result<Decision, Failure> {

@@ -134,7 +134,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use redis::aio::ConnectionManager;
+use flashsale_runtime::RedisConnection;
 
 use known::Known;
 pub use lease::PassLease;
@@ -294,7 +294,7 @@ pub struct WaitingRoom {
 impl WaitingRoom {
     /// A waiting room for `settings.sale`, signing with `signer` (every
     /// replica of the sale needs the same key).
-    pub fn new(redis: ConnectionManager, signer: Signer, settings: Settings) -> Self {
+    pub fn new(redis: RedisConnection, signer: Signer, settings: Settings) -> Self {
         Self {
             store: Store::new(redis, &settings.sale, settings.redis_timeout),
             signer: Arc::new(signer),

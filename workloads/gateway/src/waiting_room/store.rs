@@ -3,7 +3,8 @@
 
 use std::{future::Future, sync::Arc, time::Duration};
 
-use redis::{RedisResult, Script, aio::ConnectionManager};
+use flashsale_runtime::RedisConnection;
+use redis::{RedisResult, Script};
 
 use super::{Error, millis};
 
@@ -83,7 +84,7 @@ pub(super) enum Redemption {
 /// The scripts over one connection; cheap to clone.
 #[derive(Clone)]
 pub(super) struct Store {
-    redis: ConnectionManager,
+    redis: RedisConnection,
     keys: Keys,
     timeout: Duration,
     scripts: Arc<Scripts>,
@@ -98,7 +99,7 @@ struct Scripts {
 }
 
 impl Store {
-    pub(super) fn new(redis: ConnectionManager, sale: &str, timeout: Duration) -> Self {
+    pub(super) fn new(redis: RedisConnection, sale: &str, timeout: Duration) -> Self {
         Self {
             redis,
             keys: Keys::new(sale),
