@@ -128,7 +128,11 @@ async fn stallable(policy: Policy) -> anyhow::Result<(PrivateRedis, RateLimiter,
     let redis = PrivateRedis::start(&["--enable-debug-command", "yes"]).await?;
     let client = redis::Client::open(redis.url.as_str())?;
     let limiter = RateLimiter::new(
-        Some(redis::aio::ConnectionManager::new(client.clone()).await?.into()),
+        Some(
+            redis::aio::ConnectionManager::new(client.clone())
+                .await?
+                .into(),
+        ),
         Settings::new(policy),
     );
     Ok((redis, limiter, client))

@@ -126,6 +126,7 @@ async fn main() -> anyhow::Result<()> {
         store
             .load(&SaleDefinition {
                 sale: name.clone(),
+                opens_at_ms: None,
                 reservation_ttl_ms: 3_600_000,
                 items: vec![ItemDefinition {
                     sku: "HOT".into(),

@@ -133,8 +133,16 @@ impl From<StoreError> for ApiError {
                 "unknown_sale",
                 format!("sale {sale:?} is not loaded"),
             ),
-            StoreError::ClaimExpired(_) => {
+            StoreError::ClaimExpired(_) | StoreError::NotDurable { .. } => {
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, "retry", err.to_string())
+            }
+            StoreError::StockLost { .. } => {
+                tracing::error!(error = %err, "refusing to sell");
+                Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "stock_lost",
+                    err.to_string(),
+                )
             }
             other => {
                 tracing::warn!(error = %other, "store error");

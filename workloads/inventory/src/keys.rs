@@ -11,10 +11,11 @@
 //! | `fs:{S}:resv:<ID>` | hash | `sku`, `user`, `qty`, `amount` (minor units), `shard`, `state`, `expires_at` (ms), `request`, and once released `reason` and `prior` (the state it left) |
 //! | `fs:{S}:expiry` | zset | reservation id → when the sweeper must look at it (ms) |
 //! | `fs:{S}:outbox` | stream | `reservation` ids that lapsed unpaid, until their `expired` order event is acknowledged by Kafka; consumer group `publishers` |
+//! | `fs:{S}:loaded` | string | set when the sale's stock is first loaded (to its opening, Unix ms); its absence in a running sale means Redis lost the sale |
 //! | `fs:{S}:audit` | stream | stock adjustments: sku, requested, applied, reason, stock before/after |
 //! | `<shard>avail:<K>:<i>` | int | units shard i can still give |
 //! | `<shard>held:<K>:<i>` | int | units shard i gave (reserved or sold) |
-//! | `<shard>taken:<ID>` | int | units shard i gave reservation ID (the proof for give-back) |
+//! | `<shard>taken:<ID>` | int | units shard i gave reservation ID (the proof for give-back); `fenced` once a claim that never settled was released, so its late step 2 takes nothing (expires after a day) |
 //!
 //! `<shard>` is `fs:{S}:` for a SKU with one shard and `fs:{S#K#i}:` otherwise.
 //!
@@ -80,6 +81,12 @@ impl SaleKeys {
         self.key("expiry")
     }
 
+    /// Marker that the sale's stock was loaded (the sale's opening, Unix
+    /// ms): gone only when Redis lost the sale's data.
+    pub fn loaded(&self) -> String {
+        self.key("loaded")
+    }
+
     /// Reservations whose `expired` event is still to be published.
     pub fn outbox(&self) -> String {
         self.key("outbox")
@@ -130,7 +137,7 @@ impl SaleKeys {
                 rules.extend(
                     [
                         "sku:*", "user:*", "req:*", "resv:*", "expiry", "outbox", "audit",
-                        "avail:*", "held:*", "taken:*",
+                        "loaded", "avail:*", "held:*", "taken:*",
                     ]
                     .map(own),
                 );

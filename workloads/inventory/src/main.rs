@@ -12,7 +12,7 @@ use inventory::{
     keys::{SaleKeys, Workload},
     metrics::Metrics,
     outbox,
-    store::{SaleDefinition, Store},
+    store::{Durability, SaleDefinition, Store},
     sweeper,
 };
 use sha2::{Digest, Sha256};
@@ -26,9 +26,21 @@ struct Args {
     /// Address of the reservation API.
     #[arg(long, env = "INVENTORY_LISTEN", default_value = "0.0.0.0:8080")]
     listen: SocketAddr,
-    /// Redis holding the stock.
+    /// Redis holding the stock: one server (`redis://host:port`) or a
+    /// cluster (a comma-separated list of nodes, or `redis+cluster://host:port`).
     #[arg(long, env = "REDIS_URL", required = true)]
     redis_url: Option<String>,
+    /// When a reservation or payment is acknowledged: `fast` once Redis's
+    /// primary applied it; `replicated` once --durability-replicas replicas
+    /// have it (WAIT), so a failover cannot lose it.
+    #[arg(long, env = "INVENTORY_DURABILITY", value_enum, default_value = "fast")]
+    durability: DurabilityArg,
+    /// Replicas that must confirm a write under `--durability replicated`.
+    #[arg(long, env = "INVENTORY_DURABILITY_REPLICAS", default_value_t = 1)]
+    durability_replicas: u32,
+    /// How long to wait for them before answering "retry".
+    #[arg(long, env = "INVENTORY_DURABILITY_TIMEOUT_MS", default_value_t = 50)]
+    durability_timeout_ms: u64,
     /// A sale definition (JSON) to load at start; loading never resets counts.
     #[arg(long, env = "INVENTORY_SALE_FILE")]
     sale_file: Option<PathBuf>,
@@ -60,6 +72,15 @@ struct Args {
     pod_name: Option<String>,
     #[command(flatten)]
     runtime: RuntimeArgs,
+}
+
+/// `--durability` values.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum DurabilityArg {
+    /// Acknowledged once the primary applied it.
+    Fast,
+    /// Acknowledged once replicas confirmed it.
+    Replicated,
 }
 
 /// Tools besides serving.
@@ -146,9 +167,26 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     let redis_url = args.redis_url.as_deref().unwrap_or_default();
+    let durability = match args.durability {
+        DurabilityArg::Fast => Durability::Fast,
+        DurabilityArg::Replicated => Durability::Replicated {
+            replicas: args.durability_replicas.max(1),
+            timeout: Duration::from_millis(args.durability_timeout_ms.max(1)),
+        },
+    };
     let store = Store::connect(redis_url)
         .await
-        .context("connecting to Redis")?;
+        .context("connecting to Redis")?
+        .with_durability(durability);
+    if !store
+        .check_no_eviction()
+        .await
+        .context("checking Redis's eviction policy")?
+    {
+        tracing::warn!(
+            "cannot read Redis's maxmemory-policy with this user; it must be noeviction, or Redis may evict stock"
+        );
+    }
     if let Some(path) = &args.sale_file {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -201,10 +239,26 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!(addr = %args.listen, "reservation API listening");
     let api = axum::serve(listener, api::router(state))
         .with_graceful_shutdown(async move { shutdown.wait().await });
-    let readiness = Readiness::default().with_check("redis", move || {
-        let store = store.clone();
-        async move { store.ping().await.map_err(|e| e.to_string()) }
-    });
+    let stock_store = store.clone();
+    let readiness = Readiness::default()
+        .with_check("redis", move || {
+            let store = store.clone();
+            async move { store.ping().await.map_err(|e| e.to_string()) }
+        })
+        // A sale whose stock Redis lost is not served: say so where an SRE
+        // and the operator look first.
+        .with_check("stock", move || {
+            let store = stock_store.clone();
+            async move {
+                match store.lost_sales().await.as_slice() {
+                    [] => Ok(()),
+                    lost => Err(format!(
+                        "Redis lost the stock of sale(s) {}; refusing to sell them again",
+                        lost.join(", ")
+                    )),
+                }
+            }
+        });
     let (api, ops) = tokio::join!(api, process.serve_ops(&args.runtime.ops, readiness));
     api.context("reservation API failed")?;
     ops?;

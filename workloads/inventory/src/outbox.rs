@@ -14,8 +14,8 @@
 use std::time::Duration;
 
 use flashsale_orders::{EventKind, OrderEvent, OrderProducer};
-use flashsale_runtime::Shutdown;
 use flashsale_runtime::RedisConnection;
+use flashsale_runtime::Shutdown;
 use redis::Value;
 
 use crate::{

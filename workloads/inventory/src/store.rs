@@ -2,7 +2,14 @@
 //! interleaving of replicas, retries or sweepers can sell a unit twice.
 //! The protocol and its failure analysis: `docs/design/inventory.md`.
 
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
 use flashsale_runtime::{RedisConnection, RedisTarget, RedisTimeouts};
 use redis::Script;
@@ -14,6 +21,14 @@ use crate::keys::{SaleKeys, ShardKeys};
 /// How long a sharded claim may take between its first and last step; longer
 /// than any request deadline, so a late step cannot race the sweeper.
 const CLAIM_WINDOW_MS: u64 = 10_000;
+
+/// How long a fence against a late step 2 of a released claim lives: far
+/// longer than any process pause that could delay that step.
+const FENCE_MS: u64 = 24 * 3_600_000;
+
+/// How long a sweeper holds the due ids it took before another replica may
+/// take them (if it died mid-sweep).
+const SWEEP_LEASE_MS: u64 = 5_000;
 
 /// Errors talking to Redis or reading what it holds.
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +48,61 @@ pub enum StoreError {
     /// A sharded claim ran past its window; the sweeper returns its units.
     #[error("reservation {0} did not complete in time; retry with the same request id")]
     ClaimExpired(String),
+    /// Redis lost the sale's stock (a flush, a restart without persistence,
+    /// a failover that dropped writes) after the sale opened. Recreating it
+    /// would sell units again, so the inventory refuses to sell this sale
+    /// until an operator restores or re-creates it.
+    #[error("the stock of sale {sale:?} was lost by Redis ({what}); refusing to sell it again")]
+    StockLost {
+        /// The sale.
+        sale: String,
+        /// What is missing.
+        what: String,
+    },
+    /// The durability policy's replicas did not confirm the write in time;
+    /// the reservation exists on the primary and a retry under the same
+    /// request id answers it once it is safe.
+    #[error(
+        "the write reached {acked} of {wanted} replicas in time; retry with the same request id"
+    )]
+    NotDurable {
+        /// Replicas that confirmed.
+        acked: u64,
+        /// Replicas the policy asks for.
+        wanted: u32,
+    },
+}
+
+/// What [`Store::check_held`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holding {
+    /// Redis holds the sale.
+    Held,
+    /// Redis lost the sale, found by this check.
+    LostNow,
+    /// Redis lost the sale, found before.
+    Lost,
+}
+
+/// When a reservation (or a payment) is acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// Once the primary applied it. Replication is asynchronous, so a
+    /// failover may lose the last acknowledged writes; after such a loss the
+    /// inventory refuses to sell the sale instead of reselling (see
+    /// [`StoreError::StockLost`]), but writes acknowledged just before it may
+    /// be gone.
+    #[default]
+    Fast,
+    /// Once `replicas` replicas confirmed it (`WAIT`), or refused as
+    /// [`StoreError::NotDurable`] after `timeout`: a failover that promotes a
+    /// confirming replica keeps every acknowledged reservation.
+    Replicated {
+        /// Replicas that must confirm.
+        replicas: u32,
+        /// How long to wait for them.
+        timeout: Duration,
+    },
 }
 
 /// A sale as the inventory needs it.
@@ -43,6 +113,11 @@ pub struct SaleDefinition {
     pub sale: String,
     /// How long a reservation may stay unpaid, in milliseconds.
     pub reservation_ttl_ms: u64,
+    /// When the sale opens (Unix ms). Stock is created only before then:
+    /// stock missing after the opening was lost, not new. Without it any
+    /// load may create stock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opens_at_ms: Option<u64>,
     /// Items on sale.
     pub items: Vec<ItemDefinition>,
 }
@@ -59,6 +134,13 @@ pub struct ItemDefinition {
     pub per_user_limit: u64,
     /// Redis keys (slots) the stock is split over.
     pub shards: u32,
+}
+
+impl SaleDefinition {
+    /// When the sale opens, Unix ms, if the definition says (`opensAtMs`).
+    pub fn opening(&self) -> u64 {
+        self.opens_at_ms.unwrap_or(0)
+    }
 }
 
 /// A reservation request.
@@ -219,6 +301,7 @@ struct Scripts {
     finish_release: Script,
     load_item: Script,
     adjust_shard: Script,
+    claim_due: Script,
 }
 
 impl Scripts {
@@ -234,14 +317,18 @@ impl Scripts {
             finish_release: Script::new(include_str!("lua/finish_release.lua")),
             load_item: Script::new(include_str!("lua/load_item.lua")),
             adjust_shard: Script::new(include_str!("lua/adjust_shard.lua")),
+            claim_due: Script::new(include_str!("lua/claim_due.lua")),
         }
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct SaleInfo {
     ttl_ms: u64,
     shards: HashMap<String, u32>,
+    /// Set once Redis is found to have lost the sale; never cleared by
+    /// this process.
+    lost: AtomicBool,
 }
 
 /// The reservation store over one Redis.
@@ -251,6 +338,7 @@ pub struct Store {
     scripts: Arc<Scripts>,
     // Shared per sale so the hot path clones a pointer, not the SKU map.
     sales: Arc<RwLock<HashMap<String, Arc<SaleInfo>>>>,
+    durability: Durability,
 }
 
 /// Whether a load created a SKU or found it.
@@ -270,7 +358,89 @@ impl Store {
             conn,
             scripts: Arc::new(Scripts::new()),
             sales: Arc::default(),
+            durability: Durability::Fast,
         }
+    }
+
+    /// The same store, acknowledging writes by `durability`.
+    pub fn with_durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
+    /// Checks that Redis evicts nothing (`maxmemory-policy noeviction` on
+    /// every primary): an evicted counter or record is stock sold twice.
+    /// `Ok(false)` when Redis does not let this user read its settings
+    /// (a restricted ACL user); the caller warns.
+    pub async fn check_no_eviction(&self) -> Result<bool, StoreError> {
+        let mut conn = self.conn.clone();
+        let mut get = redis::cmd("CONFIG");
+        get.arg("GET").arg("maxmemory-policy");
+        let answers = match conn.on_every_primary(&get).await {
+            Ok(answers) => answers,
+            Err(err) if err.code() == Some("NOPERM") => return Ok(false),
+            Err(err) => return Err(err.into()),
+        };
+        for answer in answers {
+            let pairs: HashMap<String, String> = redis::from_redis_value(answer)
+                .map_err(|e| StoreError::Corrupt(format!("CONFIG GET answered {e}")))?;
+            match pairs.get("maxmemory-policy").map(String::as_str) {
+                Some("noeviction") => {}
+                other => {
+                    return Err(StoreError::Corrupt(format!(
+                        "maxmemory-policy is {other:?}: Redis may evict stock; set it to noeviction"
+                    )));
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Acknowledges nothing before `key`'s primary has the writes replicated
+    /// as the durability policy asks.
+    async fn make_durable(&self, key: &str) -> Result<(), StoreError> {
+        let Durability::Replicated { replicas, timeout } = self.durability else {
+            return Ok(());
+        };
+        let mut conn = self.conn.clone();
+        let acked = conn.wait_for_replicas(key, replicas, timeout).await?;
+        if acked < u64::from(replicas) {
+            return Err(StoreError::NotDurable {
+                acked,
+                wanted: replicas,
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether Redis still holds sale `sale` (its load marker). A sale found
+    /// lost is refused from then on ([`StoreError::StockLost`]).
+    pub async fn check_held(&self, sale: &str) -> Result<Holding, StoreError> {
+        let info = self.sale(sale).await?;
+        if info.lost.load(Ordering::Relaxed) {
+            return Ok(Holding::Lost);
+        }
+        let mut conn = self.conn.clone();
+        let present: bool = redis::cmd("EXISTS")
+            .arg(SaleKeys::new(sale).loaded())
+            .query_async(&mut conn)
+            .await?;
+        if present {
+            return Ok(Holding::Held);
+        }
+        info.lost.store(true, Ordering::Relaxed);
+        Ok(Holding::LostNow)
+    }
+
+    /// The sales Redis lost, as found so far.
+    pub async fn lost_sales(&self) -> Vec<String> {
+        self.sales
+            .read()
+            .await
+            .iter()
+            .filter(|(_, info)| info.lost.load(Ordering::Relaxed))
+            .map(|(sale, _)| sale.clone())
+            .collect()
     }
 
     /// Connects to `url`: one Redis or a cluster (see [`RedisTarget`]).
@@ -280,14 +450,19 @@ impl Store {
             connect: std::time::Duration::from_secs(2),
             response: std::time::Duration::from_secs(2),
         };
-        Ok(Self::new(RedisConnection::connect(&target, timeouts).await?))
+        Ok(Self::new(
+            RedisConnection::connect(&target, timeouts).await?,
+        ))
     }
 
     /// Loads a sale: creates what is missing and keeps every count that
-    /// exists, so a reload or a restart never resells sold units.
+    /// exists, so a reload or a restart never resells sold units. After the
+    /// sale's opening it creates nothing: missing stock then is
+    /// [`StoreError::StockLost`].
     pub async fn load(&self, def: &SaleDefinition) -> Result<Vec<LoadedItem>, StoreError> {
         let keys = SaleKeys::new(&def.sale);
         let mut conn = self.conn.clone();
+        let opened = def.opening() > 0 && self.now_ms(&keys.loaded()).await? >= def.opening();
         let mut loaded = Vec::with_capacity(def.items.len());
         let mut shards = HashMap::new();
         for item in &def.items {
@@ -295,11 +470,16 @@ impl Store {
                 .scripts
                 .load_item
                 .key(keys.sku(&item.sku))
+                .key(keys.loaded())
                 .arg(item.stock)
                 .arg(item.per_user_limit)
                 .arg(item.shards.max(1))
+                .arg(def.opening())
                 .invoke_async(&mut conn)
                 .await?;
+            if created < 0 {
+                return Err(lost(&def.sale, &format!("the record of SKU {}", item.sku)));
+            }
             // The SKU's own record decides its shape; a changed spec does not reshard.
             let (stock, count): (u64, u32) = redis::cmd("HMGET")
                 .arg(keys.sku(&item.sku))
@@ -309,10 +489,21 @@ impl Store {
                 .await?;
             let count = count.max(1);
             for i in 0..count {
+                let avail = keys.shard(&item.sku, count, i).avail();
+                if opened {
+                    let present: bool = redis::cmd("EXISTS")
+                        .arg(&avail)
+                        .query_async(&mut conn)
+                        .await?;
+                    if !present {
+                        return Err(lost(&def.sale, &format!("shard {i} of SKU {}", item.sku)));
+                    }
+                    continue;
+                }
                 let share =
                     stock / u64::from(count) + u64::from(u64::from(i) < stock % u64::from(count));
                 let _: () = redis::cmd("SET")
-                    .arg(keys.shard(&item.sku, count, i).avail())
+                    .arg(avail)
                     .arg(share)
                     .arg("NX")
                     .query_async(&mut conn)
@@ -329,9 +520,19 @@ impl Store {
             Arc::new(SaleInfo {
                 ttl_ms: def.reservation_ttl_ms,
                 shards,
+                lost: AtomicBool::new(false),
             }),
         );
         Ok(loaded)
+    }
+
+    /// Redis's clock (Unix ms) on the primary that owns `key`.
+    async fn now_ms(&self, key: &str) -> Result<u64, StoreError> {
+        let mut conn = self.conn.clone();
+        let value = conn.on_primary_of(key, &redis::cmd("TIME")).await?;
+        let (secs, micros): (u64, u64) = redis::from_redis_value(value)
+            .map_err(|e| StoreError::Corrupt(format!("TIME answered {e}")))?;
+        Ok(secs * 1000 + micros / 1000)
     }
 
     /// Names of the sales loaded into this store.
@@ -361,9 +562,28 @@ impl Store {
     }
 
     /// Reserves units: one script for a SKU with one shard, three steps for a
-    /// sharded one (claim, take from a shard, settle).
+    /// sharded one (claim, take from a shard, settle). A reservation is
+    /// answered once it is as safe as the durability policy asks.
     pub async fn reserve(&self, req: &ReserveRequest<'_>) -> Result<ReserveOutcome, StoreError> {
+        let outcome = self.decide_reservation(req).await?;
+        if matches!(
+            outcome,
+            ReserveOutcome::Reserved(_) | ReserveOutcome::Existing(_)
+        ) {
+            self.make_durable(&SaleKeys::new(req.sale).sku(req.sku))
+                .await?;
+        }
+        Ok(outcome)
+    }
+
+    async fn decide_reservation(
+        &self,
+        req: &ReserveRequest<'_>,
+    ) -> Result<ReserveOutcome, StoreError> {
         let info = self.sale(req.sale).await?;
+        if info.lost.load(Ordering::Relaxed) {
+            return Err(lost(req.sale, "its load marker"));
+        }
         let Some(&shards) = info.shards.get(req.sku) else {
             return Ok(ReserveOutcome::UnknownSku);
         };
@@ -400,10 +620,6 @@ impl Store {
         if reply.first().map(String::as_str) != Some("claimed") {
             return self.reserve_reply(&keys, reply, fresh).await;
         }
-        let deadline = reply
-            .get(2)
-            .and_then(|d| d.parse::<u64>().ok())
-            .unwrap_or_default();
         // A random first shard spreads buyers; the others are tried in turn.
         let start = (uuid.as_u128() % u128::from(shards)) as u32;
         let mut taken_from = -1_i64;
@@ -417,16 +633,16 @@ impl Store {
                 .key(shard.held())
                 .key(shard.taken(&id))
                 .arg(req.quantity)
-                .arg(deadline)
                 .invoke_async(&mut conn)
                 .await?;
             match outcome.as_str() {
                 "taken" => {
+                    self.make_durable(&shard.avail()).await?;
                     taken_from = i64::from(index);
                     break;
                 }
                 "empty" => continue,
-                // Past the window: the sweeper settles this claim.
+                // Fenced: the sweeper released this claim after its window.
                 _ => return Err(StoreError::ClaimExpired(id)),
             }
         }
@@ -559,6 +775,9 @@ impl Store {
             .arg(id)
             .invoke_async(&mut conn)
             .await?;
+        if outcome == "confirmed" {
+            self.make_durable(&keys.sku(&resv.sku)).await?;
+        }
         Ok(match outcome.as_str() {
             "confirmed" if resv.state == ReservationState::Confirmed => {
                 ConfirmOutcome::AlreadyConfirmed
@@ -579,27 +798,34 @@ impl Store {
         })
     }
 
-    /// Returns every reservation whose time has passed (unpaid ones after the
-    /// TTL, stuck sharded claims after their window). Safe with any number of
-    /// sweepers: each reservation is returned, and counted, once.
+    /// Returns up to `batch` reservations whose time has passed (unpaid ones
+    /// after the TTL, stuck sharded claims after their window). Replicas
+    /// share the work: each takes other due ids (`claim_due.lua`), and each
+    /// reservation is returned, and counted, once. Ids whose record is gone
+    /// leave the queue, so they cannot wedge it.
     pub async fn sweep(&self, sale: &str, batch: usize) -> Result<u64, StoreError> {
         let keys = SaleKeys::new(sale);
         let mut conn = self.conn.clone();
-        let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await?;
-        let now_ms = secs * 1000 + micros / 1000;
-        let due: Vec<String> = redis::cmd("ZRANGEBYSCORE")
-            .arg(keys.expiry())
-            .arg("-inf")
-            .arg(now_ms)
-            .arg("LIMIT")
-            .arg(0)
+        let due: Vec<String> = self
+            .scripts
+            .claim_due
+            .key(keys.expiry())
             .arg(batch)
-            .query_async(&mut conn)
+            .arg(SWEEP_LEASE_MS)
+            .invoke_async(&mut conn)
             .await?;
         let mut released = 0;
         for id in due {
-            if self.release(sale, &id, "expired", true).await? == Release::Released {
-                released += 1;
+            match self.release(sale, &id, "expired", true).await? {
+                Release::Released => released += 1,
+                Release::Missing => {
+                    let _: () = redis::cmd("ZREM")
+                        .arg(keys.expiry())
+                        .arg(&id)
+                        .query_async(&mut conn)
+                        .await?;
+                }
+                Release::Other(_) => {}
             }
         }
         Ok(released)
@@ -633,22 +859,32 @@ impl Store {
             state => return Ok(Release::Other(state.to_owned())),
         }
         let (sku, user) = (field(3), field(4));
-        let shards = self
-            .sale(sale)
-            .await
-            .ok()
-            .and_then(|info| info.shards.get(&sku).copied())
-            .unwrap_or(1);
+        // The SKU's record says how many shards it has: this replica may
+        // never have loaded the sale, and a guess would leak the other shards.
+        let shards: Option<u32> = redis::cmd("HGET")
+            .arg(keys.sku(&sku))
+            .arg("shards")
+            .query_async(&mut conn)
+            .await?;
+        let shards = shards
+            .filter(|&n| n >= 1)
+            .ok_or_else(|| StoreError::Corrupt(format!("SKU {sku} has no shard count")))?;
         let shard: i64 = field(1)
             .parse()
             .map_err(|_| StoreError::Corrupt(format!("reservation {id} shard")))?;
-        // A claim that never settled may have taken from any shard: ask them all.
-        let candidates: Vec<u32> = match u32::try_from(shard) {
-            Ok(index) => vec![index],
-            Err(_) => (0..shards).collect(),
-        };
-        for index in candidates {
-            self.give_back(&keys.shard(&sku, shards, index), id).await?;
+        match u32::try_from(shard) {
+            Ok(index) => {
+                self.give_back(&keys.shard(&sku, shards, index), id, false)
+                    .await?;
+            }
+            // A claim that never settled may have taken from any shard: ask
+            // them all, and fence each against its late step 2.
+            Err(_) => {
+                for index in 0..shards {
+                    self.give_back(&keys.shard(&sku, shards, index), id, true)
+                        .await?;
+                }
+            }
         }
         let finished: i64 = self
             .scripts
@@ -667,7 +903,7 @@ impl Store {
         })
     }
 
-    async fn give_back(&self, shard: &ShardKeys, id: &str) -> Result<u64, StoreError> {
+    async fn give_back(&self, shard: &ShardKeys, id: &str, fence: bool) -> Result<u64, StoreError> {
         let mut conn = self.conn.clone();
         Ok(self
             .scripts
@@ -675,50 +911,45 @@ impl Store {
             .key(shard.avail())
             .key(shard.held())
             .key(shard.taken(id))
+            .arg(if fence { "fence" } else { "" })
+            .arg(FENCE_MS)
             .invoke_async(&mut conn)
             .await?)
     }
 
-    /// Stock of a SKU, read in one atomic round trip (on a single Redis).
+    /// Stock of a SKU. Each shard is read atomically (`MGET` of its two
+    /// counters, one slot), the shards concurrently: a shard's `avail +
+    /// held` is constant, so the total stock is exact even while
+    /// reservations run; `reserved` and `sold` are a moment's view.
     pub async fn stock(&self, sale: &str, sku: &str) -> Result<Option<StockLevel>, StoreError> {
         let info = self.sale(sale).await?;
         let Some(&shards) = info.shards.get(sku) else {
             return Ok(None);
         };
         let keys = SaleKeys::new(sale);
-        let mut pipe = redis::pipe();
-        pipe.atomic().cmd("HGET").arg(keys.sku(sku)).arg("sold");
-        for i in 0..shards {
-            let shard = keys.shard(sku, shards, i);
-            pipe.cmd("GET")
-                .arg(shard.avail())
-                .cmd("GET")
-                .arg(shard.held());
-        }
-        let mut conn = self.conn.clone();
-        let values: Vec<redis::Value> = pipe.query_async(&mut conn).await?;
-        let corrupt = |e: redis::ParsingError| StoreError::Corrupt(format!("stock of {sku}: {e}"));
-        let mut values = values.into_iter();
-        let sold: Option<u64> = values
-            .next()
-            .map(redis::from_redis_value)
-            .transpose()
-            .map_err(corrupt)?
-            .flatten();
-        let counts: Vec<Option<i64>> = values
-            .map(redis::from_redis_value)
-            .collect::<Result<_, _>>()
-            .map_err(corrupt)?;
-        let sold = sold.unwrap_or(0);
-        let sum = |offset: usize| -> u64 {
-            counts
-                .iter()
-                .skip(offset)
-                .step_by(2)
-                .map(|c| c.unwrap_or(0).max(0) as u64)
-                .sum()
+        let read_shard = |index: u32| {
+            let shard = keys.shard(sku, shards, index);
+            let mut conn = self.conn.clone();
+            async move {
+                let (avail, held): (Option<i64>, Option<i64>) = redis::cmd("MGET")
+                    .arg(shard.avail())
+                    .arg(shard.held())
+                    .query_async(&mut conn)
+                    .await?;
+                let count = |c: Option<i64>| u64::try_from(c.unwrap_or(0)).unwrap_or(0);
+                Ok::<_, StoreError>((count(avail), count(held)))
+            }
         };
-        let (available, held) = (sum(0), sum(1));
+        let mut conn = self.conn.clone();
+        let mut sold = redis::cmd("HGET");
+        sold.arg(keys.sku(sku)).arg("sold");
+        let (sold, counts) = tokio::join!(
+            sold.query_async::<Option<u64>>(&mut conn),
+            futures::future::try_join_all((0..shards).map(read_shard))
+        );
+        let (sold, counts) = (sold?.unwrap_or(0), counts?);
+        let available = counts.iter().map(|(a, _)| a).sum::<u64>();
+        let held = counts.iter().map(|(_, h)| h).sum::<u64>();
         // Stock is what the shards hold, so it can never disagree with them.
         Ok(Some(StockLevel {
             stock: available + held,
@@ -859,6 +1090,13 @@ fn admission<'a>(
         .arg(req.amount_minor)
         .arg(req.request_id);
     invocation
+}
+
+fn lost(sale: &str, what: &str) -> StoreError {
+    StoreError::StockLost {
+        sale: sale.to_owned(),
+        what: what.to_owned(),
+    }
 }
 
 #[derive(Debug, PartialEq, Eq)]

@@ -413,6 +413,7 @@ async fn sold_out_is_remembered_for_the_staleness_bound_only() -> anyhow::Result
     other
         .load(&inventory::store::SaleDefinition {
             sale: api.sale.clone(),
+            opens_at_ms: None,
             reservation_ttl_ms: 60_000,
             items: vec![inventory::store::ItemDefinition {
                 sku: "PHONE".into(),

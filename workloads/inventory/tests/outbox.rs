@@ -36,6 +36,7 @@ async fn sale(prefix: &str, ttl_ms: u64, shards: u32) -> anyhow::Result<(Store, 
     store
         .load(&SaleDefinition {
             sale: sale.clone(),
+            opens_at_ms: None,
             reservation_ttl_ms: ttl_ms,
             items: vec![ItemDefinition {
                 sku: "HOT".into(),

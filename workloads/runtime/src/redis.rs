@@ -29,7 +29,9 @@ pub enum RedisTarget {
 
 /// A `REDIS_URL` that names no server.
 #[derive(Debug, thiserror::Error)]
-#[error("invalid Redis URL {0:?}: give redis://host:port, a comma-separated list of cluster nodes, or redis+cluster://host:port")]
+#[error(
+    "invalid Redis URL {0:?}: give redis://host:port, a comma-separated list of cluster nodes, or redis+cluster://host:port"
+)]
 pub struct InvalidRedisUrl(String);
 
 impl FromStr for RedisTarget {
@@ -163,8 +165,11 @@ impl RedisConnection {
         timeout: Duration,
     ) -> RedisResult<u64> {
         let mut wait = redis::cmd("WAIT");
-        wait.arg(replicas)
-            .arg(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX).max(1));
+        wait.arg(replicas).arg(
+            u64::try_from(timeout.as_millis())
+                .unwrap_or(u64::MAX)
+                .max(1),
+        );
         let value = self.on_primary_of(key, &wait).await?;
         redis::from_redis_value(value).map_err(Into::into)
     }

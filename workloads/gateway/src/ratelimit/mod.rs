@@ -26,13 +26,13 @@ use std::{
     time::{Duration, Instant},
 };
 
+use flashsale_runtime::RedisConnection;
 use governor::{
     Quota,
     clock::{Clock, DefaultClock},
     middleware::StateInformationMiddleware,
     state::keyed::DefaultKeyedStateStore,
 };
-use flashsale_runtime::RedisConnection;
 use redis::Script;
 
 use fallback::{Fallback, Route};

@@ -199,6 +199,7 @@ impl Funnel {
         let sale = stack::unique_name("gw");
         let definition = SaleDefinition {
             sale: sale.clone(),
+            opens_at_ms: None,
             reservation_ttl_ms: 60_000,
             items: ["A", "B"]
                 .into_iter()

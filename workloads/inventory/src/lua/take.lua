@@ -1,12 +1,18 @@
 -- Step 2 of a sharded reservation (shard slot): take units from one shard
--- and leave a marker, unless the claim's deadline has passed (then the
--- sweeper may already have settled the claim).
+-- and leave a marker, unless the sweeper has fenced this shard for the
+-- claim (it released the claim after its window and returned whatever the
+-- shard had given). The fence is a marker set by give_back.lua, on this
+-- shard's own primary: no clock of another primary is compared, so clock
+-- skew or a failover between primaries cannot let a late take leak units.
 -- KEYS: 1 shard avail, 2 shard held, 3 taken marker
--- ARGV: 1 qty, 2 claim deadline ms
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if now >= tonumber(ARGV[2]) then
+-- ARGV: 1 qty
+local marker = redis.call('GET', KEYS[3])
+if marker == 'fenced' then
   return 'late'
+end
+if marker then
+  -- A retried step: the units are already taken for this claim.
+  return 'taken'
 end
 local qty = tonumber(ARGV[1])
 local avail = tonumber(redis.call('GET', KEYS[1]) or '0')
