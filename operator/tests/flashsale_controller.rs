@@ -847,6 +847,7 @@ async fn serve_inventory(
     store
         .load(&SaleDefinition {
             sale: sale_id.to_owned(),
+            opens_at_ms: None,
             reservation_ttl_ms: 60_000,
             items,
         })
