@@ -3,6 +3,7 @@
 //! instead of sleeping.
 
 pub mod browser;
+pub mod clusters;
 pub mod faults;
 pub mod kafka;
 pub mod kube;
