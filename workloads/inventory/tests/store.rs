@@ -3,11 +3,14 @@
 use std::{
     sync::{
         Arc,
-        atomic::{AtomicBool, AtomicU64, Ordering},
+        atomic::{AtomicU64, Ordering},
     },
     time::Duration,
 };
 
+mod common;
+
+use common::{hammer, reserve, stock_of};
 use flashsale_e2e::{stack, wait::poll_until};
 use inventory::store::{
     CancelOutcome, ConfirmOutcome, ItemDefinition, Reservation, ReservationState, ReserveOutcome,
@@ -20,204 +23,25 @@ async fn store_with(
     shards: u32,
     ttl_ms: u64,
 ) -> anyhow::Result<(Store, String)> {
-    let store = Store::connect(&stack::redis_url()?).await?;
-    let sale = stack::unique_name("inv");
-    store
-        .load(&SaleDefinition {
-            sale: sale.clone(),
-            opens_at_ms: None,
-            reservation_ttl_ms: ttl_ms,
-            items: vec![ItemDefinition {
-                sku: "HOT".into(),
-                stock,
-                per_user_limit: limit,
-                shards,
-            }],
-        })
-        .await?;
-    Ok((store, sale))
-}
-
-async fn stock_of(store: &Store, sale: &str) -> anyhow::Result<inventory::store::StockLevel> {
-    store
-        .stock(sale, "HOT")
-        .await?
-        .ok_or_else(|| anyhow::anyhow!("SKU HOT of {sale} is not loaded"))
-}
-
-async fn reserve(
-    store: &Store,
-    sale: &str,
-    user: &str,
-    qty: u64,
-    request_id: &str,
-) -> anyhow::Result<ReserveOutcome> {
-    Ok(store
-        .reserve(&ReserveRequest {
-            sale,
-            sku: "HOT",
-            user,
-            quantity: qty,
-            request_id,
-            amount_minor: qty * 100,
-        })
-        .await?)
-}
-
-/// Units the test itself asked for and was granted. A call is counted in
-/// `asked` before it is made and in `granted` once it answered yes, so at
-/// any instant the store's count must lie between the two.
-#[derive(Default)]
-struct Ledger {
-    reserve_asked: AtomicU64,
-    reserved: AtomicU64,
-    confirm_asked: AtomicU64,
-    confirmed: AtomicU64,
-}
-
-impl Ledger {
-    /// Checks a stock reading taken between two loads of the ledger.
-    fn bracket(
-        &self,
-        before: [u64; 4],
-        level: &inventory::store::StockLevel,
-    ) -> Result<(), String> {
-        let after = self.load();
-        let held = level.reserved + level.sold;
-        // granted-before <= store <= asked-after, for held units and sold units.
-        if held < before[1] || held > after[0] || level.sold < before[3] || level.sold > after[2] {
-            return Err(format!(
-                "store {level:?} outside the test's own books: before {before:?}, after {after:?}"
-            ));
-        }
-        Ok(())
-    }
-
-    fn load(&self) -> [u64; 4] {
-        [
-            self.reserve_asked.load(Ordering::SeqCst),
-            self.reserved.load(Ordering::SeqCst),
-            self.confirm_asked.load(Ordering::SeqCst),
-            self.confirmed.load(Ordering::SeqCst),
-        ]
-    }
-}
-
-/// 200 concurrent clients, 800 users, stock 1,000, limit 2: nothing oversold,
-/// nobody over the limit, and the store's counts agree at every check with
-/// the units the test itself reserved and confirmed.
-async fn hammer(shards: u32) -> anyhow::Result<()> {
-    const STOCK: u64 = 1_000;
-    let (store, sale) = store_with(STOCK, 2, shards, 600_000).await?;
-    let done = Arc::new(AtomicBool::new(false));
-    let checks = Arc::new(AtomicU64::new(0));
-    let ledger = Arc::new(Ledger::default());
-
-    let checker = {
-        let (store, sale, done, checks, ledger) = (
-            store.clone(),
-            sale.clone(),
-            done.clone(),
-            checks.clone(),
-            ledger.clone(),
-        );
-        tokio::spawn(async move {
-            while !done.load(Ordering::SeqCst) {
-                let before = ledger.load();
-                let level = stock_of(&store, &sale).await?;
-                ledger.bracket(before, &level).map_err(anyhow::Error::msg)?;
-                anyhow::ensure!(level.stock == STOCK, "stock changed: {level:?}");
-                checks.fetch_add(1, Ordering::SeqCst);
-                tokio::task::yield_now().await;
-            }
-            anyhow::Ok(())
-        })
-    };
-
-    let clients: Vec<_> = (0..200)
-        .map(|client| {
-            let (store, sale, ledger) = (store.clone(), sale.clone(), ledger.clone());
-            tokio::spawn(async move {
-                for k in 0..4 {
-                    let user = format!("u{}", client * 4 + k);
-                    for attempt in 0..3 {
-                        let qty = 1 + (client + k + attempt) % 2;
-                        let rid = format!("{user}-{attempt}");
-                        ledger.reserve_asked.fetch_add(qty, Ordering::SeqCst);
-                        match reserve(&store, &sale, &user, qty, &rid).await? {
-                            ReserveOutcome::Reserved(r) => {
-                                ledger.reserved.fetch_add(qty, Ordering::SeqCst);
-                                if (client + attempt) % 3 == 0 {
-                                    ledger.confirm_asked.fetch_add(qty, Ordering::SeqCst);
-                                    if store.confirm(&sale, &r.id).await?
-                                        == ConfirmOutcome::Confirmed
-                                    {
-                                        ledger.confirmed.fetch_add(qty, Ordering::SeqCst);
-                                    }
-                                }
-                            }
-                            ReserveOutcome::SoldOut | ReserveOutcome::UserLimit { .. } => break,
-                            other => anyhow::bail!("unexpected {other:?}"),
-                        }
-                    }
-                }
-                anyhow::Ok(())
-            })
-        })
-        .collect();
-    for client in clients {
-        client.await??;
-    }
-    // Requests of 2 can leave single units behind; buy them one at a time.
-    for n in 0.. {
-        ledger.reserve_asked.fetch_add(1, Ordering::SeqCst);
-        match reserve(&store, &sale, &format!("late-{n}"), 1, &format!("late-{n}")).await? {
-            ReserveOutcome::Reserved(_) => {
-                ledger.reserved.fetch_add(1, Ordering::SeqCst);
-                continue;
-            }
-            ReserveOutcome::SoldOut => break,
-            other => anyhow::bail!("unexpected {other:?}"),
-        }
-    }
-    done.store(true, Ordering::SeqCst);
-    checker.await??;
-
-    let level = stock_of(&store, &sale).await?;
-    let [_, reserved, _, confirmed] = ledger.load();
-    // Exactly what the test was granted: every unit accounted for.
-    assert_eq!(reserved, STOCK, "the test was granted the whole stock");
-    assert_eq!(level.available, 0, "{level:?}");
-    assert_eq!(level.sold, confirmed, "{level:?}");
-    assert_eq!(level.reserved, reserved - confirmed, "{level:?}");
-    assert!(confirmed > 0, "some were confirmed: {level:?}");
-    assert!(
-        // How many reads overlap the clients depends on scheduling; one is the proof.
-        checks.load(Ordering::SeqCst) >= 1,
-        "the checker ran while clients did"
-    );
-    let mut held_total = 0;
-    for user in (0..800).map(|u| format!("u{u}")) {
-        let held = store.held_by(&sale, "HOT", &user).await?;
-        assert!(held <= 2, "{user} holds {held}");
-        held_total += held;
-    }
-    let late: u64 = level.reserved + level.sold - held_total;
-    assert!(
-        late <= 8 * u64::from(shards),
-        "{late} units left for the single-unit buyers"
-    );
-    Ok(())
+    common::store_on(
+        &stack::redis_url()?,
+        &stack::unique_name("inv"),
+        stock,
+        limit,
+        shards,
+        ttl_ms,
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hammer_one_shard_never_oversells() -> anyhow::Result<()> {
-    hammer(1).await
+    hammer(&stack::redis_url()?, &stack::unique_name("inv"), 1).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hammer_eight_shards_never_oversells() -> anyhow::Result<()> {
-    hammer(8).await
+    hammer(&stack::redis_url()?, &stack::unique_name("inv"), 8).await
 }
 
 #[tokio::test]
