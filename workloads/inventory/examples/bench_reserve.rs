@@ -1,13 +1,16 @@
 //! Load generator: reservations per second and latency on one hot SKU, in
 //! three ways measured in the same run at the same concurrency:
 //!
-//! - `raw-lua`: the reserve script called directly on Redis (the ceiling);
-//! - `service`: the inventory's HTTP API (in-process server, keep-alive client);
+//! - `raw-lua`: the reserve script called directly on Redis, one call (a
+//!   batch of one) per request (the ceiling without coalescing);
+//! - `service`: the inventory's HTTP API (in-process server, keep-alive
+//!   client), which coalesces concurrent reservations of the SKU into one
+//!   call of the same script;
 //! - `naive-sql`: `UPDATE stock SET available = available - 1 WHERE sku = $1
 //!   AND available > 0` on PostgreSQL, committed durably (`synchronous_commit = on`).
 //!
 //! Needs the local stack (`eval "$(e2e/local/stack env)"`). Run:
-//! `cargo run --release -p inventory --example bench_reserve -- --concurrency 64 --seconds 5 --runs 3`
+//! `cargo run --release -p inventory --example bench_reserve -- --concurrency 64 --seconds 4 --runs 5`
 
 use std::{
     sync::Arc,
@@ -16,6 +19,7 @@ use std::{
 
 use inventory::{
     api::{self, AppState},
+    coalesce::{BatchItem, batch_invocation},
     keys::SaleKeys,
     metrics::Metrics,
     store::{ItemDefinition, SaleDefinition, Store},
@@ -138,8 +142,10 @@ async fn main() -> anyhow::Result<()> {
             .await?;
     }
 
-    // The service, in-process on loopback.
-    let state = AppState::new(store, Metrics::default(), Duration::from_millis(200));
+    // The service, in-process on loopback; its batch sizes are reported.
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let state = AppState::new(store, metrics.clone(), Duration::from_millis(200));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!(
         "http://{}/v1/sales/{sale}/reservations",
@@ -147,7 +153,7 @@ async fn main() -> anyhow::Result<()> {
     );
     tokio::spawn(async move { axum::serve(listener, api::router(state)).await });
 
-    // The raw baseline: the same script, straight to Redis.
+    // The raw baseline: the same script, straight to Redis, one request per call.
     let raw_conn =
         redis::aio::ConnectionManager::new(redis::Client::open(redis_url.as_str())?).await?;
     let script = Arc::new(redis::Script::new(inventory::store::RESERVE_LOCAL_LUA));
@@ -190,30 +196,19 @@ async fn main() -> anyhow::Result<()> {
             let (mut conn, script, keys) = (conn.clone(), script.clone(), keys.clone());
             async move {
                 let id = format!("r{run}-{n}");
-                let user = format!("u{n}");
-                let shard = keys.shard("HOT", 1, 0);
-                let reply: Vec<String> = script
-                    .key(keys.sku("HOT"))
-                    .key(keys.user("HOT", &user))
-                    .key(keys.request(&id))
-                    .key(keys.reservation(&id))
-                    .key(keys.expiry())
-                    .key(shard.avail())
-                    .key(shard.held())
-                    .key(shard.taken(&id))
-                    .arg(1)
-                    .arg(&id)
-                    .arg(&user)
-                    .arg("HOT")
-                    .arg(3_600_000)
-                    .arg(3600)
-                    .arg(&id)
+                let item = BatchItem {
+                    user: format!("u{n}"),
+                    quantity: 1,
+                    reservation_id: id.clone(),
+                    request_id: id,
+                    amount_minor: 3600,
+                    ttl_ms: 3_600_000,
+                };
+                let replies: Vec<Vec<String>> = batch_invocation(&script, &keys, "HOT", &[item])
                     .invoke_async(&mut conn)
                     .await?;
-                anyhow::ensure!(
-                    reply.first().map(String::as_str) == Some("reserved"),
-                    "{reply:?}"
-                );
+                let reply = replies.first().and_then(|r| r.first());
+                anyhow::ensure!(reply.map(String::as_str) == Some("reserved"), "{replies:?}");
                 Ok(())
             }
         })
@@ -279,6 +274,20 @@ async fn main() -> anyhow::Result<()> {
         "service / raw-lua = {:.2} (same-run ratios, median); service / naive-sql = {:.1}",
         ratio(&rows[1].1, &rows[0].1),
         ratio(&rows[1].1, &rows[2].1)
+    );
+    let text = flashsale_runtime::metrics::render(&registry)?;
+    let series = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let (calls, requests) = (
+        series("flashsale_inventory_reserve_batch_size_count"),
+        series("flashsale_inventory_reserve_batch_size_sum"),
+    );
+    println!(
+        "service: {calls:.0} script calls for {requests:.0} reservations, {:.1} per call on average",
+        requests / calls.max(1.0)
     );
     sqlx::query("DROP TABLE bench_stock").execute(&pool).await?;
     // Leave Redis as found: both sales' keys start with the bench's prefix.

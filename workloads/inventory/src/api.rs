@@ -48,8 +48,9 @@ pub struct AppState {
 impl AppState {
     /// State over a store. A replica that saw a SKU sold out answers so
     /// without Redis for `sold_out_staleness`; a release on this replica
-    /// clears the flag at once.
+    /// clears the flag at once. The store's reserve batch sizes go into `metrics`.
     pub fn new(store: Store, metrics: Metrics, sold_out_staleness: Duration) -> Self {
+        store.record_batch_sizes(&metrics);
         Self {
             store,
             metrics,

@@ -1,10 +1,12 @@
 //! The flash-sale inventory: stock reservations in Redis that never oversell.
 //! `keys` documents the Redis key schema; `store` holds the scripts and the
-//! reservation protocol; `api` is the HTTP face; `sweeper` returns unpaid stock;
+//! reservation protocol; `coalesce` gathers concurrent reservations of a SKU
+//! into one script call; `api` is the HTTP face; `sweeper` returns unpaid stock;
 //! `outbox` announces it to the order stream; `auth` guards the API.
 
 pub mod api;
 pub mod auth;
+pub mod coalesce;
 pub mod keys;
 pub mod metrics;
 pub mod outbox;

@@ -1,10 +1,26 @@
 //! The inventory's Prometheus metrics (names per docs/architecture.md).
 
+use flashsale_runtime::metrics::Buckets;
 use prometheus_client::{
     encoding::EncodeLabelSet,
-    metrics::{counter::Counter, family::Family, gauge::Gauge},
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
     registry::Registry,
 };
+
+/// Buckets of `flashsale_inventory_reserve_batch_size`: 1, 2, 4, … 128 (the
+/// largest batch the coalescer sends).
+const BATCH_BUCKETS: Buckets = Buckets::exponential(1.0, 2.0, 8);
+
+/// Requests per reserve script call; a newtype so `Metrics` keeps its
+/// derived `Default`.
+#[derive(Clone)]
+struct BatchSizes(Histogram);
+
+impl Default for BatchSizes {
+    fn default() -> Self {
+        Self(BATCH_BUCKETS.histogram())
+    }
+}
 
 /// Labels of `inventory_reservations_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -28,6 +44,7 @@ pub struct Metrics {
     expired: Counter,
     expired_published: Counter,
     outbox_pending: Gauge,
+    reserve_batch_size: BatchSizes,
 }
 
 impl Metrics {
@@ -59,6 +76,11 @@ impl Metrics {
             "Expired order events not yet acknowledged by Kafka (last sale published)",
             metrics.outbox_pending.clone(),
         );
+        registry.register(
+            "flashsale_inventory_reserve_batch_size",
+            "Reservations of one SKU decided by one reserve script call",
+            metrics.reserve_batch_size.0.clone(),
+        );
         metrics
     }
 
@@ -84,6 +106,11 @@ impl Metrics {
         self.expired.inc_by(count);
     }
 
+    /// Records one reserve script call deciding `size` reservations.
+    pub fn reserve_batch(&self, size: usize) {
+        self.reserve_batch_size.0.observe(size as f64);
+    }
+
     /// Records one outbox round: events published, entries left.
     pub fn outbox(&self, published: u64, pending: u64) {
         self.expired_published.inc_by(published);
@@ -106,10 +133,14 @@ mod tests {
         let metrics = Metrics::register(&mut registry);
         metrics.reservation("sold_out");
         metrics.stock("HOT-1", 7);
+        metrics.reserve_batch(3);
         let text = render(&registry)?;
         for line in [
             r#"inventory_reservations_total{result="sold_out"} 1"#,
             r#"inventory_stock_available{sku="HOT-1"} 7"#,
+            r#"flashsale_inventory_reserve_batch_size_bucket{le="2.0"} 0"#,
+            r#"flashsale_inventory_reserve_batch_size_bucket{le="4.0"} 1"#,
+            "flashsale_inventory_reserve_batch_size_count 1",
         ] {
             assert!(
                 text.lines().any(|l| l == line),

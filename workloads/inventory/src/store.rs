@@ -16,7 +16,10 @@ use redis::Script;
 use serde::{Deserialize, Serialize};
 use tokio::sync::RwLock;
 
-use crate::keys::{SaleKeys, ShardKeys};
+use crate::{
+    coalesce::{BatchItem, CoalesceSettings, Coalescer},
+    keys::{SaleKeys, ShardKeys},
+};
 
 /// How long a sharded claim may take between its first and last step; longer
 /// than any request deadline, so a late step cannot race the sweeper.
@@ -279,11 +282,13 @@ pub struct StockLevel {
     pub sold: u64,
 }
 
-/// Source of the one-shard reserve script (admission + reserve), for callers
-/// that measure or exercise it directly.
+/// Source of the one-shard reserve script (admission + reserve of a batch of
+/// requests of one SKU; one request is a batch of one), for callers that
+/// measure or exercise it directly: call it with
+/// [`crate::coalesce::batch_invocation`].
 pub const RESERVE_LOCAL_LUA: &str = concat!(
     include_str!("lua/admit.lua"),
-    include_str!("lua/reserve_local.lua")
+    include_str!("lua/reserve_batch.lua")
 );
 /// Source of step 1 of a sharded reservation (admission + claim).
 pub const CLAIM_LUA: &str = concat!(include_str!("lua/admit.lua"), include_str!("lua/claim.lua"));
@@ -291,7 +296,6 @@ pub const CLAIM_LUA: &str = concat!(include_str!("lua/admit.lua"), include_str!(
 pub const TAKE_LUA: &str = include_str!("lua/take.lua");
 
 struct Scripts {
-    reserve_local: Script,
     claim: Script,
     take: Script,
     settle: Script,
@@ -307,7 +311,6 @@ struct Scripts {
 impl Scripts {
     fn new() -> Self {
         Self {
-            reserve_local: Script::new(RESERVE_LOCAL_LUA),
             claim: Script::new(CLAIM_LUA),
             take: Script::new(TAKE_LUA),
             settle: Script::new(include_str!("lua/settle.lua")),
@@ -339,6 +342,8 @@ pub struct Store {
     // Shared per sale so the hot path clones a pointer, not the SKU map.
     sales: Arc<RwLock<HashMap<String, Arc<SaleInfo>>>>,
     durability: Durability,
+    // One-shard reservations of a SKU share script calls (`coalesce`).
+    pub(crate) coalescer: Arc<Coalescer>,
 }
 
 /// Whether a load created a SKU or found it.
@@ -355,6 +360,7 @@ impl Store {
     /// (after `SCRIPT FLUSH` or a Redis restart) by the `redis` crate.
     pub fn new(conn: RedisConnection) -> Self {
         Self {
+            coalescer: Arc::new(Coalescer::new(conn.clone(), CoalesceSettings::default())),
             conn,
             scripts: Arc::new(Scripts::new()),
             sales: Arc::default(),
@@ -603,14 +609,15 @@ impl Store {
             expires_at_ms,
         };
         if shards == 1 {
-            let shard = keys.shard(req.sku, 1, 0);
-            let reply: Vec<String> =
-                admission(&self.scripts.reserve_local, &keys, req, &id, info.ttl_ms)
-                    .key(shard.avail())
-                    .key(shard.held())
-                    .key(shard.taken(&id))
-                    .invoke_async(&mut conn)
-                    .await?;
+            let item = BatchItem {
+                user: req.user.to_owned(),
+                quantity: req.quantity,
+                reservation_id: id.clone(),
+                request_id: req.request_id.to_owned(),
+                amount_minor: req.amount_minor,
+                ttl_ms: info.ttl_ms,
+            };
+            let reply = self.coalescer.reserve(req.sale, req.sku, item).await?;
             return self.reserve_reply(&keys, reply, fresh).await;
         }
 

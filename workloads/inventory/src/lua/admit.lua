@@ -1,31 +1,33 @@
--- Admission, shared by reserve_local.lua and claim.lua (prepended to each):
+-- Admission, shared by reserve_batch.lua and claim.lua (prepended to each):
 -- a known request id answers with its reservation, or with 'mismatch' when
 -- the request asks for another SKU or quantity than the one that made it; an
--- unknown SKU or a user at the limit is refused. Leaves `qty` and `request`
--- set for the script that follows. The request-id key holds
+-- unknown SKU or a user at the limit is refused. The request-id key holds
 -- "<reservation id> <sku> <qty>" (a space is outside the id alphabet) and
 -- lives as long as the reservation record: a request id is never forgotten
 -- while its reservation exists, so a late retry cannot take stock twice.
--- KEYS: 1 sku hash, 2 user counter, 3 request-id key, (4 reservation hash, 5 expiry zset)
--- ARGV: 1 qty, (2 reservation id, 3 user, 4 sku, 5 ttl or window ms, 6 amount, 7 request id)
-local existing = redis.call('GET', KEYS[3])
-if existing then
-  local id, sku, qty = string.match(existing, '^(%S+) (%S+) (%S+)$')
-  if not id then
-    return {'corrupt', existing}
+-- Answers the refusal, or nil, the quantity as a number and the value the
+-- request-id key gets once the request is granted.
+local function admit(sku_key, user_key, request_key, qty_arg, id, sku)
+  local existing = redis.call('GET', request_key)
+  if existing then
+    local known, known_sku, known_qty = string.match(existing, '^(%S+) (%S+) (%S+)$')
+    if not known then
+      return {'corrupt', existing}
+    end
+    if known_sku ~= sku or known_qty ~= qty_arg then
+      return {'mismatch', known}
+    end
+    return {'duplicate', known}
   end
-  if sku ~= ARGV[4] or qty ~= ARGV[1] then
-    return {'mismatch', id}
+  local request = id .. ' ' .. sku .. ' ' .. qty_arg
+  local limit = tonumber(redis.call('HGET', sku_key, 'limit'))
+  if not limit then
+    return {'unknown_sku', ''}
   end
-  return {'duplicate', id}
-end
-local request = ARGV[2] .. ' ' .. ARGV[4] .. ' ' .. ARGV[1]
-local limit = tonumber(redis.call('HGET', KEYS[1], 'limit'))
-if not limit then
-  return {'unknown_sku', ''}
-end
-local qty = tonumber(ARGV[1])
-local held = tonumber(redis.call('GET', KEYS[2]) or '0')
-if held + qty > limit then
-  return {'user_limit', tostring(held)}
+  local qty = tonumber(qty_arg)
+  local held = tonumber(redis.call('GET', user_key) or '0')
+  if held + qty > limit then
+    return {'user_limit', tostring(held)}
+  end
+  return nil, qty, request
 end

@@ -3,6 +3,10 @@
 -- KEYS: 1 sku hash, 2 user counter, 3 request-id key, 4 reservation hash, 5 expiry zset
 -- ARGV: 1 qty, 2 reservation id, 3 user, 4 sku, 5 claim window ms, 6 amount, 7 request id
 -- (admit.lua runs first.)
+local refusal, qty, request = admit(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[4])
+if refusal then
+  return refusal
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local deadline = now + tonumber(ARGV[5])
