@@ -404,12 +404,17 @@ impl Store {
 
     /// Acknowledges nothing before `key`'s primary has the writes replicated
     /// as the durability policy asks.
-    async fn make_durable(&self, key: &str) -> Result<(), StoreError> {
+    /// `since` is [`RedisConnection::generation`] read before the writes: a
+    /// connection replaced in between cannot vouch for them.
+    async fn make_durable(&self, key: &str, since: u64) -> Result<(), StoreError> {
         let Durability::Replicated { replicas, timeout } = self.durability else {
             return Ok(());
         };
         let mut conn = self.conn.clone();
-        let acked = conn.wait_for_replicas(key, replicas, timeout).await?;
+        let mut acked = conn.wait_for_replicas(key, replicas, timeout).await?;
+        if conn.generation() != since {
+            acked = 0;
+        }
         if acked < u64::from(replicas) {
             return Err(StoreError::NotDurable {
                 acked,
@@ -455,6 +460,7 @@ impl Store {
         let timeouts = RedisTimeouts {
             connect: std::time::Duration::from_secs(2),
             response: std::time::Duration::from_secs(2),
+            ..RedisTimeouts::default()
         };
         Ok(Self::new(
             RedisConnection::connect(&target, timeouts).await?,
@@ -571,12 +577,13 @@ impl Store {
     /// sharded one (claim, take from a shard, settle). A reservation is
     /// answered once it is as safe as the durability policy asks.
     pub async fn reserve(&self, req: &ReserveRequest<'_>) -> Result<ReserveOutcome, StoreError> {
+        let since = self.conn.generation();
         let outcome = self.decide_reservation(req).await?;
         if matches!(
             outcome,
             ReserveOutcome::Reserved(_) | ReserveOutcome::Existing(_)
         ) {
-            self.make_durable(&SaleKeys::new(req.sale).sku(req.sku))
+            self.make_durable(&SaleKeys::new(req.sale).sku(req.sku), since)
                 .await?;
         }
         Ok(outcome)
@@ -633,6 +640,7 @@ impl Store {
         for step in 0..shards {
             let index = (start + step) % shards;
             let shard = keys.shard(req.sku, shards, index);
+            let since = conn.generation();
             let outcome: String = self
                 .scripts
                 .take
@@ -644,7 +652,7 @@ impl Store {
                 .await?;
             match outcome.as_str() {
                 "taken" => {
-                    self.make_durable(&shard.avail()).await?;
+                    self.make_durable(&shard.avail(), since).await?;
                     taken_from = i64::from(index);
                     break;
                 }
@@ -773,6 +781,7 @@ impl Store {
             return Ok(ConfirmOutcome::Missing);
         };
         let mut conn = self.conn.clone();
+        let since = conn.generation();
         let outcome: String = self
             .scripts
             .confirm
@@ -783,7 +792,7 @@ impl Store {
             .invoke_async(&mut conn)
             .await?;
         if outcome == "confirmed" {
-            self.make_durable(&keys.sku(&resv.sku)).await?;
+            self.make_durable(&keys.sku(&resv.sku), since).await?;
         }
         Ok(match outcome.as_str() {
             "confirmed" if resv.state == ReservationState::Confirmed => {

@@ -367,6 +367,7 @@ async fn a_failed_batch_fails_every_member_and_retries_succeed_once() -> anyhow:
     let timeouts = RedisTimeouts {
         connect: Duration::from_secs(1),
         response: Duration::from_millis(300),
+        ..RedisTimeouts::default()
     };
     let store = Store::new(RedisConnection::connect(&target, timeouts).await?);
     let mut registry = Registry::default();

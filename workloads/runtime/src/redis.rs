@@ -8,12 +8,21 @@
 //! - `redis://a:7001,redis://b:7002`: a cluster, from these seed nodes;
 //! - `redis+cluster://a:7001` (or `rediss+cluster://`): a cluster, one seed.
 
-use std::{fmt, str::FromStr, time::Duration};
+use std::{
+    fmt,
+    future::Future,
+    str::FromStr,
+    sync::{
+        Arc, Mutex, PoisonError, RwLock,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
 
 use redis::{
-    Cmd, RedisFuture, RedisResult, Value,
+    Cmd, ErrorKind, RedisError, RedisFuture, RedisResult, Value,
     aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig},
-    cluster::ClusterClientBuilder,
+    cluster::{ClusterClient, ClusterClientBuilder},
     cluster_async::ClusterConnection,
     cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr},
 };
@@ -83,6 +92,9 @@ pub struct RedisTimeouts {
     pub connect: Duration,
     /// One command's answer.
     pub response: Duration,
+    /// How long every call on a cluster connection may fail before the
+    /// connection is replaced by a fresh one (see [`StallWatch`]).
+    pub stall: Duration,
 }
 
 impl Default for RedisTimeouts {
@@ -90,6 +102,7 @@ impl Default for RedisTimeouts {
         Self {
             connect: Duration::from_secs(1),
             response: Duration::from_secs(1),
+            stall: Duration::from_secs(3),
         }
     }
 }
@@ -102,7 +115,7 @@ pub enum RedisConnection {
     Single(ConnectionManager),
     /// A cluster: commands go to the primary of their keys' slot and follow
     /// MOVED/ASK redirections and failovers.
-    Cluster(ClusterConnection),
+    Cluster(HealingCluster),
 }
 
 impl RedisConnection {
@@ -128,8 +141,22 @@ impl RedisConnection {
                     .min_retry_wait(50)
                     .max_retry_wait(1_000)
                     .build()?;
-                Ok(Self::Cluster(client.get_async_connection().await?))
+                Ok(Self::Cluster(
+                    HealingCluster::connect(client, timeouts).await?,
+                ))
             }
+        }
+    }
+
+    /// Changes each time the connection underneath is replaced (see
+    /// [`HealingCluster`]); always 0 for one server. A `WAIT` only covers
+    /// writes made on the same connection, so a caller that writes and then
+    /// waits compares the generation before the write with the one after
+    /// the wait.
+    pub fn generation(&self) -> u64 {
+        match self {
+            Self::Single(_) => 0,
+            Self::Cluster(conn) => conn.replacements(),
         }
     }
 
@@ -146,11 +173,9 @@ impl RedisConnection {
             Self::Single(conn) => cmd.query_async(conn).await,
             Self::Cluster(conn) => {
                 let route = Route::with_key(key, SlotAddr::Master);
-                conn.route_command(
-                    cmd.clone(),
-                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
-                )
-                .await
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                conn.call(|mut c| async move { c.route_command(cmd.clone(), routing).await })
+                    .await
             }
         }
     }
@@ -184,7 +209,10 @@ impl RedisConnection {
                     redis::cluster_routing::MultipleNodeRoutingInfo::AllMasters,
                     None,
                 ));
-                match conn.route_command(cmd.clone(), routing).await? {
+                let answer = conn
+                    .call(|mut c| async move { c.route_command(cmd.clone(), routing).await })
+                    .await?;
+                match answer {
                     // Without a response policy the nodes' answers come back
                     // as a map of address → answer.
                     Value::Map(pairs) => Ok(pairs.into_iter().map(|(_, v)| v).collect()),
@@ -193,6 +221,178 @@ impl RedisConnection {
                 }
             }
         }
+    }
+}
+
+/// Decides when a cluster connection has stalled: every call has failed at
+/// the connection level (timeouts, refused or dropped connections) for at
+/// least `stall`, with no success in between. A single primary failing over
+/// does not stall a connection that also serves other primaries; a client
+/// wedged for good does.
+///
+/// Why this exists: the `redis` crate's cluster client (1.8) can wedge after
+/// a primary dies. Its slot refresh waits for a lock whose turn went to a
+/// reconnect task that is not polled while the refresh runs, so every later
+/// call times out until the process restarts. A fresh connection has fresh
+/// state; replacing the wedged one restores service.
+#[derive(Debug)]
+pub struct StallWatch {
+    stall: Duration,
+    failing_since: Option<Instant>,
+}
+
+impl StallWatch {
+    /// A watch that calls a connection stalled after `stall` of failures.
+    pub fn new(stall: Duration) -> Self {
+        Self {
+            stall,
+            failing_since: None,
+        }
+    }
+
+    /// Records a call's outcome at `now`; returns whether the connection
+    /// has stalled and should be replaced. Resets after saying so, so the
+    /// next replacement needs another full `stall` of failures.
+    pub fn observe(&mut self, connection_failed: bool, now: Instant) -> bool {
+        if !connection_failed {
+            self.failing_since = None;
+            return false;
+        }
+        let since = *self.failing_since.get_or_insert(now);
+        if now.saturating_duration_since(since) >= self.stall {
+            self.failing_since = None;
+            return true;
+        }
+        false
+    }
+}
+
+/// Whether `error` says the connection (not the command) failed: only these
+/// count towards a stall; a script's own error proves the connection works.
+fn is_connection_failure(error: &RedisError) -> bool {
+    error.is_timeout()
+        || error.is_io_error()
+        || error.is_connection_dropped()
+        || error.is_connection_refusal()
+        || error.kind() == ErrorKind::ClusterConnectionNotFound
+}
+
+/// A cluster connection that replaces itself with a fresh one when it
+/// stalls (see [`StallWatch`]). Cheap to clone; clones share one connection.
+#[derive(Clone)]
+pub struct HealingCluster {
+    shared: Arc<HealingShared>,
+}
+
+struct HealingShared {
+    client: ClusterClient,
+    connect_timeout: Duration,
+    current: RwLock<ClusterConnection>,
+    watch: Mutex<StallWatch>,
+    replacing: AtomicBool,
+    replacements: AtomicU64,
+}
+
+impl HealingCluster {
+    async fn connect(client: ClusterClient, timeouts: RedisTimeouts) -> RedisResult<Self> {
+        let first = client.get_async_connection().await?;
+        Ok(Self {
+            shared: Arc::new(HealingShared {
+                client,
+                connect_timeout: timeouts.connect,
+                current: RwLock::new(first),
+                watch: Mutex::new(StallWatch::new(timeouts.stall)),
+                replacing: AtomicBool::new(false),
+                replacements: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// How many times the connection has been replaced after a stall.
+    pub fn replacements(&self) -> u64 {
+        self.shared.replacements.load(Ordering::Relaxed)
+    }
+
+    fn current(&self) -> ClusterConnection {
+        self.shared
+            .current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Runs `op` on the current connection and watches its outcome; the
+    /// call that finds the connection stalled replaces it before returning
+    /// its own error (the caller retries as it would after any failure).
+    async fn call<T, F, Fut>(&self, op: F) -> RedisResult<T>
+    where
+        F: FnOnce(ClusterConnection) -> Fut,
+        Fut: Future<Output = RedisResult<T>>,
+    {
+        let result = op(self.current()).await;
+        let failed = result.as_ref().err().is_some_and(is_connection_failure);
+        let stalled = self
+            .shared
+            .watch
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .observe(failed, Instant::now());
+        if stalled && !self.shared.replacing.swap(true, Ordering::AcqRel) {
+            self.replace().await;
+            self.shared.replacing.store(false, Ordering::Release);
+        }
+        result
+    }
+
+    async fn replace(&self) {
+        let fresh = tokio::time::timeout(
+            self.shared.connect_timeout.saturating_mul(4),
+            self.shared.client.get_async_connection(),
+        )
+        .await;
+        match fresh {
+            Ok(Ok(conn)) => {
+                *self
+                    .shared
+                    .current
+                    .write()
+                    .unwrap_or_else(PoisonError::into_inner) = conn;
+                let n = self.shared.replacements.fetch_add(1, Ordering::Relaxed) + 1;
+                tracing::warn!(
+                    replacements = n,
+                    "Redis Cluster connection stalled; replaced it with a fresh one"
+                );
+            }
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "Redis Cluster connection stalled; reconnecting failed");
+            }
+            Err(_) => {
+                tracing::warn!("Redis Cluster connection stalled; reconnecting timed out");
+            }
+        }
+    }
+}
+
+impl ConnectionLike for HealingCluster {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(self.call(move |mut c| async move { c.req_packed_command(cmd).await }))
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(
+            self.call(
+                move |mut c| async move { c.req_packed_commands(pipeline, offset, count).await },
+            ),
+        )
+    }
+
+    fn get_db(&self) -> i64 {
+        self.current().get_db()
     }
 }
 
@@ -233,6 +433,37 @@ impl ConnectionLike for RedisConnection {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_connection_stalls_only_after_failing_without_a_success_for_the_whole_span() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut watch = StallWatch::new(Duration::from_secs(3));
+        // Failures with a success in between never add up.
+        assert!(!watch.observe(true, at(0)));
+        assert!(!watch.observe(true, at(2_900)));
+        assert!(!watch.observe(false, at(2_950)));
+        assert!(!watch.observe(true, at(3_000)));
+        assert!(!watch.observe(true, at(5_999)));
+        // Three seconds of nothing but failures: stalled, once.
+        assert!(watch.observe(true, at(6_000)));
+        assert!(!watch.observe(true, at(6_001)));
+        // The next replacement needs another full span.
+        assert!(!watch.observe(true, at(8_999)));
+        assert!(watch.observe(true, at(9_001)));
+    }
+
+    #[test]
+    fn only_connection_level_errors_count_towards_a_stall() {
+        let timeout = RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
+        let refused = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        let not_found = RedisError::from((ErrorKind::ClusterConnectionNotFound, "none"));
+        let script = RedisError::from((ErrorKind::Client, "a script said no"));
+        assert!(is_connection_failure(&timeout));
+        assert!(is_connection_failure(&refused));
+        assert!(is_connection_failure(&not_found));
+        assert!(!is_connection_failure(&script));
+    }
 
     #[test]
     fn one_url_is_a_server_and_a_list_or_the_cluster_scheme_is_a_cluster() {
