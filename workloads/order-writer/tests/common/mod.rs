@@ -8,7 +8,10 @@ use std::{collections::BTreeSet, time::Duration};
 
 use flashsale_e2e::{stack, wait::poll_until};
 use flashsale_orders::{EventKind, OrderEvent, OrderProducer, ProduceError, SCHEMA_VERSION};
-use order_writer::{sink::Sink, writer::WriterSettings};
+use order_writer::{
+    sink::Sink,
+    writer::{DEFAULT_SESSION_TIMEOUT, WriterSettings},
+};
 use rdkafka::{
     ClientConfig, Offset, TopicPartitionList,
     admin::{AdminClient, AdminOptions, NewTopic, TopicReplication},
@@ -391,6 +394,6 @@ pub fn writer_settings(brokers: &str, topic: &str, dlq: &str, group: &str) -> Wr
         batch_size: 200,
         flush_interval: Duration::from_millis(100),
         write_concurrency: 2,
-        session_timeout: Duration::from_secs(10),
+        session_timeout: DEFAULT_SESSION_TIMEOUT,
     }
 }
