@@ -39,7 +39,7 @@ const MIN_INSYNC: i32 = 2;
 /// Producing tasks, each a share of the gateway's concurrent requests.
 const PRODUCERS: usize = 6;
 /// Orders per second over all producers.
-const RATE: f64 = 3_000.0;
+const RATE: f64 = 2_000.0;
 /// Orders at most; the stream normally stops well before, once the
 /// cluster is whole again.
 const MAX_ORDERS: usize = 400_000;
@@ -533,7 +533,7 @@ async fn ride_through(
     let elected = poll_until(
         "every partition led by a live broker",
         ELECTION,
-        Duration::from_millis(100),
+        Duration::from_millis(250),
         || async {
             for p in 0..PARTITIONS {
                 let state = cluster
@@ -582,7 +582,7 @@ async fn wait_in_sync(cluster: &KafkaCluster, topic: &str, within: Duration) -> 
     poll_until(
         "every partition of the test's topic fully in sync",
         within,
-        Duration::from_millis(100),
+        Duration::from_millis(250),
         || async {
             for p in 0..PARTITIONS {
                 let state = cluster
