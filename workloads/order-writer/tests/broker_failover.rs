@@ -6,9 +6,11 @@
 //! the stream goes on through the election, the broker comes back and the
 //! cluster is whole again before producing stops. Then every acknowledged
 //! order is stored exactly once (counted per order id), nothing is stored
-//! that was never sent, and the writer's group has committed the end of
-//! every partition. The cluster is optional (`e2e/local/stack up
-//! kafka-cluster`): without it the test says why and passes.
+//! that was never sent, the writer's group has committed the end of every
+//! partition, and the writer stored again within 5 s of the producers being
+//! acknowledged again (it kept its partitions while the group's coordinator
+//! moved). The cluster is optional (`e2e/local/stack up kafka-cluster`):
+//! without it the test says why and passes.
 
 mod common;
 
