@@ -252,6 +252,50 @@ impl StackNodes {
     }
 }
 
+/// Each address of a comma-separated list, trimmed, with its port.
+fn addresses(list: &str) -> Result<Vec<(String, u16)>, ClusterError> {
+    list.split(',')
+        .map(|address| Ok((address.trim().to_owned(), port_of(address.trim())?)))
+        .collect()
+}
+
+/// A cluster's nodes as `e2e/local/stack env` exports them: one variable
+/// listing every node's address (comma-separated, each ending in its port),
+/// and the stack's handle on their processes.
+#[derive(Debug, Clone)]
+struct ClusterNodes {
+    /// The variable's value, as the seeds for a client.
+    list: String,
+    /// Each node's address (trimmed) and port, in the order of `list`.
+    addresses: Vec<(String, u16)>,
+    stack: StackNodes,
+}
+
+impl ClusterNodes {
+    /// Reads `list_var`, then the stack's state folder and script.
+    fn from_env(list_var: &'static str, component: &'static str) -> Result<Self, ClusterError> {
+        let list = var(list_var, component)?;
+        let addresses = addresses(&list)?;
+        Ok(Self {
+            list,
+            addresses,
+            stack: StackNodes::from_env(component)?,
+        })
+    }
+
+    fn ports(&self) -> Vec<u16> {
+        self.addresses.iter().map(|(_, port)| *port).collect()
+    }
+
+    fn unknown(&self, node: impl ToString) -> ClusterError {
+        ClusterError::UnknownNode {
+            node: node.to_string(),
+            component: self.stack.component,
+            known: self.list.clone(),
+        }
+    }
+}
+
 // --- Redis Cluster -------------------------------------------------------------
 
 /// A node's part in the Redis Cluster.
@@ -369,9 +413,7 @@ fn online_replicas(info: &str) -> usize {
 /// The stack's Redis Cluster (`e2e/local/stack up redis-cluster`).
 #[derive(Debug, Clone)]
 pub struct RedisCluster {
-    urls: String,
-    nodes: Vec<(String, u16)>,
-    stack: StackNodes,
+    nodes: ClusterNodes,
 }
 
 impl RedisCluster {
@@ -379,39 +421,28 @@ impl RedisCluster {
     /// comma-separated) and the stack's state folder and script, all from
     /// `e2e/local/stack env`.
     pub fn from_env() -> Result<Self, ClusterError> {
-        const COMPONENT: &str = "redis-cluster";
-        let urls = var("FLASHSALE_REDIS_CLUSTER_URL", COMPONENT)?;
-        let nodes = urls
-            .split(',')
-            .map(|url| Ok((url.trim().to_owned(), port_of(url.trim())?)))
-            .collect::<Result<Vec<_>, ClusterError>>()?;
         Ok(Self {
-            urls,
-            nodes,
-            stack: StackNodes::from_env(COMPONENT)?,
+            nodes: ClusterNodes::from_env("FLASHSALE_REDIS_CLUSTER_URL", "redis-cluster")?,
         })
     }
 
     /// Every node's URL, comma-separated: the seeds for a cluster client.
     pub fn urls(&self) -> &str {
-        &self.urls
+        &self.nodes.list
     }
 
     /// The nodes' client ports, in the order of [`RedisCluster::urls`].
     pub fn ports(&self) -> Vec<u16> {
-        self.nodes.iter().map(|(_, port)| *port).collect()
+        self.nodes.ports()
     }
 
     fn url_of(&self, port: u16) -> Result<&str, ClusterError> {
         self.nodes
+            .addresses
             .iter()
             .find(|(_, p)| *p == port)
             .map(|(url, _)| url.as_str())
-            .ok_or_else(|| ClusterError::UnknownNode {
-                node: port.to_string(),
-                component: self.stack.component,
-                known: self.urls.clone(),
-            })
+            .ok_or_else(|| self.nodes.unknown(port))
     }
 
     /// A plain (not cluster-aware) connection to one node, with short
@@ -492,7 +523,7 @@ impl RedisCluster {
             port,
             role,
             slots,
-            pid: self.stack.live_pid(&self.stack.member(port)),
+            pid: self.nodes.stack.live_pid(&self.nodes.stack.member(port)),
         })
     }
 
@@ -527,7 +558,8 @@ impl RedisCluster {
     /// returns once the process is gone.
     pub async fn kill(&self, port: u16) -> Result<(), ClusterError> {
         self.url_of(port)?;
-        self.stack.kill(&self.stack.member(port)).await
+        let stack = &self.nodes.stack;
+        stack.kill(&stack.member(port)).await
     }
 
     /// Starts the node on `port` again (with `e2e/local/stack up
@@ -536,7 +568,7 @@ impl RedisCluster {
     /// nodes.conf, as a replica if its replica took over meanwhile.
     pub async fn restart(&self, port: u16) -> Result<(), ClusterError> {
         self.url_of(port)?;
-        self.stack.up().await
+        self.nodes.stack.up().await
     }
 
     /// Waits until every node that answers sees the cluster as ok, primaries
@@ -627,59 +659,47 @@ pub struct PartitionState {
 /// its port.
 #[derive(Debug, Clone)]
 pub struct KafkaCluster {
-    brokers: String,
-    ports: Vec<u16>,
-    stack: StackNodes,
+    nodes: ClusterNodes,
 }
 
 impl KafkaCluster {
     /// The cluster from `FLASHSALE_KAFKA_CLUSTER_BROKERS` and the stack's
     /// state folder and script, all from `e2e/local/stack env`.
     pub fn from_env() -> Result<Self, ClusterError> {
-        const COMPONENT: &str = "kafka-cluster";
-        let brokers = var("FLASHSALE_KAFKA_CLUSTER_BROKERS", COMPONENT)?;
-        let ports = brokers
-            .split(',')
-            .map(|b| port_of(b.trim()))
-            .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
-            brokers,
-            ports,
-            stack: StackNodes::from_env(COMPONENT)?,
+            nodes: ClusterNodes::from_env("FLASHSALE_KAFKA_CLUSTER_BROKERS", "kafka-cluster")?,
         })
     }
 
     /// Bootstrap servers: every broker, comma-separated.
     pub fn brokers(&self) -> &str {
-        &self.brokers
+        &self.nodes.list
     }
 
     /// The broker id of `broker`, given as an id (1 to 3) or a client port.
     pub fn broker_id(&self, broker: i32) -> Result<i32, ClusterError> {
         let by_id = usize::try_from(broker)
             .ok()
-            .filter(|id| (1..=self.ports.len()).contains(id));
+            .filter(|id| (1..=self.nodes.addresses.len()).contains(id));
         let by_port = || {
-            self.ports
+            self.nodes
+                .addresses
                 .iter()
-                .position(|p| i32::from(*p) == broker)
+                .position(|(_, p)| i32::from(*p) == broker)
                 .map(|i| i + 1)
         };
         by_id
             .or_else(by_port)
             .and_then(|id| i32::try_from(id).ok())
-            .ok_or_else(|| ClusterError::UnknownNode {
-                node: broker.to_string(),
-                component: self.stack.component,
-                known: self.brokers.clone(),
-            })
+            .ok_or_else(|| self.nodes.unknown(broker))
     }
 
     /// SIGKILLs a broker (by id or port), by the pid the stack recorded,
     /// and returns once the process is gone.
     pub async fn kill(&self, broker: i32) -> Result<(), ClusterError> {
         let id = self.broker_id(broker)?;
-        self.stack.kill(&self.stack.member(id)).await
+        let stack = &self.nodes.stack;
+        stack.kill(&stack.member(id)).await
     }
 
     /// Starts a broker (by id or port) again with `e2e/local/stack up
@@ -687,13 +707,13 @@ impl KafkaCluster {
     /// once all three brokers are registered.
     pub async fn restart(&self, broker: i32) -> Result<(), ClusterError> {
         self.broker_id(broker)?;
-        self.stack.up().await
+        self.nodes.stack.up().await
     }
 
     /// Fresh metadata (of one topic, or of the brokers only), from any
     /// broker that answers.
     async fn metadata(&self, topic: Option<&str>) -> Result<Metadata, ClusterError> {
-        let brokers = self.brokers.clone();
+        let brokers = self.nodes.list.clone();
         let topic = topic.map(str::to_owned);
         tokio::task::spawn_blocking(move || -> Result<Metadata, ClusterError> {
             let consumer: BaseConsumer = ClientConfig::new()
@@ -765,11 +785,9 @@ impl KafkaCluster {
             .await
             .map_err(|e| e.to_string())?;
         let registered = metadata.brokers().len();
-        if registered != self.ports.len() {
-            return Err(format!(
-                "{registered} of {} brokers registered",
-                self.ports.len()
-            ));
+        let brokers = self.nodes.addresses.len();
+        if registered != brokers {
+            return Err(format!("{registered} of {brokers} brokers registered"));
         }
         let topic = metadata
             .topics()
@@ -780,7 +798,7 @@ impl KafkaCluster {
             return Err(format!("topic {ORDERS_TOPIC} has no partitions"));
         }
         for p in topic.partitions() {
-            if p.leader() < 0 || p.isr().len() < self.ports.len() {
+            if p.leader() < 0 || p.isr().len() < brokers {
                 return Err(format!(
                     "partition {}: leader {}, in sync {:?} of {:?}",
                     p.id(),
@@ -842,12 +860,16 @@ c144 127.0.0.1:17001@27001 myself,master - 0 1796160251000 1 connected 0-5460
     #[test]
     fn brokers_by_id_or_port() {
         let cluster = KafkaCluster {
-            brokers: "127.0.0.1:19192,127.0.0.1:19292,127.0.0.1:19392".to_owned(),
-            ports: vec![19192, 19292, 19392],
-            stack: StackNodes {
-                component: "kafka-cluster",
-                state_dir: PathBuf::new(),
-                script: PathBuf::new(),
+            nodes: ClusterNodes {
+                list: "127.0.0.1:19192,127.0.0.1:19292,127.0.0.1:19392".to_owned(),
+                addresses: [19192, 19292, 19392]
+                    .map(|port| (format!("127.0.0.1:{port}"), port))
+                    .to_vec(),
+                stack: StackNodes {
+                    component: "kafka-cluster",
+                    state_dir: PathBuf::new(),
+                    script: PathBuf::new(),
+                },
             },
         };
         assert_eq!(cluster.broker_id(2).ok(), Some(2));
@@ -862,5 +884,18 @@ c144 127.0.0.1:17001@27001 myself,master - 0 1796160251000 1 connected 0-5460
         assert_eq!(port_of("redis://127.0.0.1:17001").ok(), Some(17001));
         assert_eq!(port_of("127.0.0.1:19192").ok(), Some(19192));
         assert!(port_of("127.0.0.1").is_err());
+    }
+
+    #[test]
+    fn address_lists() {
+        let listed = addresses("redis://127.0.0.1:17001, redis://127.0.0.1:17002").ok();
+        assert_eq!(
+            listed,
+            Some(vec![
+                ("redis://127.0.0.1:17001".to_owned(), 17001),
+                ("redis://127.0.0.1:17002".to_owned(), 17002),
+            ])
+        );
+        assert!(addresses("127.0.0.1:19192,127.0.0.1").is_err());
     }
 }

@@ -8,7 +8,7 @@ use flashsale_runtime::{Process, RuntimeArgs};
 use order_writer::{
     metrics::WriterMetrics,
     sink::Sink,
-    writer::{Writer, WriterSettings},
+    writer::{DEFAULT_SESSION_TIMEOUT, Writer, WriterSettings},
 };
 
 /// The flash-sale order-writer: drains order events from Kafka into SQL in idempotent batches.
@@ -45,11 +45,12 @@ struct Args {
     write_concurrency: usize,
     /// How long the consumer group waits for a silent replica before its
     /// partitions move to the others, in milliseconds (the broker bounds it,
-    /// 6000 at least by default).
+    /// 6000 at least by default). Keep it above a broker failover's length,
+    /// or every broker loss costs a rebalance.
     #[arg(
         long,
         env = "ORDER_WRITER_SESSION_TIMEOUT_MS",
-        default_value_t = 10_000
+        default_value_t = DEFAULT_SESSION_TIMEOUT.as_millis() as u64
     )]
     session_timeout_ms: u64,
     #[command(flatten)]

@@ -46,6 +46,18 @@ const BROKER_CALL_TIMEOUT: Duration = Duration::from_secs(1);
 /// Longest wait for a first message when nothing is buffered.
 const IDLE_WAIT: Duration = Duration::from_millis(500);
 
+/// The consumer group's session timeout unless configured: how long the
+/// group waits for a silent member before its partitions move to another
+/// replica. It outlasts a broker's failover: when the group's coordinator
+/// dies, heartbeats fail until the cluster fences it (the brokers' session
+/// timeout, 9 s by default) and another broker loads the group, 9-13 s
+/// measured, and the last good heartbeat may be an interval (3 s) older;
+/// heartbeats queued behind offset commits wait as long when the
+/// coordinator lives but an in-sync replica of its partition died. At 10 s
+/// the consumer gave up its partitions during that move and its rejoin
+/// waited out the old member: 10-11 s more stall than the producers saw.
+pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Parked events at most: beyond, the writer retries them before it reads
 /// more, so a flood of events for unknown orders cannot grow memory unbounded.
 const MAX_PARKED: usize = 10_000;
@@ -68,7 +80,8 @@ pub struct WriterSettings {
     /// Transactions written at once, each for its own set of partitions.
     pub write_concurrency: usize,
     /// How long the group waits for a silent member before handing its
-    /// partitions to the others: the takeover time after a crash.
+    /// partitions to the others: the takeover time after a crash
+    /// ([`DEFAULT_SESSION_TIMEOUT`] says how long it must be).
     pub session_timeout: Duration,
 }
 

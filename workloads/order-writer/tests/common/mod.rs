@@ -8,7 +8,10 @@ use std::{collections::BTreeSet, time::Duration};
 
 use flashsale_e2e::{stack, wait::poll_until};
 use flashsale_orders::{EventKind, OrderEvent, OrderProducer, ProduceError, SCHEMA_VERSION};
-use order_writer::{sink::Sink, writer::WriterSettings};
+use order_writer::{
+    sink::Sink,
+    writer::{DEFAULT_SESSION_TIMEOUT, WriterSettings},
+};
 use rdkafka::{
     ClientConfig, Offset, TopicPartitionList,
     admin::{AdminClient, AdminOptions, NewTopic, TopicReplication},
@@ -31,25 +34,40 @@ fn admin_options() -> AdminOptions {
 }
 
 impl Topics {
-    /// Creates a fresh order topic with `partitions` and a one-partition DLQ.
+    /// Creates a fresh order topic with `partitions` and a one-partition DLQ
+    /// on the stack's single broker.
     pub async fn create(partitions: i32) -> anyhow::Result<Self> {
-        let brokers = stack::kafka_brokers()?;
+        Self::create_on(&stack::kafka_brokers()?, partitions, 1, 1).await
+    }
+
+    /// Creates them on the cluster of `brokers`, every partition on
+    /// `replicas` brokers, and a write (acks=all) acknowledged only once
+    /// `min_insync` of them hold it.
+    pub async fn create_on(
+        brokers: &str,
+        partitions: i32,
+        replicas: i32,
+        min_insync: i32,
+    ) -> anyhow::Result<Self> {
         let (topic, dlq) = (
             stack::unique_name("orders"),
             stack::unique_name("orders-dlq"),
         );
         let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-            .set("bootstrap.servers", &brokers)
+            .set("bootstrap.servers", brokers)
             .create()?;
+        let min_insync = min_insync.to_string();
         let topics = [
-            NewTopic::new(&topic, partitions, TopicReplication::Fixed(1)),
-            NewTopic::new(&dlq, 1, TopicReplication::Fixed(1)),
+            NewTopic::new(&topic, partitions, TopicReplication::Fixed(replicas))
+                .set("min.insync.replicas", &min_insync),
+            NewTopic::new(&dlq, 1, TopicReplication::Fixed(replicas))
+                .set("min.insync.replicas", &min_insync),
         ];
         for result in admin.create_topics(&topics, &admin_options()).await? {
             result.map_err(|(name, code)| anyhow::anyhow!("creating {name}: {code}"))?;
         }
         Ok(Self {
-            brokers,
+            brokers: brokers.to_owned(),
             topic,
             dlq,
             partitions,
@@ -376,6 +394,6 @@ pub fn writer_settings(brokers: &str, topic: &str, dlq: &str, group: &str) -> Wr
         batch_size: 200,
         flush_interval: Duration::from_millis(100),
         write_concurrency: 2,
-        session_timeout: Duration::from_secs(10),
+        session_timeout: DEFAULT_SESSION_TIMEOUT,
     }
 }
