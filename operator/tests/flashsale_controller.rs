@@ -912,6 +912,22 @@ async fn the_status_shows_the_stock_the_inventory_reports() -> anyhow::Result<()
         String::from_utf8(value.0).map_err(|e| e.to_string())
     })
     .await?;
+    // What the inventory pods run before any stock was read.
+    let inventory_hash = || async {
+        let deployment = Api::<Deployment>::namespaced(client.clone(), &ns.name)
+            .get_opt(&format!("{name}-inventory"))
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("no inventory Deployment yet")?;
+        deployment
+            .spec
+            .template
+            .metadata
+            .and_then(|m| m.annotations)
+            .and_then(|a| a.get("flashsale.dev/config-hash").cloned())
+            .ok_or_else(|| "no config hash".to_owned())
+    };
+    let hash_before = poll_until("the inventory's config hash", WAIT, TICK, inventory_hash).await?;
     let server = serve_inventory(listener, &sale_id, &token).await?;
     let http = reqwest::Client::new();
     let anonymous = http
@@ -937,6 +953,36 @@ async fn the_status_shows_the_stock_the_inventory_reports() -> anyhow::Result<()
     );
     assert_eq!(status.stock_left, Some(600));
 
+    // The first reading fences the load: from then on an inventory that
+    // starts (after Redis lost the sale, say) creates no stock. The fence
+    // reaches the mounted sale.json without restarting running pods.
+    let loaded_at = status
+        .stock_loaded_at
+        .clone()
+        .ok_or_else(|| anyhow::anyhow!("no stockLoadedAt once stock was read"))?;
+    let fence = u64::try_from(loaded_at.0.as_millisecond())?;
+    poll_until("sale.json to carry opensAtMs", WAIT, TICK, || async {
+        let config = Api::<ConfigMap>::namespaced(client.clone(), &ns.name)
+            .get(&format!("{name}-inventory"))
+            .await
+            .map_err(|e| e.to_string())?;
+        let text = config
+            .data
+            .and_then(|d| d.get("sale.json").cloned())
+            .ok_or("no sale.json")?;
+        let definition: Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+        match definition["opensAtMs"].as_u64() {
+            Some(at) if at == fence => Ok(()),
+            other => Err(format!("opensAtMs {other:?}, want {fence}")),
+        }
+    })
+    .await?;
+    assert_eq!(
+        inventory_hash().await.map_err(anyhow::Error::msg)?,
+        hash_before,
+        "the fence restarted the inventory"
+    );
+
     // A reservation shows at the next refresh.
     let reserved = http
         .post(format!("{url}/v1/sales/{sale_id}/reservations"))
@@ -954,6 +1000,16 @@ async fn the_status_shows_the_stock_the_inventory_reports() -> anyhow::Result<()
         }
     })
     .await?;
+
+    assert_eq!(
+        get_sale(&client, &ns.name, name)
+            .await
+            .map_err(anyhow::Error::msg)?
+            .status
+            .and_then(|s| s.stock_loaded_at),
+        Some(loaded_at),
+        "later readings keep the first instant"
+    );
 
     // The inventory goes away: a condition, the last stock kept, no error loop.
     server.abort();

@@ -480,6 +480,11 @@ pub struct FlashSaleStatus {
     /// Units still available over all SKUs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stock_left: Option<i64>,
+    /// When the operator first read the sale's stock from the inventory.
+    /// From then on no inventory creates stock for the sale: a Redis that
+    /// lost it is reported as lost stock, never refilled and sold again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stock_loaded_at: Option<Time>,
 }
 
 /// Replicas of one workload.

@@ -234,6 +234,10 @@ pub fn observed(
         Some(Ok(items)) => {
             status.stock_left = Some(items.iter().map(|i| i.available).sum());
             status.items = items.clone();
+            // Sticky: the first reading proves the stock was created.
+            if !items.is_empty() && status.stock_loaded_at.is_none() {
+                status.stock_loaded_at = Some(now.clone());
+            }
             status.observed.set(
                 INVENTORY_REACHABLE,
                 true,
@@ -448,6 +452,22 @@ mod tests {
         );
         assert_eq!(second.stock_left, Some(12));
         assert_eq!(condition(&second, READY), ("True", "WorkloadsReady"));
+    }
+
+    #[test]
+    fn the_first_stock_reading_is_remembered_as_the_load_instant() {
+        let all = vec![view("inventory", 1, 1)];
+        let mut empty = seen(all.clone());
+        empty.stock = Some(Ok(Vec::new()));
+        let before = observed(None, Some(1), &empty, at(50));
+        assert_eq!(before.stock_loaded_at, None, "no SKU read: nothing loaded");
+        let first = observed(Some(&before), Some(1), &seen(all.clone()), at(100));
+        assert_eq!(first.stock_loaded_at, Some(Time(at(100))));
+        let mut cut = seen(all.clone());
+        cut.stock = Some(Err("connection refused".into()));
+        let unreachable = observed(Some(&first), Some(1), &cut, at(150));
+        let later = observed(Some(&unreachable), Some(1), &seen(all), at(200));
+        assert_eq!(later.stock_loaded_at, Some(Time(at(100))), "sticky");
     }
 
     #[test]

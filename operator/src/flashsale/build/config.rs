@@ -75,6 +75,10 @@ struct SaleDefinition<'a> {
     sale: &'a str,
     reservation_ttl_ms: u64,
     items: Vec<ItemDefinition<'a>>,
+    /// After this instant the inventory creates no stock: set once the
+    /// operator has read the loaded stock (`status.stockLoadedAt`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    opens_at_ms: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -200,12 +204,25 @@ pub(super) fn sale_json(sale: &FlashSale, sale_id: &str) -> Result<Rendered, Bui
             })
         })
         .collect::<Result<_, BuildError>>()?;
-    let definition = SaleDefinition {
+    let mut definition = SaleDefinition {
         sale: sale_id,
         reservation_ttl_ms: fit("spec.reservationTTL", spec.reservation_ttl.0.as_millis())?,
         items,
+        opens_at_ms: None,
     };
-    Ok(Rendered::new(serde_json::to_string_pretty(&definition)?))
+    // The pods' config hash leaves the load fence out: setting it must not
+    // restart a running inventory. The mounted file follows the ConfigMap,
+    // and the fence matters only to an inventory that starts later.
+    let hash = config_hash(&serde_json::to_string_pretty(&definition)?);
+    definition.opens_at_ms = sale
+        .status
+        .as_ref()
+        .and_then(|status| status.stock_loaded_at.as_ref())
+        .and_then(|loaded| u64::try_from(loaded.0.as_millisecond()).ok());
+    Ok(Rendered {
+        text: serde_json::to_string_pretty(&definition)?,
+        hash,
+    })
 }
 
 /// `<sale>-gateway` with `gateway.json`.

@@ -449,6 +449,33 @@ fn sale_json_parses_as_the_inventory_expects() -> anyhow::Result<()> {
 }
 
 #[test]
+fn the_load_fence_follows_the_first_stock_reading_without_restarting_the_inventory()
+-> anyhow::Result<()> {
+    let mut sale = fixtures::big_sale()?;
+    let opens_at = |desired: &Desired| -> anyhow::Result<Option<u64>> {
+        let text = config_data(desired, "singles-day-inventory", INVENTORY_CONFIG_KEY)?;
+        let definition: serde_json::Value = serde_json::from_str(text)?;
+        Ok(definition["opensAtMs"].as_u64())
+    };
+    let before = build_at(&sale, Stage::Pending)?;
+    assert_eq!(opens_at(&before)?, None, "no fence before stock was read");
+    let loaded: jiff::Timestamp = "2026-11-11T00:00:01.5Z".parse()?;
+    sale.status.get_or_insert_default().stock_loaded_at =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(loaded));
+    let after = build_at(&sale, Stage::Pending)?;
+    assert_eq!(
+        opens_at(&after)?,
+        Some(u64::try_from(loaded.as_millisecond())?)
+    );
+    assert_eq!(
+        hash_of(&after, "singles-day-inventory")?,
+        hash_of(&before, "singles-day-inventory")?,
+        "setting the fence must not roll the inventory"
+    );
+    Ok(())
+}
+
+#[test]
 fn a_negative_stock_is_refused_with_its_field() -> anyhow::Result<()> {
     let mut sale = fixtures::small_sale()?;
     sale.spec.items[0].stock = -1;
