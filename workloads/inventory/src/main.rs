@@ -9,6 +9,7 @@ use flashsale_runtime::{Process, Readiness, RuntimeArgs};
 use inventory::{
     api::{self, AppState},
     auth::Tokens,
+    coalesce::CoalesceSettings,
     keys::{SaleKeys, Workload},
     metrics::Metrics,
     outbox,
@@ -41,6 +42,16 @@ struct Args {
     /// How long to wait for them before answering "retry".
     #[arg(long, env = "INVENTORY_DURABILITY_TIMEOUT_MS", default_value_t = 50)]
     durability_timeout_ms: u64,
+    /// Most one-shard reservations of a SKU decided in one script call.
+    #[arg(long, env = "INVENTORY_COALESCE_MAX_BATCH", default_value_t = 128,
+          value_parser = clap::value_parser!(u16).range(1..))]
+    coalesce_max_batch: u16,
+    /// How long a reservation that finds no call in flight waits for others
+    /// to share its call, in microseconds (at most 100,000). 0: it goes at
+    /// once, and requests gather only while a call is in flight.
+    #[arg(long, env = "INVENTORY_COALESCE_WINDOW_US", default_value_t = 0,
+          value_parser = clap::value_parser!(u64).range(0..=100_000))]
+    coalesce_window_us: u64,
     /// A sale definition (JSON) to load at start; loading never resets counts.
     #[arg(long, env = "INVENTORY_SALE_FILE")]
     sale_file: Option<PathBuf>,
@@ -177,7 +188,11 @@ async fn main() -> anyhow::Result<()> {
     let store = Store::connect(redis_url)
         .await
         .context("connecting to Redis")?
-        .with_durability(durability);
+        .with_durability(durability)
+        .with_coalescing(CoalesceSettings {
+            max_batch: usize::from(args.coalesce_max_batch),
+            window: Duration::from_micros(args.coalesce_window_us),
+        });
     if !store
         .check_no_eviction()
         .await
