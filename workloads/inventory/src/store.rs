@@ -1084,8 +1084,9 @@ pub struct Adjustment {
 }
 
 /// The keys and arguments `admit.lua` and the scripts it prefixes share;
-/// `window_ms` is the reservation TTL or the claim window.
-fn admission<'a>(
+/// `window_ms` is the reservation TTL or the claim window. Public so tests
+/// can stage a sharded claim ([`CLAIM_LUA`]) whose replica then dies.
+pub fn admission<'a>(
     script: &'a Script,
     keys: &SaleKeys,
     req: &ReserveRequest<'_>,

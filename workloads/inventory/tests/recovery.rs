@@ -3,6 +3,8 @@
 //! expiry queues full of dead ids, sweepers sharing the work, Redis losing a
 //! sale, and writes no replica confirmed.
 
+mod common;
+
 use std::time::Duration;
 
 use flashsale_e2e::{stack, wait::poll_until};
@@ -92,19 +94,10 @@ async fn a_sweeper_that_never_loaded_the_sale_returns_every_shard_of_a_stuck_cla
     let mut conn = raw().await?;
     // A claim whose replica died after taking 2 units from shard 3.
     let id = "stuck";
-    let claimed: Vec<String> = redis::Script::new(inventory::store::CLAIM_LUA)
-        .key(keys.sku("HOT"))
-        .key(keys.user("HOT", "ivy"))
-        .key(keys.request("i1"))
-        .key(keys.reservation(id))
-        .key(keys.expiry())
-        .arg(2)
-        .arg(id)
-        .arg("ivy")
-        .arg("HOT")
-        .arg(200) // a short claim window for the test
-        .arg(200)
-        .arg("i1")
+    let claim = redis::Script::new(inventory::store::CLAIM_LUA);
+    let request = common::claim_request(&sale, "ivy", "i1");
+    // A short claim window for the test.
+    let claimed: Vec<String> = inventory::store::admission(&claim, &keys, &request, id, 200)
         .invoke_async(&mut conn)
         .await?;
     assert_eq!(claimed.first().map(String::as_str), Some("claimed"));

@@ -322,19 +322,9 @@ async fn a_crashed_sharded_claim_is_settled_by_the_sweeper() -> anyhow::Result<(
     let claim = redis::Script::new(inventory::store::CLAIM_LUA);
     let take = redis::Script::new(inventory::store::TAKE_LUA);
     let id = "crashed-claim";
-    let claimed: Vec<String> = claim
-        .key(keys.sku("HOT"))
-        .key(keys.user("HOT", "henry"))
-        .key(keys.request("h1"))
-        .key(keys.reservation(id))
-        .key(keys.expiry())
-        .arg(2)
-        .arg(id)
-        .arg("henry")
-        .arg("HOT")
-        .arg(300) // a short claim window for the test
-        .arg(200) // amount
-        .arg("h1")
+    let request = common::claim_request(&sale, "henry", "h1");
+    // A short claim window for the test.
+    let claimed: Vec<String> = inventory::store::admission(&claim, &keys, &request, id, 300)
         .invoke_async(&mut conn)
         .await?;
     assert_eq!(

@@ -1,6 +1,9 @@
 //! What the store tests share: a fresh sale on a Redis (one server or a
 //! cluster), and the concurrent no-oversell hammer.
 
+// Each test binary uses only part of this.
+#![allow(dead_code)]
+
 use std::sync::{
     Arc,
     atomic::{AtomicBool, AtomicU64, Ordering},
@@ -35,6 +38,19 @@ pub async fn store_on(
         })
         .await?;
     Ok((store, sale))
+}
+
+/// A request for 2 units of `HOT` at 200 by `user`, for tests that stage a
+/// sharded claim with [`inventory::store::admission`].
+pub fn claim_request<'a>(sale: &'a str, user: &'a str, request_id: &'a str) -> ReserveRequest<'a> {
+    ReserveRequest {
+        sale,
+        sku: "HOT",
+        user,
+        quantity: 2,
+        request_id,
+        amount_minor: 200,
+    }
 }
 
 /// The stock of `HOT`.
