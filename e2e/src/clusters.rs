@@ -195,27 +195,7 @@ impl StackNodes {
     /// SIGKILL, then wait until the process is gone, so a restart right after
     /// does not take it for alive.
     async fn kill(&self, member: &str) -> Result<(), ClusterError> {
-        let pid = self
-            .live_pid(member)
-            .ok_or_else(|| ClusterError::NotRunning {
-                member: member.to_owned(),
-                path: self.pid_file(member),
-            })?;
-        let kill_error = |reason: String| ClusterError::Kill {
-            member: member.to_owned(),
-            pid,
-            reason,
-        };
-        let output = tokio::process::Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .output()
-            .await
-            .map_err(|e| kill_error(e.to_string()))?;
-        if !output.status.success() {
-            return Err(kill_error(
-                String::from_utf8_lossy(&output.stderr).trim().to_owned(),
-            ));
-        }
+        let pid = self.signal(member, "KILL").await?;
         poll_until(
             &format!("{member} (pid {pid}) to be gone after SIGKILL"),
             Duration::from_secs(10),
@@ -229,6 +209,33 @@ impl StackNodes {
         )
         .await?;
         Ok(())
+    }
+
+    /// Sends `signal` (a `kill -<signal>` name) to the member's live
+    /// process; returns its pid.
+    async fn signal(&self, member: &str, signal: &str) -> Result<u32, ClusterError> {
+        let pid = self
+            .live_pid(member)
+            .ok_or_else(|| ClusterError::NotRunning {
+                member: member.to_owned(),
+                path: self.pid_file(member),
+            })?;
+        let kill_error = |reason: String| ClusterError::Kill {
+            member: member.to_owned(),
+            pid,
+            reason,
+        };
+        let output = tokio::process::Command::new("kill")
+            .args([format!("-{signal}"), pid.to_string()])
+            .output()
+            .await
+            .map_err(|e| kill_error(e.to_string()))?;
+        if !output.status.success() {
+            return Err(kill_error(
+                String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+            ));
+        }
+        Ok(pid)
     }
 
     /// `e2e/local/stack up <component>`: starts the nodes that are down and
@@ -562,6 +569,35 @@ impl RedisCluster {
         stack.kill(&stack.member(port)).await
     }
 
+    /// Freezes the node on `port` (SIGSTOP): it holds its connections but
+    /// answers and replicates nothing until [`Paused::resume`] or the guard
+    /// is dropped (SIGCONT). Keep it shorter than the cluster's node timeout
+    /// unless a failover is wanted.
+    pub async fn pause(&self, port: u16) -> Result<Paused, ClusterError> {
+        self.url_of(port)?;
+        let stack = &self.nodes.stack;
+        let pid = stack.signal(&stack.member(port), "STOP").await?;
+        Ok(Paused { pid: Some(pid) })
+    }
+
+    /// The client ports of the replicas that follow the primary on `port`,
+    /// as the cluster sees it.
+    pub async fn replicas_of(&self, primary: u16) -> Result<Vec<u16>, ClusterError> {
+        let view = self.cluster_view().await?;
+        let Some(id) = view
+            .iter()
+            .find(|n| n.port == primary)
+            .map(|n| n.id.clone())
+        else {
+            return Ok(Vec::new());
+        };
+        Ok(view
+            .iter()
+            .filter(|n| n.primary_id.as_deref() == Some(id.as_str()))
+            .map(|n| n.port)
+            .collect())
+    }
+
     /// Starts the node on `port` again (with `e2e/local/stack up
     /// redis-cluster`, which starts only the nodes that are down) and returns
     /// once the stack calls the cluster ready. The node rejoins from its
@@ -637,6 +673,38 @@ impl RedisCluster {
             }
         }
         Ok(())
+    }
+}
+
+/// A node frozen by [`RedisCluster::pause`]; resumed when dropped, so a
+/// failing test cannot leave it frozen.
+#[derive(Debug)]
+pub struct Paused {
+    pid: Option<u32>,
+}
+
+impl Paused {
+    /// Lets the node run again (SIGCONT).
+    pub fn resume(mut self) -> std::io::Result<()> {
+        self.cont()
+    }
+
+    fn cont(&mut self) -> std::io::Result<()> {
+        match self.pid.take() {
+            Some(pid) => std::process::Command::new("kill")
+                .args(["-CONT", &pid.to_string()])
+                .status()
+                .map(drop),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        if let Err(error) = self.cont() {
+            eprintln!("could not resume a paused Redis node: {error}");
+        }
     }
 }
 

@@ -19,7 +19,7 @@ use std::{
 use flashsale_e2e::{clusters::RedisCluster, faults, stack};
 use inventory::{
     keys::SaleKeys,
-    store::{Durability, ReserveOutcome, ReserveRequest, StockLevel, Store},
+    store::{Durability, ReserveOutcome, ReserveRequest, StockLevel, Store, StoreError},
 };
 use tokio::sync::Mutex;
 
@@ -325,5 +325,95 @@ async fn a_killed_primary_under_the_fast_policy_reports_what_it_lost() -> anyhow
     // what was lost went back to stock with its record (report checks the
     // counts), which is what the fast policy documents.
     report(&cluster, "fast", &failover).await?;
+    Ok(())
+}
+
+/// Under the replicated policy a retry that reaches another connection
+/// (another inventory replica) finds the reservation the first one made; its
+/// `WAIT` must still cover that write, which its own connection never made
+/// (`admit.lua` rewrites the request key on a duplicate for this). With the
+/// SKU's replica frozen, neither connection may acknowledge; once it runs
+/// again, the retry is acknowledged with the same reservation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_on_another_connection_waits_for_the_original_write() -> anyhow::Result<()> {
+    let Some(cluster) = cluster()? else {
+        return Ok(());
+    };
+    let _exclusive = faults::exclusive().await;
+    cluster.until_healthy(HEALTHY).await?;
+    let policy = Durability::Replicated {
+        replicas: 1,
+        timeout: Duration::from_millis(100),
+    };
+    let sale = stack::unique_name("inv-retry-elsewhere");
+    let (first, sale) = common::store_on(cluster.urls(), &sale, 10, 10, 1, 600_000)
+        .await
+        .map(|(store, sale)| (store.with_durability(policy), sale))?;
+    // Another replica: its own connection, the same sale (loading again
+    // changes nothing).
+    let (second, _) = common::store_on(cluster.urls(), &sale, 10, 10, 1, 600_000).await?;
+    let second = second.with_durability(policy);
+    let primary = cluster
+        .primary_for_key(&SaleKeys::new(&sale).sku("HOT"))
+        .await?;
+    let replica = *cluster
+        .replicas_of(primary)
+        .await?
+        .first()
+        .ok_or_else(|| anyhow::anyhow!("primary {primary} has no replica"))?;
+    let request = ReserveRequest {
+        sale: &sale,
+        sku: "HOT",
+        user: "ulla",
+        quantity: 1,
+        request_id: "u1",
+        amount_minor: 100,
+    };
+
+    // The second connection's own writes so far (its load, one reservation
+    // of its own) are confirmed: all it could wait for is replicated.
+    let own = second
+        .reserve(&ReserveRequest {
+            user: "vera",
+            request_id: "v1",
+            ..request.clone()
+        })
+        .await?;
+    assert!(matches!(own, ReserveOutcome::Reserved(_)), "{own:?}");
+
+    let frozen = cluster.pause(replica).await?;
+    let made = first.reserve(&request).await;
+    let retried = second.reserve(&request).await;
+    frozen.resume()?;
+    assert!(
+        matches!(made, Err(StoreError::NotDurable { .. })),
+        "the first write reached no replica: {made:?}"
+    );
+    assert!(
+        matches!(retried, Err(StoreError::NotDurable { .. })),
+        "a retry on another connection acknowledged a write no replica had: {retried:?}"
+    );
+    let answer = flashsale_e2e::wait::poll_until(
+        "the retry to be acknowledged once the replica runs",
+        Duration::from_secs(20),
+        Duration::from_millis(100),
+        || async {
+            match second.reserve(&request).await {
+                Ok(ReserveOutcome::Existing(r)) => Ok(r),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await?;
+    let level = second
+        .stock(&sale, "HOT")
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("HOT not loaded"))?;
+    assert_eq!(
+        (level.available, level.reserved),
+        (8, 2),
+        "one unit for {answer:?}"
+    );
+    cluster.until_healthy(HEALTHY).await?;
     Ok(())
 }

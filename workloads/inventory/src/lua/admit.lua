@@ -17,6 +17,10 @@ local function admit(sku_key, user_key, request_key, qty_arg, id, sku)
     if known_sku ~= sku or known_qty ~= qty_arg then
       return {'mismatch', known}
     end
+    -- Rewritten unchanged so this call replicates a write: a WAIT on the
+    -- caller's connection then covers the original reservation too, even
+    -- when another connection (another replica) made it.
+    redis.call('SET', request_key, existing, 'KEEPTTL')
     return {'duplicate', known}
   end
   local request = id .. ' ' .. sku .. ' ' .. qty_arg
