@@ -1,8 +1,20 @@
 //! Order intake: reserve in inventory, publish the order event and wait for
 //! the broker's acknowledgement, then answer with the order id. An order is
 //! acknowledged only once its event is durably in Kafka; if publishing fails
-//! the reservation is cancelled so no stock is held for an order nobody will
-//! store.
+//! the reservation is cancelled so no stock is held for an order the buyer
+//! was refused (503).
+//!
+//! A failed publish does not prove the event missing: a send reported as
+//! timed out (during a broker failover, say) may have been written, and the
+//! producer cannot tell "not persisted" from "possibly persisted". So the
+//! inventory announces a cancelled reservation as `expired`, like a lapsed
+//! one (through its outbox, in the script that releases it): an order whose
+//! `created` event did land ends `expired`, consistent with its units being
+//! back in stock, instead of staying `pending_payment` forever. The
+//! order-writer acknowledges an `expired` event whose order it never stored
+//! (the usual case: the send really failed) after its parking window,
+//! counted in `order_writer_expired_without_order_total`, not as a dead
+//! letter.
 //!
 //! Ids are derived, not stored: the inventory request id is a hash of (sale,
 //! user, idempotency key), so a client's retry finds the same reservation,
@@ -238,6 +250,8 @@ async fn intake(state: &AppState, user: &User, order: &Order) -> Result<Response
         jiff::Timestamp::now(),
     );
     if let Err(reason) = publish(state, &event).await {
+        // The event may have landed all the same: the inventory announces the
+        // cancel as `expired`, which ends such an order.
         tracing::warn!(order = event.order_id, %reason, "order event not acknowledged; returning the reservation");
         let cancelled = state
             .inventory

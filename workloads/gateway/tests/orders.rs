@@ -7,6 +7,8 @@ mod common;
 use std::time::Duration;
 
 use common::{Funnel, Options, events, http, now_s, order, provider_pays, token};
+use flashsale_e2e::stack;
+use inventory::keys::SaleKeys;
 use serde_json::{Value, json};
 
 #[tokio::test]
@@ -109,6 +111,30 @@ async fn kafka_unreachable_gives_503_and_returns_the_reservation() -> anyhow::Re
         funnel.available("A").await?,
         100,
         "the reserved unit came back"
+    );
+    // A send that timed out may have landed: the cancelled reservation is
+    // announced as `expired` through the inventory's outbox.
+    let keys = SaleKeys::new(&funnel.sale);
+    let mut redis = redis::Client::open(stack::redis_url()?)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let request = gateway::orders::request_id(&funnel.sale, "bob", "k");
+    let record: String = redis::cmd("GET")
+        .arg(keys.request(&request))
+        .query_async(&mut redis)
+        .await?;
+    let reservation = record.split(' ').next().unwrap_or_default().to_owned();
+    let outbox: Vec<(String, Vec<String>)> = redis::cmd("XRANGE")
+        .arg(keys.outbox())
+        .arg("-")
+        .arg("+")
+        .query_async(&mut redis)
+        .await?;
+    let announced: Vec<&[String]> = outbox.iter().map(|(_, f)| f.as_slice()).collect();
+    assert_eq!(
+        announced,
+        [["reservation".to_owned(), reservation]],
+        "the cancelled reservation is in the outbox, once"
     );
     // The same key now says the attempt was abandoned instead of pretending.
     let (status, body, _) = order(&funnel.gateway.url, "bob", "A", "k", None).await?;

@@ -10,7 +10,7 @@
 //! | `fs:{S}:req:<R>` | string | request id R → `<reservation id> <sku> <qty>`; lives as long as the reservation |
 //! | `fs:{S}:resv:<ID>` | hash | `sku`, `user`, `qty`, `amount` (minor units), `shard`, `state`, `expires_at` (ms), `request`, and once released `reason` and `prior` (the state it left) |
 //! | `fs:{S}:expiry` | zset | reservation id → when the sweeper must look at it (ms) |
-//! | `fs:{S}:outbox` | stream | `reservation` ids that lapsed unpaid, until their `expired` order event is acknowledged by Kafka; consumer group `publishers` |
+//! | `fs:{S}:outbox` | stream | `reservation` ids that lapsed unpaid or were cancelled, until their `expired` order event is acknowledged by Kafka; consumer group `publishers` |
 //! | `fs:{S}:loaded` | string | set when the sale's stock is first loaded (to its opening, Unix ms); its absence in a running sale means Redis lost the sale |
 //! | `fs:{S}:audit` | stream | stock adjustments: sku, requested, applied, reason, stock before/after |
 //! | `<shard>avail:<K>:<i>` | int | units shard i can still give |

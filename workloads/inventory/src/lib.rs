@@ -2,7 +2,8 @@
 //! `keys` documents the Redis key schema; `store` holds the scripts and the
 //! reservation protocol; `coalesce` gathers concurrent reservations of a SKU
 //! into one script call; `api` is the HTTP face; `sweeper` returns unpaid stock;
-//! `outbox` announces it to the order stream; `auth` guards the API.
+//! `outbox` announces lapsed and cancelled orders to the order stream; `auth`
+//! guards the API.
 
 pub mod api;
 pub mod auth;

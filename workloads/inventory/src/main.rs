@@ -68,8 +68,8 @@ struct Args {
     /// File holding the token that loading a sale and stock adjustments need.
     #[arg(long, env = "INVENTORY_ADMIN_TOKEN_FILE")]
     admin_token_file: Option<PathBuf>,
-    /// Kafka bootstrap servers for the `expired` order events of lapsed
-    /// reservations; without them no such event is published.
+    /// Kafka bootstrap servers for the `expired` order events of lapsed or
+    /// cancelled reservations; without them no such event is published.
     #[arg(long, env = "KAFKA_BROKERS")]
     kafka_brokers: Option<String>,
     /// Topic of order events.
@@ -245,7 +245,7 @@ async fn main() -> anyhow::Result<()> {
             ));
         }
         None => tracing::warn!(
-            "no Kafka brokers configured: orders of lapsed reservations are not marked expired"
+            "no Kafka brokers configured: orders of lapsed or cancelled reservations are not marked expired"
         ),
     }
     let listener = tokio::net::TcpListener::bind(args.listen)

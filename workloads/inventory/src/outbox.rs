@@ -1,9 +1,13 @@
 //! Publishes an `expired` order event for every reservation that lapsed
-//! unpaid, so no order stays `pending_payment` forever.
+//! unpaid or was cancelled, so no order stays `pending_payment` forever.
+//! The gateway cancels a reservation only when the publish of its `created`
+//! event failed; a send that timed out may still have landed, so the order
+//! may exist, and `expired` ends it as its units went back to stock. The
+//! order-writer acknowledges an `expired` event whose order never arrives.
 //!
-//! The sweeper's last release step puts the reservation id in the sale's
-//! outbox stream in the same script that releases it (`finish_release.lua`),
-//! so a crash between releasing and publishing loses nothing. Publishers
+//! The last release step puts the reservation id in the sale's outbox
+//! stream in the same script that releases it (`finish_release.lua`), so a
+//! crash between releasing and publishing loses nothing. Publishers
 //! read the stream through one consumer group, so with several replicas each
 //! entry goes to one of them; an entry is acknowledged and deleted only once
 //! Kafka acknowledged its event. An entry a replica took and never
@@ -145,7 +149,7 @@ async fn publish(
     }
 }
 
-/// The `expired` event of a lapsed reservation, from its record.
+/// The `expired` event of a lapsed or cancelled reservation, from its record.
 fn expired_event(sale: &str, record: &Reservation) -> OrderEvent {
     OrderEvent::of_reservation(
         EventKind::Expired,

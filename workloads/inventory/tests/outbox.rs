@@ -1,6 +1,7 @@
-//! Expired orders are announced: a reservation that lapses unpaid puts its
-//! `expired` order event on the order topic (real Redis, real Kafka), once
-//! per lapse, and nothing else does.
+//! Expired orders are announced: a reservation that lapses unpaid, or that
+//! is cancelled (the gateway cancels after a publish that failed but may
+//! have landed), puts its `expired` order event on the order topic (real
+//! Redis, real Kafka), once per release, and nothing else does.
 
 use std::time::Duration;
 
@@ -9,8 +10,9 @@ use flashsale_orders::{EventKind, OrderProducer, ProducerSettings};
 use inventory::{
     keys::SaleKeys,
     outbox::{self, Round},
-    store::{ItemDefinition, ReserveOutcome, ReserveRequest, SaleDefinition, Store},
+    store::{CancelOutcome, ItemDefinition, ReserveOutcome, ReserveRequest, SaleDefinition, Store},
 };
+use redis::Script;
 
 async fn reserve(store: &Store, sale: &str, user: &str, rid: &str) -> anyhow::Result<String> {
     match store
@@ -69,8 +71,99 @@ async fn swept(store: &Store, sale: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The reservation ids in the sale's outbox stream, oldest first.
+async fn outbox_ids(sale: &str) -> anyhow::Result<Vec<String>> {
+    let mut conn = redis_connection().await?;
+    let entries: Vec<(String, Vec<String>)> = redis::cmd("XRANGE")
+        .arg(SaleKeys::new(sale).outbox())
+        .arg("-")
+        .arg("+")
+        .query_async(&mut conn)
+        .await?;
+    Ok(entries
+        .into_iter()
+        .filter_map(|(_, fields)| match fields.as_slice() {
+            [name, id] if name == "reservation" => Some(id.clone()),
+            _ => None,
+        })
+        .collect())
+}
+
+async fn redis_connection() -> anyhow::Result<redis::aio::MultiplexedConnection> {
+    let client = redis::Client::open(stack::redis_url()?)?;
+    Ok(client.get_multiplexed_async_connection().await?)
+}
+
+/// Removes the sale's keys (one slot, and its shards' slots).
+async fn remove(sale: &str) -> anyhow::Result<()> {
+    flashsale_e2e::redis_keys::unlink_matching(
+        &stack::redis_url()?,
+        &format!(
+            "{}*",
+            SaleKeys::new(sale).outbox().trim_end_matches("outbox")
+        ),
+    )
+    .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_cancelled_reservation_enters_the_outbox_once() -> anyhow::Result<()> {
+    for shards in [1, 2] {
+        let (store, sale) = sale("outbox-cancel", 60_000, shards).await?;
+        let id = reserve(&store, &sale, "eve", "e1").await?;
+        assert_eq!(store.cancel(&sale, &id).await?, CancelOutcome::Cancelled);
+        assert_eq!(
+            outbox_ids(&sale).await?,
+            std::slice::from_ref(&id),
+            "shards={shards}"
+        );
+        // A retried cancel, and a sweep, add nothing.
+        assert_eq!(
+            store.cancel(&sale, &id).await?,
+            CancelOutcome::AlreadyReleased
+        );
+        assert_eq!(store.sweep(&sale, 10).await?, 0);
+        assert_eq!(
+            outbox_ids(&sale).await?,
+            std::slice::from_ref(&id),
+            "shards={shards}"
+        );
+
+        // A cancel that died after its first step (the real script, run
+        // alone): the sweeper finishes the release, and the reservation is
+        // announced all the same, once.
+        let broken = reserve(&store, &sale, "fay", "f1").await?;
+        let keys = SaleKeys::new(&sale);
+        let begun: Vec<String> = Script::new(include_str!("../src/lua/begin_release.lua"))
+            .key(keys.reservation(&broken))
+            .key(keys.expiry())
+            .arg(&broken)
+            .arg("cancelled")
+            .arg("now")
+            .invoke_async(&mut redis_connection().await?)
+            .await?;
+        assert_eq!(begun.first().map(String::as_str), Some("releasing"));
+        assert_eq!(store.sweep(&sale, 10).await?, 1, "shards={shards}");
+        assert_eq!(store.sweep(&sale, 10).await?, 0, "shards={shards}");
+        assert_eq!(outbox_ids(&sale).await?, [id, broken], "shards={shards}");
+        let level = store
+            .stock(&sale, "HOT")
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("no stock"))?;
+        assert_eq!(
+            (level.available, level.reserved),
+            (20, 0),
+            "shards={shards}"
+        );
+        remove(&sale).await?;
+    }
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lapsed_reservations_and_only_they_become_expired_events() -> anyhow::Result<()> {
+async fn lapsed_and_cancelled_reservations_and_only_they_become_expired_events()
+-> anyhow::Result<()> {
     let (store, sale) = sale("outbox", 200, 2).await?;
     let brokers = stack::kafka_brokers()?;
     let topic = stack::unique_name("outbox-orders");
@@ -87,13 +180,13 @@ async fn lapsed_reservations_and_only_they_become_expired_events() -> anyhow::Re
     store.confirm(&sale, &paid).await?;
     swept(&store, &sale).await?;
 
-    // Two publishers, as two replicas would be: the entry goes out once.
+    // Two publishers, as two replicas would be: each entry goes out once.
     let first = outbox::publish_round(&store, &producer, &sale, "replica-a").await?;
     let second = outbox::publish_round(&store, &producer, &sale, "replica-b").await?;
     assert_eq!(
         first,
         Round {
-            published: 1,
+            published: 2,
             pending: 0
         }
     );
@@ -105,11 +198,20 @@ async fn lapsed_reservations_and_only_they_become_expired_events() -> anyhow::Re
         }
     );
 
-    let events = kafka::events(&brokers, &topic).await?;
-    assert_eq!(events.len(), 1, "{events:?}");
+    let mut events = kafka::events(&brokers, &topic).await?;
+    events.sort_by_key(|e| e.user_id.clone());
+    assert_eq!(
+        events
+            .iter()
+            .map(|e| (e.kind, e.order_id.clone()))
+            .collect::<Vec<_>>(),
+        [
+            (EventKind::Expired, flashsale_orders::order_id(&lapsed)),
+            (EventKind::Expired, flashsale_orders::order_id(&cancelled)),
+        ],
+        "the lapsed and the cancelled reservation, not the paid one"
+    );
     let event = &events[0];
-    assert_eq!(event.kind, EventKind::Expired);
-    assert_eq!(event.order_id, flashsale_orders::order_id(&lapsed));
     assert_eq!(
         (
             event.sale.as_str(),
@@ -122,15 +224,7 @@ async fn lapsed_reservations_and_only_they_become_expired_events() -> anyhow::Re
         "built from the reservation record"
     );
     assert_eq!(event.idempotency_key, format!("expired:{}", event.order_id));
-    flashsale_e2e::redis_keys::unlink_matching(
-        &stack::redis_url()?,
-        &format!(
-            "{}*",
-            SaleKeys::new(&sale).outbox().trim_end_matches("outbox")
-        ),
-    )
-    .await?;
-    Ok(())
+    remove(&sale).await
 }
 
 #[tokio::test]

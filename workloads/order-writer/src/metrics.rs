@@ -26,6 +26,7 @@ pub struct WriterMetrics {
     persisted: Counter,
     batch_size: Histogram,
     dlq: Family<DlqLabels, Counter>,
+    expired_without_order: Counter,
     lag: MeasuredGauge,
     commit_latency: Histogram,
 }
@@ -37,6 +38,7 @@ impl Default for WriterMetrics {
             // 1, 2, 4 … 2048 events per batch.
             batch_size: Buckets::exponential(1.0, 2.0, 12).histogram(),
             dlq: Family::default(),
+            expired_without_order: Counter::default(),
             lag: MeasuredGauge::default(),
             // 1 ms × 1.5^k up to about 3 minutes: fine enough for a p99.
             commit_latency: Buckets::exponential(0.001, 1.5, 30).histogram(),
@@ -62,6 +64,12 @@ impl WriterMetrics {
             "order_writer_dlq",
             "Events sent to the dead-letter topic, by reason",
             metrics.dlq.clone(),
+        );
+        registry.register(
+            "order_writer_expired_without_order",
+            "Expired events acknowledged without a change because their order was never stored \
+             (its created event never landed), after the parking window",
+            metrics.expired_without_order.clone(),
         );
         registry.register(
             "order_writer_consumer_lag",
@@ -106,6 +114,10 @@ impl WriterMetrics {
 
     pub(crate) fn persisted(&self, inserted: u64) {
         self.persisted.inc_by(inserted);
+    }
+
+    pub(crate) fn expired_without_order(&self) {
+        self.expired_without_order.inc();
     }
 
     pub(crate) fn dead_letter(&self, reason: &str) {
@@ -188,6 +200,7 @@ mod tests {
         let mut registry = Registry::default();
         let metrics = WriterMetrics::register(&mut registry);
         metrics.dead_letter("malformed");
+        metrics.expired_without_order();
         metrics.persisted(3);
         metrics.batch(3);
         let now = jiff::Timestamp::UNIX_EPOCH;
@@ -195,6 +208,7 @@ mod tests {
         let text = render(&registry)?;
         for line in [
             r#"order_writer_dlq_total{reason="malformed"} 1"#,
+            "order_writer_expired_without_order_total 1",
             "order_writer_persisted_total 3",
             "order_writer_batch_size_count 1",
             "order_writer_commit_latency_seconds_count 1",

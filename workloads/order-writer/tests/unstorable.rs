@@ -1,9 +1,12 @@
 //! Events the writer cannot store as they come are never dropped silently:
 //! a status event whose order is not stored yet is parked and applied once
-//! its `created` event arrives, or dead-lettered (`missing_order`) after a
-//! few retries; a `created` event whose idempotency key belongs to another
-//! order is dead-lettered (`idempotency_conflict`). Meanwhile the group's
-//! offset never passes an event that is neither stored nor dead-lettered.
+//! its `created` event arrives; after a few retries a `paid` one is
+//! dead-lettered (`missing_order`) and an `expired` one is acknowledged as
+//! nothing to expire (its order's `created` event never landed), counted;
+//! a `created` event whose idempotency key belongs to another order is
+//! dead-lettered (`idempotency_conflict`). Meanwhile the group's offset
+//! never passes an event that is neither stored, dead-lettered nor given
+//! up after the parking window.
 //! Real Kafka, PostgreSQL and MariaDB, each in a database of its own.
 
 mod common;
@@ -291,6 +294,7 @@ async fn nothing_unstorable_is_dropped(server_url: String) -> anyhow::Result<()>
     for line in [
         "order_writer_dlq_total{reason=\"missing_order\"} 1",
         "order_writer_dlq_total{reason=\"idempotency_conflict\"} 1",
+        "order_writer_expired_without_order_total 0",
         "order_writer_persisted_total 4",
     ] {
         let text = render(&registry)?;
@@ -307,7 +311,137 @@ async fn nothing_unstorable_is_dropped(server_url: String) -> anyhow::Result<()>
         closed,
         "the writer did not leave the consumer group within 10 s"
     );
-    assert_eq!((stats.inserted, stats.dead_lettered), (4, 2));
+    assert_eq!(
+        (
+            stats.inserted,
+            stats.dead_lettered,
+            stats.expired_without_order
+        ),
+        (4, 2, 0),
+        "order 2's expiry waited for its order and was applied"
+    );
+    topics.delete().await?;
+    database.remove().await
+}
+
+/// An `expired` event whose order never comes (the gateway's publish of its
+/// `created` event failed, or the gateway died before it) is not poison:
+/// after the parking window it is acknowledged, counted, and not
+/// dead-lettered. A `paid` event whose order never comes still is.
+async fn expired_without_order_is_acknowledged(server_url: String) -> anyhow::Result<()> {
+    let topics = Topics::create(1).await?;
+    let database = common::PrivateDatabase::create(&server_url).await?;
+    let sink = Sink::connect(&database.url, 4).await?;
+    let sale = stack::unique_name("orphan");
+    let mut settings = ProducerSettings::new(&topics.brokers);
+    settings.topic = topics.topic.clone();
+    let producer = OrderProducer::new(&settings)?;
+
+    let group = stack::unique_name("orphan-group");
+    let mut registry = Registry::default();
+    let metrics = WriterMetrics::register(&mut registry);
+    let registry = Arc::new(registry);
+    let writer = Writer::new(
+        common::writer_settings(&topics.brokers, &topics.topic, &topics.dlq, &group),
+        sink.clone(),
+        metrics,
+    )?;
+    let shutdown = Shutdown::new();
+    let running = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move {
+            let stats = writer.run(shutdown).await;
+            (stats, writer.close(Duration::from_secs(10)).await)
+        }
+    });
+
+    // Offset 1 expires an order that never comes: until the writer gave up
+    // on it (and counted it), the group's offset stays at or before it.
+    let stop = Arc::new(AtomicBool::new(false));
+    let watch = watch_commits(
+        &topics,
+        &group,
+        1,
+        {
+            let registry = Arc::clone(&registry);
+            move || {
+                let registry = Arc::clone(&registry);
+                async move {
+                    matches!(
+                        common::sample(&registry, "order_writer_expired_without_order_total"),
+                        Ok(Some(n)) if n >= 1
+                    )
+                }
+            }
+        },
+        stop.clone(),
+    )?;
+    let started = std::time::Instant::now();
+    for (expected_offset, e) in [
+        event(&sale, 0, EventKind::Created),
+        event(&sale, 7, EventKind::Expired), // an order that never comes
+        event(&sale, 8, EventKind::Paid),    // an order that never comes
+        event(&sale, 1, EventKind::Created),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let delivered = producer.send(e).await?;
+        assert_eq!(delivered.offset, expected_offset as i64);
+    }
+    topics
+        .wait_committed_to_end(&group, Duration::from_secs(30))
+        .await?;
+    let settled_after = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let violations = watch.await?;
+    common::wait_stored_exactly(
+        &sink,
+        &sale,
+        &common::order_ids(&sale, 0..2),
+        Duration::from_secs(10),
+    )
+    .await?;
+    assert_eq!(status(&sink, &common::order_id(&sale, 7)).await?, None);
+
+    let letters = dead_letters(&topics, 1).await?;
+    assert_eq!(
+        letters
+            .iter()
+            .map(|l| (l.offset, l.reason.as_str()))
+            .collect::<Vec<_>>(),
+        [(2, "missing_order")],
+        "only the payment is a dead letter"
+    );
+    let text = render(&registry)?;
+    for line in [
+        "order_writer_expired_without_order_total 1",
+        "order_writer_dlq_total{reason=\"missing_order\"} 1",
+        "order_writer_persisted_total 2",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "{line} missing from:\n{text}"
+        );
+    }
+    assert!(violations.is_empty(), "{violations:?}");
+    assert!(
+        settled_after >= Duration::from_millis(1_800),
+        "given up only after the parking window, not after {settled_after:?}"
+    );
+
+    shutdown.trigger();
+    let (stats, closed) = running.await?;
+    let stats = stats?;
+    assert!(closed, "the writer did not leave the group within 10 s");
+    assert_eq!(
+        (
+            stats.inserted,
+            stats.dead_lettered,
+            stats.expired_without_order
+        ),
+        (2, 1, 1)
+    );
     topics.delete().await?;
     database.remove().await
 }
@@ -337,4 +471,14 @@ async fn postgres_parks_then_stores_or_dead_letters_and_reports_clashes() -> any
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_parks_then_stores_or_dead_letters_and_reports_clashes() -> anyhow::Result<()> {
     nothing_unstorable_is_dropped(stack::mysql_url()?).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_acknowledges_an_expired_event_whose_order_never_came() -> anyhow::Result<()> {
+    expired_without_order_is_acknowledged(stack::postgres_url()?).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_acknowledges_an_expired_event_whose_order_never_came() -> anyhow::Result<()> {
+    expired_without_order_is_acknowledged(stack::mysql_url()?).await
 }

@@ -5,14 +5,16 @@
 //! parked and retried, after [`FIRST_RETRY`] and then with doubling delays,
 //! and also whenever the writer reads another event of the same order (its
 //! `created` event most likely). After [`RETRIES`] retries that still find no
-//! order, the writer dead-letters it (reason `missing_order`).
+//! order, the writer gives up on it: a `paid` event is dead-lettered (reason
+//! `missing_order`), an `expired` one acknowledged as nothing to expire.
 //!
 //! Meanwhile the partition goes on: events after a parked one are stored and
 //! its neighbours' partitions are untouched. Only the commit waits: a
 //! partition's position is the offset after the last message handled, held
-//! back to the first parked event. An event leaves the ledger once stored or
-//! dead-lettered, so an offset is never committed past an event that is
-//! neither, and a crash replays it (and what follows it, as no-ops).
+//! back to the first parked event. An event leaves the ledger once stored,
+//! dead-lettered or (an `expired` one) given up, so an offset is never
+//! committed past an event that is none of these, and a crash replays it
+//! (and what follows it, as no-ops).
 //!
 //! Pure bookkeeping, time as an argument: the writer does the I/O.
 
@@ -23,7 +25,7 @@ use tokio::time::Instant;
 /// Delay before the first retry of a parked event; each later one doubles.
 pub(super) const FIRST_RETRY: Duration = Duration::from_millis(125);
 
-/// Retries of a parked event before it is dead-lettered: with
+/// Retries of a parked event before the writer gives up on it: with
 /// [`FIRST_RETRY`], the last is about 1.9 s after the first miss.
 pub(super) const RETRIES: u32 = 4;
 
@@ -48,7 +50,8 @@ struct Parked<T> {
 pub(super) enum Verdict {
     /// Parked, to be retried.
     Parked,
-    /// Retried enough: dead-letter it, then [`Ledger::settled`].
+    /// Retried enough: dead-letter it (or, an `expired` event, count it),
+    /// then [`Ledger::settled`].
     GiveUp {
         /// Times its order was looked for.
         attempts: u32,
@@ -123,8 +126,8 @@ impl<T: Clone> Ledger<T> {
         Verdict::Parked
     }
 
-    /// The event at `at` was stored or dead-lettered: its partition's
-    /// commit may pass it.
+    /// The event at `at` was stored, dead-lettered or given up: its
+    /// partition's commit may pass it.
     pub(super) fn settled(&mut self, at: Position) {
         self.parked.remove(&at);
     }

@@ -3,7 +3,9 @@
 //! any point replays events, and the idempotent sink makes replays harmless:
 //! nothing acknowledged is lost, nothing is written twice. Nothing is dropped
 //! silently either: a status event whose order is not stored yet is parked
-//! and retried (see [`ledger`]), then dead-lettered; a `created` event that
+//! and retried (see [`ledger`]), then a `paid` one is dead-lettered and an
+//! `expired` one is counted and acknowledged (its order's `created` event
+//! never landed, so there is nothing to expire); a `created` event that
 //! clashes with a stored order is dead-lettered.
 
 mod dead_letter;
@@ -17,7 +19,7 @@ use std::{
     time::Duration,
 };
 
-use flashsale_orders::OrderEvent;
+use flashsale_orders::{EventKind, OrderEvent};
 use flashsale_runtime::{Readiness, Shutdown};
 use rdkafka::{
     ClientConfig, Message, Offset, TopicPartitionList,
@@ -100,6 +102,9 @@ pub struct WriterStats {
     pub inserted: u64,
     /// Events sent to the DLQ.
     pub dead_lettered: u64,
+    /// `expired` events acknowledged after parking because their order was
+    /// never stored.
+    pub expired_without_order: u64,
     /// Batches committed.
     pub batches: u64,
 }
@@ -273,9 +278,11 @@ impl Writer {
                 // Shutdown while the database was down: leave the batch uncommitted.
                 break;
             };
-            stats.dead_lettered += self
+            let given_up = self
                 .park_missing(&mut ledger, &round, retried, &outcome.missing, shutdown)
                 .await?;
+            stats.dead_lettered += given_up.dead_lettered;
+            stats.expired_without_order += given_up.expired_without_order;
             for message in &fetched {
                 ledger.handled((message.partition, message.offset));
             }
@@ -294,8 +301,9 @@ impl Writer {
     }
 
     /// Settles the parked events retried in `round` (its first `retried`)
-    /// and parks the status events of `round` at `missing`; dead-letters
-    /// those retried enough. Returns how many it dead-lettered.
+    /// and parks the status events of `round` at `missing`; of those
+    /// retried enough, dead-letters a `paid` one and acknowledges an
+    /// `expired` one. Returns how many went either way.
     async fn park_missing(
         &self,
         ledger: &mut Ledger<Pending>,
@@ -303,30 +311,49 @@ impl Writer {
         retried: usize,
         missing: &[usize],
         shutdown: &Shutdown,
-    ) -> Result<u64, WriterError> {
+    ) -> Result<GivenUp, WriterError> {
         let missed: HashSet<usize> = missing.iter().copied().collect();
         for (i, pending) in round[..retried].iter().enumerate() {
             if !missed.contains(&i) {
                 ledger.settled(pending.at());
             }
         }
-        let (now, mut dead_lettered) = (Instant::now(), 0);
+        let (now, mut given_up) = (Instant::now(), GivenUp::default());
         for &i in missing {
             let pending = &round[i];
             let order_id = &pending.event.event.order_id;
             let verdict = ledger.missed(pending.at(), order_id, pending.clone(), now);
-            if let Verdict::GiveUp { attempts, waited } = verdict {
+            let Verdict::GiveUp { attempts, waited } = verdict else {
+                continue;
+            };
+            if pending.event.event.kind == EventKind::Expired {
+                // Its `created` event never landed: the gateway's publish
+                // failed and it cancelled the reservation (which the
+                // inventory announces as expired in case the send landed
+                // after all), or it died between reserve and publish.
+                // Nothing to expire, and nothing lost: not poison.
+                self.metrics.expired_without_order();
+                tracing::debug!(
+                    order = order_id,
+                    attempts,
+                    waited_ms = waited.as_millis() as u64,
+                    "expired event for an order never stored; nothing to expire"
+                );
+                given_up.expired_without_order += 1;
+            } else {
+                // Money must never vanish silently: a payment without its
+                // order is for a person to look at.
                 let error = format!(
                     "order {order_id} not stored after {attempts} attempts over {} ms",
                     waited.as_millis()
                 );
                 self.dead_letter(&pending.message, "missing_order", &error, shutdown)
                     .await?;
-                ledger.settled(pending.at());
-                dead_lettered += 1;
+                given_up.dead_lettered += 1;
             }
+            ledger.settled(pending.at());
         }
-        Ok(dead_lettered)
+        Ok(given_up)
     }
 
     /// At shutdown, waits for the commit of every position of the
@@ -426,6 +453,15 @@ impl Writer {
         self.consumer.commit(&offsets, mode)?;
         Ok(())
     }
+}
+
+/// Parked events [`Writer::park_missing`] stopped waiting for.
+#[derive(Debug, Clone, Copy, Default)]
+struct GivenUp {
+    /// `paid` events sent to the DLQ (`missing_order`).
+    dead_lettered: u64,
+    /// `expired` events acknowledged: their order was never stored.
+    expired_without_order: u64,
 }
 
 /// The round to write: the parked events to retry now (those due, and
