@@ -114,10 +114,13 @@ pub fn sold_is_paid(stock: &[Stock], acked: &[Acked], rows: &[Row]) -> Check {
 }
 
 /// Every acknowledged order is exactly one row, in the state its buyer left
-/// it (paid, or expired once abandoned), and no other row exists.
+/// it (paid, or expired once abandoned), and no other live row exists.
+/// A row nobody was told about may exist only as `expired`: the gateway
+/// refused the order after its publish failed, the event may still have
+/// landed, and the inventory announced the returned reservation as expired.
 /// `unresolved` are the request ids of purchases whose outcome the buyer
-/// never learnt: one that became a row is an extra row (an order nobody
-/// was told about); one that did not is a purchase that failed.
+/// never learnt: one that became a live row is an extra row; one that did
+/// not is a purchase that failed.
 pub fn orders_persisted_once(acked: &[Acked], unresolved: &[String], rows: &[Row]) -> Check {
     let acked_ids: BTreeSet<&str> = acked.iter().map(|o| o.order_id.as_str()).collect();
     let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
@@ -129,16 +132,16 @@ pub fn orders_persisted_once(acked: &[Acked], unresolved: &[String], rows: &[Row
         .filter(|id| !seen.contains_key(*id))
         .copied()
         .collect();
-    let extra: Vec<&str> = seen
-        .keys()
-        .filter(|id| !acked_ids.contains(*id))
-        .copied()
-        .collect();
-    let doubled = seen.values().filter(|n| **n > 1).count();
     let status: BTreeMap<&str, &str> = rows
         .iter()
         .map(|r| (r.order_id.as_str(), r.status.as_str()))
         .collect();
+    let (refused, extra): (Vec<&str>, Vec<&str>) = seen
+        .keys()
+        .filter(|id| !acked_ids.contains(*id))
+        .copied()
+        .partition(|id| status.get(id) == Some(&"expired"));
+    let doubled = seen.values().filter(|n| **n > 1).count();
     let wrong: Vec<String> = acked
         .iter()
         .filter_map(|o| {
@@ -147,7 +150,11 @@ pub fn orders_persisted_once(acked: &[Acked], unresolved: &[String], rows: &[Row
             (got != want).then(|| format!("{} is {got}, not {want}", o.order_id))
         })
         .collect();
-    let keys: BTreeSet<&str> = rows.iter().map(|r| r.idempotency_key.as_str()).collect();
+    let keys: BTreeSet<&str> = rows
+        .iter()
+        .filter(|r| r.status != "expired" || acked_ids.contains(r.order_id.as_str()))
+        .map(|r| r.idempotency_key.as_str())
+        .collect();
     let unresolved_rows = unresolved
         .iter()
         .filter(|k| keys.contains(k.as_str()))
@@ -159,13 +166,15 @@ pub fn orders_persisted_once(acked: &[Acked], unresolved: &[String], rows: &[Row
         && acked_ids.len() == acked.len();
     let mut detail = format!(
         "{} acknowledged ({} paid, {} abandoned), {} rows; missing {}, extra {}, \
-         duplicated {}, in the wrong state {}; outcome unknown to the buyer {} ({} of them a row)",
+         refused and expired {}, duplicated {}, in the wrong state {}; outcome unknown to \
+         the buyer {} ({} of them a row)",
         acked.len(),
         acked.iter().filter(|o| o.paid).count(),
         acked.iter().filter(|o| !o.paid).count(),
         rows.len(),
         missing.len(),
         extra.len(),
+        refused.len(),
         doubled,
         wrong.len(),
         unresolved.len(),
@@ -381,6 +390,20 @@ mod tests {
             check
                 .detail
                 .contains("outcome unknown to the buyer 1 (0 of them a row)")
+        );
+        // An order refused after its publish failed may have landed; it
+        // must end expired, like its returned reservation.
+        let refused = [
+            row("o1", "A", "paid"),
+            row("o2", "A", "expired"),
+            row("o8", "A", "expired"),
+        ];
+        let check = orders_persisted_once(&orders, &[], &refused);
+        assert!(check.passed, "{}", check.detail);
+        assert!(
+            check.detail.contains("refused and expired 1"),
+            "{}",
+            check.detail
         );
         let made = [
             row("o1", "A", "paid"),
