@@ -21,11 +21,18 @@ use inventory::{
     keys::SaleKeys,
     store::{Durability, ReserveOutcome, ReserveRequest, StockLevel, Store, StoreError},
 };
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, MutexGuard};
 
 const HEALTHY: Duration = Duration::from_secs(120);
+/// The safe policy as the tests use it: one replica, 100 ms.
+const REPLICATED: Durability = Durability::Replicated {
+    replicas: 1,
+    timeout: Duration::from_millis(100),
+};
 
-fn cluster() -> anyhow::Result<Option<RedisCluster>> {
+/// The cluster, whole, with this process's fault tests kept out while the
+/// guard lives; `None` (the test says why and passes) without the cluster.
+async fn cluster() -> anyhow::Result<Option<(RedisCluster, MutexGuard<'static, ()>)>> {
     // The cluster client's own recovery steps, shown for a failing test
     // (RUST_LOG=redis=warn,flashsale_runtime=warn).
     let _ = tracing_subscriber::fmt()
@@ -39,7 +46,10 @@ fn cluster() -> anyhow::Result<Option<RedisCluster>> {
         );
         return Ok(None);
     }
-    Ok(Some(RedisCluster::from_env()?))
+    let cluster = RedisCluster::from_env()?;
+    let exclusive = faults::exclusive().await;
+    cluster.until_healthy(HEALTHY).await?;
+    Ok(Some((cluster, exclusive)))
 }
 
 /// The primaries serving `sale`'s `shards` shards of SKU `HOT`.
@@ -62,11 +72,9 @@ async fn primaries_of(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_shards_over_all_three_primaries_never_oversell() -> anyhow::Result<()> {
-    let Some(cluster) = cluster()? else {
+    let Some((cluster, _exclusive)) = cluster().await? else {
         return Ok(());
     };
-    let _exclusive = faults::exclusive().await;
-    cluster.until_healthy(HEALTHY).await?;
     // A sale name whose eight shards land on all three primaries, so every
     // cross-slot step (claim, take, settle, stock reads) crosses nodes.
     let mut sale = stack::unique_name("inv-cluster");
@@ -293,16 +301,10 @@ async fn report(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_primary_loses_no_acknowledged_reservation_when_replicated() -> anyhow::Result<()>
 {
-    let Some(cluster) = cluster()? else {
+    let Some((cluster, _exclusive)) = cluster().await? else {
         return Ok(());
     };
-    let _exclusive = faults::exclusive().await;
-    cluster.until_healthy(HEALTHY).await?;
-    let policy = Durability::Replicated {
-        replicas: 1,
-        timeout: Duration::from_millis(100),
-    };
-    let failover = reserve_through_a_failover(&cluster, policy).await?;
+    let failover = reserve_through_a_failover(&cluster, REPLICATED).await?;
     let (lost, level) = report(&cluster, "replicated", &failover).await?;
     assert_eq!(lost, Vec::<String>::new(), "acknowledged reservations lost");
     // No unit can be sold twice: every acknowledged unit is still held.
@@ -315,11 +317,9 @@ async fn a_killed_primary_loses_no_acknowledged_reservation_when_replicated() ->
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_primary_under_the_fast_policy_reports_what_it_lost() -> anyhow::Result<()> {
-    let Some(cluster) = cluster()? else {
+    let Some((cluster, _exclusive)) = cluster().await? else {
         return Ok(());
     };
-    let _exclusive = faults::exclusive().await;
-    cluster.until_healthy(HEALTHY).await?;
     let failover = reserve_through_a_failover(&cluster, Durability::Fast).await?;
     // Asynchronous replication may drop the last writes before the kill;
     // what was lost went back to stock with its record (report checks the
@@ -336,23 +336,18 @@ async fn a_killed_primary_under_the_fast_policy_reports_what_it_lost() -> anyhow
 /// again, the retry is acknowledged with the same reservation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_on_another_connection_waits_for_the_original_write() -> anyhow::Result<()> {
-    let Some(cluster) = cluster()? else {
+    let Some((cluster, _exclusive)) = cluster().await? else {
         return Ok(());
     };
-    let _exclusive = faults::exclusive().await;
-    cluster.until_healthy(HEALTHY).await?;
-    let policy = Durability::Replicated {
-        replicas: 1,
-        timeout: Duration::from_millis(100),
-    };
+
     let sale = stack::unique_name("inv-retry-elsewhere");
     let (first, sale) = common::store_on(cluster.urls(), &sale, 10, 10, 1, 600_000)
         .await
-        .map(|(store, sale)| (store.with_durability(policy), sale))?;
+        .map(|(store, sale)| (store.with_durability(REPLICATED), sale))?;
     // Another replica: its own connection, the same sale (loading again
     // changes nothing).
     let (second, _) = common::store_on(cluster.urls(), &sale, 10, 10, 1, 600_000).await?;
-    let second = second.with_durability(policy);
+    let second = second.with_durability(REPLICATED);
     let primary = cluster
         .primary_for_key(&SaleKeys::new(&sale).sku("HOT"))
         .await?;
