@@ -26,6 +26,7 @@ mod common;
 mod load;
 
 use std::{
+    collections::BTreeSet,
     sync::{
         Arc,
         atomic::{AtomicU64, Ordering},
@@ -389,11 +390,12 @@ impl OrderSetup {
         let rate = saturated.per_second / 2.0;
         let half = order_open_loop(opts, &gateway, rate).await?;
         eprintln!(
-            "  order, {}: saturated {:.0}/s; at {rate:.0}/s p50 {:.2} ms, p99 {:.2} ms",
+            "  order, {}: saturated {:.0}/s; at {rate:.0}/s p50 {:.2} ms, p99 {:.2} ms (late start p99 {:.2} ms)",
             self.label,
             saturated.per_second,
             half.p50_us / 1000.0,
-            half.p99_us / 1000.0
+            half.p99_us / 1000.0,
+            half.late_p99_us / 1000.0
         );
         self.saturated.push(saturated);
         self.half.push(half);
@@ -421,13 +423,14 @@ impl OrderSetup {
         );
         let half_p99 = median(self.half.iter().map(|s| s.p99_us).collect());
         let half_p50 = median(self.half.iter().map(|s| s.p50_us).collect());
+        let late = median(self.half.iter().map(|s| s.late_p99_us).collect());
         let runs: Vec<f64> = self
             .half
             .iter()
             .map(|s| (s.p99_us / 100.0).round() / 10.0)
             .collect();
         println!(
-            "order at half load ({}) {:>8.0} req/s   p50 {half_p50:>8.0} µs   p99 {half_p99:>8.0} µs (runs, ms: {runs:?})",
+            "order at half load ({}) {:>8.0} req/s   p50 {half_p50:>8.0} µs   p99 {half_p99:>8.0} µs (runs, ms: {runs:?}; late start p99 {late:.0} µs)",
             self.label,
             rps / 2.0
         );
@@ -609,10 +612,24 @@ async fn main() -> anyhow::Result<()> {
             nginx_lim.push(get_as_users(&opts, nginx.url.clone(), 8).await?);
         }
         for setup in &mut orders {
-            if let (Some(cluster), Kafka::Cluster) = (&kafka_cluster, setup.kafka) {
-                kafka_healthy(cluster, &setup.funnel.topic, run).await?;
-            }
+            let watched = match (&kafka_cluster, setup.kafka) {
+                (Some(cluster), Kafka::Cluster) => {
+                    kafka_healthy(cluster, &setup.funnel.topic, run).await?;
+                    Some((cluster, cluster.partition(&setup.funnel.topic, 0).await?))
+                }
+                _ => None,
+            };
             setup.run(&opts).await?;
+            // A broker killed meanwhile (by another test) makes the run suspect.
+            if let Some((cluster, before)) = watched {
+                let after = cluster.partition(&setup.funnel.topic, 0).await?;
+                let in_sync = |isr: &[i32]| isr.iter().copied().collect::<BTreeSet<i32>>();
+                if after.leader != before.leader || in_sync(&after.isr) != in_sync(&before.isr) {
+                    eprintln!(
+                        "run {run}: the topic's partition changed during the run: {before:?} → {after:?}"
+                    );
+                }
+            }
         }
     }
     println!(

@@ -381,38 +381,59 @@ impl Cluster {
     }
 
     /// Deletes every key matching `pattern` on every primary, one key per
-    /// UNLINK (a cluster node refuses one UNLINK over several slots).
+    /// UNLINK (a cluster node refuses one UNLINK over several slots). A node
+    /// busy enough to time out (a fork for its AOF rewrite after this much
+    /// writing) is asked again.
     async fn unlink_matching(&self, pattern: &str) -> anyhow::Result<usize> {
+        self.nodes.until_healthy(HEALTHY_WITHIN).await?;
         let mut removed = 0;
         for port in self.primaries().await {
-            let mut conn = self.nodes.connect(port).await?;
-            let mut keys = Vec::new();
-            let mut cursor = 0_u64;
+            let mut attempt = 1;
             loop {
-                let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-                    .arg(cursor)
-                    .arg("MATCH")
-                    .arg(pattern)
-                    .arg("COUNT")
-                    .arg(1_000)
-                    .query_async(&mut conn)
-                    .await?;
-                keys.extend(batch);
-                cursor = next;
-                if cursor == 0 {
-                    break;
+                match self.unlink_on(port, pattern).await {
+                    Ok(n) => {
+                        removed += n;
+                        break;
+                    }
+                    Err(error) if attempt < 5 => {
+                        eprintln!("removing keys on {port}: {error:#}; again");
+                        tokio::time::sleep(Duration::from_secs(attempt)).await;
+                        attempt += 1;
+                    }
+                    Err(error) => return Err(error),
                 }
             }
-            for chunk in keys.chunks(1_000) {
-                let mut pipe = redis::pipe();
-                for key in chunk {
-                    pipe.cmd("UNLINK").arg(key).ignore();
-                }
-                let () = pipe.query_async(&mut conn).await?;
-            }
-            removed += keys.len();
         }
         Ok(removed)
+    }
+
+    async fn unlink_on(&self, port: u16, pattern: &str) -> anyhow::Result<usize> {
+        let mut conn = self.nodes.connect(port).await?;
+        let mut keys = Vec::new();
+        let mut cursor = 0_u64;
+        loop {
+            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1_000)
+                .query_async(&mut conn)
+                .await?;
+            keys.extend(batch);
+            cursor = next;
+            if cursor == 0 {
+                break;
+            }
+        }
+        for chunk in keys.chunks(200) {
+            let mut pipe = redis::pipe();
+            for key in chunk {
+                pipe.cmd("UNLINK").arg(key).ignore();
+            }
+            let () = pipe.query_async(&mut conn).await?;
+        }
+        Ok(keys.len())
     }
 }
 
@@ -549,10 +570,7 @@ async fn against_baselines(
         ("naive-sql", vec![]),
     ];
     for run in 1..=opts.runs {
-        let primaries = match cluster {
-            Some(cluster) => cluster.healthy(run).await?,
-            None => BTreeSet::new(),
-        };
+        let watch = RunWatch::begin(redis_url, cluster, run).await?;
         let raw = closed_loop(
             opts.concurrency,
             opts.seconds,
@@ -587,9 +605,7 @@ async fn against_baselines(
             "run {run}/{}: raw {:.0}/s, service {:.0}/s, sql {:.0}/s",
             opts.runs, raw.per_second, service.per_second, sql.per_second
         );
-        if let Some(cluster) = cluster {
-            cluster_changed(cluster, run, &primaries).await;
-        }
+        watch.end(redis_url, cluster, run).await;
     }
 
     println!(
@@ -664,10 +680,7 @@ async fn durability_cost(
     }
     let mut rates = Vec::new();
     for run in 1..=opts.runs {
-        let primaries = match cluster {
-            Some(cluster) => cluster.healthy(run).await?,
-            None => BTreeSet::new(),
-        };
+        let watch = RunWatch::begin(redis_url, cluster, run).await?;
         // Which policy goes first alternates, so neither always follows
         // the other's load (replication backlog, a busier machine).
         let order = if run % 2 == 1 { [0, 1] } else { [1, 0] };
@@ -689,9 +702,7 @@ async fn durability_cost(
             half[0][run - 1].p99_us / 1000.0,
             half[1][run - 1].p99_us / 1000.0
         );
-        if let Some(cluster) = cluster {
-            cluster_changed(cluster, run, &primaries).await;
-        }
+        watch.end(redis_url, cluster, run).await;
     }
     println!(
         "durability cost · concurrency {} saturated, open loop at half of fast · {} s per measurement · {} runs (medians){}",
@@ -745,15 +756,76 @@ fn describe(opts: &Options) -> String {
     format!("{target}{shards}")
 }
 
-/// Says so when the cluster's primaries changed during a run (a failover
-/// by another test): that run's figures are suspect.
-async fn cluster_changed(cluster: &Cluster, run: usize, before: &BTreeSet<u16>) {
-    let after = cluster.primaries().await;
-    if &after != before {
-        eprintln!(
-            "run {run}: the cluster's primaries changed during the run: {before:?} → {after:?}"
-        );
+/// What else happened to Redis during a run and makes its figures
+/// suspect: a failover (another test killing a node) or a fork for an AOF
+/// rewrite or an RDB save (the fork pauses the node; the child competes for
+/// the cores while it writes).
+struct RunWatch {
+    primaries: BTreeSet<u16>,
+    forks: u64,
+}
+
+impl RunWatch {
+    /// Waits for a whole cluster, then notes the primaries and forks so far.
+    async fn begin(redis_url: &str, cluster: Option<&Cluster>, run: usize) -> anyhow::Result<Self> {
+        let primaries = match cluster {
+            Some(cluster) => cluster.healthy(run).await?,
+            None => BTreeSet::new(),
+        };
+        Ok(Self {
+            primaries,
+            forks: forks(redis_url).await,
+        })
     }
+
+    /// Says what changed since [`RunWatch::begin`].
+    async fn end(self, redis_url: &str, cluster: Option<&Cluster>, run: usize) {
+        if let Some(cluster) = cluster {
+            let after = cluster.primaries().await;
+            if after != self.primaries {
+                eprintln!(
+                    "run {run}: the cluster's primaries changed during the run: {:?} → {after:?}",
+                    self.primaries
+                );
+            }
+        }
+        let forks = forks(redis_url).await.saturating_sub(self.forks);
+        if forks > 0 {
+            eprintln!(
+                "run {run}: {forks} background AOF rewrite(s) or RDB save(s) on the Redis nodes"
+            );
+        }
+    }
+}
+
+/// AOF rewrites and RDB saves so far, summed over the nodes of `redis_url`
+/// (one URL, or a cluster's comma-separated nodes) that answer.
+async fn forks(redis_url: &str) -> u64 {
+    let mut total = 0;
+    for url in redis_url.split(',').map(str::trim) {
+        let Ok(client) = redis::Client::open(url) else {
+            continue;
+        };
+        let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
+            continue;
+        };
+        let info: String = match redis::cmd("INFO")
+            .arg("persistence")
+            .query_async(&mut conn)
+            .await
+        {
+            Ok(info) => info,
+            Err(_) => continue,
+        };
+        total += info
+            .lines()
+            .filter_map(|line| {
+                let (name, value) = line.trim().split_once(':')?;
+                matches!(name, "aof_rewrites" | "rdb_saves").then(|| value.parse::<u64>().ok())?
+            })
+            .sum::<u64>();
+    }
+    total
 }
 
 /// Prints failed calls per mode, if any.

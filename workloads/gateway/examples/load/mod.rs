@@ -20,6 +20,10 @@ pub struct Sample {
     pub p50_us: f64,
     /// 99th percentile latency, µs.
     pub p99_us: f64,
+    /// Open loop: the 99th percentile of how late calls started after their
+    /// scheduled time (every worker busy, or the client itself slow), µs; 0
+    /// for a closed loop.
+    pub late_p99_us: f64,
 }
 
 /// The median of `values` (0 when empty).
@@ -63,7 +67,7 @@ where
     for task in tasks {
         all.extend(task.await??);
     }
-    Ok(summarize(all, started.elapsed()))
+    Ok(summarize(all, Vec::new(), started.elapsed()))
 }
 
 /// Calls `op` `rate` times a second for `seconds` on a fixed schedule,
@@ -92,7 +96,7 @@ where
     for _ in 0..workers {
         let (op, next) = (op.clone(), next.clone());
         tasks.push(tokio::spawn(async move {
-            let mut latencies = Vec::new();
+            let (mut latencies, mut late) = (Vec::new(), Vec::new());
             loop {
                 let n = next.fetch_add(1, Ordering::Relaxed);
                 if n >= total {
@@ -100,30 +104,39 @@ where
                 }
                 let due = started + Duration::from_secs_f64(n as f64 / rate);
                 tokio::time::sleep_until(due.into()).await;
+                late.push(due.elapsed().as_nanos() as f64 / 1_000.0);
                 op(n).await?;
                 latencies.push(due.elapsed().as_nanos() as f64 / 1_000.0);
             }
-            anyhow::Ok(latencies)
+            anyhow::Ok((latencies, late))
         }));
     }
-    let mut all = Vec::new();
+    let (mut all, mut late) = (Vec::new(), Vec::new());
     for task in tasks {
-        all.extend(task.await??);
+        let (latencies, lates) = task.await??;
+        all.extend(latencies);
+        late.extend(lates);
     }
-    Ok(summarize(all, started.elapsed()))
+    Ok(summarize(all, late, started.elapsed()))
 }
 
-/// Throughput and percentiles of the latencies (µs) of calls made in `elapsed`.
-fn summarize(mut all: Vec<f64>, elapsed: Duration) -> Sample {
+/// Throughput and percentiles of the latencies (µs) of calls made in
+/// `elapsed`, and of how late they started (µs; empty for a closed loop).
+fn summarize(mut all: Vec<f64>, mut late: Vec<f64>, elapsed: Duration) -> Sample {
     all.sort_by(f64::total_cmp);
-    let pct = |q: f64| {
-        all.get(((all.len() as f64 * q) as usize).min(all.len().saturating_sub(1)))
-            .copied()
-            .unwrap_or(0.0)
-    };
+    late.sort_by(f64::total_cmp);
     Sample {
         per_second: all.len() as f64 / elapsed.as_secs_f64(),
-        p50_us: pct(0.50),
-        p99_us: pct(0.99),
+        p50_us: percentile(&all, 0.50),
+        p99_us: percentile(&all, 0.99),
+        late_p99_us: percentile(&late, 0.99),
     }
+}
+
+/// The `q` quantile of sorted `values` (0 when empty).
+fn percentile(values: &[f64], q: f64) -> f64 {
+    values
+        .get(((values.len() as f64 * q) as usize).min(values.len().saturating_sub(1)))
+        .copied()
+        .unwrap_or(0.0)
 }
