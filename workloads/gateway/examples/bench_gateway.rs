@@ -9,10 +9,16 @@
 //!   the same settings, keyed by the same user header;
 //! - `order`: the full order path (token, rate limit, reserve in the real
 //!   inventory, publish to Kafka with acks=all, answer), first at saturation,
-//!   then open-loop at half that rate for its p99.
+//!   then open-loop at half that rate for its p99; on the stack's single
+//!   broker and/or its three-broker cluster (`--kafka single,cluster`: a topic
+//!   with three replicas and `min.insync.replicas` 2), and optionally at
+//!   several producer lingers (`--linger-ms 5,0`). `--breakdown` also times
+//!   the path's two dependencies alone at the same rate: the inventory's
+//!   reserve and one Kafka send.
 //!
 //! Needs the local stack (`eval "$(e2e/local/stack env)"`). Run:
 //! `cargo run --release -p gateway --example bench_gateway -- --runs 3`
+//! `cargo run --release -p gateway --example bench_gateway -- --paths order --kafka single,cluster --runs 5`
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -20,15 +26,46 @@ mod common;
 mod load;
 
 use std::{
-    sync::Arc,
+    collections::BTreeSet,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
     time::{Duration, Instant},
 };
 
 use axum::{Json, Router, routing::get};
-use clap::Parser;
-use common::{Funnel, Options as FunnelOptions, token};
-use load::{Sample, drive, median};
+use clap::{Parser, ValueEnum};
+use common::{Funnel, INVENTORY_TOKEN, Options as FunnelOptions, TopicSpec, token};
+use flashsale_e2e::clusters::KafkaCluster;
+use flashsale_orders::{EventKind, OrderEvent, OrderProducer, ProducerSettings, ReservedFacts};
+use load::{Sample, drive, drive_open, median};
 use serde_json::json;
+
+/// A measured path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Path {
+    /// GET through the gateway vs bare axum.
+    Get,
+    /// Rate-limited GET through the gateway vs nginx.
+    Limited,
+    /// The order path.
+    Order,
+}
+
+/// The Kafka the order path publishes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Kafka {
+    /// The stack's single broker (`KAFKA_BROKERS`), a topic with one replica.
+    Single,
+    /// The stack's three brokers (`FLASHSALE_KAFKA_CLUSTER_BROKERS`), a
+    /// topic with three replicas and `min.insync.replicas` 2.
+    Cluster,
+}
+
+/// How long a cluster that is failing over (other tests kill brokers) may
+/// take to be whole again before a run starts.
+const HEALTHY_WITHIN: Duration = Duration::from_secs(180);
 
 /// Gateway HTTP paths vs bare axum, nginx limit_req and saturation.
 #[derive(Debug, Parser)]
@@ -45,6 +82,20 @@ struct Options {
     /// nginx binary for the limit_req peer.
     #[arg(long, default_value = "/usr/sbin/nginx")]
     nginx: String,
+    /// Paths to measure.
+    #[arg(long, value_enum, value_delimiter = ',', default_values = ["get", "limited", "order"])]
+    paths: Vec<Path>,
+    /// Where the order path publishes; each one listed is measured in every run.
+    #[arg(long, value_enum, value_delimiter = ',', default_values = ["single"])]
+    kafka: Vec<Kafka>,
+    /// Producer lingers (ms) to measure the order path at, each in every
+    /// run; without it, the producer's default.
+    #[arg(long, value_delimiter = ',')]
+    linger_ms: Vec<u64>,
+    /// Also time the inventory's reserve alone and a Kafka send alone, each
+    /// at the order path's half-load rate.
+    #[arg(long)]
+    breakdown: bool,
 }
 
 fn client() -> reqwest::Client {
@@ -157,29 +208,41 @@ impl Drop for Nginx {
     }
 }
 
-/// Orders as fast as `concurrency` clients can, each a new user and key.
+/// Orders answered 503 (shed, or a dependency too slow), counted as they come.
+static UNAVAILABLE: AtomicU64 = AtomicU64::new(0);
+
+/// Orders as fast as `concurrency` clients can, each a new user.
 async fn order_saturated(opts: &Options, gateway: &str) -> anyhow::Result<Sample> {
     let (http, url) = (client(), format!("{gateway}/api/v1/orders"));
-    let counter = Arc::new(std::sync::atomic::AtomicU64::new(0));
     drive(opts.concurrency, opts.seconds, 1, move |_| {
-        let (http, url, counter) = (http.clone(), url.clone(), counter.clone());
-        async move {
-            place(
-                &http,
-                &url,
-                counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            )
-            .await
-        }
+        let (http, url) = (http.clone(), url.clone());
+        async move { place(&http, &url).await }
     })
     .await
 }
 
-/// Orders answered 503 (shed, or a dependency too slow) over the whole run.
-static UNAVAILABLE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// Orders arriving at `rate` per second regardless of answers (open loop),
+/// so queueing shows in the latency.
+async fn order_open_loop(opts: &Options, gateway: &str, rate: f64) -> anyhow::Result<Sample> {
+    let (http, url) = (client(), format!("{gateway}/api/v1/orders"));
+    drive_open(opts.concurrency, rate, opts.seconds, move |_| {
+        let (http, url) = (http.clone(), url.clone());
+        async move { place(&http, &url).await }
+    })
+    .await
+}
 
-async fn place(http: &reqwest::Client, url: &str, n: u64) -> anyhow::Result<()> {
-    let user = format!("buyer{n}-{}", std::process::id());
+/// A number not used before in this process. Every order is a new user
+/// (so a new request id): a name used again would be a replay, answered
+/// from the first order's acknowledgement without the inventory's
+/// reservation or Kafka.
+fn unique() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+async fn place(http: &reqwest::Client, url: &str) -> anyhow::Result<()> {
+    let user = format!("buyer{}-{}", unique(), std::process::id());
     let response = http
         .post(url)
         .bearer_auth(token(&user))
@@ -190,37 +253,242 @@ async fn place(http: &reqwest::Client, url: &str, n: u64) -> anyhow::Result<()> 
     response.bytes().await?;
     // A shed or failed order is an answer too; count it, do not stop.
     if status == 503 {
-        UNAVAILABLE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        UNAVAILABLE.fetch_add(1, Ordering::Relaxed);
         return Ok(());
     }
     anyhow::ensure!(status == 201, "order answered HTTP {status}");
     Ok(())
 }
 
-/// Orders arriving at `rate` per second regardless of answers (open loop),
-/// so queueing shows in the latency; returns the p99 in µs.
-async fn order_open_loop(opts: &Options, gateway: &str, rate: f64) -> anyhow::Result<f64> {
-    let (http, url) = (client(), format!("{gateway}/api/v1/orders"));
-    let total = (rate * opts.seconds as f64) as u64;
-    let interval = Duration::from_secs_f64(1.0 / rate);
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for n in 0..total {
-        let due = started + interval * n as u32;
-        tokio::time::sleep_until(due.into()).await;
+/// The inventory's reserve alone (what the gateway asks it for an order),
+/// at `rate` per second.
+async fn reserve_open_loop(opts: &Options, funnel: &Funnel, rate: f64) -> anyhow::Result<Sample> {
+    let http = client();
+    let url = format!(
+        "{}/v1/sales/{}/reservations",
+        funnel.inventory.url, funnel.sale
+    );
+    drive_open(opts.concurrency, rate, opts.seconds, move |_| {
         let (http, url) = (http.clone(), url.clone());
-        tasks.push(tokio::spawn(async move {
-            let t = Instant::now();
-            place(&http, &url, 1_000_000_000 + n).await?;
-            anyhow::Ok(t.elapsed().as_secs_f64() * 1e6)
-        }));
+        async move {
+            let id = format!("alone-{}-{}", unique(), std::process::id());
+            let body = json!({"sku": "A", "user": id, "quantity": 1, "requestId": id, "amountMinor": 1999});
+            let response = http
+                .post(&url)
+                .bearer_auth(INVENTORY_TOKEN)
+                .json(&body)
+                .send()
+                .await?;
+            let status = response.status().as_u16();
+            response.bytes().await?;
+            anyhow::ensure!(status == 201, "reserve answered HTTP {status}");
+            Ok(())
+        }
+    })
+    .await
+}
+
+/// One Kafka send alone (the event an order publishes, to the funnel's
+/// topic, by a producer with the gateway's settings), at `rate` per second.
+async fn send_open_loop(
+    opts: &Options,
+    funnel: &Funnel,
+    linger: Option<Duration>,
+    rate: f64,
+) -> anyhow::Result<Sample> {
+    let mut settings = ProducerSettings::new(funnel.brokers.clone());
+    settings.topic = funnel.topic.clone();
+    if let Some(linger) = linger {
+        settings.linger = linger;
     }
-    let mut latencies = Vec::new();
-    for task in tasks {
-        latencies.push(task.await??);
+    let producer = OrderProducer::new(&settings)?;
+    // A new producer's first send waits for metadata and its producer id:
+    // not measured.
+    send_one(&producer, &funnel.sale).await?;
+    let sale = funnel.sale.clone();
+    drive_open(opts.concurrency, rate, opts.seconds, move |_| {
+        let (producer, sale) = (producer.clone(), sale.clone());
+        async move { send_one(&producer, &sale).await }
+    })
+    .await
+}
+
+/// Sends one order event of `sale` and waits for its acknowledgement.
+async fn send_one(producer: &OrderProducer, sale: &str) -> anyhow::Result<()> {
+    let id = format!("alone{}", unique());
+    let event = OrderEvent::of_reservation(
+        EventKind::Created,
+        ReservedFacts {
+            sale,
+            reservation_id: &id,
+            user_id: &id,
+            sku: "A",
+            quantity: 1,
+            amount_minor: 1999,
+            request_id: &id,
+        },
+        jiff::Timestamp::now(),
+    );
+    producer.send(&event).await?;
+    Ok(())
+}
+
+/// One order setup: where its events go, at which linger, and what it measured.
+struct OrderSetup {
+    label: String,
+    kafka: Kafka,
+    linger: Option<Duration>,
+    funnel: Funnel,
+    saturated: Vec<Sample>,
+    half: Vec<Sample>,
+    reserve_alone: Vec<Sample>,
+    send_alone: Vec<Sample>,
+    unavailable: u64,
+}
+
+impl OrderSetup {
+    async fn start(kafka: Kafka, linger: Option<Duration>) -> anyhow::Result<Self> {
+        let topic = match kafka {
+            Kafka::Single => None,
+            Kafka::Cluster => Some(TopicSpec {
+                brokers: KafkaCluster::from_env()?.brokers().to_owned(),
+                replication: 3,
+                min_insync_replicas: 2,
+            }),
+        };
+        let funnel = Funnel::start(FunnelOptions {
+            topic,
+            linger,
+            ..high_limits()
+        })
+        .await?;
+        let mut label = match kafka {
+            Kafka::Single => "1 broker".to_owned(),
+            Kafka::Cluster => "3 brokers".to_owned(),
+        };
+        if let Some(linger) = linger {
+            label.push_str(&format!(", linger {} ms", linger.as_millis()));
+        }
+        Ok(Self {
+            label,
+            kafka,
+            linger,
+            funnel,
+            saturated: vec![],
+            half: vec![],
+            reserve_alone: vec![],
+            send_alone: vec![],
+            unavailable: 0,
+        })
     }
-    latencies.sort_by(f64::total_cmp);
-    Ok(latencies[(latencies.len() * 99 / 100).min(latencies.len().saturating_sub(1))])
+
+    /// One run: saturated, then half that rate (and the dependencies alone).
+    async fn run(&mut self, opts: &Options) -> anyhow::Result<()> {
+        let before = UNAVAILABLE.load(Ordering::Relaxed);
+        let gateway = self.funnel.gateway.url.clone();
+        let saturated = order_saturated(opts, &gateway).await?;
+        let rate = saturated.per_second / 2.0;
+        let half = order_open_loop(opts, &gateway, rate).await?;
+        eprintln!(
+            "  order, {}: saturated {:.0}/s; at {rate:.0}/s p50 {:.2} ms, p99 {:.2} ms (late start p99 {:.2} ms)",
+            self.label,
+            saturated.per_second,
+            half.p50_us / 1000.0,
+            half.p99_us / 1000.0,
+            half.late_p99_us / 1000.0
+        );
+        self.saturated.push(saturated);
+        self.half.push(half);
+        if opts.breakdown {
+            let reserve = reserve_open_loop(opts, &self.funnel, rate).await?;
+            let send = send_open_loop(opts, &self.funnel, self.linger, rate).await?;
+            eprintln!(
+                "    alone at {rate:.0}/s: reserve p50 {:.2} / p99 {:.2} ms, Kafka send p50 {:.2} / p99 {:.2} ms",
+                reserve.p50_us / 1000.0,
+                reserve.p99_us / 1000.0,
+                send.p50_us / 1000.0,
+                send.p99_us / 1000.0
+            );
+            self.reserve_alone.push(reserve);
+            self.send_alone.push(send);
+        }
+        self.unavailable += UNAVAILABLE.load(Ordering::Relaxed) - before;
+        Ok(())
+    }
+
+    fn report(&self) {
+        let rps = row(
+            &format!("order (saturated, {})", self.label),
+            &self.saturated,
+        );
+        let half_p99 = median(self.half.iter().map(|s| s.p99_us).collect());
+        let half_p50 = median(self.half.iter().map(|s| s.p50_us).collect());
+        let late = median(self.half.iter().map(|s| s.late_p99_us).collect());
+        let runs: Vec<f64> = self
+            .half
+            .iter()
+            .map(|s| (s.p99_us / 100.0).round() / 10.0)
+            .collect();
+        println!(
+            "order at half load ({}) {:>8.0} req/s   p50 {half_p50:>8.0} µs   p99 {half_p99:>8.0} µs (runs, ms: {runs:?}; late start p99 {late:.0} µs)",
+            self.label,
+            rps / 2.0
+        );
+        if !self.reserve_alone.is_empty() {
+            row(
+                &format!("  reserve alone ({})", self.label),
+                &self.reserve_alone,
+            );
+            row(
+                &format!("  Kafka send alone ({})", self.label),
+                &self.send_alone,
+            );
+        }
+        println!("  orders answered 503: {}", self.unavailable);
+    }
+}
+
+/// The funnel settings of the order path: large stock and limits, so the
+/// benchmark measures the path, not refusals.
+fn high_limits() -> FunnelOptions {
+    FunnelOptions {
+        stock: 10_000_000,
+        per_user_limit: 1_000,
+        config: json!({
+            "rateLimit": {"perUserPerSecond": 100000, "burst": 100000},
+            "concurrency": {"minLimit": 1000, "maxLimit": 5000},
+            "itemCacheMs": 1000,
+            "requestTimeoutMs": 5000,
+        }),
+        ..FunnelOptions::default()
+    }
+}
+
+/// Waits until the Kafka cluster and `topic`'s partition are whole (another
+/// test may have killed a broker); says so when that took a while.
+async fn kafka_healthy(cluster: &KafkaCluster, topic: &str, run: usize) -> anyhow::Result<()> {
+    let t = Instant::now();
+    cluster.until_healthy(HEALTHY_WITHIN).await?;
+    flashsale_e2e::wait::poll_until(
+        "the benchmark topic's replicas to be in sync",
+        HEALTHY_WITHIN,
+        Duration::from_millis(200),
+        || async {
+            match cluster.partition(topic, 0).await {
+                Ok(p) if p.leader.is_some() && p.isr.len() == 3 => Ok(()),
+                Ok(p) => Err(format!("{p:?}")),
+                Err(e) => Err(e.to_string()),
+            }
+        },
+    )
+    .await?;
+    if t.elapsed() > Duration::from_secs(1) {
+        eprintln!(
+            "run {run}: waited {:.1} s for the Kafka cluster to be healthy",
+            t.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
 }
 
 /// Prints the medians of one measurement and returns its throughput.
@@ -264,75 +532,165 @@ fn ratios(name: &str, ours: &[Sample], peer: &[Sample]) {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let opts = Options::parse();
-    // Large stock and limits: the benchmark measures the path, not refusals.
-    let funnel = Funnel::start(FunnelOptions {
-        stock: 10_000_000,
-        per_user_limit: 1_000,
-        config: json!({
-            "rateLimit": {"perUserPerSecond": 100000, "burst": 100000},
-            "concurrency": {"minLimit": 1000, "maxLimit": 5000},
-            "itemCacheMs": 1000,
-            "requestTimeoutMs": 5000,
-        }),
-        ..FunnelOptions::default()
-    })
-    .await?;
-    let limited = Funnel::start(FunnelOptions {
-        config: json!({"rateLimit": {"perUserPerSecond": 50, "burst": 10}, "concurrency": {"minLimit": 1000, "maxLimit": 5000}}),
-        ..FunnelOptions::default()
-    })
-    .await?;
-    let bare = bare_axum().await?;
-    let nginx = Nginx::start(&opts.nginx).await?;
-    let gw_get = format!("{}/api/v1/items/A", funnel.gateway.url);
-    let gw_limited = format!("{}/api/v1/items/A", limited.gateway.url);
-    // Warm-up (connections, caches, Lua script): not measured.
-    get_as_users(
-        &Options {
-            seconds: 1,
-            nginx: String::new(),
-            ..opts
-        },
-        gw_get.clone(),
-        1_000,
-    )
-    .await?;
+    let wants = |path| opts.paths.contains(&path);
+    let lingers: Vec<Option<Duration>> = if opts.linger_ms.is_empty() {
+        vec![None]
+    } else {
+        opts.linger_ms
+            .iter()
+            .map(|ms| Some(Duration::from_millis(*ms)))
+            .collect()
+    };
+    let mut orders = Vec::new();
+    if wants(Path::Order) {
+        for kafka in &opts.kafka {
+            for linger in &lingers {
+                orders.push(OrderSetup::start(*kafka, *linger).await?);
+            }
+        }
+    }
+    let kafka_cluster = if orders.iter().any(|o| o.kafka == Kafka::Cluster) {
+        Some(KafkaCluster::from_env()?)
+    } else {
+        None
+    };
+    // The GET path goes through the first order funnel, or one of its own.
+    let own_funnel = match orders.first() {
+        Some(_) => None,
+        None if wants(Path::Get) => Some(Funnel::start(high_limits()).await?),
+        None => None,
+    };
+    let get_gateway = orders
+        .first()
+        .map(|o| &o.funnel)
+        .or(own_funnel.as_ref())
+        .map(|f| format!("{}/api/v1/items/A", f.gateway.url));
+    let limited = match wants(Path::Limited) {
+        true => Some(
+            Funnel::start(FunnelOptions {
+                config: json!({"rateLimit": {"perUserPerSecond": 50, "burst": 10}, "concurrency": {"minLimit": 1000, "maxLimit": 5000}}),
+                ..FunnelOptions::default()
+            })
+            .await?,
+        ),
+        false => None,
+    };
+    let bare = match wants(Path::Get) {
+        true => Some(bare_axum().await?),
+        false => None,
+    };
+    let nginx = match wants(Path::Limited) {
+        true => Some(Nginx::start(&opts.nginx).await?),
+        false => None,
+    };
+    // Warm-up (connections, caches, Lua script, producer metadata): not measured.
+    let warm = Options {
+        seconds: 1,
+        nginx: String::new(),
+        paths: vec![],
+        kafka: vec![],
+        linger_ms: vec![],
+        ..opts
+    };
+    if let (Some(url), true) = (&get_gateway, wants(Path::Get)) {
+        get_as_users(&warm, url.clone(), 1_000).await?;
+    }
+    for setup in &orders {
+        order_saturated(&warm, &setup.funnel.gateway.url).await?;
+    }
 
-    let (mut gw, mut axum_only, mut gw_lim, mut nginx_lim, mut orders, mut half) =
-        (vec![], vec![], vec![], vec![], vec![], vec![]);
+    let (mut gw, mut axum_only, mut gw_lim, mut nginx_lim) = (vec![], vec![], vec![], vec![]);
     for run in 1..=opts.runs {
         eprintln!("run {run}/{}", opts.runs);
-        gw.push(get_as_users(&opts, gw_get.clone(), 10_000).await?);
-        axum_only.push(get_as_users(&opts, bare.clone(), 10_000).await?);
-        gw_lim.push(get_as_users(&opts, gw_limited.clone(), 8).await?);
-        nginx_lim.push(get_as_users(&opts, nginx.url.clone(), 8).await?);
-        let saturated = order_saturated(&opts, &funnel.gateway.url).await?;
-        half.push(order_open_loop(&opts, &funnel.gateway.url, saturated.per_second / 2.0).await?);
-        orders.push(saturated);
+        if let (Some(gw_get), Some(bare)) = (&get_gateway, &bare) {
+            gw.push(get_as_users(&opts, gw_get.clone(), 10_000).await?);
+            axum_only.push(get_as_users(&opts, bare.clone(), 10_000).await?);
+        }
+        if let (Some(limited), Some(nginx)) = (&limited, &nginx) {
+            let url = format!("{}/api/v1/items/A", limited.gateway.url);
+            gw_lim.push(get_as_users(&opts, url, 8).await?);
+            nginx_lim.push(get_as_users(&opts, nginx.url.clone(), 8).await?);
+        }
+        for setup in &mut orders {
+            let watched = match (&kafka_cluster, setup.kafka) {
+                (Some(cluster), Kafka::Cluster) => {
+                    kafka_healthy(cluster, &setup.funnel.topic, run).await?;
+                    Some((cluster, cluster.partition(&setup.funnel.topic, 0).await?))
+                }
+                _ => None,
+            };
+            setup.run(&opts).await?;
+            // A broker killed meanwhile (by another test) makes the run suspect.
+            if let Some((cluster, before)) = watched {
+                let after = cluster.partition(&setup.funnel.topic, 0).await?;
+                let in_sync = |isr: &[i32]| isr.iter().copied().collect::<BTreeSet<i32>>();
+                if after.leader != before.leader || in_sync(&after.isr) != in_sync(&before.isr) {
+                    eprintln!(
+                        "run {run}: the topic's partition changed during the run: {before:?} → {after:?}"
+                    );
+                }
+            }
+        }
     }
     println!(
         "\nconcurrency {}, {} s per measurement, medians of {} runs",
         opts.concurrency, opts.seconds, opts.runs
     );
-    row("gateway GET", &gw);
-    row("bare axum GET", &axum_only);
-    row("gateway limited GET", &gw_lim);
-    row("nginx limit_req GET", &nginx_lim);
-    let order_rps = row("order (saturated)", &orders);
-    let half_p99 = median(half.clone());
-    let runs: Vec<f64> = half.iter().map(|p| (p / 1000.0).round()).collect();
-    println!(
-        "order at half load     {:>10.0} req/s   p99 {half_p99:>8.0} µs (runs, ms: {runs:?})\n",
-        order_rps / 2.0
-    );
-    println!(
-        "orders answered 503 over all runs: {}",
-        UNAVAILABLE.load(std::sync::atomic::Ordering::Relaxed)
-    );
-    ratios("GET gateway / bare axum", &gw, &axum_only);
-    ratios("limited GET gateway / nginx", &gw_lim, &nginx_lim);
+    if !gw.is_empty() {
+        row("gateway GET", &gw);
+        row("bare axum GET", &axum_only);
+    }
+    if !gw_lim.is_empty() {
+        row("gateway limited GET", &gw_lim);
+        row("nginx limit_req GET", &nginx_lim);
+    }
+    for setup in &orders {
+        setup.report();
+    }
+    if !gw.is_empty() {
+        ratios("GET gateway / bare axum", &gw, &axum_only);
+    }
+    if !gw_lim.is_empty() {
+        ratios("limited GET gateway / nginx", &gw_lim, &nginx_lim);
+    }
+    if let Some((first, rest)) = orders.split_first() {
+        for other in rest {
+            ratios(
+                &format!("order saturated, {} / {}", other.label, first.label),
+                &other.saturated,
+                &first.saturated,
+            );
+            ratios(
+                &format!("order at half load, {} / {}", other.label, first.label),
+                &other.half,
+                &first.half,
+            );
+        }
+    }
     drop(nginx);
-    limited.cleanup().await?;
-    funnel.cleanup().await?;
+    if let Some(limited) = limited {
+        limited.cleanup().await?;
+    }
+    if let Some(funnel) = own_funnel {
+        funnel.cleanup().await?;
+    }
+    for setup in orders {
+        let (brokers, topic) = (setup.funnel.brokers.clone(), setup.funnel.topic.clone());
+        setup.funnel.cleanup().await?;
+        delete_topic(&brokers, &topic).await?;
+    }
+    Ok(())
+}
+
+/// Removes a topic the benchmark created, so the shared brokers keep none.
+async fn delete_topic(brokers: &str, topic: &str) -> anyhow::Result<()> {
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()?;
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    for result in admin.delete_topics(&[topic], &options).await? {
+        result.map_err(|(name, code)| anyhow::anyhow!("deleting topic {name}: {code}"))?;
+    }
     Ok(())
 }

@@ -5,107 +5,213 @@
 //!   batch of one) per request (the ceiling without coalescing);
 //! - `service`: the inventory's HTTP API (in-process server, keep-alive
 //!   client), which coalesces concurrent reservations of the SKU into one
-//!   call of the same script;
+//!   call of the same script (with `--shards N` > 1: the sharded path, claim,
+//!   take from a shard, settle, without coalescing);
 //! - `naive-sql`: `UPDATE stock SET available = available - 1 WHERE sku = $1
 //!   AND available > 0` on PostgreSQL, committed durably (`synchronous_commit = on`).
+//!
+//! `--target cluster` puts the service's and the raw baseline's sales on the
+//! stack's Redis Cluster (`FLASHSALE_REDIS_CLUSTER_URL`) instead of its single
+//! Redis (`REDIS_URL`). `--durability-cost` (on the cluster) measures the
+//! service under the fast and the replicated durability policy instead:
+//! saturated throughput (closed loop) and the p99 at half load (open loop at
+//! half of the fast policy's saturated rate of the same run).
 //!
 //! Needs the local stack (`eval "$(e2e/local/stack env)"`). Run:
 //! `cargo run --release -p inventory --example bench_reserve -- --concurrency 64 --seconds 4 --runs 5`
 
 use std::{
-    sync::Arc,
+    collections::BTreeSet,
+    future::Future,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
     time::{Duration, Instant},
 };
 
+use clap::{Parser, ValueEnum};
+use flashsale_e2e::clusters::{RedisCluster, RedisRole};
+use flashsale_runtime::redis::{RedisConnection, RedisTarget, RedisTimeouts};
 use inventory::{
     api::{self, AppState},
     coalesce::{BatchItem, batch_invocation},
     keys::SaleKeys,
     metrics::Metrics,
-    store::{ItemDefinition, SaleDefinition, Store},
+    store::{Durability, ItemDefinition, SaleDefinition, Store},
 };
+use prometheus_client::registry::Registry;
 
 const STOCK: u64 = 1_000_000_000;
+const SKU: &str = "HOT";
+/// How long a cluster that is failing over (other tests kill nodes) may take
+/// to be whole again before a run starts.
+const HEALTHY_WITHIN: Duration = Duration::from_secs(180);
+/// The replicated policy measured by `--durability-cost`.
+const REPLICATED: Durability = Durability::Replicated {
+    replicas: 1,
+    timeout: Duration::from_millis(100),
+};
 
+/// Where the sales live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Target {
+    /// The stack's single Redis (`REDIS_URL`).
+    Single,
+    /// The stack's Redis Cluster (`FLASHSALE_REDIS_CLUSTER_URL`).
+    Cluster,
+}
+
+/// Reservations of one hot SKU: the service against its baselines.
+#[derive(Debug, Parser)]
 struct Options {
+    /// Concurrent workers of every closed-loop measurement.
+    #[arg(long, default_value_t = 64)]
     concurrency: usize,
+    /// Seconds per measurement.
+    #[arg(long, default_value_t = 5)]
     seconds: u64,
+    /// Runs; medians are reported.
+    #[arg(long, default_value_t = 3)]
     runs: usize,
+    /// Where the service's and the raw baseline's sales live.
+    #[arg(long, value_enum, default_value_t = Target::Single)]
+    target: Target,
+    /// Shards of the service's SKU (more than 1: the sharded path).
+    #[arg(long, default_value_t = 1)]
+    shards: u32,
+    /// Measure the service under the fast and the replicated durability
+    /// policy (on the cluster) instead of against the baselines.
+    #[arg(long)]
+    durability_cost: bool,
 }
 
-fn options() -> anyhow::Result<Options> {
-    let mut opts = Options {
-        concurrency: 64,
-        seconds: 5,
-        runs: 3,
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        let value = args
-            .next()
-            .ok_or_else(|| anyhow::anyhow!("{flag} needs a value"))?;
-        match flag.as_str() {
-            "--concurrency" => opts.concurrency = value.parse()?,
-            "--seconds" => opts.seconds = value.parse()?,
-            "--runs" => opts.runs = value.parse()?,
-            other => {
-                anyhow::bail!("unknown flag {other} (known: --concurrency, --seconds, --runs)")
-            }
-        }
-    }
-    Ok(opts)
-}
-
-/// Throughput and latency of one mode in one run.
+/// Throughput and latency of one measurement.
 #[derive(Debug, Clone, Copy)]
 struct Sample {
+    /// Successful calls per second.
     per_second: f64,
     p50_us: f64,
     p99_us: f64,
+    /// Failed calls (not in the latencies).
+    errors: u64,
+    /// Open loop: the p99 of how late calls started after their scheduled
+    /// time (every worker busy, or the client itself slow); 0 for a closed
+    /// loop.
+    lag_p99_us: f64,
 }
 
-/// Runs `op` from `concurrency` workers for `seconds`; each call gets a
-/// unique sequence number.
-async fn drive<F, Fut>(concurrency: usize, seconds: u64, op: F) -> anyhow::Result<Sample>
+/// One call's outcome: its latency, or why it failed.
+type Outcome = Result<Duration, anyhow::Error>;
+
+fn summarize(outcomes: Vec<Outcome>, lags: &mut [u64], elapsed: Duration) -> Sample {
+    let mut errors = 0;
+    let mut first_error = None;
+    let mut latencies: Vec<u64> = Vec::with_capacity(outcomes.len());
+    for outcome in outcomes {
+        match outcome {
+            Ok(latency) => latencies.push(latency.as_micros() as u64),
+            Err(error) => {
+                errors += 1;
+                first_error.get_or_insert(error);
+            }
+        }
+    }
+    if let Some(error) = first_error {
+        eprintln!("  {errors} calls failed, the first: {error:#}");
+    }
+    latencies.sort_unstable();
+    lags.sort_unstable();
+    Sample {
+        per_second: latencies.len() as f64 / elapsed.as_secs_f64(),
+        p50_us: percentile(&latencies, 0.50),
+        p99_us: percentile(&latencies, 0.99),
+        errors,
+        lag_p99_us: percentile(lags, 0.99),
+    }
+}
+
+fn percentile(sorted: &[u64], p: f64) -> f64 {
+    sorted
+        .get(((sorted.len() as f64 * p) as usize).min(sorted.len().saturating_sub(1)))
+        .copied()
+        .unwrap_or(0) as f64
+}
+
+/// Closed loop: `concurrency` workers call `op` back to back for `seconds`;
+/// each call gets a unique sequence number.
+async fn closed_loop<F, Fut>(concurrency: usize, seconds: u64, op: F) -> anyhow::Result<Sample>
 where
     F: Fn(u64) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = anyhow::Result<()>> + Send,
+    Fut: Future<Output = anyhow::Result<()>> + Send,
 {
     let op = Arc::new(op);
-    let counter = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let counter = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
+    let deadline = started + Duration::from_secs(seconds);
     let workers: Vec<_> = (0..concurrency)
         .map(|_| {
             let (op, counter) = (op.clone(), counter.clone());
             tokio::spawn(async move {
-                let mut latencies = Vec::with_capacity(16_384);
+                let mut outcomes = Vec::with_capacity(16_384);
                 while Instant::now() < deadline {
-                    let n = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let n = counter.fetch_add(1, Ordering::Relaxed);
                     let t = Instant::now();
-                    op(n).await?;
-                    latencies.push(t.elapsed().as_micros() as u32);
+                    outcomes.push(op(n).await.map(|()| t.elapsed()));
                 }
-                anyhow::Ok(latencies)
+                outcomes
             })
         })
         .collect();
     let mut all = Vec::new();
     for worker in workers {
-        all.extend(worker.await??);
+        all.extend(worker.await?);
     }
-    let elapsed = started.elapsed().as_secs_f64();
-    all.sort_unstable();
-    let pct = |p: f64| {
-        all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1)))
-            .copied()
-            .unwrap_or(0) as f64
-    };
-    Ok(Sample {
-        per_second: all.len() as f64 / elapsed,
-        p50_us: pct(0.50),
-        p99_us: pct(0.99),
-    })
+    Ok(summarize(all, &mut [], started.elapsed()))
+}
+
+/// Open loop: calls `op` `rate` times a second for `seconds` on a fixed
+/// schedule, whatever the answers. `workers` tasks take the scheduled slots
+/// in order, each waiting for its slot's time; a call's latency runs from
+/// that time, so a call that starts late (every worker busy, or the client
+/// itself slow) counts its wait. The workers bound the calls in flight (and
+/// the connections) as the closed loop's do.
+async fn open_loop<F, Fut>(workers: usize, rate: f64, seconds: u64, op: F) -> anyhow::Result<Sample>
+where
+    F: Fn(u64) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = anyhow::Result<()>> + Send,
+{
+    anyhow::ensure!(rate > 0.0, "open loop at rate {rate}");
+    let op = Arc::new(op);
+    let total = (rate * seconds as f64).round() as u64;
+    let next = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..workers)
+        .map(|_| {
+            let (op, next) = (op.clone(), next.clone());
+            tokio::spawn(async move {
+                let (mut outcomes, mut lags) = (Vec::new(), Vec::new());
+                loop {
+                    let n = next.fetch_add(1, Ordering::Relaxed);
+                    if n >= total {
+                        break;
+                    }
+                    let due = started + Duration::from_secs_f64(n as f64 / rate);
+                    tokio::time::sleep_until(due.into()).await;
+                    lags.push(due.elapsed().as_micros() as u64);
+                    outcomes.push(op(n).await.map(|()| due.elapsed()));
+                }
+                (outcomes, lags)
+            })
+        })
+        .collect();
+    let (mut outcomes, mut lags) = (Vec::new(), Vec::new());
+    for task in tasks {
+        let (o, l) = task.await?;
+        outcomes.extend(o);
+        lags.extend(l);
+    }
+    Ok(summarize(outcomes, &mut lags, started.elapsed()))
 }
 
 fn median(values: &mut [f64]) -> f64 {
@@ -113,53 +219,321 @@ fn median(values: &mut [f64]) -> f64 {
     values.get(values.len() / 2).copied().unwrap_or(0.0)
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let opts = options()?;
-    let redis_url = std::env::var("REDIS_URL")
-        .map_err(|_| anyhow::anyhow!("REDIS_URL unset: eval \"$(e2e/local/stack env)\""))?;
-    let pg_url =
-        std::env::var("DATABASE_URL").map_err(|_| anyhow::anyhow!("DATABASE_URL unset"))?;
-    let sale = format!("bench-{}", std::process::id());
+/// The median of `f` over the samples.
+fn median_of(samples: &[Sample], f: impl Fn(&Sample) -> f64) -> f64 {
+    median(&mut samples.iter().map(f).collect::<Vec<_>>())
+}
 
-    // Two sales with one hot SKU each: one behind the service, one for the
-    // raw baseline, so the two never share keys.
-    let raw_sale = format!("{sale}-raw");
-    let store = Store::connect(&redis_url).await?;
-    for name in [&sale, &raw_sale] {
-        store
-            .load(&SaleDefinition {
-                sale: name.clone(),
-                opens_at_ms: None,
-                reservation_ttl_ms: 3_600_000,
-                items: vec![ItemDefinition {
-                    sku: "HOT".into(),
-                    stock: STOCK,
-                    per_user_limit: 1_000_000,
-                    shards: 1,
-                }],
-            })
-            .await?;
-    }
+/// The median of the same-run ratios `f(a) / f(b)`, and each run's ratio.
+fn ratio(a: &[Sample], b: &[Sample], f: impl Fn(&Sample) -> f64) -> (f64, String) {
+    let mut runs: Vec<f64> = a.iter().zip(b).map(|(x, y)| f(x) / f(y)).collect();
+    let listed = runs
+        .iter()
+        .map(|r| format!("{r:.2}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    (median(&mut runs), listed)
+}
 
-    // The service, in-process on loopback; its batch sizes are reported.
-    let mut registry = prometheus_client::registry::Registry::default();
+/// The inventory's API in this process on loopback, over `store`; returns
+/// the reservation URL of `sale` and the service's metrics registry.
+async fn serve(store: Store, sale: &str) -> anyhow::Result<(String, Arc<Registry>)> {
+    let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
-    let state = AppState::new(store, metrics.clone(), Duration::from_millis(200));
+    let state = AppState::new(store, metrics, Duration::from_millis(200));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!(
         "http://{}/v1/sales/{sale}/reservations",
         listener.local_addr()?
     );
     tokio::spawn(async move { axum::serve(listener, api::router(state)).await });
+    Ok((url, Arc::new(registry)))
+}
 
-    // The raw baseline: the same script, straight to Redis, one request per call.
-    let raw_conn =
-        redis::aio::ConnectionManager::new(redis::Client::open(redis_url.as_str())?).await?;
+/// One reservation through the service, under request id `id`.
+async fn reserve_http(http: reqwest::Client, url: String, id: String) -> anyhow::Result<()> {
+    let body =
+        serde_json::json!({"sku": SKU, "user": format!("u{id}"), "quantity": 1, "requestId": id});
+    let response = http.post(&url).json(&body).send().await?;
+    let status = response.status();
+    if status != reqwest::StatusCode::CREATED {
+        let text = response.text().await.unwrap_or_default();
+        anyhow::bail!("HTTP {status}: {text}");
+    }
+    Ok(())
+}
+
+/// A closed-loop op reserving through the service; `tag` keeps request ids
+/// of different measurements apart.
+fn via_service(
+    http: &reqwest::Client,
+    url: &str,
+    tag: String,
+) -> impl Fn(u64) -> futures::future::BoxFuture<'static, anyhow::Result<()>> + Send + Sync + 'static
+{
+    let (http, url) = (http.clone(), url.to_owned());
+    move |n| {
+        Box::pin(reserve_http(
+            http.clone(),
+            url.clone(),
+            format!("{tag}-{n}"),
+        ))
+    }
+}
+
+/// A closed-loop op calling the reserve script straight on Redis, one
+/// reservation (a batch of one) per call, on `sale`.
+fn via_script(
+    conn: &RedisConnection,
+    sale: &str,
+    tag: String,
+) -> impl Fn(u64) -> futures::future::BoxFuture<'static, anyhow::Result<()>> + Send + Sync + 'static
+{
     let script = Arc::new(redis::Script::new(inventory::store::RESERVE_LOCAL_LUA));
+    let (conn, keys) = (conn.clone(), SaleKeys::new(sale));
+    move |n| {
+        let (mut conn, script, keys) = (conn.clone(), script.clone(), keys.clone());
+        let id = format!("{tag}-{n}");
+        Box::pin(async move {
+            let item = BatchItem {
+                user: format!("u{id}"),
+                quantity: 1,
+                reservation_id: id.clone(),
+                request_id: id,
+                amount_minor: 3600,
+                ttl_ms: 3_600_000,
+            };
+            let replies: Vec<Vec<String>> = batch_invocation(&script, &keys, SKU, &[item])
+                .invoke_async(&mut conn)
+                .await?;
+            let reply = replies.first().and_then(|r| r.first());
+            anyhow::ensure!(reply.map(String::as_str) == Some("reserved"), "{replies:?}");
+            Ok(())
+        })
+    }
+}
+
+fn definition(sale: &str, shards: u32) -> SaleDefinition {
+    SaleDefinition {
+        sale: sale.to_owned(),
+        opens_at_ms: None,
+        reservation_ttl_ms: 3_600_000,
+        items: vec![ItemDefinition {
+            sku: SKU.into(),
+            stock: STOCK,
+            per_user_limit: 1_000_000,
+            shards,
+        }],
+    }
+}
+
+/// The stack's Redis Cluster, when the sales live there.
+struct Cluster {
+    nodes: RedisCluster,
+}
+
+impl Cluster {
+    /// The ports of the primaries that serve slots.
+    async fn primaries(&self) -> BTreeSet<u16> {
+        self.nodes
+            .nodes()
+            .await
+            .into_iter()
+            .filter(|n| n.role == RedisRole::Primary && n.slots > 0)
+            .map(|n| n.port)
+            .collect()
+    }
+
+    /// A sale name (from `prefix`) whose `shards` shards of the SKU land on
+    /// every primary (or on `shards` of them, when there are more primaries).
+    async fn spread_sale(&self, prefix: &str, shards: u32) -> anyhow::Result<String> {
+        let wanted = self.primaries().await.len().min(shards as usize);
+        for attempt in 0..200 {
+            let sale = format!("{prefix}{attempt}");
+            let keys = SaleKeys::new(&sale);
+            let mut used = BTreeSet::new();
+            for index in 0..shards {
+                used.insert(
+                    self.nodes
+                        .primary_for_key(&keys.shard(SKU, shards, index).avail())
+                        .await?,
+                );
+            }
+            if used.len() >= wanted {
+                return Ok(sale);
+            }
+        }
+        anyhow::bail!("no sale name spreads {shards} shards over {wanted} primaries")
+    }
+
+    /// Waits until the cluster is whole (another test may have killed a
+    /// node); says so when that took a while. Returns the primaries.
+    async fn healthy(&self, run: usize) -> anyhow::Result<BTreeSet<u16>> {
+        let t = Instant::now();
+        self.nodes.until_healthy(HEALTHY_WITHIN).await?;
+        if t.elapsed() > Duration::from_secs(1) {
+            eprintln!(
+                "run {run}: waited {:.1} s for the cluster to be healthy",
+                t.elapsed().as_secs_f64()
+            );
+        }
+        Ok(self.primaries().await)
+    }
+
+    /// Deletes every key matching `pattern` on every primary, one key per
+    /// UNLINK (a cluster node refuses one UNLINK over several slots). A node
+    /// busy enough to time out (a fork for its AOF rewrite after this much
+    /// writing) is asked again.
+    async fn unlink_matching(&self, pattern: &str) -> anyhow::Result<usize> {
+        self.nodes.until_healthy(HEALTHY_WITHIN).await?;
+        let mut removed = 0;
+        for port in self.primaries().await {
+            let mut attempt = 1;
+            loop {
+                match self.unlink_on(port, pattern).await {
+                    Ok(n) => {
+                        removed += n;
+                        break;
+                    }
+                    Err(error) if attempt < 5 => {
+                        eprintln!("removing keys on {port}: {error:#}; again");
+                        tokio::time::sleep(Duration::from_secs(attempt)).await;
+                        attempt += 1;
+                    }
+                    Err(error) => return Err(error),
+                }
+            }
+        }
+        Ok(removed)
+    }
+
+    async fn unlink_on(&self, port: u16, pattern: &str) -> anyhow::Result<usize> {
+        let mut conn = self.nodes.connect(port).await?;
+        let mut keys = Vec::new();
+        let mut cursor = 0_u64;
+        loop {
+            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1_000)
+                .query_async(&mut conn)
+                .await?;
+            keys.extend(batch);
+            cursor = next;
+            if cursor == 0 {
+                break;
+            }
+        }
+        for chunk in keys.chunks(200) {
+            let mut pipe = redis::pipe();
+            for key in chunk {
+                pipe.cmd("UNLINK").arg(key).ignore();
+            }
+            let () = pipe.query_async(&mut conn).await?;
+        }
+        Ok(keys.len())
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let opts = Options::parse();
+    anyhow::ensure!(opts.shards >= 1, "--shards must be at least 1");
+    anyhow::ensure!(
+        !opts.durability_cost || opts.target == Target::Cluster,
+        "--durability-cost needs --target cluster: the replicated policy waits for replicas"
+    );
+    let (redis_url, cluster) = match opts.target {
+        Target::Single => (
+            std::env::var("REDIS_URL")
+                .map_err(|_| anyhow::anyhow!("REDIS_URL unset: eval \"$(e2e/local/stack env)\""))?,
+            None,
+        ),
+        Target::Cluster => {
+            let nodes = RedisCluster::from_env()?;
+            (nodes.urls().to_owned(), Some(Cluster { nodes }))
+        }
+    };
+    // Every sale of this process starts with the prefix, so one pattern
+    // finds all their keys (shard keys included) for the cleanup.
+    let prefix = format!("bench-{}-", std::process::id());
+    let measured = measure(&opts, &redis_url, cluster.as_ref(), &prefix).await;
+    // Leave Redis as found, whether or not the measurement went through.
+    let pattern = format!("fs:{{{prefix}*");
+    let removed = match &cluster {
+        Some(cluster) => cluster.unlink_matching(&pattern).await?,
+        None => flashsale_e2e::redis_keys::unlink_matching(&redis_url, &pattern).await?,
+    };
+    eprintln!("removed {removed} benchmark keys");
+    measured
+}
+
+async fn measure(
+    opts: &Options,
+    redis_url: &str,
+    cluster: Option<&Cluster>,
+    prefix: &str,
+) -> anyhow::Result<()> {
+    let sale = match cluster {
+        Some(cluster) if opts.shards > 1 => cluster.spread_sale(prefix, opts.shards).await?,
+        _ => format!("{prefix}svc"),
+    };
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(opts.concurrency)
+        .build()?;
+    let store = Store::connect(redis_url).await?;
+    store.load(&definition(&sale, opts.shards)).await?;
+    if let Some(cluster) = cluster {
+        let keys = SaleKeys::new(&sale);
+        let mut homes = BTreeSet::new();
+        for index in 0..opts.shards {
+            homes.insert(
+                cluster
+                    .nodes
+                    .primary_for_key(&keys.shard(SKU, opts.shards, index).avail())
+                    .await?,
+            );
+        }
+        eprintln!(
+            "sale {sale}: sale slot on primary {}, {} shard(s) on primaries {homes:?}",
+            cluster.nodes.primary_for_key(&keys.sku(SKU)).await?,
+            opts.shards
+        );
+    }
+    if opts.durability_cost {
+        durability_cost(opts, redis_url, store, &http, cluster, &sale).await
+    } else {
+        against_baselines(opts, redis_url, store, &http, cluster, &sale, prefix).await
+    }
+}
+
+/// The service against the raw script and the naive SQL, in every run.
+async fn against_baselines(
+    opts: &Options,
+    redis_url: &str,
+    store: Store,
+    http: &reqwest::Client,
+    cluster: Option<&Cluster>,
+    sale: &str,
+    prefix: &str,
+) -> anyhow::Result<()> {
+    // The raw baseline gets a sale of its own, so the two never share keys.
+    let raw_sale = format!("{prefix}raw");
+    store.load(&definition(&raw_sale, 1)).await?;
+    let (url, registry) = serve(store, sale).await?;
+
+    // The raw baseline: the same script, straight to Redis, one request per
+    // call, over the connection type the service uses (one server or a
+    // cluster: the script's keys are all in the sale slot).
+    let target: RedisTarget = redis_url.parse()?;
+    let raw_conn = RedisConnection::connect(&target, RedisTimeouts::default()).await?;
 
     // The naive baseline.
     // A naive application commits durably: each UPDATE waits for its WAL flush.
+    let pg_url =
+        std::env::var("DATABASE_URL").map_err(|_| anyhow::anyhow!("DATABASE_URL unset"))?;
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(opts.concurrency as u32)
         .after_connect(|conn, _| {
@@ -181,55 +555,40 @@ async fn main() -> anyhow::Result<()> {
         .execute(&pool)
         .await?;
 
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(opts.concurrency)
-        .build()?;
+    // Warm-up, not measured: connections, the script cache, the pools.
+    closed_loop(
+        opts.concurrency,
+        1,
+        via_script(&raw_conn, &raw_sale, "rw".into()),
+    )
+    .await?;
+    closed_loop(opts.concurrency, 1, via_service(http, &url, "sw".into())).await?;
+
     let mut rows: Vec<(&str, Vec<Sample>)> = vec![
         ("raw-lua", vec![]),
         ("service", vec![]),
         ("naive-sql", vec![]),
     ];
     for run in 1..=opts.runs {
-        let keys = SaleKeys::new(&raw_sale);
-        let (conn, script) = (raw_conn.clone(), script.clone());
-        let raw = drive(opts.concurrency, opts.seconds, move |n| {
-            let (mut conn, script, keys) = (conn.clone(), script.clone(), keys.clone());
-            async move {
-                let id = format!("r{run}-{n}");
-                let item = BatchItem {
-                    user: format!("u{n}"),
-                    quantity: 1,
-                    reservation_id: id.clone(),
-                    request_id: id,
-                    amount_minor: 3600,
-                    ttl_ms: 3_600_000,
-                };
-                let replies: Vec<Vec<String>> = batch_invocation(&script, &keys, "HOT", &[item])
-                    .invoke_async(&mut conn)
-                    .await?;
-                let reply = replies.first().and_then(|r| r.first());
-                anyhow::ensure!(reply.map(String::as_str) == Some("reserved"), "{replies:?}");
-                Ok(())
-            }
-        })
+        let watch = RunWatch::begin(redis_url, cluster, run).await?;
+        let raw = closed_loop(
+            opts.concurrency,
+            opts.seconds,
+            via_script(&raw_conn, &raw_sale, format!("r{run}")),
+        )
         .await?;
         rows[0].1.push(raw);
 
-        let (http2, url2) = (http.clone(), url.clone());
-        let service = drive(opts.concurrency, opts.seconds, move |n| {
-            let (http, url) = (http2.clone(), url2.clone());
-            async move {
-                let body = serde_json::json!({"sku": "HOT", "user": format!("u{n}"), "quantity": 1, "requestId": format!("s{run}-{n}")});
-                let status = http.post(&url).json(&body).send().await?.status();
-                anyhow::ensure!(status == reqwest::StatusCode::CREATED, "{status}");
-                Ok(())
-            }
-        })
+        let service = closed_loop(
+            opts.concurrency,
+            opts.seconds,
+            via_service(http, &url, format!("s{run}")),
+        )
         .await?;
         rows[1].1.push(service);
 
         let pool2 = pool.clone();
-        let sql = drive(opts.concurrency, opts.seconds, move |_| {
+        let sql = closed_loop(opts.concurrency, opts.seconds, move |_| {
             let pool = pool2.clone();
             async move {
                 let done = sqlx::query("UPDATE bench_stock SET available = available - 1 WHERE sku = $1 AND available > 0")
@@ -246,53 +605,235 @@ async fn main() -> anyhow::Result<()> {
             "run {run}/{}: raw {:.0}/s, service {:.0}/s, sql {:.0}/s",
             opts.runs, raw.per_second, service.per_second, sql.per_second
         );
+        watch.end(redis_url, cluster, run).await;
     }
 
     println!(
-        "concurrency {} · {} s per mode · {} runs (medians)",
-        opts.concurrency, opts.seconds, opts.runs
+        "concurrency {} · {} s per mode · {} runs (medians){}",
+        opts.concurrency,
+        opts.seconds,
+        opts.runs,
+        describe(opts)
     );
     println!("| mode | reservations/s | p50 ms | p99 ms |");
     println!("|---|---|---|---|");
-    let mut medians = Vec::new();
-    for (name, samples) in &mut rows {
-        let per_second = median(&mut samples.iter().map(|s| s.per_second).collect::<Vec<_>>());
-        let p50 = median(&mut samples.iter().map(|s| s.p50_us).collect::<Vec<_>>()) / 1000.0;
-        let p99 = median(&mut samples.iter().map(|s| s.p99_us).collect::<Vec<_>>()) / 1000.0;
-        println!("| {name} | {per_second:.0} | {p50:.2} | {p99:.2} |");
-        medians.push(per_second);
+    for (name, samples) in &rows {
+        println!(
+            "| {name} | {:.0} | {:.2} | {:.2} |",
+            median_of(samples, |s| s.per_second),
+            median_of(samples, |s| s.p50_us) / 1000.0,
+            median_of(samples, |s| s.p99_us) / 1000.0
+        );
     }
-    let ratio = |a: &[Sample], b: &[Sample]| {
-        let mut r: Vec<f64> = a
-            .iter()
-            .zip(b)
-            .map(|(x, y)| x.per_second / y.per_second)
-            .collect();
-        median(&mut r)
-    };
+    let (to_raw, raw_runs) = ratio(&rows[1].1, &rows[0].1, |s| s.per_second);
+    let (to_sql, sql_runs) = ratio(&rows[1].1, &rows[2].1, |s| s.per_second);
     println!(
-        "service / raw-lua = {:.2} (same-run ratios, median); service / naive-sql = {:.1}",
-        ratio(&rows[1].1, &rows[0].1),
-        ratio(&rows[1].1, &rows[2].1)
+        "service / raw-lua = {to_raw:.2} (same-run ratios, median); service / naive-sql = {to_sql:.1}"
     );
-    let text = flashsale_runtime::metrics::render(&registry)?;
-    let series = |name: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    let (calls, requests) = (
-        series("flashsale_inventory_reserve_batch_size_count"),
-        series("flashsale_inventory_reserve_batch_size_sum"),
-    );
-    println!(
-        "service: {calls:.0} script calls for {requests:.0} reservations, {:.1} per call on average",
-        requests / calls.max(1.0)
-    );
+    println!("  per run: service / raw-lua {raw_runs}; service / naive-sql {sql_runs}");
+    report_errors(&rows);
+    if opts.shards == 1 {
+        let text = flashsale_runtime::metrics::render(&registry)?;
+        let series = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        let (calls, requests) = (
+            series("flashsale_inventory_reserve_batch_size_count"),
+            series("flashsale_inventory_reserve_batch_size_sum"),
+        );
+        println!(
+            "service: {calls:.0} script calls for {requests:.0} reservations, {:.1} per call on average",
+            requests / calls.max(1.0)
+        );
+    }
     sqlx::query("DROP TABLE bench_stock").execute(&pool).await?;
-    // Leave Redis as found: both sales' keys start with the bench's prefix.
-    let removed =
-        flashsale_e2e::redis_keys::unlink_matching(&redis_url, &format!("fs:{{{sale}*")).await?;
-    eprintln!("removed {removed} benchmark keys");
     Ok(())
+}
+
+/// The service under the fast and the replicated policy, on one sale: the
+/// saturated rate of each (closed loop), then the p99 of each at half of
+/// the fast policy's saturated rate of the same run (open loop).
+async fn durability_cost(
+    opts: &Options,
+    redis_url: &str,
+    fast_store: Store,
+    http: &reqwest::Client,
+    cluster: Option<&Cluster>,
+    sale: &str,
+) -> anyhow::Result<()> {
+    // A second store on its own connections; loading finds the sale as the
+    // first store left it.
+    let replicated_store = Store::connect(redis_url).await?.with_durability(REPLICATED);
+    replicated_store
+        .load(&definition(sale, opts.shards))
+        .await?;
+    let (fast_url, _) = serve(fast_store, sale).await?;
+    let (replicated_url, _) = serve(replicated_store, sale).await?;
+    let names = ["fast", "replicated (1 replica, 100 ms)"];
+    let urls = [fast_url, replicated_url];
+    let (mut saturated, mut half): ([Vec<Sample>; 2], [Vec<Sample>; 2]) = Default::default();
+    for (i, url) in urls.iter().enumerate() {
+        // Warm-up, not measured.
+        closed_loop(opts.concurrency, 1, via_service(http, url, format!("w{i}"))).await?;
+    }
+    let mut rates = Vec::new();
+    for run in 1..=opts.runs {
+        let watch = RunWatch::begin(redis_url, cluster, run).await?;
+        // Which policy goes first alternates, so neither always follows
+        // the other's load (replication backlog, a busier machine).
+        let order = if run % 2 == 1 { [0, 1] } else { [1, 0] };
+        for i in order {
+            let op = via_service(http, &urls[i], format!("c{run}p{i}"));
+            saturated[i].push(closed_loop(opts.concurrency, opts.seconds, op).await?);
+        }
+        let rate = saturated[0][run - 1].per_second / 2.0;
+        rates.push(rate);
+        for i in order {
+            let op = via_service(http, &urls[i], format!("o{run}p{i}"));
+            half[i].push(open_loop(opts.concurrency, rate, opts.seconds, op).await?);
+        }
+        eprintln!(
+            "run {run}/{}: saturated fast {:.0}/s, replicated {:.0}/s; at {rate:.0}/s p99 fast {:.2} ms, replicated {:.2} ms",
+            opts.runs,
+            saturated[0][run - 1].per_second,
+            saturated[1][run - 1].per_second,
+            half[0][run - 1].p99_us / 1000.0,
+            half[1][run - 1].p99_us / 1000.0
+        );
+        watch.end(redis_url, cluster, run).await;
+    }
+    println!(
+        "durability cost · concurrency {} saturated, open loop at half of fast · {} s per measurement · {} runs (medians){}",
+        opts.concurrency,
+        opts.seconds,
+        opts.runs,
+        describe(opts)
+    );
+    println!(
+        "| policy | saturated reservations/s | p50 ms | p99 ms | half load /s | p50 ms | p99 ms | late start p99 ms |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    let half_rate = median(&mut rates);
+    for (i, name) in names.iter().enumerate() {
+        let (s, h) = (&saturated[i], &half[i]);
+        println!(
+            "| {name} | {:.0} | {:.2} | {:.2} | {half_rate:.0} | {:.2} | {:.2} | {:.2} |",
+            median_of(s, |x| x.per_second),
+            median_of(s, |x| x.p50_us) / 1000.0,
+            median_of(s, |x| x.p99_us) / 1000.0,
+            median_of(h, |x| x.p50_us) / 1000.0,
+            median_of(h, |x| x.p99_us) / 1000.0,
+            median_of(h, |x| x.lag_p99_us) / 1000.0,
+        );
+    }
+    let (throughput, throughput_runs) = ratio(&saturated[1], &saturated[0], |s| s.per_second);
+    let (p99, p99_runs) = ratio(&half[1], &half[0], |s| s.p99_us);
+    println!(
+        "replicated / fast (same-run ratios, median): throughput {throughput:.2} (runs: {throughput_runs}), p99 at half load {p99:.2} (runs: {p99_runs})"
+    );
+    report_errors(&[
+        ("fast saturated", saturated[0].clone()),
+        ("replicated saturated", saturated[1].clone()),
+        ("fast half load", half[0].clone()),
+        ("replicated half load", half[1].clone()),
+    ]);
+    Ok(())
+}
+
+/// What the run was on, for the report's first line.
+fn describe(opts: &Options) -> String {
+    let target = match opts.target {
+        Target::Single => "",
+        Target::Cluster => " · Redis Cluster",
+    };
+    let shards = if opts.shards > 1 {
+        format!(" · service SKU in {} shards", opts.shards)
+    } else {
+        String::new()
+    };
+    format!("{target}{shards}")
+}
+
+/// What else happened to Redis during a run and makes its figures
+/// suspect: a failover (another test killing a node) or a fork for an AOF
+/// rewrite or an RDB save (the fork pauses the node; the child competes for
+/// the cores while it writes).
+struct RunWatch {
+    primaries: BTreeSet<u16>,
+    forks: u64,
+}
+
+impl RunWatch {
+    /// Waits for a whole cluster, then notes the primaries and forks so far.
+    async fn begin(redis_url: &str, cluster: Option<&Cluster>, run: usize) -> anyhow::Result<Self> {
+        let primaries = match cluster {
+            Some(cluster) => cluster.healthy(run).await?,
+            None => BTreeSet::new(),
+        };
+        Ok(Self {
+            primaries,
+            forks: forks(redis_url).await,
+        })
+    }
+
+    /// Says what changed since [`RunWatch::begin`].
+    async fn end(self, redis_url: &str, cluster: Option<&Cluster>, run: usize) {
+        if let Some(cluster) = cluster {
+            let after = cluster.primaries().await;
+            if after != self.primaries {
+                eprintln!(
+                    "run {run}: the cluster's primaries changed during the run: {:?} → {after:?}",
+                    self.primaries
+                );
+            }
+        }
+        let forks = forks(redis_url).await.saturating_sub(self.forks);
+        if forks > 0 {
+            eprintln!(
+                "run {run}: {forks} background AOF rewrite(s) or RDB save(s) on the Redis nodes"
+            );
+        }
+    }
+}
+
+/// AOF rewrites and RDB saves so far, summed over the nodes of `redis_url`
+/// (one URL, or a cluster's comma-separated nodes) that answer.
+async fn forks(redis_url: &str) -> u64 {
+    let mut total = 0;
+    for url in redis_url.split(',').map(str::trim) {
+        let Ok(client) = redis::Client::open(url) else {
+            continue;
+        };
+        let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
+            continue;
+        };
+        let info: String = match redis::cmd("INFO")
+            .arg("persistence")
+            .query_async(&mut conn)
+            .await
+        {
+            Ok(info) => info,
+            Err(_) => continue,
+        };
+        total += info
+            .lines()
+            .filter_map(|line| {
+                let (name, value) = line.trim().split_once(':')?;
+                matches!(name, "aof_rewrites" | "rdb_saves").then(|| value.parse::<u64>().ok())?
+            })
+            .sum::<u64>();
+    }
+    total
+}
+
+/// Prints failed calls per mode, if any.
+fn report_errors(rows: &[(&str, Vec<Sample>)]) {
+    for (name, samples) in rows {
+        let errors: u64 = samples.iter().map(|s| s.errors).sum();
+        if errors > 0 {
+            println!("{name}: {errors} calls failed over all runs (not counted above)");
+        }
+    }
 }

@@ -83,6 +83,22 @@ pub struct Options {
     /// Each workload on a Redis ACL user of its own, with the rules
     /// `inventory redis-acl` prints.
     pub acl: bool,
+    /// Where the order topic is created and how it is replicated, when not
+    /// on the stack's single broker with one replica.
+    pub topic: Option<TopicSpec>,
+    /// The producer's linger, when not its default.
+    pub linger: Option<Duration>,
+}
+
+/// An order topic on brokers of the caller's choice (one partition).
+#[derive(Debug, Clone)]
+pub struct TopicSpec {
+    /// Bootstrap servers.
+    pub brokers: String,
+    /// Replicas of the partition.
+    pub replication: i32,
+    /// The topic's `min.insync.replicas`.
+    pub min_insync_replicas: u32,
 }
 
 impl Default for Options {
@@ -95,6 +111,8 @@ impl Default for Options {
             switches: SwitchSource::None,
             redis_url: None,
             acl: false,
+            topic: None,
+            linger: None,
         }
     }
 }
@@ -142,6 +160,17 @@ impl Running {
     ) -> anyhow::Result<Self> {
         let mut producer = ProducerSettings::new(brokers);
         producer.topic = topic.to_owned();
+        Self::start_producing(redis_url, config, inventory_url, producer, switches).await
+    }
+
+    /// The same, with the producer's settings given whole.
+    pub async fn start_producing(
+        redis_url: &str,
+        config: GatewayConfig,
+        inventory_url: &str,
+        producer: ProducerSettings,
+        switches: SwitchSource,
+    ) -> anyhow::Result<Self> {
         let settings = Settings {
             config,
             redis_url: Some(redis_url.to_owned()),
@@ -220,9 +249,18 @@ impl Funnel {
             (stack::redis_url()?, options.redis_url)
         };
         let inventory = Inventory::start_on(&inventory_redis, &definition).await?;
-        let brokers = stack::kafka_brokers()?;
         let topic = stack::unique_name("gw-orders");
-        create_topic(&brokers, &topic).await?;
+        let brokers = match &options.topic {
+            Some(spec) => {
+                create_replicated_topic(spec, &topic).await?;
+                spec.brokers.clone()
+            }
+            None => {
+                let brokers = stack::kafka_brokers()?;
+                create_topic(&brokers, &topic).await?;
+                brokers
+            }
+        };
         let mut config = json!({
             "sale": sale,
             "currency": "CNY",
@@ -241,12 +279,16 @@ impl Funnel {
             Some(url) => url,
             None => stack::redis_url()?,
         };
-        let gateway = Running::start_on(
+        let mut producer = ProducerSettings::new(producer_brokers);
+        producer.topic = topic.clone();
+        if let Some(linger) = options.linger {
+            producer.linger = linger;
+        }
+        let gateway = Running::start_producing(
             &redis_url,
             config.clone(),
             &inventory.url,
-            &producer_brokers,
-            &topic,
+            producer,
             options.switches,
         )
         .await?;
@@ -397,6 +439,22 @@ pub async fn order(
 /// A fresh one-partition topic.
 pub async fn create_topic(brokers: &str, topic: &str) -> anyhow::Result<()> {
     Ok(flashsale_e2e::kafka::create_topic(brokers, topic, 1).await?)
+}
+
+/// A fresh one-partition topic with `spec`'s replication, on its brokers.
+pub async fn create_replicated_topic(spec: &TopicSpec, topic: &str) -> anyhow::Result<()> {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &spec.brokers)
+        .create()?;
+    let min_isr = spec.min_insync_replicas.to_string();
+    let new = NewTopic::new(topic, 1, TopicReplication::Fixed(spec.replication))
+        .set("min.insync.replicas", &min_isr);
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    for result in admin.create_topics(&[new], &options).await? {
+        result.map_err(|(name, code)| anyhow::anyhow!("creating topic {name}: {code}"))?;
+    }
+    Ok(())
 }
 
 /// Every event in the topic.
