@@ -266,9 +266,17 @@ up_containerd() {
   start_process containerd -- containerd --config "$(containerd_dir)/config.toml"
   wait_ready containerd 30 ctr_k8s version
   # The sandbox image must be there before the first pod: nothing can pull it.
-  ctr_k8s images import "$(build_pause_image)" >>"$(logfile containerd)" 2>&1 \
-    || die "importing $PAUSE_IMAGE into containerd failed"
-  ctr_k8s images ls -q | grep -qxF "$PAUSE_IMAGE" || die "$PAUSE_IMAGE missing after import"
+  # Imported again if it does not show: one CI run found it missing right
+  # after an import that reported success.
+  local attempt archive; archive=$(build_pause_image)
+  for attempt in 1 2 3; do
+    ctr_k8s images import "$archive" >>"$(logfile containerd)" 2>&1 \
+      || die "importing $PAUSE_IMAGE into containerd failed"
+    ctr_k8s images ls -q | grep -qxF "$PAUSE_IMAGE" && break
+    log "$PAUSE_IMAGE not listed after import $attempt; images: $(ctr_k8s images ls -q | tr '\n' ' ')"
+    [ "$attempt" = 3 ] && die "$PAUSE_IMAGE missing after 3 imports; containerd log: $(tail -n 20 "$(logfile containerd)")"
+    sleep 1
+  done
   # Pinned, like the project's images: the kubelet's image garbage collection
   # (a nearly full disk) must not take what no registry can give back.
   ctr_k8s images label "$PAUSE_IMAGE" io.cri-containerd.pinned=pinned >/dev/null \
