@@ -28,7 +28,11 @@ use flashsale_e2e::{clusters::KafkaCluster, faults, stack, wait::poll_until};
 use flashsale_orders::{OrderEvent, OrderProducer, ProduceError, ProducerSettings};
 use flashsale_runtime::{LogArgs, LogFormat, Shutdown};
 use futures::{StreamExt, stream::FuturesUnordered};
-use order_writer::{metrics::WriterMetrics, sink::Sink, writer::Writer};
+use order_writer::{
+    metrics::WriterMetrics,
+    sink::Sink,
+    writer::{Writer, WriterSettings},
+};
 use rdkafka::{
     ClientConfig,
     consumer::{BaseConsumer, Consumer},
@@ -99,8 +103,14 @@ async fn a_broker_killed_mid_stream_loses_and_duplicates_no_acknowledged_order()
     );
 
     let mut registry = prometheus_client::registry::Registry::default();
+    // The production session timeout: a shorter one lapses while the dead
+    // coordinator is fenced.
+    let settings = WriterSettings {
+        session_timeout: order_writer::writer::DEFAULT_SESSION_TIMEOUT,
+        ..common::writer_settings(&topics.brokers, &topics.topic, &topics.dlq, &group)
+    };
     let writer = Writer::new(
-        common::writer_settings(&topics.brokers, &topics.topic, &topics.dlq, &group),
+        settings,
         sink.clone(),
         WriterMetrics::register(&mut registry),
     )?;

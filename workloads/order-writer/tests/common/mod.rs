@@ -8,10 +8,7 @@ use std::{collections::BTreeSet, time::Duration};
 
 use flashsale_e2e::{stack, wait::poll_until};
 use flashsale_orders::{EventKind, OrderEvent, OrderProducer, ProduceError, SCHEMA_VERSION};
-use order_writer::{
-    sink::Sink,
-    writer::{DEFAULT_SESSION_TIMEOUT, WriterSettings},
-};
+use order_writer::{sink::Sink, writer::WriterSettings};
 use rdkafka::{
     ClientConfig, Offset, TopicPartitionList,
     admin::{AdminClient, AdminOptions, NewTopic, TopicReplication},
@@ -394,6 +391,8 @@ pub fn writer_settings(brokers: &str, topic: &str, dlq: &str, group: &str) -> Wr
         batch_size: 200,
         flush_interval: Duration::from_millis(100),
         write_concurrency: 2,
-        session_timeout: DEFAULT_SESSION_TIMEOUT,
+        // Short, so tests that stop a writer see its partitions move soon;
+        // the broker failover test uses the production default.
+        session_timeout: Duration::from_secs(10),
     }
 }
