@@ -54,7 +54,11 @@ fn kind_of<K: Resource<DynamicType = ()>>() -> &'static str {
     }
 }
 
-fn api_for<K: Namespaced, S>(ctx: &Context<S>, object: &K) -> Result<(Api<K>, String), Error> {
+/// The object's `Api`, namespace and name.
+fn api_for<K: Namespaced, S>(
+    ctx: &Context<S>,
+    object: &K,
+) -> Result<(Api<K>, String, String), Error> {
     let namespace = object
         .namespace()
         .ok_or(Error::MissingMetadata("metadata.namespace"))?;
@@ -63,7 +67,27 @@ fn api_for<K: Namespaced, S>(ctx: &Context<S>, object: &K) -> Result<(Api<K>, St
         .name
         .clone()
         .ok_or(Error::MissingMetadata("metadata.name"))?;
-    Ok((Api::namespaced(ctx.client.clone(), &namespace), name))
+    Ok((
+        Api::namespaced(ctx.client.clone(), &namespace),
+        namespace,
+        name,
+    ))
+}
+
+/// Counts a write of the controller and logs it at debug level under the
+/// `flashsale_operator::writes` target, so `--log-filter
+/// warn,flashsale_operator::writes=debug` lists every request that changed
+/// (or could change) the cluster, object by object.
+pub fn wrote<S>(ctx: &Context<S>, verb: Verb, kind: &str, namespace: &str, name: &str) {
+    ctx.metrics.wrote(ctx.id.name);
+    tracing::debug!(
+        target: "flashsale_operator::writes",
+        controller = ctx.id.name,
+        verb = verb.as_str(),
+        kind,
+        object = %format_args!("{namespace}/{name}"),
+        "wrote"
+    );
 }
 
 fn must_lead<S>(ctx: &Context<S>) -> Result<(), Error> {
@@ -79,13 +103,13 @@ fn must_lead<S>(ctx: &Context<S>) -> Result<(), Error> {
 /// apiserver holds afterwards, status included.
 pub async fn apply<K: Namespaced, S>(ctx: &Context<S>, object: &K) -> Result<K, Error> {
     must_lead(ctx)?;
-    let (api, name) = api_for(ctx, object)?;
+    let (api, namespace, name) = api_for(ctx, object)?;
     let params = PatchParams::apply(ctx.id.field_manager).force();
     let applied = api
         .patch(&name, &params, &Patch::Apply(object))
         .await
         .map_err(kube_error::<K>(Verb::Apply, &name))?;
-    ctx.metrics.wrote(ctx.id.name);
+    wrote(ctx, Verb::Apply, kind_of::<K>(), &namespace, &name);
     Ok(applied)
 }
 
@@ -93,10 +117,10 @@ pub async fn apply<K: Namespaced, S>(ctx: &Context<S>, object: &K) -> Result<K, 
 /// name exists already (created in between by someone else).
 pub async fn create<K: Namespaced, S>(ctx: &Context<S>, object: &K) -> Result<Option<K>, Error> {
     must_lead(ctx)?;
-    let (api, name) = api_for(ctx, object)?;
+    let (api, namespace, name) = api_for(ctx, object)?;
     match api.create(&PostParams::default(), object).await {
         Ok(created) => {
-            ctx.metrics.wrote(ctx.id.name);
+            wrote(ctx, Verb::Create, kind_of::<K>(), &namespace, &name);
             Ok(Some(created))
         }
         Err(kube::Error::Api(status)) if status.code == 409 => Ok(None),
@@ -139,7 +163,7 @@ pub async fn delete_owned<K: Namespaced, S>(
     };
     match api.delete(name, &params).await {
         Ok(_) => {
-            ctx.metrics.wrote(ctx.id.name);
+            wrote(ctx, Verb::Delete, kind_of::<K>(), namespace, name);
             Ok(true)
         }
         Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(false),
@@ -154,7 +178,7 @@ pub async fn apply_status<K: Namespaced, S>(
     status: serde_json::Value,
 ) -> Result<(), Error> {
     must_lead(ctx)?;
-    let (api, name) = api_for(ctx, object)?;
+    let (api, namespace, name) = api_for(ctx, object)?;
     let patch = serde_json::json!({
         "apiVersion": K::api_version(&()),
         "kind": K::kind(&()),
@@ -164,7 +188,7 @@ pub async fn apply_status<K: Namespaced, S>(
     api.patch_status(&name, &params, &Patch::Apply(&patch))
         .await
         .map_err(kube_error::<K>(Verb::Status, &name))?;
-    ctx.metrics.wrote(ctx.id.name);
+    wrote(ctx, Verb::Status, kind_of::<K>(), &namespace, &name);
     Ok(())
 }
 
@@ -178,7 +202,7 @@ pub async fn set_finalizers<K: Namespaced, S>(
     finalizers: &[String],
 ) -> Result<(), Error> {
     must_lead(ctx)?;
-    let (api, name) = api_for(ctx, object)?;
+    let (api, namespace, name) = api_for(ctx, object)?;
     let version = object
         .meta()
         .resource_version
@@ -190,6 +214,6 @@ pub async fn set_finalizers<K: Namespaced, S>(
     api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map_err(kube_error::<K>(Verb::Apply, &name))?;
-    ctx.metrics.wrote(ctx.id.name);
+    wrote(ctx, Verb::Apply, kind_of::<K>(), &namespace, &name);
     Ok(())
 }

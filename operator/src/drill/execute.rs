@@ -419,7 +419,13 @@ async fn create(
             kind.name(),
             object.name_any(),
         ))?;
-    ctx.metrics.wrote(ctx.id.name);
+    crate::apply::wrote(
+        ctx,
+        crate::kit::Verb::Create,
+        kind.name(),
+        namespace,
+        &object.name_any(),
+    );
     Ok(())
 }
 
