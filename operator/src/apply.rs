@@ -8,11 +8,14 @@ use std::fmt::Debug;
 use k8s_openapi::NamespaceResourceScope;
 use kube::{
     Api, Resource, ResourceExt,
-    api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions},
+    api::{DeleteParams, GetParams, Patch, PatchParams, PostParams, Preconditions},
 };
 use serde::{Serialize, de::DeserializeOwned};
 
-use crate::kit::{Context, Error, Verb};
+use crate::kit::{
+    ChildKey, Context, Error, Verb,
+    ledger::desired_hash,
+};
 
 /// A namespaced built-in or custom kind the controllers write.
 pub trait Namespaced:
@@ -46,7 +49,8 @@ fn kube_error<K: Resource<DynamicType = ()>>(
     Error::kube(verb, kind_of::<K>(), name)
 }
 
-fn kind_of<K: Resource<DynamicType = ()>>() -> &'static str {
+/// The kind of `K` as a static string, for logs, errors and ledger keys.
+pub fn kind_of<K: Resource<DynamicType = ()>>() -> &'static str {
     // `K::kind` is a Cow borrowed from a static for every typed kind.
     match K::kind(&()) {
         std::borrow::Cow::Borrowed(kind) => kind,
@@ -113,6 +117,76 @@ pub async fn apply<K: Namespaced, S>(ctx: &Context<S>, object: &K) -> Result<K, 
     Ok(applied)
 }
 
+/// The ledger key of `object`.
+pub fn child_key<K: Namespaced>(object: &K) -> Result<ChildKey, Error> {
+    Ok(ChildKey {
+        kind: kind_of::<K>(),
+        namespace: object
+            .namespace()
+            .ok_or(Error::MissingMetadata("metadata.namespace"))?,
+        name: object
+            .meta()
+            .name
+            .clone()
+            .ok_or(Error::MissingMetadata("metadata.name"))?,
+    })
+}
+
+/// Applies the child `object` of `owner` unless the ledger shows the child
+/// already as `object` would leave it; returns what the apiserver holds
+/// after an apply, `None` when nothing was written.
+pub async fn apply_changed<K: Namespaced, S>(
+    ctx: &Context<S>,
+    owner: &str,
+    object: &K,
+) -> Result<Option<K>, Error> {
+    let key = child_key(object)?;
+    let desired = desired_hash(object);
+    if ctx.ledger.is_current(&key, desired) {
+        return Ok(None);
+    }
+    let applied = apply(ctx, object).await?;
+    ctx.ledger.applied(key, owner, desired, applied.meta());
+    Ok(Some(applied))
+}
+
+/// Refuses to write over an object of `object`'s name that the owner of
+/// uid `owner_uid` does not control: forced server-side apply would take
+/// over whatever is there. Asks the apiserver (its watch cache) only about
+/// children the controller's watches do not show, since those carry the
+/// controller's labels and were made by it.
+pub async fn refuse_foreign<K: Namespaced, S>(
+    ctx: &Context<S>,
+    owner_uid: &str,
+    object: &K,
+) -> Result<(), Error> {
+    let key = child_key(object)?;
+    if ctx.ledger.is_watched(&key) {
+        return Ok(());
+    }
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &key.namespace);
+    let found = api
+        .get_metadata_opt_with(&key.name, &GetParams::any())
+        .await
+        .map_err(kube_error::<K>(Verb::Read, &key.name))?;
+    match found {
+        Some(meta) if !controlled_by(&meta, owner_uid) => Err(Error::NotOwned {
+            kind: key.kind,
+            namespace: key.namespace,
+            name: key.name,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Whether `object` names `owner_uid` as its controller.
+pub fn controlled_by<K: Resource>(object: &K, owner_uid: &str) -> bool {
+    object
+        .owner_references()
+        .iter()
+        .any(|o| o.controller == Some(true) && o.uid == owner_uid)
+}
+
 /// Creates `object` and returns it as created; `None` when an object of its
 /// name exists already (created in between by someone else).
 pub async fn create<K: Namespaced, S>(ctx: &Context<S>, object: &K) -> Result<Option<K>, Error> {
@@ -145,11 +219,7 @@ pub async fn delete_owned<K: Namespaced, S>(
     else {
         return Ok(false);
     };
-    let owned = meta
-        .owner_references()
-        .iter()
-        .any(|o| o.controller == Some(true) && o.uid == owner_uid);
-    if !owned {
+    if !controlled_by(&meta, owner_uid) {
         return Ok(false);
     }
     must_lead(ctx)?;

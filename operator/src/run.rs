@@ -209,6 +209,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 images,
                 refresh: args.status_refresh,
                 probe,
+                workloads: Default::default(),
             },
         )),
     };

@@ -33,6 +33,10 @@ pub mod reasons {
     /// A Secret the operator makes for the sale (`<sale>-internal`) exists
     /// but belongs to something else; the message says how to clear it.
     pub const SECRET_NOT_OWNED: &str = "SecretNotOwned";
+    /// An object the operator would make for the sale (a Deployment, a
+    /// ConfigMap …) exists already and is not the sale's: the operator does
+    /// not take it over; the message names it.
+    pub const OBJECT_NOT_OWNED: &str = "ObjectNotOwned";
     /// A workload image of the spec is outside the operator's allowlist
     /// (`--allowed-image`); the message names each field.
     pub const IMAGE_NOT_ALLOWED: &str = "ImageNotAllowed";

@@ -10,21 +10,12 @@ pub mod probe;
 pub mod reconcile;
 pub mod status;
 pub mod tokens;
+pub mod triggers;
 
 use std::{future::Future, sync::Arc, time::Duration};
 
-use k8s_openapi::api::{
-    apps::v1::Deployment,
-    autoscaling::v2::HorizontalPodAutoscaler,
-    core::v1::{ConfigMap, Pod, Service, ServiceAccount},
-    networking::v1::NetworkPolicy,
-    policy::v1::PodDisruptionBudget,
-    rbac::v1::{Role, RoleBinding},
-};
-use kube::{
-    Api, ResourceExt,
-    core::PartialObjectMeta,
-    runtime::{Controller, controller, reflector::ObjectRef, watcher},
+use kube::runtime::{
+    Controller, WatchStreamExt, controller, predicates, reflector, watcher,
 };
 
 use crate::{
@@ -47,6 +38,8 @@ pub struct Settings {
     pub refresh: Duration,
     /// Reads the workloads' own view (stock, lag).
     pub probe: probe::Probe,
+    /// The sales' Deployments as last watched, for the status.
+    pub workloads: Arc<triggers::Workloads>,
 }
 
 /// The FlashSale controller's context.
@@ -59,67 +52,24 @@ pub async fn run(
     namespace: Option<&str>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let sales: Api<FlashSale> = kit::api(&ctx.client, namespace);
-    // Only the operator's own children: a change to one (a hand edit, a
-    // deletion, new ready replicas) wakes its sale.
-    let children = watcher::Config::default().labels(&format!(
-        "app.kubernetes.io/managed-by={}",
-        build::MANAGED_BY
-    ));
+    let (reader, writer) = reflector::store();
+    // A sale is reconciled when its spec changes (its generation), not when
+    // its status does: the status is the operator's own write.
+    let sales = watcher(
+        kit::api::<FlashSale>(&ctx.client, namespace),
+        watcher::Config::default().any_semantic(),
+    )
+    .default_backoff()
+    .reflect(writer)
+    .applied_objects()
+    .predicate_filter(predicates::generation, Default::default());
     // Bounded concurrency: hundreds of sales created at once must not become
     // thousands of requests in flight, which time out at the apiserver and
     // hold memory here.
     let config = controller::Config::default().concurrency(ctx.concurrency);
-    let results = Controller::new(sales, watcher::Config::default().any_semantic())
+    let results = Controller::for_stream(sales, reader)
         .with_config(config)
-        .owns(
-            kit::api::<Deployment>(&ctx.client, namespace),
-            children.clone(),
-        )
-        .owns(
-            kit::api::<Service>(&ctx.client, namespace),
-            children.clone(),
-        )
-        .owns(
-            kit::api::<ConfigMap>(&ctx.client, namespace),
-            children.clone(),
-        )
-        .owns(
-            kit::api::<PodDisruptionBudget>(&ctx.client, namespace),
-            children.clone(),
-        )
-        .owns(
-            kit::api::<HorizontalPodAutoscaler>(&ctx.client, namespace),
-            children.clone(),
-        )
-        .owns(
-            kit::api::<NetworkPolicy>(&ctx.client, namespace),
-            children.clone(),
-        )
-        .owns(
-            kit::api::<ServiceAccount>(&ctx.client, namespace),
-            children.clone(),
-        )
-        .owns(kit::api::<Role>(&ctx.client, namespace), children.clone())
-        .owns(
-            kit::api::<RoleBinding>(&ctx.client, namespace),
-            children.clone(),
-        )
-        // Pods belong to ReplicaSets, not to the sale: a pod that starts,
-        // becomes ready or fails wakes the sale named by its part-of label.
-        // Metadata only: every change still arrives, at a fraction of the
-        // memory; the reconcile reads full pods only while some are short.
-        .watches(
-            match namespace {
-                Some(ns) => Api::<PartialObjectMeta<Pod>>::namespaced(ctx.client.clone(), ns),
-                None => Api::all(ctx.client.clone()),
-            },
-            children,
-            |pod| {
-                let sale = pod.labels().get(build::PART_OF_KEY)?;
-                Some(ObjectRef::new(sale).within(&pod.namespace()?))
-            },
-        )
+        .reconcile_on(triggers::triggers(&ctx, namespace))
         .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, kit::error_policy, ctx);
     kit::report(reconcile::IDENTITY, results).await;

@@ -64,19 +64,7 @@ async fn reconcile_sale(sale: &FlashSale, ctx: &Ctx) -> Result<Action, Error> {
 
     let token = match gather(ctx, &namespace, sale).await? {
         Ok(token) => token,
-        Err(blocker) => {
-            let new = status::blocked(old, generation, &blocker, now);
-            write_status(ctx, sale, &new, Some(&blocker)).await?;
-            // A bad spec (or image) waits for an edit; a missing Secret
-            // cannot be watched for cheaply, so it is looked for again, less
-            // and less often.
-            let edit_needed = [reasons::INVALID_SPEC, reasons::IMAGE_NOT_ALLOWED];
-            return Ok(if edit_needed.contains(&blocker.reason) {
-                Action::await_change()
-            } else {
-                Action::requeue(ctx.backoff(&key(sale)))
-            });
-        }
+        Err(blocker) => return block(ctx, sale, &blocker).await,
     };
 
     let timeline = Timeline::of(&sale.spec);
@@ -101,7 +89,7 @@ async fn reconcile_sale(sale: &FlashSale, ctx: &Ctx) -> Result<Action, Error> {
     // The writes and the stock reading are independent: run them together,
     // so a transition shows in the status a few round trips after its time.
     let writes = async {
-        let workloads = apply_all(ctx, &desired).await?;
+        let workloads = apply_all(ctx, sale, &desired).await?;
         prune(ctx, &namespace, sale, &desired).await?;
         Ok::<_, Error>(workloads)
     };
@@ -118,7 +106,16 @@ async fn reconcile_sale(sale: &FlashSale, ctx: &Ctx) -> Result<Action, Error> {
         )
     };
     let (workloads, stock) = tokio::join!(writes, stock);
-    let workloads = workloads?;
+    let workloads = match workloads {
+        Err(Error::Kit(err @ kit::Error::NotOwned { .. })) => {
+            let blocker = Blocker {
+                reason: reasons::OBJECT_NOT_OWNED,
+                message: err.to_string(),
+            };
+            return block(ctx, sale, &blocker).await;
+        }
+        other => other?,
+    };
     let pod_problems = if workloads
         .iter()
         .all(|w| w.ready >= w.desired && w.rolled_out)
@@ -141,6 +138,22 @@ async fn reconcile_sale(sale: &FlashSale, ctx: &Ctx) -> Result<Action, Error> {
     ctx.reset_backoff(&key(sale));
     tracing::debug!(sale = %key(sale), ?phase, ?stage, next = ?next, "reconciled");
     Ok(requeue(ctx, now, next, stage))
+}
+
+/// Shows why the sale cannot proceed, and when to look again: a bad spec
+/// (or image) waits for an edit; what cannot be watched for cheaply (a
+/// missing Secret, an object in the way) is looked for again, less and
+/// less often.
+async fn block(ctx: &Ctx, sale: &FlashSale, blocker: &Blocker) -> Result<Action, Error> {
+    let now = ctx.clock.now();
+    let new = status::blocked(sale.status.as_ref(), sale.metadata.generation, blocker, now);
+    write_status(ctx, sale, &new, Some(blocker)).await?;
+    let edit_needed = [reasons::INVALID_SPEC, reasons::IMAGE_NOT_ALLOWED];
+    Ok(if edit_needed.contains(&blocker.reason) {
+        Action::await_change()
+    } else {
+        Action::requeue(ctx.backoff(&key(sale)))
+    })
 }
 
 /// Why the sale's pods that do not run do not run, read from the pods.
@@ -312,43 +325,87 @@ async fn drain(
     drain::verdict(&ctx.settings.probe.writer_lags(&replicas).await)
 }
 
-/// Applies every desired object; returns the Deployments as the apiserver
-/// now holds them, for the status.
-async fn apply_all(ctx: &Ctx, desired: &build::Desired) -> Result<Vec<WorkloadView>, Error> {
+/// Applies every desired object that differs from what its child shows;
+/// returns the Deployments' views, for the status. Nothing is written when
+/// one of the names is taken by an object the sale does not control.
+async fn apply_all(
+    ctx: &Ctx,
+    sale: &FlashSale,
+    desired: &build::Desired,
+) -> Result<Vec<WorkloadView>, Error> {
+    let uid = sale
+        .uid()
+        .ok_or(kit::Error::MissingMetadata("metadata.uid"))?;
+    let owner = sale.name_any();
+    tokio::try_join!(
+        refuse_foreign(ctx, &uid, &desired.service_accounts),
+        refuse_foreign(ctx, &uid, &desired.roles),
+        refuse_foreign(ctx, &uid, &desired.role_bindings),
+        refuse_foreign(ctx, &uid, &desired.config_maps),
+        refuse_foreign(ctx, &uid, &desired.services),
+        refuse_foreign(ctx, &uid, &desired.pod_disruption_budgets),
+        refuse_foreign(ctx, &uid, &desired.network_policies),
+        refuse_foreign(ctx, &uid, &desired.deployments),
+        refuse_foreign(ctx, &uid, &desired.horizontal_pod_autoscalers),
+    )?;
     // Two waves of concurrent applies: what the pods refer to (identity,
     // configuration) and what guards them (disruption budgets, network
-    // policies) first, so new pods never start without it.
+    // policies) first, so new pods never start without it. Services only
+    // route to pods, so they go with the Deployments: a slow ClusterIP
+    // allocation does not hold the pods back.
     tokio::try_join!(
-        apply_each(ctx, &desired.service_accounts),
-        apply_each(ctx, &desired.roles),
-        apply_each(ctx, &desired.role_bindings),
-        apply_each(ctx, &desired.config_maps),
-        apply_each(ctx, &desired.services),
-        apply_each(ctx, &desired.pod_disruption_budgets),
-        apply_each(ctx, &desired.network_policies),
+        apply_each(ctx, &owner, &desired.service_accounts),
+        apply_each(ctx, &owner, &desired.roles),
+        apply_each(ctx, &owner, &desired.role_bindings),
+        apply_each(ctx, &owner, &desired.config_maps),
+        apply_each(ctx, &owner, &desired.pod_disruption_budgets),
+        apply_each(ctx, &owner, &desired.network_policies),
     )?;
-    let (deployments, _) = tokio::try_join!(
-        apply_each(ctx, &desired.deployments),
-        apply_each(ctx, &desired.horizontal_pod_autoscalers),
+    let (deployments, _, _) = tokio::try_join!(
+        apply_each(ctx, &owner, &desired.deployments),
+        apply_each(ctx, &owner, &desired.horizontal_pod_autoscalers),
+        apply_each(ctx, &owner, &desired.services),
     )?;
-    Ok(deployments
-        .iter()
-        .filter_map(|d| {
-            let component = d.labels().get("app.kubernetes.io/component")?;
-            let component = Component::ALL
-                .into_iter()
-                .find(|c| c.label() == component)?;
-            Some(WorkloadView::of(component.label(), d))
-        })
-        .collect())
+    let workloads = &ctx.settings.workloads;
+    let mut views = Vec::new();
+    for (wanted, applied) in desired.deployments.iter().zip(deployments) {
+        let view = match applied {
+            Some(applied) => {
+                workloads.record(&applied);
+                WorkloadView::of_labelled(&applied)
+            }
+            None => workloads.get(
+                &wanted.namespace().unwrap_or_default(),
+                &wanted.name_any(),
+            ),
+        };
+        // Every Deployment the status shows: one current in the ledger was
+        // seen by its watch, which recorded its view.
+        views.extend(view);
+    }
+    Ok(views)
 }
 
-async fn apply_each<K: Namespaced>(ctx: &Ctx, objects: &[K]) -> Result<Vec<K>, Error> {
-    Ok(futures::future::try_join_all(objects.iter().map(|o| apply::apply(ctx, o))).await?)
+async fn refuse_foreign<K: Namespaced>(ctx: &Ctx, uid: &str, objects: &[K]) -> Result<(), Error> {
+    futures::future::try_join_all(objects.iter().map(|o| apply::refuse_foreign(ctx, uid, o)))
+        .await?;
+    Ok(())
+}
+
+async fn apply_each<K: Namespaced>(
+    ctx: &Ctx,
+    owner: &str,
+    objects: &[K],
+) -> Result<Vec<Option<K>>, Error> {
+    Ok(
+        futures::future::try_join_all(objects.iter().map(|o| apply::apply_changed(ctx, owner, o)))
+            .await?,
+    )
 }
 
 /// Deletes what the sale may have but no longer needs. Every other child
-/// exists in every stage, so only the gateway's HPA can go stale.
+/// exists in every stage, so only the gateway's HPA can go stale; the
+/// apiserver is asked only when the HPA watch shows one.
 async fn prune(
     ctx: &Ctx,
     namespace: &str,
@@ -359,7 +416,12 @@ async fn prune(
         .uid()
         .ok_or(kit::Error::MissingMetadata("metadata.uid"))?;
     let hpa = build::names::gateway_autoscaler(sale);
-    if desired.horizontal_pod_autoscalers.is_empty() {
+    let watched = ctx.ledger.is_watched(&kit::ChildKey {
+        kind: apply::kind_of::<HorizontalPodAutoscaler>(),
+        namespace: namespace.to_owned(),
+        name: hpa.clone(),
+    });
+    if desired.horizontal_pod_autoscalers.is_empty() && watched {
         apply::delete_owned::<HorizontalPodAutoscaler, _>(ctx, namespace, &hpa, &uid).await?;
     }
     Ok(())

@@ -7,7 +7,12 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 use k8s_openapi::{api::apps::v1::Deployment, apimachinery::pkg::apis::meta::v1::Time};
 
-use super::pods::PodProblem;
+use kube::ResourceExt;
+
+use super::{
+    build::{self, Component},
+    pods::PodProblem,
+};
 use crate::api::{
     conditions::{DRAINED, INVENTORY_REACHABLE, PROGRESSING, READY, STALLED, reasons},
     flashsale::{FlashSaleStatus, ItemStatus, SalePhase, WorkloadStatus},
@@ -22,8 +27,8 @@ pub struct Blocker {
     pub message: String,
 }
 
-/// One workload's Deployment as the apiserver returned it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What the status shows of one workload's Deployment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WorkloadView {
     /// Component label (gateway, inventory, order-writer).
     pub component: &'static str,
@@ -36,7 +41,14 @@ pub struct WorkloadView {
 }
 
 impl WorkloadView {
-    /// Reads a Deployment returned by the apply.
+    /// Reads a Deployment of the operator's, by its component label.
+    pub fn of_labelled(deployment: &Deployment) -> Option<Self> {
+        let label = deployment.labels().get(build::COMPONENT_KEY)?;
+        let component = Component::ALL.into_iter().find(|c| c.label() == label)?;
+        Some(Self::of(component.label(), deployment))
+    }
+
+    /// Reads a Deployment as the apiserver holds it.
     pub fn of(component: &'static str, deployment: &Deployment) -> Self {
         let desired = deployment.spec.replicas.unwrap_or(1);
         let status = deployment.status.clone().unwrap_or_default();

@@ -68,11 +68,7 @@ pub async fn ensure(
 /// and holds both tokens.
 pub fn api_token(secret: &Secret, sale_uid: &str, namespace: &str) -> Result<String, Blocker> {
     let name = secret.name_any();
-    let owned = secret
-        .owner_references()
-        .iter()
-        .any(|o| o.controller == Some(true) && o.uid == sale_uid);
-    if !owned {
+    if !apply::controlled_by(secret, sale_uid) {
         return Err(Blocker {
             reason: reasons::SECRET_NOT_OWNED,
             message: format!(

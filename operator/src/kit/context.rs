@@ -58,6 +58,8 @@ pub struct Context<S> {
     pub id: Identity,
     /// This controller's own settings.
     pub settings: S,
+    /// What it last applied to its children and what their watches saw.
+    pub ledger: super::Ledger,
     recorder: Recorder,
     backoff: Backoff,
 }
@@ -78,6 +80,7 @@ impl<S> Context<S> {
             concurrency: shared.concurrency,
             id,
             settings,
+            ledger: super::Ledger::default(),
             backoff: Backoff::default(),
         }
     }

@@ -68,6 +68,21 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// An object the controller would write exists but is not its own (no
+    /// controller reference to the object reconciled): taking it over
+    /// would overwrite what someone else made.
+    #[error(
+        "{kind} {namespace}/{name} exists but was not made for this object (it has no controller \
+         reference to it); rename or delete it, and the operator creates its own"
+    )]
+    NotOwned {
+        /// Kind of the object.
+        kind: &'static str,
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+    },
     /// The object lacks metadata the apiserver always sets.
     #[error("the object has no {0}")]
     MissingMetadata(&'static str),
@@ -109,6 +124,7 @@ impl ReconcileError for Error {
         match self {
             Self::NotLeader => "NotLeader",
             Self::Kube { verb, .. } => verb.reason(),
+            Self::NotOwned { .. } => "ObjectNotOwned",
             Self::MissingMetadata(_) => "InvalidObject",
             Self::Encode(_) => "EncodeFailed",
         }

@@ -10,6 +10,7 @@
 
 pub mod context;
 pub mod error;
+pub mod ledger;
 
 use std::{future::Future, sync::Arc, time::Instant};
 
@@ -28,6 +29,7 @@ use crate::apply::Namespaced;
 
 pub use context::{Context, Identity, Shared};
 pub use error::{Error, Failure, ReconcileError, Verb};
+pub use ledger::{ChildKey, Ledger};
 
 /// An `Api` over one namespace, or over all of them when `namespace` is
 /// `None` (a controller's watch scope).
