@@ -1028,3 +1028,110 @@ async fn the_status_shows_the_stock_the_inventory_reports() -> anyhow::Result<()
     .await?;
     Ok(())
 }
+
+/// Every child of sale `sale`, counted over the kinds the operator makes.
+async fn all_children(client: &Client, ns: &str, sale: &str) -> Result<usize, String> {
+    Ok(count_children::<ServiceAccount>(client, ns, sale).await?
+        + count_children::<Role>(client, ns, sale).await?
+        + count_children::<RoleBinding>(client, ns, sale).await?
+        + count_children::<ConfigMap>(client, ns, sale).await?
+        + count_children::<Service>(client, ns, sale).await?
+        + count_children::<PodDisruptionBudget>(client, ns, sale).await?
+        + count_children::<NetworkPolicy>(client, ns, sale).await?
+        + count_children::<Deployment>(client, ns, sale).await?
+        + count_children::<HorizontalPodAutoscaler>(client, ns, sale).await?
+        + count_children::<Secret>(client, ns, sale).await?)
+}
+
+#[tokio::test]
+async fn each_child_is_written_once_and_a_ready_sale_costs_no_writes() -> anyhow::Result<()> {
+    let client = setup().await?;
+    let ns = TestNamespace::create(&client, "fs-writes").await?;
+    // A refresh every second: a reconcile that rewrote what did not change
+    // would show within a few.
+    let operator = Operator::start(&ns.name, "solo", &["--status-refresh", "1s"])?;
+    secret(&client, &ns.name, "jwt", "hs256").await?;
+    secret(&client, &ns.name, "db", "url").await?;
+    create_sale(&client, &ns.name, sale("w1")).await?;
+    await_condition(&client, &ns.name, "w1", "Ready", "True").await?;
+
+    let children = all_children(&client, &ns.name, "w1")
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let writes = operator
+        .metric_sum("flashsale_operator_writes_total")
+        .await?;
+    let reconciles = operator
+        .metric_sum("flashsale_operator_reconcile_total")
+        .await?;
+    println!("{children} children, {writes} writes and {reconciles} reconciles to Ready");
+    // Each child once (the internal Secret is created, the others applied),
+    // and the status as the pods come up: first shown, then ready. The
+    // stock reading (unreachable on kwok) may add one.
+    assert!(
+        writes <= children as f64 + 4.0,
+        "{writes} writes for {children} children"
+    );
+
+    // Steady: refreshes read, and write nothing.
+    poll_until("three more reconciles", WAIT, TICK, || async {
+        let now = operator
+            .metric_sum("flashsale_operator_reconcile_total")
+            .await
+            .map_err(|e| e.to_string())?;
+        if now >= reconciles + 3.0 {
+            Ok(())
+        } else {
+            Err(format!("{now} reconciles"))
+        }
+    })
+    .await?;
+    let after = operator
+        .metric_sum("flashsale_operator_writes_total")
+        .await?;
+    assert_eq!(
+        after, writes,
+        "a ready sale with nothing changing is not written"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_object_in_the_way_is_refused_not_taken_over() -> anyhow::Result<()> {
+    let client = setup().await?;
+    let ns = TestNamespace::create(&client, "fs-foreign").await?;
+    let _operator = Operator::start(&ns.name, "solo", &[])?;
+    secret(&client, &ns.name, "jwt", "hs256").await?;
+    secret(&client, &ns.name, "db", "url").await?;
+    // Someone else's ConfigMap, with the name the sale's gateway config takes.
+    let maps = Api::<ConfigMap>::namespaced(client.clone(), &ns.name);
+    let foreign: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "f1-gateway"},
+        "data": {"owner": "another team"}
+    }))?;
+    maps.create(&PostParams::default(), &foreign).await?;
+    create_sale(&client, &ns.name, sale("f1")).await?;
+
+    let stalled = await_condition(&client, &ns.name, "f1", "Stalled", "True").await?;
+    let (_, reason, message) = condition(&stalled, "Stalled").unwrap_or_default();
+    assert_eq!(reason, "ObjectNotOwned");
+    assert!(
+        message.contains("ConfigMap") && message.contains("f1-gateway"),
+        "{message}"
+    );
+    let kept = maps.get("f1-gateway").await?;
+    assert_eq!(kept.data, foreign.data, "its data is left alone");
+    assert!(kept.metadata.owner_references.is_none(), "{kept:?}");
+    assert_eq!(
+        count_children::<Deployment>(&client, &ns.name, "f1")
+            .await
+            .map_err(anyhow::Error::msg)?,
+        0,
+        "nothing of the sale is applied while a name is taken"
+    );
+
+    // Once the name is free, the sale comes up.
+    maps.delete("f1-gateway", &DeleteParams::default()).await?;
+    await_condition(&client, &ns.name, "f1", "Ready", "True").await?;
+    Ok(())
+}

@@ -14,9 +14,7 @@ pub mod triggers;
 
 use std::{future::Future, sync::Arc, time::Duration};
 
-use kube::runtime::{
-    Controller, WatchStreamExt, controller, predicates, reflector, watcher,
-};
+use kube::runtime::{Controller, WatchStreamExt, controller, predicates, reflector, watcher};
 
 use crate::{
     api::FlashSale,

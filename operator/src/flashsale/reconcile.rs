@@ -374,10 +374,7 @@ async fn apply_all(
                 workloads.record(&applied);
                 WorkloadView::of_labelled(&applied)
             }
-            None => workloads.get(
-                &wanted.namespace().unwrap_or_default(),
-                &wanted.name_any(),
-            ),
+            None => workloads.get(&wanted.namespace().unwrap_or_default(), &wanted.name_any()),
         };
         // Every Deployment the status shows: one current in the ledger was
         // seen by its watch, which recorded its view.

@@ -84,7 +84,8 @@ impl Workloads {
     }
 
     fn forget(&self, namespace: &str, name: &str) {
-        self.views().remove(&(namespace.to_owned(), name.to_owned()));
+        self.views()
+            .remove(&(namespace.to_owned(), name.to_owned()));
     }
 
     fn retain(&self, keep: impl Fn(&str, &str) -> bool) {
@@ -122,7 +123,10 @@ fn managed() -> watcher::Config {
 }
 
 /// An `Api` of `K`'s metadata only, in `namespace` or all of them.
-fn metadata_api<K: Namespaced>(client: &kube::Client, namespace: Option<&str>) -> Api<PartialObjectMeta<K>> {
+fn metadata_api<K: Namespaced>(
+    client: &kube::Client,
+    namespace: Option<&str>,
+) -> Api<PartialObjectMeta<K>> {
     match namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
@@ -166,9 +170,11 @@ where
         }
         Event::InitApply(child) | Event::Apply(child) => {
             let sale = owner(&child);
-            let seen = ctx
-                .ledger
-                .saw(key(&child), sale.as_ref().map(|s| s.name.as_str()), child.meta());
+            let seen = ctx.ledger.saw(
+                key(&child),
+                sale.as_ref().map(|s| s.name.as_str()),
+                child.meta(),
+            );
             let changed = seen == Seen::Changed;
             let after = if changed { Some(Duration::ZERO) } else { None };
             let after = match (after, on_seen(&child, false)) {

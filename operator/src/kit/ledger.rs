@@ -222,7 +222,10 @@ mod tests {
         let applied = meta(Some(1), "10");
         assert!(!ledger.is_current(&key("a"), 7), "never applied");
         ledger.applied(key("a"), "s", 7, &applied);
-        assert!(!ledger.is_current(&key("a"), 7), "the watch has not seen it");
+        assert!(
+            !ledger.is_current(&key("a"), 7),
+            "the watch has not seen it"
+        );
         assert_eq!(ledger.saw(key("a"), Some("s"), &applied), Seen::AsApplied);
         assert!(ledger.is_current(&key("a"), 7));
         assert!(!ledger.is_current(&key("a"), 8), "something else is wanted");
@@ -268,7 +271,10 @@ mod tests {
     fn kinds_without_a_generation_compare_the_resource_version() {
         let ledger = Ledger::default();
         ledger.applied(key("c"), "s", 1, &meta(None, "5"));
-        assert_eq!(ledger.saw(key("c"), None, &meta(None, "5")), Seen::AsApplied);
+        assert_eq!(
+            ledger.saw(key("c"), None, &meta(None, "5")),
+            Seen::AsApplied
+        );
         assert_eq!(ledger.saw(key("c"), None, &meta(None, "6")), Seen::Changed);
         assert!(!ledger.is_current(&key("c"), 1));
     }
