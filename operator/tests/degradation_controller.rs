@@ -250,32 +250,10 @@ async fn the_override_wins_is_credited_to_its_author_and_lapses_at_its_instant()
 #[tokio::test]
 async fn a_bad_query_a_missing_sale_or_a_second_policy_writes_nothing() -> anyhow::Result<()> {
     let scene = Scene::start("dp-refused", 0.5).await?;
-    let ready = |name: &'static str| {
-        let policies = scene.policies();
-        async move {
-            poll_until(
-                &format!("{name} Ready=False"),
-                Duration::from_secs(20),
-                Duration::from_millis(100),
-                || {
-                    let policies = policies.clone();
-                    async move {
-                        let policy = policies.get(name).await.map_err(|e| e.to_string())?;
-                        let ready = policy.status.and_then(|s| s.observed.get("Ready").cloned());
-                        match ready {
-                            Some(c) if c.status == "False" => Ok((c.reason, c.message)),
-                            other => Err(format!("{other:?}")),
-                        }
-                    }
-                },
-            )
-            .await
-        }
-    };
     scene
         .create_policy(policy("broken", SALE, "sum(rate(x[5m]", 1))
         .await?;
-    let (reason, message) = ready("broken").await?;
+    let (reason, message) = scene.until_refused("broken").await?;
     assert_eq!(reason, "InvalidSpec");
     assert!(message.contains("spec.signal.query"), "{message}");
     // Not retried in a loop: it waits for an edit.
@@ -300,7 +278,7 @@ async fn a_bad_query_a_missing_sale_or_a_second_policy_writes_nothing() -> anyho
     scene
         .create_policy(policy("orphan", "no-such-sale", &scene.exporter.query(), 1))
         .await?;
-    let (reason, message) = ready("orphan").await?;
+    let (reason, message) = scene.until_refused("orphan").await?;
     assert_eq!(reason, "SaleNotFound");
     assert!(message.contains("no-such-sale"), "{message}");
 
@@ -311,7 +289,7 @@ async fn a_bad_query_a_missing_sale_or_a_second_policy_writes_nothing() -> anyho
     scene
         .create_policy(policy("second", SALE, &scene.exporter.query(), 1))
         .await?;
-    let (reason, message) = ready("second").await?;
+    let (reason, message) = scene.until_refused("second").await?;
     assert_eq!(reason, "ConflictingPolicy");
     assert!(message.contains(POLICY), "{message}");
     // The first still drives the switches alone.
@@ -398,5 +376,28 @@ async fn a_standby_takes_over_at_the_same_tier_and_only_the_leader_writes() -> a
     scene.exporter.set(0.99);
     scene.until_tier(2, Duration::from_secs(10)).await?;
     scene.operator = standby;
+    scene.finish(POLICY).await
+}
+
+#[tokio::test]
+async fn someone_elses_switches_config_map_is_refused_and_left_alone() -> anyhow::Result<()> {
+    let scene = Scene::start("dp-foreign", 0.9).await?;
+    let maps: Api<ConfigMap> = Api::namespaced(scene.client.clone(), &scene.ns.name);
+    let foreign: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": SWITCHES},
+        "data": {"owner": "another team"}
+    }))?;
+    maps.create(&kube::api::PostParams::default(), &foreign)
+        .await?;
+    scene
+        .create_policy(policy(POLICY, SALE, &scene.exporter.query(), 1))
+        .await?;
+    let (reason, message) = scene.until_refused(POLICY).await?;
+    assert_eq!(reason, "ObjectNotOwned");
+    assert!(message.contains(SWITCHES), "{message}");
+    let kept = maps.get(SWITCHES).await?;
+    assert_eq!(kept.data, foreign.data, "not written over");
+    assert!(kept.metadata.owner_references.is_none(), "{kept:?}");
+    assert!(scene.tiers().is_empty(), "{:?}", scene.tiers());
     scene.finish(POLICY).await
 }

@@ -67,8 +67,8 @@ async fn reconcile_policy(policy: &DegradationPolicy, ctx: &Ctx) -> Result<Actio
     let interval = policy.spec.signal.interval.0;
     let old = policy.status.as_ref();
 
-    let sale = match gather(ctx, policy, &namespace).await? {
-        Ok(sale) => sale,
+    let (sale, current) = match gather(ctx, policy, &namespace).await? {
+        Ok(found) => found,
         Err(blocker) => {
             let new = status::blocked(old, generation, &blocker, now);
             write_status(ctx, policy, &new).await?;
@@ -95,7 +95,7 @@ async fn reconcile_policy(policy: &DegradationPolicy, ctx: &Ctx) -> Result<Actio
     let reading = read_signal(ctx, &policy.spec, now).await;
     let decision = decide::decide(&policy.spec, &status::memory(old), &reading, now);
     let active_override = status::active_override(policy, now);
-    let propagation = publish(ctx, policy, &sale, &decision, now).await?;
+    let propagation = publish(ctx, policy, &sale, current, &decision, now).await?;
     let seen = Evaluation {
         decision: &decision,
         reading: &reading,
@@ -130,7 +130,7 @@ async fn gather(
     ctx: &Ctx,
     policy: &DegradationPolicy,
     namespace: &str,
-) -> Result<Result<FlashSale, Blocker>, Error> {
+) -> Result<Result<(FlashSale, Option<Degradation>), Blocker>, Error> {
     let problems = validate::degradation_policy(&policy.spec);
     if !problems.is_empty() {
         let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
@@ -176,7 +176,46 @@ async fn gather(
             ),
         }));
     }
-    Ok(Ok(sale))
+    Ok(switches_in_force(ctx, namespace, &sale)
+        .await?
+        .map(|current| (sale, current)))
+}
+
+/// The switches the sale's `<sale>-degradation` ConfigMap holds (`None`
+/// when there is none, or it does not parse), or a blocker when an object of
+/// that name is not the sale's: the operator does not write over it, and
+/// the gateways do not read it.
+async fn switches_in_force(
+    ctx: &Ctx,
+    namespace: &str,
+    sale: &FlashSale,
+) -> Result<Result<Option<Degradation>, Blocker>, Error> {
+    let name = build::names::degradation(sale);
+    let uid = sale
+        .uid()
+        .ok_or(kit::Error::MissingMetadata("metadata.uid"))?;
+    let maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), namespace);
+    let Some(map) =
+        maps.get_opt(&name)
+            .await
+            .map_err(kit::Error::kube(Verb::Read, "ConfigMap", &name))?
+    else {
+        return Ok(Ok(None));
+    };
+    if !apply::controlled_by(&map, &uid) {
+        let refused = kit::Error::NotOwned {
+            kind: "ConfigMap",
+            namespace: namespace.to_owned(),
+            name,
+        };
+        return Ok(Err(Blocker {
+            reason: reasons::OBJECT_NOT_OWNED,
+            message: refused.to_string(),
+        }));
+    }
+    Ok(Ok(
+        Degradation::from_data(&map.data.unwrap_or_default()).ok()
+    ))
 }
 
 /// Of several policies for one sale, the one that keeps control: one that
@@ -245,19 +284,13 @@ async fn publish(
     ctx: &Ctx,
     policy: &DegradationPolicy,
     sale: &FlashSale,
+    current: Option<Degradation>,
     decision: &Decision,
     now: Timestamp,
 ) -> Result<Option<(i64, propagation::Progress, Option<std::time::Duration>)>, Error> {
     let namespace = policy
         .namespace()
         .ok_or(kit::Error::MissingMetadata("metadata.namespace"))?;
-    let name = build::names::degradation(sale);
-    let maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &namespace);
-    let current = maps
-        .get_opt(&name)
-        .await
-        .map_err(kit::Error::kube(Verb::Read, "ConfigMap", &name))?
-        .and_then(|map| Degradation::from_data(&map.data.unwrap_or_default()).ok());
     let tier = decision.memory.tier;
     let wanted = switches_for(&policy.spec, tier);
     let unchanged = current
@@ -388,34 +421,30 @@ async fn release(
     if let Some(sale) =
         sale.filter(|s| holds && in_force != 0 && s.metadata.deletion_timestamp.is_none())
     {
-        let name = build::names::degradation(&sale);
-        let maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), namespace);
-        let previous = maps
-            .get_opt(&name)
-            .await
-            .map_err(kit::Error::kube(Verb::Read, "ConfigMap", &name))?
-            .and_then(|map| Degradation::from_data(&map.data.unwrap_or_default()).ok())
-            .map_or(0, |c| c.generation);
-        let now = ctx.clock.now();
-        let state = Degradation {
-            tier: 0,
-            generation: next_generation(previous, now),
-            switches: Switches::default(),
-            reason: format!(
-                "DegradationPolicy {} deleted: nothing degraded",
-                policy.name_any()
-            ),
-            changed_at: Some(now),
-        };
-        apply::apply(ctx, &build::degradation_config_map(&sale, &state)?).await?;
-        ctx.event_of(
-            policy,
-            false,
-            reasons::TIER_CHANGED,
-            &format!("Tier{in_force}To0"),
-            format!("tier {in_force} → 0: the policy is being deleted"),
-        )
-        .await;
+        // Someone else's ConfigMap in the sale's name is not written over.
+        if let Ok(current) = switches_in_force(ctx, namespace, &sale).await? {
+            let previous = current.map_or(0, |c| c.generation);
+            let now = ctx.clock.now();
+            let state = Degradation {
+                tier: 0,
+                generation: next_generation(previous, now),
+                switches: Switches::default(),
+                reason: format!(
+                    "DegradationPolicy {} deleted: nothing degraded",
+                    policy.name_any()
+                ),
+                changed_at: Some(now),
+            };
+            apply::apply(ctx, &build::degradation_config_map(&sale, &state)?).await?;
+            ctx.event_of(
+                policy,
+                false,
+                reasons::TIER_CHANGED,
+                &format!("Tier{in_force}To0"),
+                format!("tier {in_force} → 0: the policy is being deleted"),
+            )
+            .await;
+        }
     }
     let rest: Vec<String> = policy
         .finalizers()

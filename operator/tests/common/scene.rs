@@ -180,6 +180,29 @@ impl Scene {
         .await?)
     }
 
+    /// Waits until policy `name` is `Ready=False`; returns the reason and
+    /// the message.
+    pub async fn until_refused(&self, name: &str) -> anyhow::Result<(String, String)> {
+        let policies = self.policies();
+        Ok(poll_until(
+            &format!("{name} Ready=False"),
+            Duration::from_secs(20),
+            Duration::from_millis(100),
+            || {
+                let policies = policies.clone();
+                async move {
+                    let policy = policies.get(name).await.map_err(|e| e.to_string())?;
+                    let ready = policy.status.and_then(|s| s.observed.get("Ready").cloned());
+                    match ready {
+                        Some(c) if c.status == "False" => Ok((c.reason, c.message)),
+                        other => Err(format!("{other:?}")),
+                    }
+                }
+            },
+        )
+        .await?)
+    }
+
     pub async fn status(&self, name: &str) -> anyhow::Result<DegradationPolicyStatus> {
         Ok(self.policies().get(name).await?.status.unwrap_or_default())
     }

@@ -16,6 +16,11 @@
 //!   shopChat normal|throttled, miniGames normal|closed);
 //! - `reason`: free text; `changedAt`: RFC 3339.
 //!
+//! The ConfigMap carries the label `app.kubernetes.io/managed-by:
+//! flashsale-operator` ([`MANAGED_BY_KEY`], [`MANAGED_BY`]) and a controller
+//! reference to its sale; readers ignore a ConfigMap of that name without
+//! the label (someone else's object, not switches).
+//!
 //! `tier` and `generation` are required, the rest optional; an unknown
 //! feature or mode makes the whole update invalid (see
 //! [`Degradation::from_data`]). Tier-0 features (checkout, stock
@@ -48,6 +53,11 @@ pub use switches::{
     MiniGamesMode, OrderHistoryMode, RecommendationsMode, ReviewsMode, ShopChatMode, SwitchChanges,
     Switches, VoucherPushMode,
 };
+
+/// `app.kubernetes.io/managed-by`, the label that marks what the operator made.
+pub const MANAGED_BY_KEY: &str = "app.kubernetes.io/managed-by";
+/// Value of [`MANAGED_BY_KEY`] on everything the operator creates.
+pub const MANAGED_BY: &str = "flashsale-operator";
 
 /// The keys of the ConfigMap's `data`.
 pub mod keys {

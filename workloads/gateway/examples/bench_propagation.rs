@@ -192,6 +192,13 @@ async fn main() -> anyhow::Result<()> {
     let map = ConfigMap {
         metadata: ObjectMeta {
             name: Some(NAME.to_owned()),
+            labels: Some(
+                [(
+                    flashsale_degradation::MANAGED_BY_KEY.to_owned(),
+                    flashsale_degradation::MANAGED_BY.to_owned(),
+                )]
+                .into(),
+            ),
             ..ObjectMeta::default()
         },
         data: Some(data(1)),

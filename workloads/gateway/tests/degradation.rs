@@ -11,6 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use flashsale_degradation::{MANAGED_BY, MANAGED_BY_KEY};
 use flashsale_e2e::{
     kube::{TestNamespace, client},
     stack,
@@ -141,16 +142,25 @@ fn data(
 }
 
 /// Writes the ConfigMap's data the way the operator does: server-side apply
-/// of the whole `data`, so keys left out are removed.
+/// of the whole `data`, so keys left out are removed, with its label.
 async fn publish(
     api: &Api<ConfigMap>,
     name: &str,
     data: BTreeMap<String, String>,
 ) -> anyhow::Result<()> {
+    publish_labelled(api, name, data, json!({MANAGED_BY_KEY: MANAGED_BY})).await
+}
+
+async fn publish_labelled(
+    api: &Api<ConfigMap>,
+    name: &str,
+    data: BTreeMap<String, String>,
+    labels: serde_json::Value,
+) -> anyhow::Result<()> {
     let map = json!({
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": { "name": name },
+        "metadata": { "name": name, "labels": labels },
         "data": data,
     });
     api.patch(
@@ -275,6 +285,37 @@ async fn a_watch_started_before_the_config_map_exists_picks_it_up() -> anyhow::R
     .await?;
     reached(&board, 4, Instant::now()).await?;
     assert_eq!(board.current().reason, "late");
+    source.stop().await?;
+    delete(&client, ns).await
+}
+
+/// Someone else's ConfigMap of the degradation name (no operator label)
+/// switches nothing; the operator's, once labelled, does.
+#[tokio::test]
+async fn a_config_map_without_the_operators_label_is_ignored() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "degradation-foreign").await?;
+    let api = Api::<ConfigMap>::namespaced(client.clone(), &ns.name);
+    let name = "foreign-degradation";
+    // A higher generation than the operator's next write: had the board
+    // taken it, the operator's state would be refused as stale.
+    publish_labelled(
+        &api,
+        name,
+        data(50, 2, Some(SPIKE), "not the operator's"),
+        json!({}),
+    )
+    .await?;
+    let board = Switchboard::new();
+    let source = Running::config_map(&client, &ns.name, name, &board);
+    let mut updates = board.subscribe();
+    publish(&api, name, data(3, 1, None, "the operator's")).await?;
+    reached(&board, 3, Instant::now()).await?;
+    let seen = updates.borrow_and_update().clone();
+    assert_eq!(
+        (seen.generation, seen.tier, seen.reason.as_str()),
+        (3, 1, "the operator's")
+    );
     source.stop().await?;
     delete(&client, ns).await
 }

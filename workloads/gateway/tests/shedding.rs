@@ -211,6 +211,13 @@ async fn a_configmap_change_reaches_both_replicas() -> anyhow::Result<()> {
     let map = ConfigMap {
         metadata: ObjectMeta {
             name: Some(name.clone()),
+            labels: Some(
+                [(
+                    flashsale_degradation::MANAGED_BY_KEY.to_owned(),
+                    flashsale_degradation::MANAGED_BY.to_owned(),
+                )]
+                .into(),
+            ),
             ..ObjectMeta::default()
         },
         data: Some(degradation_data(0, 1, json!({}))),

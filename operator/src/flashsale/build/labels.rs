@@ -5,11 +5,7 @@ use std::collections::BTreeMap;
 
 use super::names::Component;
 
-/// Value of `app.kubernetes.io/managed-by` on everything the operator creates.
-pub const MANAGED_BY: &str = "flashsale-operator";
-
-/// `app.kubernetes.io/managed-by`.
-pub const MANAGED_BY_KEY: &str = "app.kubernetes.io/managed-by";
+pub use flashsale_degradation::{MANAGED_BY, MANAGED_BY_KEY};
 /// `app.kubernetes.io/part-of`: the sale's name.
 pub const PART_OF_KEY: &str = "app.kubernetes.io/part-of";
 /// `app.kubernetes.io/component`: gateway, inventory or order-writer.

@@ -9,7 +9,15 @@ use kube::{
     runtime::{WatchStreamExt, watcher},
 };
 
+use flashsale_degradation::{MANAGED_BY, MANAGED_BY_KEY};
+
 use super::{Degradation, Switchboard, offer};
+
+/// Whether `map` carries the operator's label: a ConfigMap of the same name
+/// made by someone else must not switch the sale's features.
+fn made_by_operator(map: &ConfigMap) -> bool {
+    map.labels().get(MANAGED_BY_KEY).map(String::as_str) == Some(MANAGED_BY)
+}
 
 /// Keeps `board` in line with the ConfigMap `name` in `namespace` until
 /// `stop` completes.
@@ -17,7 +25,8 @@ use super::{Degradation, Switchboard, offer};
 /// The watch selects the one object by `metadata.name`, so the gateway's
 /// RBAC can be get/list/watch on that single resource name. Every applied
 /// object (from the initial list or a later event) is parsed and offered to
-/// the board; invalid data is logged and the last good state stays. Watch
+/// the board; invalid data is logged and the last good state stays. A
+/// ConfigMap without the operator's `managed-by` label is ignored. Watch
 /// errors are logged and retried with the watcher's default backoff.
 ///
 /// A deleted ConfigMap keeps the state in force: deletion says nothing about
@@ -50,6 +59,13 @@ pub async fn watch_config_map(
             event = events.next() => event,
         };
         match event {
+            Some(Ok(watcher::Event::Apply(map) | watcher::Event::InitApply(map)))
+                if !made_by_operator(&map) =>
+            {
+                tracing::warn!(%namespace, %name,
+                    "a ConfigMap of the degradation name without the label {MANAGED_BY_KEY}={MANAGED_BY} \
+                     is someone else's, not switches; ignored");
+            }
             Some(Ok(watcher::Event::Apply(map) | watcher::Event::InitApply(map))) => {
                 present = true;
                 let data = map.data.unwrap_or_default();
