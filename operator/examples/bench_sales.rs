@@ -12,6 +12,12 @@
 //! cargo run --release -p flashsale-operator --example bench_sales -- --sales 500 --runs 3
 //! ```
 //!
+//! The operator runs with `--log-format json --log-filter
+//! warn,flashsale_operator::writes=debug`, so its log holds one line per
+//! write; the writes up to the moment all sales are Ready are counted per
+//! sale (by the `bench-NNNN` prefix of the object's name) and by verb and
+//! kind.
+//!
 //! The sales' pods go to kwok nodes the benchmark creates (tainted, and
 //! selected by an admission policy limited to its namespaces), so the stack's
 //! own nodes and other users' pods are left alone; all of it is removed at
@@ -21,6 +27,8 @@
 mod cluster;
 #[path = "bench_sales/observe.rs"]
 mod observe;
+#[path = "bench_sales/writes.rs"]
+mod writes;
 
 use std::{
     net::TcpListener,
@@ -40,6 +48,7 @@ use kube::{
 };
 use observe::{ApiserverCounters, OperatorCounters, Stage, Throttle};
 use serde_json::json;
+use writes::Writes;
 
 #[derive(Debug, Parser)]
 #[command(about = "Time N FlashSales created at once until all are Ready")]
@@ -76,7 +85,8 @@ struct Args {
     #[arg(long)]
     operator_bin: Option<PathBuf>,
     /// Extra flag for the operator's `run`, e.g. `--operator-arg=--status-refresh=5m`;
-    /// repeat for more.
+    /// repeat for more. (A `--log-filter` here replaces the one that logs
+    /// every write, and the writes per sale are then not counted.)
     #[arg(long = "operator-arg", allow_hyphen_values = true)]
     operator_args: Vec<String>,
     /// Metrics of the stack's controller-manager.
@@ -98,6 +108,9 @@ const POLL: Duration = Duration::from_millis(250);
 #[derive(Debug, Clone, Default)]
 struct RunResult {
     namespace: String,
+    /// The operator's writes from the creates until all were Ready (or the
+    /// run gave up), from its log.
+    writes: Option<Writes>,
     created_s: f64,
     applied_s: Option<f64>,
     half_ready_s: Option<f64>,
@@ -209,6 +222,27 @@ fn operator_binary(given: Option<&Path>) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
+/// The operator's `run` flags of every run, after `run` and before the
+/// extra ones.
+fn operator_flags(ns: &str, ops: &str) -> Vec<String> {
+    [
+        "--namespace",
+        ns,
+        "--lease-namespace",
+        ns,
+        "--ops-addr",
+        ops,
+        "--leader-elect",
+        "false",
+        "--log-format",
+        "json",
+        "--log-filter",
+        writes::LOG_FILTER,
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
 async fn run_all(
     client: &Client,
     args: &Args,
@@ -216,16 +250,16 @@ async fn run_all(
     bench_id: &str,
 ) -> anyhow::Result<Vec<RunResult>> {
     let mut results = Vec::new();
+    let delete_timeout = Duration::from_secs(args.delete_timeout_secs);
     for run in 1..=args.runs {
         let ns = format!("{}-{run}-{bench_id}", args.namespace_prefix);
         println!("\n== run {run}/{}: namespace {ns}", args.runs);
         let result = run_once(client, args, operator_bin, &ns, bench_id).await?;
         report(&result);
-        results.push(result);
         if !args.keep {
-            cluster::delete_namespace(client, &ns, Duration::from_secs(args.delete_timeout_secs))
-                .await?;
+            cluster::delete_namespace(client, &ns, delete_timeout).await?;
         }
+        results.push(result);
     }
     Ok(results)
 }
@@ -234,6 +268,7 @@ async fn run_all(
 struct Operator {
     child: Child,
     ops: String,
+    log: PathBuf,
 }
 
 impl Operator {
@@ -243,26 +278,21 @@ impl Operator {
         let log = std::env::temp_dir().join(format!("{ns}-operator.log"));
         let file = std::fs::File::create(&log)?;
         let child = Command::new(bin)
-            .args([
-                "run",
-                "--namespace",
-                ns,
-                "--lease-namespace",
-                ns,
-                "--ops-addr",
-                &ops,
-                "--leader-elect",
-                "false",
-                "--log-filter",
-                "warn",
-            ])
+            .arg("run")
+            .args(operator_flags(ns, &ops))
             .args(extra)
             .stdout(Stdio::from(file.try_clone()?))
             .stderr(Stdio::from(file))
             .spawn()
             .with_context(|| format!("starting {}", bin.display()))?;
         println!("  operator pid {} (log {})", child.id(), log.display());
-        Ok(Self { child, ops })
+        Ok(Self { child, ops, log })
+    }
+
+    /// Bytes in the operator's log so far. Lines are written whole (one
+    /// write each), so this marks what was logged before now.
+    fn log_len(&self) -> u64 {
+        std::fs::metadata(&self.log).map_or(0, |m| m.len())
     }
 
     fn pid(&self) -> u32 {
@@ -300,6 +330,11 @@ impl Drop for Operator {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The `count` sales of a run.
+fn sales(count: usize) -> anyhow::Result<Vec<FlashSale>> {
+    (0..count).map(|i| sale(&writes::sale_name(i))).collect()
 }
 
 /// A sale far in the future: Pending, so every workload runs one replica.
@@ -385,9 +420,7 @@ async fn run_once(
     let pid = operator.pid();
     let mut processes = observe::stack_pids();
     processes.push(("operator", pid));
-    let objects = (0..args.sales)
-        .map(|i| sale(&format!("bench-{i:04}")))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let objects = sales(args.sales)?;
 
     let apiserver_before = ApiserverCounters::scrape();
     let kcm_before = Throttle::scrape(&args.kcm_metrics);
@@ -422,6 +455,8 @@ async fn run_once(
     let mut tick = tokio::time::interval(POLL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_print = (usize::MAX, usize::MAX, Instant::now());
+    // Where the operator's log stood when all sales were Ready.
+    let mut log_cut = None;
     loop {
         tick.tick().await;
         let listed = Instant::now();
@@ -460,6 +495,7 @@ async fn run_once(
             last_print = (applied, ready, Instant::now());
         }
         if done {
+            log_cut = Some(operator.log_len());
             result.ready_s = Some(elapsed);
             break;
         }
@@ -485,9 +521,20 @@ async fn run_once(
         .zip(apiserver_before)
         .map(|(after, before)| after.since(before));
     (result.cpu, result.machine_busy) = cpu_after.since(&cpu_before);
+    let log_cut = log_cut.unwrap_or_else(|| operator.log_len());
+    let log = operator.log.clone();
     drop(operator);
+    result.writes = logged_writes(&log, args.sales, 0, log_cut);
     result.stages = observe::timeline(client, ns, started_at).await?;
     Ok(result)
+}
+
+/// The writes of a window of the operator's log; `None`, with a warning,
+/// when the log cannot be read.
+fn logged_writes(log: &Path, sales: usize, from: u64, to: u64) -> Option<Writes> {
+    writes::read(log, sales, from, to)
+        .inspect_err(|err| println!("  warning: the operator's writes are not counted: {err:#}"))
+        .ok()
 }
 
 fn secs(value: Option<f64>) -> String {
@@ -520,6 +567,13 @@ fn report(r: &RunResult) {
         r.at_applied.reconciles,
         r.at_applied.writes
     );
+    if let Some(writes) = &r.writes {
+        writes.print(if r.ready_s.is_some() {
+            "writes from the creates to all Ready (operator log)"
+        } else {
+            "writes from the creates to the end of the run (operator log)"
+        });
+    }
     println!(
         "  slowest LIST of the sales: {:.0} ms; operator sockets at most {}",
         r.slowest_list_ms, r.max_sockets
@@ -573,58 +627,84 @@ fn median(mut values: Vec<f64>) -> Option<f64> {
     })
 }
 
+/// One column of the summary table: its header, decimals, and value.
+struct Column {
+    header: &'static str,
+    decimals: usize,
+    value: fn(&RunResult) -> Option<f64>,
+}
+
+fn stage_last(r: &RunResult, name: &str) -> Option<f64> {
+    r.stages.iter().find(|s| s.name == name).map(|s| s.last)
+}
+
+/// A quantile (min, p50, p90, max) of the run's writes per sale.
+fn per_sale(r: &RunResult, which: usize) -> Option<f64> {
+    r.writes.as_ref().map(|w| w.distribution()[which])
+}
+
+/// The summary's columns.
+fn columns() -> Vec<Column> {
+    let column = |header, decimals, value| Column {
+        header,
+        decimals,
+        value,
+    };
+    vec![
+        column("all applied (s)", 1, |r| r.applied_s),
+        column("all Ready (s)", 1, |r| r.ready_s),
+        column("peak RSS (MB)", 0, |r| Some(r.peak_rss_mb)),
+        column("reconciles", 0, |r| Some(r.at_end.reconciles)),
+        column("writes", 0, |r| Some(r.at_end.writes)),
+        column("writes/sale p50", 0, |r| per_sale(r, 1)),
+        column("writes/sale max", 0, |r| per_sale(r, 3)),
+        column("mean reconcile (ms)", 1, |r| {
+            Some(r.at_end.mean_reconcile_ms())
+        }),
+        column("last pod created (s)", 1, |r| stage_last(r, "Pod created")),
+        column("last pod scheduled (s)", 1, |r| {
+            stage_last(r, "Pod scheduled")
+        }),
+        column("last pod Ready (s)", 1, |r| stage_last(r, "Pod Ready")),
+    ]
+}
+
 fn summary(args: &Args, results: &[RunResult]) {
     println!("\n== {} runs of {} FlashSales", results.len(), args.sales);
-    println!(
-        "| run | Ready at end | all applied (s) | all Ready (s) | peak RSS (MB) | reconciles | writes | mean reconcile (ms) | last pod created (s) | last pod scheduled (s) | last pod Ready (s) |"
-    );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
-    let stage_last = |r: &RunResult, name: &str| {
-        r.stages
-            .iter()
-            .find(|s| s.name == name)
-            .map_or(f64::NAN, |s| s.last)
-    };
-    let row = |label: String, ready: String, values: [Option<f64>; 9]| {
+    let columns = columns();
+    let headers: Vec<&str> = columns.iter().map(|c| c.header).collect();
+    println!("| run | Ready at end | {} |", headers.join(" | "));
+    println!("|---|---|{}", "---|".repeat(columns.len()));
+    let row = |label: String, ready: String, values: &[Option<f64>]| {
         let cells: Vec<String> = values
             .iter()
-            .enumerate()
-            .map(|(i, v)| match (i, v) {
-                (_, None) => "-".to_owned(),
-                (3 | 4, Some(v)) => format!("{v:.0}"),
-                (_, Some(v)) => format!("{v:.1}"),
+            .zip(&columns)
+            .map(|(v, c)| match v {
+                Some(v) if v.is_finite() => format!("{v:.*}", c.decimals),
+                _ => "-".to_owned(),
             })
             .collect();
         println!("| {label} | {ready} | {} |", cells.join(" | "));
     };
-    let columns = |r: &RunResult| {
-        [
-            r.applied_s,
-            r.ready_s,
-            Some(r.peak_rss_mb),
-            Some(r.at_end.reconciles),
-            Some(r.at_end.writes),
-            Some(r.at_end.mean_reconcile_ms()),
-            Some(stage_last(r, "Pod created")),
-            Some(stage_last(r, "Pod scheduled")),
-            Some(stage_last(r, "Pod Ready")),
-        ]
-    };
-    for (i, r) in results.iter().enumerate() {
+    let all: Vec<Vec<Option<f64>>> = results
+        .iter()
+        .map(|r| columns.iter().map(|c| (c.value)(r)).collect())
+        .collect();
+    for (i, (r, values)) in results.iter().zip(&all).enumerate() {
         row(
             (i + 1).to_string(),
             format!("{}/{}", r.ready_at_end, args.sales),
-            columns(r),
+            values,
         );
     }
-    let all: Vec<[Option<f64>; 9]> = results.iter().map(columns).collect();
-    let medians: [Option<f64>; 9] =
-        std::array::from_fn(|c| median(all.iter().filter_map(|r| r[c]).collect()));
+    let medians: Vec<Option<f64>> = (0..columns.len())
+        .map(|c| median(all.iter().filter_map(|r| r[c]).collect()))
+        .collect();
     let ready = median(results.iter().map(|r| r.ready_at_end as f64).collect());
     row(
         "median".to_owned(),
         format!("{:.0}/{}", ready.unwrap_or(0.0), args.sales),
-        medians,
+        &medians,
     );
 }
 
