@@ -10,6 +10,8 @@
 //! ```text
 //! cargo build --release -p flashsale-operator --bin flashsale-operator
 //! cargo run --release -p flashsale-operator --example bench_sales -- --sales 500 --runs 3
+//! cargo run --release -p flashsale-operator --example bench_sales -- \
+//!     --sales 100 --runs 3 --floor
 //! ```
 //!
 //! The operator runs with `--log-format json --log-filter
@@ -18,6 +20,14 @@
 //! sale (by the `bench-NNNN` prefix of the object's name) and by verb and
 //! kind.
 //!
+//! `--floor` follows each operator run with a run without the operator: the
+//! same sales are created in a fresh namespace, and the benchmark itself
+//! writes what the operator would (each sale's internal Secret, then the
+//! children of the operator's own build, server-side applied in the
+//! operator's two waves, `--floor-concurrency` sales at a time), and times
+//! until every Deployment has its replicas ready. Operator time ÷ floor time
+//! is what the operator adds over the control plane's own minimum.
+//!
 //! The sales' pods go to kwok nodes the benchmark creates (tainted, and
 //! selected by an admission policy limited to its namespaces), so the stack's
 //! own nodes and other users' pods are left alone; all of it is removed at
@@ -25,6 +35,8 @@
 
 #[path = "bench_sales/cluster.rs"]
 mod cluster;
+#[path = "bench_sales/floor.rs"]
+mod floor;
 #[path = "bench_sales/observe.rs"]
 mod observe;
 #[path = "bench_sales/writes.rs"]
@@ -39,7 +51,7 @@ use std::{
 
 use anyhow::Context as _;
 use clap::Parser;
-use flashsale_operator::api::FlashSale;
+use flashsale_operator::{api::FlashSale, flashsale::build::Images, run::RunArgs};
 use futures::{StreamExt, TryStreamExt, stream};
 use jiff::{SignedDuration, Timestamp};
 use kube::{
@@ -89,6 +101,17 @@ struct Args {
     /// every write, and the writes per sale are then not counted.)
     #[arg(long = "operator-arg", allow_hyphen_values = true)]
     operator_args: Vec<String>,
+    /// After each operator run, a run without the operator in a fresh
+    /// namespace: the same sales, and their children written by the
+    /// benchmark from the operator's own build, timed until every Deployment
+    /// is ready; reports operator time ÷ floor time.
+    #[arg(long)]
+    floor: bool,
+    /// Sales whose children the floor writes at once; by default the
+    /// operator's `--max-concurrent-reconciles` (16 unless given with
+    /// `--operator-arg`).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    floor_concurrency: Option<u16>,
     /// Metrics of the stack's controller-manager.
     #[arg(long, default_value = "https://127.0.0.1:20257/metrics")]
     kcm_metrics: String,
@@ -111,6 +134,7 @@ struct RunResult {
     /// The operator's writes from the creates until all were Ready (or the
     /// run gave up), from its log.
     writes: Option<Writes>,
+    floor: Option<floor::FloorResult>,
     created_s: f64,
     applied_s: Option<f64>,
     half_ready_s: Option<f64>,
@@ -148,6 +172,7 @@ async fn main() -> anyhow::Result<()> {
         args.pods_per_node
     );
     let operator_bin = operator_binary(args.operator_bin.as_deref())?;
+    let floor = args.floor.then(|| floor_settings(&args)).transpose()?;
     let client = flashsale_e2e::kube::client().await?;
     let bench_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
 
@@ -159,12 +184,21 @@ async fn main() -> anyhow::Result<()> {
         operator_bin.display(),
         args.operator_args.join(" ")
     );
+    if let Some(floor) = &floor {
+        println!(
+            "each followed by a floor run: {} sales written at once, images {}, {}, {}",
+            floor.concurrency,
+            floor.images.gateway,
+            floor.images.inventory,
+            floor.images.order_writer
+        );
+    }
     cluster::install_crds(&client).await?;
     let outcome = tokio::select! {
         outcome = async {
             cluster::install_policy(&client).await?;
             cluster::create_nodes(&client, args.bench_nodes, args.pods_per_node).await?;
-            run_all(&client, &args, &operator_bin, &bench_id).await
+            run_all(&client, &args, &operator_bin, floor.as_ref(), &bench_id).await
         } => outcome,
         signal = tokio::signal::ctrl_c() => {
             signal?;
@@ -243,10 +277,47 @@ fn operator_flags(ns: &str, ops: &str) -> Vec<String> {
     .to_vec()
 }
 
+/// The operator's own flag parser, to read what a run's operator uses.
+#[derive(Debug, Parser)]
+struct OperatorCli {
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+/// What the floor writes with: the images, operator namespace and
+/// concurrency the operator of a run gets from its flags (and environment,
+/// which it inherits).
+fn floor_settings(args: &Args) -> anyhow::Result<floor::Settings> {
+    let argv = std::iter::once("flashsale-operator-run".to_owned())
+        .chain(operator_flags("bench", "127.0.0.1:0"))
+        .chain(args.operator_args.iter().cloned());
+    let run = OperatorCli::try_parse_from(argv)
+        .context("the operator's flags (with --operator-arg) do not parse")?
+        .run;
+    Ok(floor::Settings {
+        images: Images {
+            gateway: run.gateway_image,
+            inventory: run.inventory_image,
+            order_writer: run.order_writer_image,
+        },
+        operator_namespace: run.operator_namespace,
+        concurrency: usize::from(
+            args.floor_concurrency
+                .unwrap_or(run.max_concurrent_reconciles),
+        ),
+        create_concurrency: match args.create_concurrency {
+            0 => args.sales,
+            n => n,
+        },
+        timeout: Duration::from_secs(args.timeout_secs),
+    })
+}
+
 async fn run_all(
     client: &Client,
     args: &Args,
     operator_bin: &Path,
+    floor: Option<&floor::Settings>,
     bench_id: &str,
 ) -> anyhow::Result<Vec<RunResult>> {
     let mut results = Vec::new();
@@ -254,10 +325,32 @@ async fn run_all(
     for run in 1..=args.runs {
         let ns = format!("{}-{run}-{bench_id}", args.namespace_prefix);
         println!("\n== run {run}/{}: namespace {ns}", args.runs);
-        let result = run_once(client, args, operator_bin, &ns, bench_id).await?;
+        let mut result = run_once(client, args, operator_bin, &ns, bench_id).await?;
         report(&result);
         if !args.keep {
             cluster::delete_namespace(client, &ns, delete_timeout).await?;
+        }
+        if let Some(settings) = floor {
+            let ns = format!("{}-floor-{run}-{bench_id}", args.namespace_prefix);
+            println!(
+                "\n== run {run}/{} without the operator: namespace {ns}",
+                args.runs
+            );
+            cluster::create_namespace(client, &ns, bench_id).await?;
+            cluster::await_policy(client, &ns).await?;
+            cluster::create_secrets(client, &ns).await?;
+            let floor = floor::run(client, settings, &ns, sales(args.sales)?).await?;
+            floor::report(&floor);
+            match (result.ready_s, floor.ready_s) {
+                (Some(op), Some(fl)) => {
+                    println!("  operator {op:.1} s ÷ floor {fl:.1} s = {:.2}", op / fl)
+                }
+                _ => println!("  operator ÷ floor: - (a run did not finish)"),
+            }
+            result.floor = Some(floor);
+            if !args.keep {
+                cluster::delete_namespace(client, &ns, delete_timeout).await?;
+            }
         }
         results.push(result);
     }
@@ -643,14 +736,14 @@ fn per_sale(r: &RunResult, which: usize) -> Option<f64> {
     r.writes.as_ref().map(|w| w.distribution()[which])
 }
 
-/// The summary's columns.
-fn columns() -> Vec<Column> {
+/// The summary's columns: the floor's only when measured.
+fn columns(args: &Args) -> Vec<Column> {
     let column = |header, decimals, value| Column {
         header,
         decimals,
         value,
     };
-    vec![
+    let mut columns = vec![
         column("all applied (s)", 1, |r| r.applied_s),
         column("all Ready (s)", 1, |r| r.ready_s),
         column("peak RSS (MB)", 0, |r| Some(r.peak_rss_mb)),
@@ -666,12 +759,21 @@ fn columns() -> Vec<Column> {
             stage_last(r, "Pod scheduled")
         }),
         column("last pod Ready (s)", 1, |r| stage_last(r, "Pod Ready")),
-    ]
+    ];
+    if args.floor {
+        columns.extend([
+            column("floor all Ready (s)", 1, |r| r.floor.as_ref()?.ready_s),
+            column("operator ÷ floor", 2, |r| {
+                Some(r.ready_s? / r.floor.as_ref()?.ready_s?)
+            }),
+        ]);
+    }
+    columns
 }
 
 fn summary(args: &Args, results: &[RunResult]) {
     println!("\n== {} runs of {} FlashSales", results.len(), args.sales);
-    let columns = columns();
+    let columns = columns(args);
     let headers: Vec<&str> = columns.iter().map(|c| c.header).collect();
     println!("| run | Ready at end | {} |", headers.join(" | "));
     println!("|---|---|{}", "---|".repeat(columns.len()));
