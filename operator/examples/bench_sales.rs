@@ -11,7 +11,7 @@
 //! cargo build --release -p flashsale-operator --bin flashsale-operator
 //! cargo run --release -p flashsale-operator --example bench_sales -- --sales 500 --runs 3
 //! cargo run --release -p flashsale-operator --example bench_sales -- \
-//!     --sales 100 --runs 3 --floor
+//!     --sales 100 --runs 3 --floor --steady-secs 120
 //! ```
 //!
 //! The operator runs with `--log-format json --log-filter
@@ -28,6 +28,10 @@
 //! until every Deployment has its replicas ready. Operator time ÷ floor time
 //! is what the operator adds over the control plane's own minimum.
 //!
+//! `--steady-secs N` keeps each operator run going for N s after all sales
+//! are Ready, and reports what the operator wrote and reconciled meanwhile
+//! and its memory at the end.
+//!
 //! The sales' pods go to kwok nodes the benchmark creates (tainted, and
 //! selected by an admission policy limited to its namespaces), so the stack's
 //! own nodes and other users' pods are left alone; all of it is removed at
@@ -39,6 +43,8 @@ mod cluster;
 mod floor;
 #[path = "bench_sales/observe.rs"]
 mod observe;
+#[path = "bench_sales/steady.rs"]
+mod steady;
 #[path = "bench_sales/writes.rs"]
 mod writes;
 
@@ -112,6 +118,11 @@ struct Args {
     /// `--operator-arg`).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     floor_concurrency: Option<u16>,
+    /// Keep each operator run going this many seconds after all its sales
+    /// are Ready, and report its writes, reconciles and memory in that
+    /// window.
+    #[arg(long, default_value_t = 0)]
+    steady_secs: u64,
     /// Metrics of the stack's controller-manager.
     #[arg(long, default_value = "https://127.0.0.1:20257/metrics")]
     kcm_metrics: String,
@@ -134,6 +145,7 @@ struct RunResult {
     /// The operator's writes from the creates until all were Ready (or the
     /// run gave up), from its log.
     writes: Option<Writes>,
+    steady: Option<steady::Steady>,
     floor: Option<floor::FloorResult>,
     created_s: f64,
     applied_s: Option<f64>,
@@ -326,7 +338,7 @@ async fn run_all(
         let ns = format!("{}-{run}-{bench_id}", args.namespace_prefix);
         println!("\n== run {run}/{}: namespace {ns}", args.runs);
         let mut result = run_once(client, args, operator_bin, &ns, bench_id).await?;
-        report(&result);
+        report(&result, args.sales);
         if !args.keep {
             cluster::delete_namespace(client, &ns, delete_timeout).await?;
         }
@@ -615,9 +627,20 @@ async fn run_once(
         .map(|(after, before)| after.since(before));
     (result.cpu, result.machine_busy) = cpu_after.since(&cpu_before);
     let log_cut = log_cut.unwrap_or_else(|| operator.log_len());
+    if args.steady_secs > 0 {
+        if result.ready_s.is_some() {
+            result.steady = Some(steady::hold(&operator, &sales, args.steady_secs).await?);
+        } else {
+            println!("  no steady state: not every sale became Ready");
+        }
+    }
     let log = operator.log.clone();
     drop(operator);
     result.writes = logged_writes(&log, args.sales, 0, log_cut);
+    if let Some(steady) = &mut result.steady {
+        let (from, to) = steady.log_window;
+        steady.writes = logged_writes(&log, args.sales, from, to);
+    }
     result.stages = observe::timeline(client, ns, started_at).await?;
     Ok(result)
 }
@@ -634,7 +657,7 @@ fn secs(value: Option<f64>) -> String {
     value.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"))
 }
 
-fn report(r: &RunResult) {
+fn report(r: &RunResult, sales: usize) {
     let end = r.at_end;
     println!("  --- {}", r.namespace);
     println!(
@@ -704,6 +727,9 @@ fn report(r: &RunResult) {
             None => println!("  {name}: metrics unreachable"),
         }
     }
+    if let Some(s) = &r.steady {
+        steady::report(s, sales);
+    }
 }
 
 fn median(mut values: Vec<f64>) -> Option<f64> {
@@ -736,7 +762,8 @@ fn per_sale(r: &RunResult, which: usize) -> Option<f64> {
     r.writes.as_ref().map(|w| w.distribution()[which])
 }
 
-/// The summary's columns: the floor's only when measured.
+/// The summary's columns: the floor's and the steady state's only when
+/// measured.
 fn columns(args: &Args) -> Vec<Column> {
     let column = |header, decimals, value| Column {
         header,
@@ -765,6 +792,22 @@ fn columns(args: &Args) -> Vec<Column> {
             column("floor all Ready (s)", 1, |r| r.floor.as_ref()?.ready_s),
             column("operator ÷ floor", 2, |r| {
                 Some(r.ready_s? / r.floor.as_ref()?.ready_s?)
+            }),
+        ]);
+    }
+    if args.steady_secs > 0 {
+        columns.extend([
+            column("steady writes", 0, |r| {
+                Some(r.steady.as_ref()?.counters.writes)
+            }),
+            column("steady reconciles", 0, |r| {
+                Some(r.steady.as_ref()?.counters.reconciles)
+            }),
+            column("steady end RSS (MB)", 1, |r| {
+                Some(r.steady.as_ref()?.rss_mb)
+            }),
+            column("steady end VmHWM (MB)", 1, |r| {
+                Some(r.steady.as_ref()?.hwm_mb)
             }),
         ]);
     }
