@@ -10,7 +10,27 @@
 //! ```text
 //! cargo build --release -p flashsale-operator --bin flashsale-operator
 //! cargo run --release -p flashsale-operator --example bench_sales -- --sales 500 --runs 3
+//! cargo run --release -p flashsale-operator --example bench_sales -- \
+//!     --sales 100 --runs 3 --floor --steady-secs 120
 //! ```
+//!
+//! The operator runs with `--log-format json --log-filter
+//! warn,flashsale_operator::writes=debug`, so its log holds one line per
+//! write; the writes up to the moment all sales are Ready are counted per
+//! sale (by the `bench-NNNN` prefix of the object's name) and by verb and
+//! kind.
+//!
+//! `--floor` follows each operator run with a run without the operator: the
+//! same sales are created in a fresh namespace, and the benchmark itself
+//! writes what the operator would (each sale's internal Secret, then the
+//! children of the operator's own build, server-side applied in the
+//! operator's two waves, `--floor-concurrency` sales at a time), and times
+//! until every Deployment has its replicas ready. Operator time ÷ floor time
+//! is what the operator adds over the control plane's own minimum.
+//!
+//! `--steady-secs N` keeps each operator run going for N s after all sales
+//! are Ready, and reports what the operator wrote and reconciled meanwhile
+//! and its memory at the end.
 //!
 //! The sales' pods go to kwok nodes the benchmark creates (tainted, and
 //! selected by an admission policy limited to its namespaces), so the stack's
@@ -19,8 +39,14 @@
 
 #[path = "bench_sales/cluster.rs"]
 mod cluster;
+#[path = "bench_sales/floor.rs"]
+mod floor;
 #[path = "bench_sales/observe.rs"]
 mod observe;
+#[path = "bench_sales/steady.rs"]
+mod steady;
+#[path = "bench_sales/writes.rs"]
+mod writes;
 
 use std::{
     net::TcpListener,
@@ -31,7 +57,7 @@ use std::{
 
 use anyhow::Context as _;
 use clap::Parser;
-use flashsale_operator::api::FlashSale;
+use flashsale_operator::{api::FlashSale, flashsale::build::Images, run::RunArgs};
 use futures::{StreamExt, TryStreamExt, stream};
 use jiff::{SignedDuration, Timestamp};
 use kube::{
@@ -40,6 +66,7 @@ use kube::{
 };
 use observe::{ApiserverCounters, OperatorCounters, Stage, Throttle};
 use serde_json::json;
+use writes::Writes;
 
 #[derive(Debug, Parser)]
 #[command(about = "Time N FlashSales created at once until all are Ready")]
@@ -76,9 +103,26 @@ struct Args {
     #[arg(long)]
     operator_bin: Option<PathBuf>,
     /// Extra flag for the operator's `run`, e.g. `--operator-arg=--status-refresh=5m`;
-    /// repeat for more.
+    /// repeat for more. (A `--log-filter` here replaces the one that logs
+    /// every write, and the writes per sale are then not counted.)
     #[arg(long = "operator-arg", allow_hyphen_values = true)]
     operator_args: Vec<String>,
+    /// After each operator run, a run without the operator in a fresh
+    /// namespace: the same sales, and their children written by the
+    /// benchmark from the operator's own build, timed until every Deployment
+    /// is ready; reports operator time ÷ floor time.
+    #[arg(long)]
+    floor: bool,
+    /// Sales whose children the floor writes at once; by default the
+    /// operator's `--max-concurrent-reconciles` (16 unless given with
+    /// `--operator-arg`).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    floor_concurrency: Option<u16>,
+    /// Keep each operator run going this many seconds after all its sales
+    /// are Ready, and report its writes, reconciles and memory in that
+    /// window.
+    #[arg(long, default_value_t = 0)]
+    steady_secs: u64,
     /// Metrics of the stack's controller-manager.
     #[arg(long, default_value = "https://127.0.0.1:20257/metrics")]
     kcm_metrics: String,
@@ -98,6 +142,11 @@ const POLL: Duration = Duration::from_millis(250);
 #[derive(Debug, Clone, Default)]
 struct RunResult {
     namespace: String,
+    /// The operator's writes from the creates until all were Ready (or the
+    /// run gave up), from its log.
+    writes: Option<Writes>,
+    steady: Option<steady::Steady>,
+    floor: Option<floor::FloorResult>,
     created_s: f64,
     applied_s: Option<f64>,
     half_ready_s: Option<f64>,
@@ -135,6 +184,7 @@ async fn main() -> anyhow::Result<()> {
         args.pods_per_node
     );
     let operator_bin = operator_binary(args.operator_bin.as_deref())?;
+    let floor = args.floor.then(|| floor_settings(&args)).transpose()?;
     let client = flashsale_e2e::kube::client().await?;
     let bench_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
 
@@ -146,12 +196,21 @@ async fn main() -> anyhow::Result<()> {
         operator_bin.display(),
         args.operator_args.join(" ")
     );
+    if let Some(floor) = &floor {
+        println!(
+            "each followed by a floor run: {} sales written at once, images {}, {}, {}",
+            floor.concurrency,
+            floor.images.gateway,
+            floor.images.inventory,
+            floor.images.order_writer
+        );
+    }
     cluster::install_crds(&client).await?;
     let outcome = tokio::select! {
         outcome = async {
             cluster::install_policy(&client).await?;
             cluster::create_nodes(&client, args.bench_nodes, args.pods_per_node).await?;
-            run_all(&client, &args, &operator_bin, &bench_id).await
+            run_all(&client, &args, &operator_bin, floor.as_ref(), &bench_id).await
         } => outcome,
         signal = tokio::signal::ctrl_c() => {
             signal?;
@@ -209,23 +268,103 @@ fn operator_binary(given: Option<&Path>) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
+/// The operator's `run` flags of every run, after `run` and before the
+/// extra ones.
+fn operator_flags(ns: &str, ops: &str) -> Vec<String> {
+    [
+        "--namespace",
+        ns,
+        "--lease-namespace",
+        ns,
+        "--ops-addr",
+        ops,
+        "--leader-elect",
+        "false",
+        "--log-format",
+        "json",
+        "--log-filter",
+        writes::LOG_FILTER,
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+/// The operator's own flag parser, to read what a run's operator uses.
+#[derive(Debug, Parser)]
+struct OperatorCli {
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+/// What the floor writes with: the images, operator namespace and
+/// concurrency the operator of a run gets from its flags (and environment,
+/// which it inherits).
+fn floor_settings(args: &Args) -> anyhow::Result<floor::Settings> {
+    let argv = std::iter::once("flashsale-operator-run".to_owned())
+        .chain(operator_flags("bench", "127.0.0.1:0"))
+        .chain(args.operator_args.iter().cloned());
+    let run = OperatorCli::try_parse_from(argv)
+        .context("the operator's flags (with --operator-arg) do not parse")?
+        .run;
+    Ok(floor::Settings {
+        images: Images {
+            gateway: run.gateway_image,
+            inventory: run.inventory_image,
+            order_writer: run.order_writer_image,
+        },
+        operator_namespace: run.operator_namespace,
+        concurrency: usize::from(
+            args.floor_concurrency
+                .unwrap_or(run.max_concurrent_reconciles),
+        ),
+        create_concurrency: match args.create_concurrency {
+            0 => args.sales,
+            n => n,
+        },
+        timeout: Duration::from_secs(args.timeout_secs),
+    })
+}
+
 async fn run_all(
     client: &Client,
     args: &Args,
     operator_bin: &Path,
+    floor: Option<&floor::Settings>,
     bench_id: &str,
 ) -> anyhow::Result<Vec<RunResult>> {
     let mut results = Vec::new();
+    let delete_timeout = Duration::from_secs(args.delete_timeout_secs);
     for run in 1..=args.runs {
         let ns = format!("{}-{run}-{bench_id}", args.namespace_prefix);
         println!("\n== run {run}/{}: namespace {ns}", args.runs);
-        let result = run_once(client, args, operator_bin, &ns, bench_id).await?;
-        report(&result);
-        results.push(result);
+        let mut result = run_once(client, args, operator_bin, &ns, bench_id).await?;
+        report(&result, args.sales);
         if !args.keep {
-            cluster::delete_namespace(client, &ns, Duration::from_secs(args.delete_timeout_secs))
-                .await?;
+            cluster::delete_namespace(client, &ns, delete_timeout).await?;
         }
+        if let Some(settings) = floor {
+            let ns = format!("{}-floor-{run}-{bench_id}", args.namespace_prefix);
+            println!(
+                "\n== run {run}/{} without the operator: namespace {ns}",
+                args.runs
+            );
+            cluster::create_namespace(client, &ns, bench_id).await?;
+            cluster::await_policy(client, &ns).await?;
+            cluster::create_secrets(client, &ns).await?;
+            let floor = floor::run(client, settings, &ns, sales(args.sales)?).await?;
+            floor::report(&floor);
+            match (result.ready_s, floor.ready_s) {
+                (Some(op), Some(fl)) => {
+                    println!("  operator {op:.1} s ÷ floor {fl:.1} s = {:.2}", op / fl)
+                }
+                _ => println!("  operator ÷ floor: - (a run did not finish)"),
+            }
+            result.floor = Some(floor);
+            if !args.keep {
+                cluster::delete_namespace(client, &ns, delete_timeout).await?;
+            }
+        }
+        results.push(result);
     }
     Ok(results)
 }
@@ -234,6 +373,7 @@ async fn run_all(
 struct Operator {
     child: Child,
     ops: String,
+    log: PathBuf,
 }
 
 impl Operator {
@@ -243,26 +383,21 @@ impl Operator {
         let log = std::env::temp_dir().join(format!("{ns}-operator.log"));
         let file = std::fs::File::create(&log)?;
         let child = Command::new(bin)
-            .args([
-                "run",
-                "--namespace",
-                ns,
-                "--lease-namespace",
-                ns,
-                "--ops-addr",
-                &ops,
-                "--leader-elect",
-                "false",
-                "--log-filter",
-                "warn",
-            ])
+            .arg("run")
+            .args(operator_flags(ns, &ops))
             .args(extra)
             .stdout(Stdio::from(file.try_clone()?))
             .stderr(Stdio::from(file))
             .spawn()
             .with_context(|| format!("starting {}", bin.display()))?;
         println!("  operator pid {} (log {})", child.id(), log.display());
-        Ok(Self { child, ops })
+        Ok(Self { child, ops, log })
+    }
+
+    /// Bytes in the operator's log so far. Lines are written whole (one
+    /// write each), so this marks what was logged before now.
+    fn log_len(&self) -> u64 {
+        std::fs::metadata(&self.log).map_or(0, |m| m.len())
     }
 
     fn pid(&self) -> u32 {
@@ -300,6 +435,11 @@ impl Drop for Operator {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The `count` sales of a run.
+fn sales(count: usize) -> anyhow::Result<Vec<FlashSale>> {
+    (0..count).map(|i| sale(&writes::sale_name(i))).collect()
 }
 
 /// A sale far in the future: Pending, so every workload runs one replica.
@@ -385,9 +525,7 @@ async fn run_once(
     let pid = operator.pid();
     let mut processes = observe::stack_pids();
     processes.push(("operator", pid));
-    let objects = (0..args.sales)
-        .map(|i| sale(&format!("bench-{i:04}")))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let objects = sales(args.sales)?;
 
     let apiserver_before = ApiserverCounters::scrape();
     let kcm_before = Throttle::scrape(&args.kcm_metrics);
@@ -422,6 +560,8 @@ async fn run_once(
     let mut tick = tokio::time::interval(POLL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_print = (usize::MAX, usize::MAX, Instant::now());
+    // Where the operator's log stood when all sales were Ready.
+    let mut log_cut = None;
     loop {
         tick.tick().await;
         let listed = Instant::now();
@@ -460,6 +600,7 @@ async fn run_once(
             last_print = (applied, ready, Instant::now());
         }
         if done {
+            log_cut = Some(operator.log_len());
             result.ready_s = Some(elapsed);
             break;
         }
@@ -485,16 +626,38 @@ async fn run_once(
         .zip(apiserver_before)
         .map(|(after, before)| after.since(before));
     (result.cpu, result.machine_busy) = cpu_after.since(&cpu_before);
+    let log_cut = log_cut.unwrap_or_else(|| operator.log_len());
+    if args.steady_secs > 0 {
+        if result.ready_s.is_some() {
+            result.steady = Some(steady::hold(&operator, &sales, args.steady_secs).await?);
+        } else {
+            println!("  no steady state: not every sale became Ready");
+        }
+    }
+    let log = operator.log.clone();
     drop(operator);
+    result.writes = logged_writes(&log, args.sales, 0, log_cut);
+    if let Some(steady) = &mut result.steady {
+        let (from, to) = steady.log_window;
+        steady.writes = logged_writes(&log, args.sales, from, to);
+    }
     result.stages = observe::timeline(client, ns, started_at).await?;
     Ok(result)
+}
+
+/// The writes of a window of the operator's log; `None`, with a warning,
+/// when the log cannot be read.
+fn logged_writes(log: &Path, sales: usize, from: u64, to: u64) -> Option<Writes> {
+    writes::read(log, sales, from, to)
+        .inspect_err(|err| println!("  warning: the operator's writes are not counted: {err:#}"))
+        .ok()
 }
 
 fn secs(value: Option<f64>) -> String {
     value.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"))
 }
 
-fn report(r: &RunResult) {
+fn report(r: &RunResult, sales: usize) {
     let end = r.at_end;
     println!("  --- {}", r.namespace);
     println!(
@@ -520,6 +683,13 @@ fn report(r: &RunResult) {
         r.at_applied.reconciles,
         r.at_applied.writes
     );
+    if let Some(writes) = &r.writes {
+        writes.print(if r.ready_s.is_some() {
+            "writes from the creates to all Ready (operator log)"
+        } else {
+            "writes from the creates to the end of the run (operator log)"
+        });
+    }
     println!(
         "  slowest LIST of the sales: {:.0} ms; operator sockets at most {}",
         r.slowest_list_ms, r.max_sockets
@@ -557,6 +727,9 @@ fn report(r: &RunResult) {
             None => println!("  {name}: metrics unreachable"),
         }
     }
+    if let Some(s) = &r.steady {
+        steady::report(s, sales);
+    }
 }
 
 fn median(mut values: Vec<f64>) -> Option<f64> {
@@ -573,58 +746,110 @@ fn median(mut values: Vec<f64>) -> Option<f64> {
     })
 }
 
+/// One column of the summary table: its header, decimals, and value.
+struct Column {
+    header: &'static str,
+    decimals: usize,
+    value: fn(&RunResult) -> Option<f64>,
+}
+
+fn stage_last(r: &RunResult, name: &str) -> Option<f64> {
+    r.stages.iter().find(|s| s.name == name).map(|s| s.last)
+}
+
+/// A quantile (min, p50, p90, max) of the run's writes per sale.
+fn per_sale(r: &RunResult, which: usize) -> Option<f64> {
+    r.writes.as_ref().map(|w| w.distribution()[which])
+}
+
+/// The summary's columns: the floor's and the steady state's only when
+/// measured.
+fn columns(args: &Args) -> Vec<Column> {
+    let column = |header, decimals, value| Column {
+        header,
+        decimals,
+        value,
+    };
+    let mut columns = vec![
+        column("all applied (s)", 1, |r| r.applied_s),
+        column("all Ready (s)", 1, |r| r.ready_s),
+        column("peak RSS (MB)", 0, |r| Some(r.peak_rss_mb)),
+        column("reconciles", 0, |r| Some(r.at_end.reconciles)),
+        column("writes", 0, |r| Some(r.at_end.writes)),
+        column("writes/sale p50", 0, |r| per_sale(r, 1)),
+        column("writes/sale max", 0, |r| per_sale(r, 3)),
+        column("mean reconcile (ms)", 1, |r| {
+            Some(r.at_end.mean_reconcile_ms())
+        }),
+        column("last pod created (s)", 1, |r| stage_last(r, "Pod created")),
+        column("last pod scheduled (s)", 1, |r| {
+            stage_last(r, "Pod scheduled")
+        }),
+        column("last pod Ready (s)", 1, |r| stage_last(r, "Pod Ready")),
+    ];
+    if args.floor {
+        columns.extend([
+            column("floor all Ready (s)", 1, |r| r.floor.as_ref()?.ready_s),
+            column("operator ÷ floor", 2, |r| {
+                Some(r.ready_s? / r.floor.as_ref()?.ready_s?)
+            }),
+        ]);
+    }
+    if args.steady_secs > 0 {
+        columns.extend([
+            column("steady writes", 0, |r| {
+                Some(r.steady.as_ref()?.counters.writes)
+            }),
+            column("steady reconciles", 0, |r| {
+                Some(r.steady.as_ref()?.counters.reconciles)
+            }),
+            column("steady end RSS (MB)", 1, |r| {
+                Some(r.steady.as_ref()?.rss_mb)
+            }),
+            column("steady end VmHWM (MB)", 1, |r| {
+                Some(r.steady.as_ref()?.hwm_mb)
+            }),
+        ]);
+    }
+    columns
+}
+
 fn summary(args: &Args, results: &[RunResult]) {
     println!("\n== {} runs of {} FlashSales", results.len(), args.sales);
-    println!(
-        "| run | Ready at end | all applied (s) | all Ready (s) | peak RSS (MB) | reconciles | writes | mean reconcile (ms) | last pod created (s) | last pod scheduled (s) | last pod Ready (s) |"
-    );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
-    let stage_last = |r: &RunResult, name: &str| {
-        r.stages
-            .iter()
-            .find(|s| s.name == name)
-            .map_or(f64::NAN, |s| s.last)
-    };
-    let row = |label: String, ready: String, values: [Option<f64>; 9]| {
+    let columns = columns(args);
+    let headers: Vec<&str> = columns.iter().map(|c| c.header).collect();
+    println!("| run | Ready at end | {} |", headers.join(" | "));
+    println!("|---|---|{}", "---|".repeat(columns.len()));
+    let row = |label: String, ready: String, values: &[Option<f64>]| {
         let cells: Vec<String> = values
             .iter()
-            .enumerate()
-            .map(|(i, v)| match (i, v) {
-                (_, None) => "-".to_owned(),
-                (3 | 4, Some(v)) => format!("{v:.0}"),
-                (_, Some(v)) => format!("{v:.1}"),
+            .zip(&columns)
+            .map(|(v, c)| match v {
+                Some(v) if v.is_finite() => format!("{v:.*}", c.decimals),
+                _ => "-".to_owned(),
             })
             .collect();
         println!("| {label} | {ready} | {} |", cells.join(" | "));
     };
-    let columns = |r: &RunResult| {
-        [
-            r.applied_s,
-            r.ready_s,
-            Some(r.peak_rss_mb),
-            Some(r.at_end.reconciles),
-            Some(r.at_end.writes),
-            Some(r.at_end.mean_reconcile_ms()),
-            Some(stage_last(r, "Pod created")),
-            Some(stage_last(r, "Pod scheduled")),
-            Some(stage_last(r, "Pod Ready")),
-        ]
-    };
-    for (i, r) in results.iter().enumerate() {
+    let all: Vec<Vec<Option<f64>>> = results
+        .iter()
+        .map(|r| columns.iter().map(|c| (c.value)(r)).collect())
+        .collect();
+    for (i, (r, values)) in results.iter().zip(&all).enumerate() {
         row(
             (i + 1).to_string(),
             format!("{}/{}", r.ready_at_end, args.sales),
-            columns(r),
+            values,
         );
     }
-    let all: Vec<[Option<f64>; 9]> = results.iter().map(columns).collect();
-    let medians: [Option<f64>; 9] =
-        std::array::from_fn(|c| median(all.iter().filter_map(|r| r[c]).collect()));
+    let medians: Vec<Option<f64>> = (0..columns.len())
+        .map(|c| median(all.iter().filter_map(|r| r[c]).collect()))
+        .collect();
     let ready = median(results.iter().map(|r| r.ready_at_end as f64).collect());
     row(
         "median".to_owned(),
         format!("{:.0}/{}", ready.unwrap_or(0.0), args.sales),
-        medians,
+        &medians,
     );
 }
 
