@@ -369,16 +369,13 @@ async fn apply_all(
     let workloads = &ctx.settings.workloads;
     let mut views = Vec::new();
     for (wanted, applied) in desired.deployments.iter().zip(deployments) {
-        let view = match applied {
-            Some(applied) => {
-                workloads.record(&applied);
-                WorkloadView::of_labelled(&applied)
-            }
-            None => workloads.get(&wanted.namespace().unwrap_or_default(), &wanted.name_any()),
-        };
+        if let Some(applied) = applied {
+            workloads.fill(&applied);
+        }
         // Every Deployment the status shows: one current in the ledger was
-        // seen by its watch, which recorded its view.
-        views.extend(view);
+        // seen by its watch, which recorded its view; one just applied was
+        // recorded above unless the watch had a newer view.
+        views.extend(workloads.get(&wanted.namespace().unwrap_or_default(), &wanted.name_any()));
     }
     Ok(views)
 }

@@ -53,34 +53,55 @@ use crate::{
 pub const STATUS_BATCH: Duration = Duration::from_millis(500);
 
 /// What the status needs of each Deployment of the sales, as last watched
-/// or applied, by (namespace, name).
+/// or applied, by (namespace, name), with the Deployment's generation.
 #[derive(Debug, Default)]
 pub struct Workloads {
-    views: Mutex<HashMap<(String, String), WorkloadView>>,
+    views: Mutex<HashMap<(String, String), (i64, WorkloadView)>>,
+}
+
+fn view_of(deployment: &Deployment) -> Option<((String, String), (i64, WorkloadView))> {
+    let view = WorkloadView::of_labelled(deployment)?;
+    let key = (deployment.namespace()?, deployment.name_any());
+    Some((key, (deployment.metadata.generation.unwrap_or(0), view)))
 }
 
 impl Workloads {
-    fn views(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), WorkloadView>> {
+    fn views(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), (i64, WorkloadView)>> {
         self.views.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Records `deployment` as seen; returns whether its view changed.
+    /// Records `deployment` as its watch shows it; returns whether its view
+    /// changed.
     pub fn record(&self, deployment: &Deployment) -> bool {
-        let Some(view) = WorkloadView::of_labelled(deployment) else {
+        let Some((key, entry)) = view_of(deployment) else {
             return false;
         };
-        let key = (
-            deployment.namespace().unwrap_or_default(),
-            deployment.name_any(),
-        );
-        self.views().insert(key, view) != Some(view)
+        self.views().insert(key, entry).map(|(_, view)| view) != Some(entry.1)
+    }
+
+    /// Records `deployment` as an apply returned it, unless the watch has
+    /// shown the same generation already: the apply's answer can be older
+    /// than the watch's last event (the pods became ready while the
+    /// reconcile went on). A new generation (a changed spec) is newer than
+    /// anything the watch has shown.
+    pub fn fill(&self, deployment: &Deployment) {
+        let Some((key, entry)) = view_of(deployment) else {
+            return;
+        };
+        let mut views = self.views();
+        if views
+            .get(&key)
+            .is_none_or(|(generation, _)| *generation < entry.0)
+        {
+            views.insert(key, entry);
+        }
     }
 
     /// The view of Deployment `namespace/name`, if it was seen.
     pub fn get(&self, namespace: &str, name: &str) -> Option<WorkloadView> {
         self.views()
             .get(&(namespace.to_owned(), name.to_owned()))
-            .copied()
+            .map(|(_, view)| *view)
     }
 
     fn forget(&self, namespace: &str, name: &str) {
@@ -90,6 +111,43 @@ impl Workloads {
 
     fn retain(&self, keep: impl Fn(&str, &str) -> bool) {
         self.views().retain(|(ns, name), _| keep(ns, name));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deployment(generation: i64, ready: i32) -> Result<Deployment, serde_json::Error> {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "s-gateway",
+                "namespace": "ns",
+                "generation": generation,
+                "labels": {build::COMPONENT_KEY: "gateway"}
+            },
+            "spec": {"replicas": 2, "selector": {}, "template": {}},
+            "status": {"readyReplicas": ready}
+        }))
+    }
+
+    #[test]
+    fn an_older_apply_answer_never_hides_what_the_watch_showed_since()
+    -> Result<(), serde_json::Error> {
+        let workloads = Workloads::default();
+        assert!(workloads.record(&deployment(1, 2)?), "first seen");
+        assert!(!workloads.record(&deployment(1, 2)?), "unchanged");
+        // The answer of an apply sent before the pods became ready.
+        workloads.fill(&deployment(1, 0)?);
+        assert_eq!(workloads.get("ns", "s-gateway").map(|v| v.ready), Some(2));
+        // A changed spec is newer than anything watched.
+        workloads.fill(&deployment(2, 0)?);
+        assert_eq!(workloads.get("ns", "s-gateway").map(|v| v.ready), Some(0));
+        // A first apply fills the gap before the watch's echo.
+        workloads.forget("ns", "s-gateway");
+        workloads.fill(&deployment(1, 0)?);
+        assert!(workloads.get("ns", "s-gateway").is_some());
+        Ok(())
     }
 }
 
