@@ -14,7 +14,7 @@ use crate::{
     clock::SystemClock,
     degradation, drill,
     flashsale::{self, allowlist::ImageAllowlist, build::Images, probe::Probe},
-    kit::{Context, Shared},
+    kit::{Context, Shared, health::WatchHealth},
     leader::{self, Leadership, LeaseSettings},
     metrics::OperatorMetrics,
 };
@@ -139,6 +139,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         "cannot build a Kubernetes client from the kubeconfig or the in-cluster service account",
     )?;
     check_crds(&client).await?;
+    let watches = WatchHealth::new(metrics.clone());
 
     // A suffix per process: a restarted pod keeps its name, and must not
     // take its predecessor's lease for its own.
@@ -212,7 +213,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             },
         )),
     };
-    let readiness = Readiness::default().with_check("apiserver", move || {
+    let mut readiness = Readiness::default().with_check("apiserver", move || {
         let client = client.clone();
         async move {
             client
@@ -222,6 +223,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 .map_err(|err| format!("apiserver unreachable: {err}"))
         }
     });
+    // One check per controller, failing while its watches fail (see
+    // `kit::health` for when it counts as recovered).
+    for controller in CONTROLLERS {
+        let watches = watches.clone();
+        readiness = readiness.with_check(format!("watch/{controller}"), move || {
+            std::future::ready(watches.check(controller))
+        });
+    }
     tracing::info!(
         identity,
         namespace = args.namespace.as_deref().unwrap_or("(all)"),
@@ -231,6 +240,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let controllers = lead(
         controllers,
         shared.metrics.clone(),
+        watches,
         args.namespace.clone(),
         leadership,
         shutdown,
@@ -315,14 +325,31 @@ struct Controllers {
     drill: Arc<drill::Ctx>,
 }
 
+/// The controllers by name, as their metrics, logs and `/readyz` checks
+/// name them.
+const CONTROLLERS: [&str; 3] = [
+    flashsale::reconcile::IDENTITY.name,
+    degradation::reconcile::IDENTITY.name,
+    drill::reconcile::IDENTITY.name,
+];
+
 impl Controllers {
-    /// Runs them all until `stop` resolves.
-    async fn run(&self, namespace: Option<&str>, stop: Shutdown) {
+    /// Runs them all until `stop` resolves, each reporting its watches'
+    /// errors into `watches`.
+    async fn run(&self, namespace: Option<&str>, watches: &WatchHealth, stop: Shutdown) {
         let until = |stop: Shutdown| async move { stop.wait().await };
         tokio::join!(
-            flashsale::run(self.flashsale.clone(), namespace, until(stop.clone())),
-            degradation::run(self.degradation.clone(), namespace, until(stop.clone())),
-            drill::run(self.drill.clone(), namespace, until(stop)),
+            watches.scope(flashsale::run(
+                self.flashsale.clone(),
+                namespace,
+                until(stop.clone())
+            )),
+            watches.scope(degradation::run(
+                self.degradation.clone(),
+                namespace,
+                until(stop.clone())
+            )),
+            watches.scope(drill::run(self.drill.clone(), namespace, until(stop))),
         );
     }
 }
@@ -333,6 +360,7 @@ impl Controllers {
 async fn lead(
     controllers: Controllers,
     metrics: OperatorMetrics,
+    watches: WatchHealth,
     namespace: Option<String>,
     mut leadership: Leadership,
     shutdown: Shutdown,
@@ -344,13 +372,17 @@ async fn lead(
         }
         metrics.set_leader(true);
         tracing::info!("leading: controllers start");
-        let running = controllers.run(namespace.as_deref(), shutdown.clone());
+        let running = controllers.run(namespace.as_deref(), &watches, shutdown.clone());
         let mut lost = leadership.clone();
         tokio::select! {
             () = running => {}
             () = lost.lost() => tracing::warn!("leadership lost: controllers stopped"),
         }
         metrics.set_leader(false);
+        // Stopped controllers have no failing watch: a standby is ready.
+        for controller in CONTROLLERS {
+            watches.forget(controller);
+        }
         if shutdown.is_triggered() {
             return;
         }
