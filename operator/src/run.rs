@@ -7,14 +7,15 @@ use std::{sync::Arc, time::Duration};
 use anyhow::Context as _;
 use clap::Args;
 use flashsale_runtime::{Process, Readiness, RuntimeArgs, Shutdown};
-use kube::{Api, Client, CustomResourceExt, Resource};
+use kube::{Api, Client, CustomResourceExt};
 
 use crate::{
     api::{self, ChaosDrill, DegradationPolicy, FlashSale},
+    apply::Namespaced,
     clock::SystemClock,
     degradation, drill,
     flashsale::{self, allowlist::ImageAllowlist, build::Images, probe::Probe},
-    kit::{Context, Shared, health::WatchHealth},
+    kit::{self, Context, Shared, health::WatchHealth},
     leader::{self, Leadership, LeaseSettings},
     metrics::OperatorMetrics,
 };
@@ -138,7 +139,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let client = Client::try_default().await.context(
         "cannot build a Kubernetes client from the kubeconfig or the in-cluster service account",
     )?;
-    check_crds(&client).await?;
+    check_crds(&client, args.namespace.as_deref()).await?;
     let watches = WatchHealth::new(metrics.clone());
 
     // A suffix per process: a restarted pod keeps its name, and must not
@@ -285,22 +286,23 @@ fn guard_base_url(args: &RunArgs) -> String {
 }
 
 /// Fails with how to install the CRDs when one is missing, instead of
-/// starting controllers that would only log watch errors.
-async fn check_crds(client: &Client) -> anyhow::Result<()> {
-    check_crd::<FlashSale>(client).await?;
-    check_crd::<DegradationPolicy>(client).await?;
-    check_crd::<ChaosDrill>(client).await
+/// starting controllers that would only log watch errors. Lists in
+/// `namespace` only when the operator is limited to it: a namespaced Role
+/// grants nothing cluster-wide. A list the operator may not make proves
+/// nothing either way (the apiserver refuses before it looks for the
+/// resource): that is a warning, and the controller's watch then reports
+/// the refusal (log, `flashsale_operator_watch_errors_total`, `/readyz`).
+async fn check_crds(client: &Client, namespace: Option<&str>) -> anyhow::Result<()> {
+    check_crd::<FlashSale>(client, namespace).await?;
+    check_crd::<DegradationPolicy>(client, namespace).await?;
+    check_crd::<ChaosDrill>(client, namespace).await
 }
 
-async fn check_crd<K>(client: &Client) -> anyhow::Result<()>
+async fn check_crd<K>(client: &Client, namespace: Option<&str>) -> anyhow::Result<()>
 where
-    K: CustomResourceExt
-        + Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
+    K: CustomResourceExt + Namespaced,
 {
-    let objects: Api<K> = Api::all(client.clone());
+    let objects: Api<K> = kit::api(client, namespace);
     match objects
         .list_metadata(&kube::api::ListParams::default().limit(1))
         .await
@@ -312,6 +314,16 @@ where
              (or the Helm chart), then start the operator again",
             K::crd_name()
         ),
+        Err(kube::Error::Api(status)) if status.code == 403 => {
+            tracing::warn!(
+                crd = K::crd_name(),
+                namespace = namespace.unwrap_or("(all)"),
+                reason = status.message,
+                "may not list these objects, so cannot check that their CRD is installed; \
+                 their controller will report the refused watch"
+            );
+            Ok(())
+        }
         Err(err) => {
             Err(err).with_context(|| format!("cannot list {} to check the CRDs", K::crd_name()))
         }
