@@ -65,6 +65,7 @@ pub struct OperatorMetrics {
     duration: Family<ControllerLabels, Histogram, Buckets>,
     writes: Family<ControllerLabels, Counter>,
     watch_errors: Family<ControllerLabels, Counter>,
+    invalid_objects: Family<ControllerLabels, Counter>,
     leader: Gauge,
     tier: Family<PolicyLabels, Gauge>,
     propagation: Family<PolicyLabels, Histogram, Buckets>,
@@ -80,6 +81,7 @@ impl Default for OperatorMetrics {
             duration: Family::new_with_constructor(RECONCILE_BUCKETS),
             writes: Family::default(),
             watch_errors: Family::default(),
+            invalid_objects: Family::default(),
             leader: Gauge::default(),
             tier: Family::default(),
             propagation: Family::new_with_constructor(LATENCY_BUCKETS),
@@ -119,6 +121,12 @@ impl OperatorMetrics {
             "Errors of a controller's watches (a list or watch refused or broken), by controller; \
              a watch that merely expired and is listed again is not counted",
             m.watch_errors.clone(),
+        );
+        registry.register(
+            "flashsale_operator_invalid_objects",
+            "Object versions left out of a controller because they do not match the operator's \
+             types (each is named in a Warning Event InvalidObject), by controller",
+            m.invalid_objects.clone(),
         );
         registry.register(
             "flashsale_operator_leader",
@@ -178,6 +186,13 @@ impl OperatorMetrics {
     /// Counts one error of one of `controller`'s watches.
     pub fn watch_failed(&self, controller: &'static str) {
         self.watch_errors
+            .get_or_create(&ControllerLabels { controller })
+            .inc();
+    }
+
+    /// Counts one object version `controller` left out as invalid.
+    pub fn invalid_object(&self, controller: &'static str) {
+        self.invalid_objects
             .get_or_create(&ControllerLabels { controller })
             .inc();
     }

@@ -39,7 +39,7 @@ use tokio::sync::broadcast;
 use crate::{
     api::ChaosDrill,
     degradation::signal::SignalReader,
-    kit::{self, Context, health::WatchHealth},
+    kit::{self, Context, health::WatchHealth, lenient},
 };
 
 /// Annotation on a drill asking for a run now; its value names the
@@ -109,7 +109,9 @@ pub type Ctx = Context<Settings>;
 pub const KILL_SWITCH_POLL: Duration = Duration::from_secs(2);
 
 /// Runs the ChaosDrill controller until `shutdown` resolves. `namespace`
-/// limits it to one namespace; `None` watches them all.
+/// limits it to one namespace; `None` watches them all. A drill the
+/// operator cannot read is left out and named in a Warning Event
+/// ([`lenient`]) instead of stopping the watch of every other drill.
 pub async fn run(
     ctx: Arc<Ctx>,
     namespace: Option<&str>,
@@ -118,7 +120,12 @@ pub async fn run(
     // Guards from an earlier term are not running any more: forget them,
     // so their runs count as stale and are stopped first.
     ctx.settings.guards.clear();
-    let drills_api: Api<ChaosDrill> = kit::api(&ctx.client, namespace);
+    let (drills, trigger) = lenient::watch::<ChaosDrill>(
+        ctx.client.clone(),
+        namespace,
+        watcher::Config::default().any_semantic(),
+        lenient::Rejections::of(&ctx),
+    );
     let wake = ctx.settings.wake.subscribe();
     let woken = futures::stream::unfold(wake, |mut wake| async move {
         loop {
@@ -130,8 +137,7 @@ pub async fn run(
         }
     });
     let config = controller::Config::default().concurrency(ctx.concurrency);
-    let controller = Controller::new(drills_api, watcher::Config::default().any_semantic());
-    let drills = controller.store();
+    let controller = Controller::for_stream(trigger, drills.clone());
     // The kill switch is an annotation on the namespace.
     let controller = match namespace {
         None => {

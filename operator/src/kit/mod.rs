@@ -11,6 +11,7 @@
 pub mod context;
 pub mod error;
 pub mod health;
+pub mod lenient;
 
 use std::{future::Future, sync::Arc, time::Instant};
 
