@@ -64,6 +64,8 @@ pub struct OperatorMetrics {
     failures: Family<FailureLabels, Counter>,
     duration: Family<ControllerLabels, Histogram, Buckets>,
     writes: Family<ControllerLabels, Counter>,
+    watch_errors: Family<ControllerLabels, Counter>,
+    invalid_objects: Family<ControllerLabels, Counter>,
     leader: Gauge,
     tier: Family<PolicyLabels, Gauge>,
     propagation: Family<PolicyLabels, Histogram, Buckets>,
@@ -78,6 +80,8 @@ impl Default for OperatorMetrics {
             failures: Family::default(),
             duration: Family::new_with_constructor(RECONCILE_BUCKETS),
             writes: Family::default(),
+            watch_errors: Family::default(),
+            invalid_objects: Family::default(),
             leader: Gauge::default(),
             tier: Family::default(),
             propagation: Family::new_with_constructor(LATENCY_BUCKETS),
@@ -111,6 +115,18 @@ impl OperatorMetrics {
             "flashsale_operator_writes",
             "Objects written to the apiserver (server-side applies, creates, deletes, status), by controller",
             m.writes.clone(),
+        );
+        registry.register(
+            "flashsale_operator_watch_errors",
+            "Errors of a controller's watches (a list or watch refused or broken), by controller; \
+             a watch that merely expired and is listed again is not counted",
+            m.watch_errors.clone(),
+        );
+        registry.register(
+            "flashsale_operator_invalid_objects",
+            "Object versions left out of a controller because they do not match the operator's \
+             types (each is named in a Warning Event InvalidObject), by controller",
+            m.invalid_objects.clone(),
         );
         registry.register(
             "flashsale_operator_leader",
@@ -163,6 +179,20 @@ impl OperatorMetrics {
     /// Counts one write to the apiserver.
     pub fn wrote(&self, controller: &'static str) {
         self.writes
+            .get_or_create(&ControllerLabels { controller })
+            .inc();
+    }
+
+    /// Counts one error of one of `controller`'s watches.
+    pub fn watch_failed(&self, controller: &'static str) {
+        self.watch_errors
+            .get_or_create(&ControllerLabels { controller })
+            .inc();
+    }
+
+    /// Counts one object version `controller` left out as invalid.
+    pub fn invalid_object(&self, controller: &'static str) {
+        self.invalid_objects
             .get_or_create(&ControllerLabels { controller })
             .inc();
     }

@@ -7,14 +7,15 @@ use std::{sync::Arc, time::Duration};
 use anyhow::Context as _;
 use clap::Args;
 use flashsale_runtime::{Process, Readiness, RuntimeArgs, Shutdown};
-use kube::{Api, Client, CustomResourceExt, Resource};
+use kube::{Api, Client, CustomResourceExt};
 
 use crate::{
     api::{self, ChaosDrill, DegradationPolicy, FlashSale},
+    apply::Namespaced,
     clock::SystemClock,
     degradation, drill,
     flashsale::{self, allowlist::ImageAllowlist, build::Images, probe::Probe},
-    kit::{Context, Shared},
+    kit::{self, Context, Shared, health::WatchHealth},
     leader::{self, Leadership, LeaseSettings},
     metrics::OperatorMetrics,
 };
@@ -138,7 +139,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let client = Client::try_default().await.context(
         "cannot build a Kubernetes client from the kubeconfig or the in-cluster service account",
     )?;
-    check_crds(&client).await?;
+    check_crds(&client, args.namespace.as_deref()).await?;
+    let watches = WatchHealth::new(metrics.clone());
 
     // A suffix per process: a restarted pod keeps its name, and must not
     // take its predecessor's lease for its own.
@@ -213,7 +215,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             },
         )),
     };
-    let readiness = Readiness::default().with_check("apiserver", move || {
+    let mut readiness = Readiness::default().with_check("apiserver", move || {
         let client = client.clone();
         async move {
             client
@@ -223,6 +225,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 .map_err(|err| format!("apiserver unreachable: {err}"))
         }
     });
+    // One check per controller, failing while its watches fail (see
+    // `kit::health` for when it counts as recovered).
+    for controller in CONTROLLERS {
+        let watches = watches.clone();
+        readiness = readiness.with_check(format!("watch/{controller}"), move || {
+            std::future::ready(watches.check(controller))
+        });
+    }
     tracing::info!(
         identity,
         namespace = args.namespace.as_deref().unwrap_or("(all)"),
@@ -232,6 +242,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let controllers = lead(
         controllers,
         shared.metrics.clone(),
+        watches,
         args.namespace.clone(),
         leadership,
         shutdown,
@@ -276,22 +287,23 @@ fn guard_base_url(args: &RunArgs) -> String {
 }
 
 /// Fails with how to install the CRDs when one is missing, instead of
-/// starting controllers that would only log watch errors.
-async fn check_crds(client: &Client) -> anyhow::Result<()> {
-    check_crd::<FlashSale>(client).await?;
-    check_crd::<DegradationPolicy>(client).await?;
-    check_crd::<ChaosDrill>(client).await
+/// starting controllers that would only log watch errors. Lists in
+/// `namespace` only when the operator is limited to it: a namespaced Role
+/// grants nothing cluster-wide. A list the operator may not make proves
+/// nothing either way (the apiserver refuses before it looks for the
+/// resource): that is a warning, and the controller's watch then reports
+/// the refusal (log, `flashsale_operator_watch_errors_total`, `/readyz`).
+async fn check_crds(client: &Client, namespace: Option<&str>) -> anyhow::Result<()> {
+    check_crd::<FlashSale>(client, namespace).await?;
+    check_crd::<DegradationPolicy>(client, namespace).await?;
+    check_crd::<ChaosDrill>(client, namespace).await
 }
 
-async fn check_crd<K>(client: &Client) -> anyhow::Result<()>
+async fn check_crd<K>(client: &Client, namespace: Option<&str>) -> anyhow::Result<()>
 where
-    K: CustomResourceExt
-        + Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
+    K: CustomResourceExt + Namespaced,
 {
-    let objects: Api<K> = Api::all(client.clone());
+    let objects: Api<K> = kit::api(client, namespace);
     match objects
         .list_metadata(&kube::api::ListParams::default().limit(1))
         .await
@@ -303,6 +315,16 @@ where
              (or the Helm chart), then start the operator again",
             K::crd_name()
         ),
+        Err(kube::Error::Api(status)) if status.code == 403 => {
+            tracing::warn!(
+                crd = K::crd_name(),
+                namespace = namespace.unwrap_or("(all)"),
+                reason = status.message,
+                "may not list these objects, so cannot check that their CRD is installed; \
+                 their controller will report the refused watch"
+            );
+            Ok(())
+        }
         Err(err) => {
             Err(err).with_context(|| format!("cannot list {} to check the CRDs", K::crd_name()))
         }
@@ -316,14 +338,31 @@ struct Controllers {
     drill: Arc<drill::Ctx>,
 }
 
+/// The controllers by name, as their metrics, logs and `/readyz` checks
+/// name them.
+const CONTROLLERS: [&str; 3] = [
+    flashsale::reconcile::IDENTITY.name,
+    degradation::reconcile::IDENTITY.name,
+    drill::reconcile::IDENTITY.name,
+];
+
 impl Controllers {
-    /// Runs them all until `stop` resolves.
-    async fn run(&self, namespace: Option<&str>, stop: Shutdown) {
+    /// Runs them all until `stop` resolves, each reporting its watches'
+    /// errors into `watches`.
+    async fn run(&self, namespace: Option<&str>, watches: &WatchHealth, stop: Shutdown) {
         let until = |stop: Shutdown| async move { stop.wait().await };
         tokio::join!(
-            flashsale::run(self.flashsale.clone(), namespace, until(stop.clone())),
-            degradation::run(self.degradation.clone(), namespace, until(stop.clone())),
-            drill::run(self.drill.clone(), namespace, until(stop)),
+            watches.scope(flashsale::run(
+                self.flashsale.clone(),
+                namespace,
+                until(stop.clone())
+            )),
+            watches.scope(degradation::run(
+                self.degradation.clone(),
+                namespace,
+                until(stop.clone())
+            )),
+            watches.scope(drill::run(self.drill.clone(), namespace, until(stop))),
         );
     }
 }
@@ -334,6 +373,7 @@ impl Controllers {
 async fn lead(
     controllers: Controllers,
     metrics: OperatorMetrics,
+    watches: WatchHealth,
     namespace: Option<String>,
     mut leadership: Leadership,
     shutdown: Shutdown,
@@ -345,13 +385,17 @@ async fn lead(
         }
         metrics.set_leader(true);
         tracing::info!("leading: controllers start");
-        let running = controllers.run(namespace.as_deref(), shutdown.clone());
+        let running = controllers.run(namespace.as_deref(), &watches, shutdown.clone());
         let mut lost = leadership.clone();
         tokio::select! {
             () = running => {}
             () = lost.lost() => tracing::warn!("leadership lost: controllers stopped"),
         }
         metrics.set_leader(false);
+        // Stopped controllers have no failing watch: a standby is ready.
+        for controller in CONTROLLERS {
+            watches.forget(controller);
+        }
         if shutdown.is_triggered() {
             return;
         }

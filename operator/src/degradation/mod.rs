@@ -18,15 +18,12 @@ pub mod status;
 
 use std::{future::Future, sync::Arc, time::Duration};
 
-use kube::{
-    Api,
-    runtime::{Controller, controller, watcher},
-};
+use kube::runtime::{Controller, controller, watcher};
 
 use crate::{
     api::DegradationPolicy,
     flashsale::probe::Probe,
-    kit::{self, Context},
+    kit::{self, Context, lenient},
 };
 
 /// Held on every policy until its deletion has lifted the sale's
@@ -52,15 +49,22 @@ pub struct Settings {
 pub type Ctx = Context<Settings>;
 
 /// Runs the DegradationPolicy controller until `shutdown` resolves.
-/// `namespace` limits it to one namespace; `None` watches them all.
+/// `namespace` limits it to one namespace; `None` watches them all. A
+/// policy the operator cannot read is left out and named in a Warning Event
+/// ([`lenient`]) instead of stopping the watch of every other policy.
 pub async fn run(
     ctx: Arc<Ctx>,
     namespace: Option<&str>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let policies: Api<DegradationPolicy> = kit::api(&ctx.client, namespace);
+    let (policies, trigger) = lenient::watch::<DegradationPolicy>(
+        ctx.client.clone(),
+        namespace,
+        watcher::Config::default().any_semantic(),
+        lenient::Rejections::of(&ctx),
+    );
     let config = controller::Config::default().concurrency(ctx.concurrency);
-    let results = Controller::new(policies, watcher::Config::default().any_semantic())
+    let results = Controller::for_stream(trigger, policies)
         .with_config(config)
         .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, kit::error_policy, ctx);

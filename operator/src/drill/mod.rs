@@ -22,20 +22,24 @@ pub mod reconcile;
 pub mod stop;
 pub mod verdict;
 
-use std::{future::Future, sync::Arc};
+use std::{future::Future, sync::Arc, time::Duration};
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{
-    Api, ResourceExt,
-    runtime::{Controller, controller, reflector::ObjectRef, watcher},
+    Api, Client, ResourceExt,
+    runtime::{
+        Controller, controller,
+        reflector::{ObjectRef, Store},
+        watcher,
+    },
 };
 use tokio::sync::broadcast;
 
 use crate::{
     api::ChaosDrill,
     degradation::signal::SignalReader,
-    kit::{self, Context},
+    kit::{self, Context, health::WatchHealth, lenient},
 };
 
 /// Annotation on a drill asking for a run now; its value names the
@@ -99,8 +103,15 @@ impl Settings {
 /// The ChaosDrill controller's context.
 pub type Ctx = Context<Settings>;
 
+/// How often a controller limited to one namespace reads that namespace's
+/// kill switch: it cannot watch the Namespace (a namespaced Role grants
+/// `get` on its own namespace, never `list` or `watch`).
+pub const KILL_SWITCH_POLL: Duration = Duration::from_secs(2);
+
 /// Runs the ChaosDrill controller until `shutdown` resolves. `namespace`
-/// limits it to one namespace; `None` watches them all.
+/// limits it to one namespace; `None` watches them all. A drill the
+/// operator cannot read is left out and named in a Warning Event
+/// ([`lenient`]) instead of stopping the watch of every other drill.
 pub async fn run(
     ctx: Arc<Ctx>,
     namespace: Option<&str>,
@@ -109,12 +120,12 @@ pub async fn run(
     // Guards from an earlier term are not running any more: forget them,
     // so their runs count as stale and are stopped first.
     ctx.settings.guards.clear();
-    let drills: Api<ChaosDrill> = kit::api(&ctx.client, namespace);
-    let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
-    let namespaces_config = match namespace {
-        Some(ns) => watcher::Config::default().fields(&format!("metadata.name={ns}")),
-        None => watcher::Config::default(),
-    };
+    let (drills, trigger) = lenient::watch::<ChaosDrill>(
+        ctx.client.clone(),
+        namespace,
+        watcher::Config::default().any_semantic(),
+        lenient::Rejections::of(&ctx),
+    );
     let wake = ctx.settings.wake.subscribe();
     let woken = futures::stream::unfold(wake, |mut wake| async move {
         loop {
@@ -126,23 +137,86 @@ pub async fn run(
         }
     });
     let config = controller::Config::default().concurrency(ctx.concurrency);
-    let controller = Controller::new(drills, watcher::Config::default().any_semantic());
-    let store = controller.store();
+    let controller = Controller::for_stream(trigger, drills.clone());
+    // The kill switch is an annotation on the namespace.
+    let controller = match namespace {
+        None => {
+            let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
+            controller.watches(
+                namespaces,
+                watcher::Config::default(),
+                move |ns: Namespace| in_namespace(&drills, &ns.name_any()),
+            )
+        }
+        Some(ns) => controller.reconcile_on(kill_switch_changes(
+            ctx.client.clone(),
+            ns.to_owned(),
+            drills,
+            WatchHealth::current(),
+        )),
+    };
     let results = controller
-        // The kill switch is an annotation on the namespace.
-        .watches(namespaces, namespaces_config, move |ns: Namespace| {
-            let name = ns.name_any();
-            store
-                .state()
-                .into_iter()
-                .filter(|drill| drill.namespace().as_deref() == Some(name.as_str()))
-                .map(|drill| ObjectRef::from_obj(drill.as_ref()))
-                .collect::<Vec<_>>()
-        })
         .reconcile_on(woken)
         .with_config(config)
         .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, kit::error_policy, ctx.clone());
     kit::report(reconcile::IDENTITY, results.boxed()).await;
     ctx.settings.guards.clear();
+}
+
+/// The drills of `namespace` in `drills`.
+fn in_namespace(drills: &Store<ChaosDrill>, namespace: &str) -> Vec<ObjectRef<ChaosDrill>> {
+    drills
+        .state()
+        .into_iter()
+        .filter(|drill| drill.namespace().as_deref() == Some(namespace))
+        .map(|drill| ObjectRef::from_obj(drill.as_ref()))
+        .collect()
+}
+
+/// Every drill of `namespace` each time its kill-switch annotation changes,
+/// read every [`KILL_SWITCH_POLL`]. A failed read counts as a watch error
+/// of the controller in `health`.
+fn kill_switch_changes(
+    client: Client,
+    namespace: String,
+    drills: Store<ChaosDrill>,
+    health: Option<WatchHealth>,
+) -> impl Stream<Item = ObjectRef<ChaosDrill>> + Send + 'static {
+    let namespaces: Api<Namespace> = Api::all(client);
+    let mut ticks = tokio::time::interval(KILL_SWITCH_POLL);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The last value read; `None` before the first reading, which only sets
+    // the baseline (the controller's first list reconciles every drill).
+    let last: Option<Option<String>> = None;
+    futures::stream::unfold((ticks, last), move |(mut ticks, last)| {
+        let (namespaces, namespace, drills, health) = (
+            namespaces.clone(),
+            namespace.clone(),
+            drills.clone(),
+            health.clone(),
+        );
+        async move {
+            ticks.tick().await;
+            let now = match namespaces.get_opt(&namespace).await {
+                Ok(ns) => {
+                    Some(ns.and_then(|ns| ns.annotations().get(KILL_SWITCH_ANNOTATION).cloned()))
+                }
+                Err(err) => {
+                    let error = format!("reading namespace {namespace} for its kill switch: {err}");
+                    tracing::warn!(controller = reconcile::IDENTITY.name, error, "watch failed");
+                    if let Some(health) = &health {
+                        health.failed(reconcile::IDENTITY.name, &error);
+                    }
+                    None
+                }
+            };
+            let woken = match (&last, &now) {
+                (Some(before), Some(after)) if before != after => in_namespace(&drills, &namespace),
+                _ => Vec::new(),
+            };
+            Some((futures::stream::iter(woken), (ticks, now.or(last))))
+        }
+    })
+    .flatten()
 }

@@ -14,7 +14,7 @@ pub mod triggers;
 
 use std::{future::Future, sync::Arc, time::Duration};
 
-use kube::runtime::{Controller, WatchStreamExt, controller, predicates, reflector, watcher};
+use kube::runtime::{Controller, WatchStreamExt, controller, predicates, watcher};
 
 use crate::{
     api::FlashSale,
@@ -50,17 +50,17 @@ pub async fn run(
     namespace: Option<&str>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let (reader, writer) = reflector::store();
+    // One sale the Rust type cannot read is named and left out, instead of
+    // failing the watch of every other sale.
+    let (reader, trigger) = kit::lenient::watch::<FlashSale>(
+        ctx.client.clone(),
+        namespace,
+        watcher::Config::default().any_semantic(),
+        kit::lenient::Rejections::of(&ctx),
+    );
     // A sale is reconciled when its spec changes (its generation), not when
     // its status does: the status is the operator's own write.
-    let sales = watcher(
-        kit::api::<FlashSale>(&ctx.client, namespace),
-        watcher::Config::default().any_semantic(),
-    )
-    .default_backoff()
-    .reflect(writer)
-    .applied_objects()
-    .predicate_filter(predicates::generation, Default::default());
+    let sales = trigger.predicate_filter(predicates::generation, Default::default());
     // Bounded concurrency: hundreds of sales created at once must not become
     // thousands of requests in flight, which time out at the apiserver and
     // hold memory here.

@@ -352,19 +352,21 @@ async fn apply_all(
     // configuration) and what guards them (disruption budgets, network
     // policies) first, so new pods never start without it. Services only
     // route to pods, so they go with the Deployments: a slow ClusterIP
-    // allocation does not hold the pods back.
+    // allocation does not hold the pods back. The RoleBinding waits for its
+    // Role: without the `bind` verb, the apiserver refuses a binding to a
+    // Role it cannot find yet.
     tokio::try_join!(
         apply_each(ctx, &owner, &desired.service_accounts),
         apply_each(ctx, &owner, &desired.roles),
-        apply_each(ctx, &owner, &desired.role_bindings),
         apply_each(ctx, &owner, &desired.config_maps),
         apply_each(ctx, &owner, &desired.pod_disruption_budgets),
         apply_each(ctx, &owner, &desired.network_policies),
     )?;
-    let (deployments, _, _) = tokio::try_join!(
+    let (deployments, _, _, _) = tokio::try_join!(
         apply_each(ctx, &owner, &desired.deployments),
         apply_each(ctx, &owner, &desired.horizontal_pod_autoscalers),
         apply_each(ctx, &owner, &desired.services),
+        apply_each(ctx, &owner, &desired.role_bindings),
     )?;
     let workloads = &ctx.settings.workloads;
     let mut views = Vec::new();

@@ -114,43 +114,6 @@ impl Workloads {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn deployment(generation: i64, ready: i32) -> Result<Deployment, serde_json::Error> {
-        serde_json::from_value(serde_json::json!({
-            "metadata": {
-                "name": "s-gateway",
-                "namespace": "ns",
-                "generation": generation,
-                "labels": {build::COMPONENT_KEY: "gateway"}
-            },
-            "spec": {"replicas": 2, "selector": {}, "template": {}},
-            "status": {"readyReplicas": ready}
-        }))
-    }
-
-    #[test]
-    fn an_older_apply_answer_never_hides_what_the_watch_showed_since()
-    -> Result<(), serde_json::Error> {
-        let workloads = Workloads::default();
-        assert!(workloads.record(&deployment(1, 2)?), "first seen");
-        assert!(!workloads.record(&deployment(1, 2)?), "unchanged");
-        // The answer of an apply sent before the pods became ready.
-        workloads.fill(&deployment(1, 0)?);
-        assert_eq!(workloads.get("ns", "s-gateway").map(|v| v.ready), Some(2));
-        // A changed spec is newer than anything watched.
-        workloads.fill(&deployment(2, 0)?);
-        assert_eq!(workloads.get("ns", "s-gateway").map(|v| v.ready), Some(0));
-        // A first apply fills the gap before the watch's echo.
-        workloads.forget("ns", "s-gateway");
-        workloads.fill(&deployment(1, 0)?);
-        assert!(workloads.get("ns", "s-gateway").is_some());
-        Ok(())
-    }
-}
-
 type Requests = BoxStream<'static, ScheduleRequest<ObjectRef<FlashSale>>>;
 
 /// The wake-ups of the sales in `namespace` (all when `None`) from their
@@ -341,4 +304,41 @@ fn pods(ctx: &Arc<Ctx>, namespace: Option<&str>) -> Requests {
             futures::stream::iter(wake)
         })
         .boxed()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deployment(generation: i64, ready: i32) -> Result<Deployment, serde_json::Error> {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "s-gateway",
+                "namespace": "ns",
+                "generation": generation,
+                "labels": {build::COMPONENT_KEY: "gateway"}
+            },
+            "spec": {"replicas": 2, "selector": {}, "template": {}},
+            "status": {"readyReplicas": ready}
+        }))
+    }
+
+    #[test]
+    fn an_older_apply_answer_never_hides_what_the_watch_showed_since()
+    -> Result<(), serde_json::Error> {
+        let workloads = Workloads::default();
+        assert!(workloads.record(&deployment(1, 2)?), "first seen");
+        assert!(!workloads.record(&deployment(1, 2)?), "unchanged");
+        // The answer of an apply sent before the pods became ready.
+        workloads.fill(&deployment(1, 0)?);
+        assert_eq!(workloads.get("ns", "s-gateway").map(|v| v.ready), Some(2));
+        // A changed spec is newer than anything watched.
+        workloads.fill(&deployment(2, 0)?);
+        assert_eq!(workloads.get("ns", "s-gateway").map(|v| v.ready), Some(0));
+        // A first apply fills the gap before the watch's echo.
+        workloads.forget("ns", "s-gateway");
+        workloads.fill(&deployment(1, 0)?);
+        assert!(workloads.get("ns", "s-gateway").is_some());
+        Ok(())
+    }
 }

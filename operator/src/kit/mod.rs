@@ -10,7 +10,9 @@
 
 pub mod context;
 pub mod error;
+pub mod health;
 pub mod ledger;
+pub mod lenient;
 
 use std::{future::Future, sync::Arc, time::Instant};
 
@@ -93,9 +95,17 @@ pub fn error_policy<K: Resource, S, E>(object: Arc<K>, _err: &E, ctx: Arc<Contex
 }
 
 /// Drives a controller's stream to its end. Reconcile failures were already
-/// logged and published by [`reconcile`]; what remains (a watch that fails,
-/// for example for lack of permission or a missing CRD) is a warning here,
-/// not something only debug logs show.
+/// logged and published by [`reconcile`]; what remains is reported here:
+///
+/// - a watch that fails (a list or watch refused for lack of permission, a
+///   missing CRD, a broken stream) is a warning, counted in
+///   `flashsale_operator_watch_errors_total{controller}` and recorded in the
+///   task's [`health::WatchHealth`] (set by [`health::WatchHealth::scope`]), which fails the
+///   controller's `/readyz` check until its watches go quiet;
+/// - a watch that merely expired (410 Gone: the watcher lists again) is a
+///   debug line, as is a reconcile scheduled for an object that has since
+///   left the store;
+/// - anything else the runtime reports is a warning.
 pub async fn report<K, E>(
     id: Identity,
     results: impl Stream<Item = Result<(ObjectRef<K>, Action), controller::Error<E, watcher::Error>>>,
@@ -103,6 +113,8 @@ pub async fn report<K, E>(
     K: Resource,
     E: std::error::Error + 'static,
 {
+    let health = health::WatchHealth::current();
+    let health = &health;
     results
         .for_each(|result| async move {
             match result {
@@ -110,10 +122,32 @@ pub async fn report<K, E>(
                 Err(controller::Error::ReconcilerFailed(err, object)) => {
                     tracing::debug!(controller = id.name, %object, %err, "reconcile not completed");
                 }
+                Err(controller::Error::ObjectNotFound(object)) => {
+                    tracing::debug!(controller = id.name, %object, "object left the store before its reconcile");
+                }
+                Err(controller::Error::QueueError(err)) if watch_expired(&err) => {
+                    tracing::debug!(controller = id.name, error = %err, "watch expired: listing again");
+                }
+                Err(controller::Error::QueueError(err)) => {
+                    tracing::warn!(controller = id.name, error = %err, "watch failed");
+                    match health {
+                        Some(health) => health.failed(id.name, &err),
+                        None => tracing::debug!(
+                            controller = id.name,
+                            "no watch health in this task: the error is only logged"
+                        ),
+                    }
+                }
                 Err(err) => {
                     tracing::warn!(controller = id.name, error = %err, "controller stream error")
                 }
             }
         })
         .await;
+}
+
+/// Whether `err` only says the watch's resource version expired (410 Gone),
+/// after which the watcher lists again: routine, not a failure.
+fn watch_expired(err: &watcher::Error) -> bool {
+    matches!(err, watcher::Error::WatchError(status) if status.code == 410)
 }

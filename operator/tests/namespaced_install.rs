@@ -1,0 +1,337 @@
+//! The operator installed for one namespace, as the Helm chart installs it
+//! with `watchNamespace`: its ServiceAccount holds the chart's Roles in that
+//! namespace and nothing cluster-wide, and the operator runs with that
+//! account's token. It starts, leads on its Lease there and brings a sale
+//! to Ready; with the right to list and watch one kind taken away, it keeps
+//! running and says so: a warning, `flashsale_operator_watch_errors_total`
+//! and a `/readyz` that fails naming the controller and the refusal.
+
+mod common;
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::Duration,
+};
+
+use anyhow::{Context as _, bail, ensure};
+use common::{Operator, secret, setup};
+use flashsale_e2e::{kube::TestNamespace, wait::poll_until};
+use flashsale_operator::api::FlashSale;
+use k8s_openapi::api::{
+    authentication::v1::{TokenRequest, TokenRequestSpec},
+    coordination::v1::Lease,
+    core::v1::ServiceAccount,
+    rbac::v1::{PolicyRule, Role, RoleBinding},
+};
+use kube::{
+    Api, Client,
+    api::{ListParams, PostParams},
+    config::Kubeconfig,
+};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(60);
+const TICK: Duration = Duration::from_millis(200);
+
+/// The chart rendered for `namespace` in namespaced mode (release and
+/// watched namespace alike), one JSON value per object.
+fn chart(namespace: &str) -> anyhow::Result<Vec<Value>> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/flashsale-operator");
+    let out = Command::new("helm")
+        .arg("template")
+        .arg("flashsale")
+        .arg(&dir)
+        .args(["--namespace", namespace])
+        .args(["--set", &format!("watchNamespace={namespace}")])
+        .output()
+        .context("running helm (`e2e/local/stack env` puts it on PATH)")?;
+    ensure!(
+        out.status.success(),
+        "helm template failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout)?;
+    let mut objects = Vec::new();
+    for document in serde_yaml_ng::Deserializer::from_str(&text) {
+        let object = Value::deserialize(document)?;
+        if !object.is_null() {
+            objects.push(object);
+        }
+    }
+    Ok(objects)
+}
+
+/// Takes `list` and `watch` on `resource` out of `role`, keeping its other
+/// verbs.
+fn without_list_and_watch(role: &mut Role, resource: &str) {
+    let mut kept = Vec::new();
+    for rule in role.rules.iter_mut().flatten() {
+        let resources = rule.resources.get_or_insert_with(Vec::new);
+        if resources.iter().any(|r| r == resource) && rule.verbs.iter().any(|v| v == "list") {
+            resources.retain(|r| r != resource);
+            kept.push(PolicyRule {
+                api_groups: rule.api_groups.clone(),
+                resources: Some(vec![resource.to_owned()]),
+                verbs: rule
+                    .verbs
+                    .iter()
+                    .filter(|v| *v != "list" && *v != "watch")
+                    .cloned()
+                    .collect(),
+                ..PolicyRule::default()
+            });
+        }
+    }
+    role.rules.get_or_insert_with(Vec::new).extend(kept);
+}
+
+/// A kubeconfig file with a token in it, removed when dropped.
+struct KubeconfigFile(PathBuf);
+
+impl Drop for KubeconfigFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Installs the chart's ServiceAccount, Roles and RoleBindings (not its
+/// Deployment: the test runs the binary) into `namespace`, each Role passed
+/// through `edit` first, and returns a kubeconfig file for the account.
+async fn install(
+    client: &Client,
+    namespace: &str,
+    edit: impl Fn(&mut Role),
+) -> anyhow::Result<KubeconfigFile> {
+    let mut account = None;
+    for object in chart(namespace)? {
+        match object["kind"].as_str() {
+            Some("ServiceAccount") => {
+                let sa: ServiceAccount = serde_json::from_value(object)?;
+                account = sa.metadata.name.clone();
+                Api::<ServiceAccount>::namespaced(client.clone(), namespace)
+                    .create(&PostParams::default(), &sa)
+                    .await?;
+            }
+            Some("Role") => {
+                let mut role: Role = serde_json::from_value(object)?;
+                edit(&mut role);
+                Api::<Role>::namespaced(client.clone(), namespace)
+                    .create(&PostParams::default(), &role)
+                    .await?;
+            }
+            Some("RoleBinding") => {
+                let binding: RoleBinding = serde_json::from_value(object)?;
+                Api::<RoleBinding>::namespaced(client.clone(), namespace)
+                    .create(&PostParams::default(), &binding)
+                    .await?;
+            }
+            Some("Deployment") => {}
+            other => {
+                bail!("the namespaced chart renders a {other:?}: nothing cluster-wide expected")
+            }
+        }
+    }
+    let account = account.context("the chart renders no ServiceAccount")?;
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(3600),
+            ..TokenRequestSpec::default()
+        }),
+        ..TokenRequest::default()
+    };
+    let token = Api::<ServiceAccount>::namespaced(client.clone(), namespace)
+        .create_token_request(&account, &PostParams::default(), &request)
+        .await?
+        .status
+        .context("no token in the TokenRequest's answer")?
+        .token;
+
+    // The stack's apiserver and CA, the account's token.
+    let admin = Kubeconfig::read()?;
+    let context = admin
+        .contexts
+        .iter()
+        .find(|c| Some(&c.name) == admin.current_context.as_ref())
+        .and_then(|c| c.context.as_ref())
+        .context("the stack's kubeconfig has no current context")?;
+    let cluster = admin
+        .clusters
+        .iter()
+        .find(|c| c.name == context.cluster)
+        .and_then(|c| c.cluster.as_ref())
+        .context("the stack's kubeconfig has no cluster for its context")?;
+    let kubeconfig = json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "stack", "cluster": {
+            "server": cluster.server,
+            "certificate-authority-data": cluster.certificate_authority_data,
+            "certificate-authority": cluster.certificate_authority,
+        }}],
+        "users": [{"name": account, "user": {"token": token}}],
+        "contexts": [{"name": "scoped", "context": {
+            "cluster": "stack", "user": account, "namespace": namespace}}],
+        "current-context": "scoped",
+    });
+    let path = std::env::temp_dir().join(format!("{namespace}.kubeconfig"));
+    std::fs::write(&path, serde_json::to_vec_pretty(&kubeconfig)?)?;
+    Ok(KubeconfigFile(path))
+}
+
+/// A client with the kubeconfig at `path`.
+async fn client_of(path: &Path) -> anyhow::Result<Client> {
+    let config = kube::Config::from_custom_kubeconfig(
+        Kubeconfig::read_from(path)?,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await?;
+    Ok(Client::try_from(config)?)
+}
+
+/// `/readyz`'s status code and its checks.
+async fn readyz(operator: &Operator) -> anyhow::Result<(u16, Value)> {
+    let answer = reqwest::get(format!("http://{}/readyz", operator.ops)).await?;
+    let code = answer.status().as_u16();
+    Ok((code, answer.json::<Value>().await?["checks"].clone()))
+}
+
+/// The value of the sample `series` (name and labels, exactly as exposed).
+fn sample(metrics: &str, series: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+async fn until_sale_ready(client: &Client, ns: &str, name: &str) -> anyhow::Result<()> {
+    let sales = Api::<FlashSale>::namespaced(client.clone(), ns);
+    poll_until(&format!("sale {name} Ready"), WAIT, TICK, || async {
+        let sale = sales.get(name).await.map_err(|e| e.to_string())?;
+        match &sale.status {
+            Some(status) if status.observed.is_true("Ready") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+async fn create_sale(client: &Client, ns: &str, name: &str) -> anyhow::Result<()> {
+    secret(client, ns, "jwt", "hs256").await?;
+    secret(client, ns, "db", "url").await?;
+    let sale: FlashSale = serde_json::from_value(flashsale_e2e::sales::warming_up(name))?;
+    Api::<FlashSale>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &sale)
+        .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn with_the_charts_namespaced_role_the_operator_starts_leads_and_runs_a_sale()
+-> anyhow::Result<()> {
+    let client = setup().await?;
+    let ns = TestNamespace::create(&client, "fs-scoped").await?;
+    let kubeconfig = install(&client, &ns.name, |_| {}).await?;
+
+    // The account really is limited to the namespace.
+    let scoped = client_of(&kubeconfig.0).await?;
+    let everywhere = Api::<FlashSale>::all(scoped.clone())
+        .list(&ListParams::default().limit(1))
+        .await;
+    assert!(
+        matches!(&everywhere, Err(kube::Error::Api(s)) if s.code == 403),
+        "listing FlashSales cluster-wide: {everywhere:?}"
+    );
+
+    let operator = Operator::start_with_env(
+        &ns.name,
+        "scoped",
+        &[],
+        &[("KUBECONFIG", &kubeconfig.0.to_string_lossy())],
+    )?;
+    operator.until_leads().await?;
+    let lease = Api::<Lease>::namespaced(client.clone(), &ns.name)
+        .get("flashsale-operator")
+        .await?;
+    let holder = lease
+        .spec
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default();
+    assert!(holder.starts_with("scoped-"), "lease holder {holder:?}");
+
+    create_sale(&client, &ns.name, "scoped").await?;
+    until_sale_ready(&client, &ns.name, "scoped").await?;
+
+    // Every controller's watches run: no error, and ready.
+    let metrics = operator.metrics().await?;
+    assert_eq!(
+        common::sum_samples(&metrics, "flashsale_operator_watch_errors_total"),
+        0.0,
+        "watch errors: {}",
+        std::fs::read_to_string(&operator.log).unwrap_or_default()
+    );
+    let (code, checks) = readyz(&operator).await?;
+    assert_eq!(code, 200, "{checks}");
+    for controller in ["flashsale", "degradationpolicy", "chaosdrill"] {
+        assert_eq!(checks[format!("watch/{controller}")], "ok", "{checks}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_watch_the_role_refuses_is_logged_counted_and_fails_readyz() -> anyhow::Result<()> {
+    let client = setup().await?;
+    let ns = TestNamespace::create(&client, "fs-refused").await?;
+    let kubeconfig = install(&client, &ns.name, |role| {
+        without_list_and_watch(role, "chaosdrills")
+    })
+    .await?;
+    let operator = Operator::start_with_env(
+        &ns.name,
+        "refused",
+        &[],
+        &[("KUBECONFIG", &kubeconfig.0.to_string_lossy())],
+    )?;
+    operator.until_leads().await?;
+
+    let series = r#"flashsale_operator_watch_errors_total{controller="chaosdrill"}"#;
+    poll_until("the refused watch counted", WAIT, TICK, || async {
+        let metrics = operator.metrics().await.map_err(|e| e.to_string())?;
+        match sample(&metrics, series) {
+            n if n > 0.0 => Ok(()),
+            _ => Err(metrics),
+        }
+    })
+    .await?;
+    let (code, checks) = readyz(&operator).await?;
+    assert_eq!(code, 503, "{checks}");
+    let why = checks["watch/chaosdrill"].as_str().unwrap_or_default();
+    assert!(why.contains("chaosdrill controller"), "{why}");
+    assert!(
+        why.contains("chaosdrills") && why.contains("forbidden"),
+        "{why}"
+    );
+    assert_eq!(checks["watch/flashsale"], "ok", "{checks}");
+    assert_eq!(checks["watch/degradationpolicy"], "ok", "{checks}");
+    let log = std::fs::read_to_string(&operator.log)?;
+    assert!(
+        log.lines()
+            .any(|l| l.contains("WARN") && l.contains("watch failed") && l.contains("chaosdrill")),
+        "no warning in the log:\n{log}"
+    );
+
+    // The other controllers are not held up.
+    create_sale(&client, &ns.name, "refused").await?;
+    until_sale_ready(&client, &ns.name, "refused").await?;
+    let metrics = operator.metrics().await?;
+    assert_eq!(
+        sample(
+            &metrics,
+            r#"flashsale_operator_watch_errors_total{controller="flashsale"}"#
+        ),
+        0.0
+    );
+    Ok(())
+}
