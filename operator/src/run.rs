@@ -212,6 +212,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 refresh: args.status_refresh,
                 probe,
                 workloads: Default::default(),
+                stock_pace: Default::default(),
             },
         )),
     };

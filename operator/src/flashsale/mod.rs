@@ -5,6 +5,7 @@ pub mod allowlist;
 pub mod build;
 pub mod drain;
 pub mod lifecycle;
+pub mod pace;
 pub mod pods;
 pub mod probe;
 pub mod reconcile;
@@ -38,6 +39,8 @@ pub struct Settings {
     pub probe: probe::Probe,
     /// The sales' Deployments as last watched, for the status.
     pub workloads: Arc<triggers::Workloads>,
+    /// When each sale's stock is read next.
+    pub stock_pace: Arc<pace::StockPace>,
 }
 
 /// The FlashSale controller's context.

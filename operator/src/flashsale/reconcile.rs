@@ -93,18 +93,7 @@ async fn reconcile_sale(sale: &FlashSale, ctx: &Ctx) -> Result<Action, Error> {
         prune(ctx, &namespace, sale, &desired).await?;
         Ok::<_, Error>(workloads)
     };
-    let stock = async {
-        if stage == Stage::Drained {
-            return None;
-        }
-        Some(
-            ctx.settings
-                .probe
-                .stock(&address, &token, &skus)
-                .await
-                .map_err(|err| err.to_string()),
-        )
-    };
+    let stock = read_stock(ctx, sale, stage, &address, &token, &skus, now);
     let (workloads, stock) = tokio::join!(writes, stock);
     let workloads = match workloads {
         Err(Error::Kit(err @ kit::Error::NotOwned { .. })) => {
@@ -138,6 +127,56 @@ async fn reconcile_sale(sale: &FlashSale, ctx: &Ctx) -> Result<Action, Error> {
     ctx.reset_backoff(&key(sale));
     tracing::debug!(sale = %key(sale), ?phase, ?stage, next = ?next, "reconciled");
     Ok(requeue(ctx, now, next, stage))
+}
+
+/// The sale's stock, or why it could not be read; `None` when nobody runs.
+/// An inventory without a ready replica is not asked, and one that did not
+/// answer is asked again only when its pace says so: until then the last
+/// answer (the status's message) stands.
+async fn read_stock(
+    ctx: &Ctx,
+    sale: &FlashSale,
+    stage: Stage,
+    address: &SaleAddress,
+    token: &str,
+    skus: &[String],
+    now: Timestamp,
+) -> Option<Result<Vec<crate::api::flashsale::ItemStatus>, String>> {
+    let pace = &ctx.settings.stock_pace;
+    let sale_key = key(sale);
+    if stage == Stage::Drained {
+        pace.forget(&sale_key);
+        return None;
+    }
+    let inventory = build::names::workload(sale, Component::Inventory);
+    let ready = ctx
+        .settings
+        .workloads
+        .get(&address.namespace, &inventory)
+        .is_some_and(|view| view.ready > 0);
+    if !ready {
+        return Some(Err(format!(
+            "Deployment {inventory} has no ready replica to ask"
+        )));
+    }
+    let last = sale
+        .status
+        .as_ref()
+        .and_then(|s| s.observed.get(crate::api::conditions::INVENTORY_REACHABLE))
+        .filter(|c| c.status == "False");
+    if let Some(last) = last
+        && !pace.due(&sale_key, now)
+    {
+        return Some(Err(last.message.clone()));
+    }
+    let read = ctx
+        .settings
+        .probe
+        .stock(address, token, skus)
+        .await
+        .map_err(|err| err.to_string());
+    pace.read(&sale_key, read.is_ok(), now, ctx.settings.refresh);
+    Some(read)
 }
 
 /// Shows why the sale cannot proceed, and when to look again: a bad spec
