@@ -653,6 +653,15 @@ fn logged_writes(log: &Path, sales: usize, from: u64, to: u64) -> Option<Writes>
         .ok()
 }
 
+/// CPU seconds per process, as `name 1.2, other 3.4`.
+fn cpu_seconds(cpu: &[(&'static str, f64)]) -> String {
+    let parts: Vec<String> = cpu
+        .iter()
+        .map(|(name, seconds)| format!("{name} {seconds:.1}"))
+        .collect();
+    parts.join(", ")
+}
+
 fn secs(value: Option<f64>) -> String {
     value.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"))
 }
@@ -708,14 +717,9 @@ fn report(r: &RunResult, sales: usize) {
             s.name, s.count, s.p50, s.p90, s.last
         );
     }
-    let cpu: Vec<String> = r
-        .cpu
-        .iter()
-        .map(|(name, seconds)| format!("{name} {seconds:.1}"))
-        .collect();
     println!(
         "  CPU seconds from the creates to the end of the run: {} (machine busy {:.0}%)",
-        cpu.join(", "),
+        cpu_seconds(&r.cpu),
         r.machine_busy * 100.0
     );
     for (name, throttle) in [("controller-manager", r.kcm), ("scheduler", r.scheduler)] {

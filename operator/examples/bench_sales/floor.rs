@@ -279,14 +279,9 @@ pub fn report(r: &FloorResult) {
             a.requests, a.timeouts_services, a.timeouts_other
         );
     }
-    let cpu: Vec<String> = r
-        .cpu
-        .iter()
-        .map(|(name, seconds)| format!("{name} {seconds:.1}"))
-        .collect();
     println!(
         "  CPU seconds from the creates to all ready: {} (machine busy {:.0}%)",
-        cpu.join(", "),
+        crate::cpu_seconds(&r.cpu),
         r.machine_busy * 100.0
     );
 }

@@ -479,18 +479,7 @@ mod tests {
     }
 
     fn flashsale_spec() -> serde_json::Value {
-        json!({
-            "schedule": {"start": "2027-01-01T10:00:00Z", "end": "2027-01-01T12:00:00Z"},
-            "region": "local",
-            "items": [{"sku": "PHONE", "stock": 100, "perUserLimit": 1, "priceMinor": 100}],
-            "gateway": {"replicas": 1, "auth": {"hs256SecretRef": {"name": "jwt", "key": "hs256"}}},
-            "inventory": {"replicas": 1, "redis": {"url": "redis://redis:6379"}},
-            "orderWriter": {
-                "replicas": 1,
-                "kafka": {"brokers": ["kafka:9092"]},
-                "database": {"driver": "postgres", "urlSecretRef": {"name": "db", "key": "url"}}
-            }
-        })
+        flashsale_e2e::sales::warming_up("s")["spec"].clone()
     }
 
     #[test]
