@@ -78,13 +78,27 @@ async fn load_walks_up_at_once_and_down_one_tier_at_a_time_after_the_hold_down()
     assert_eq!(status.tier_reason, Some(TierReason::Signal));
     assert_eq!(status.last_value, Some(0.5));
     assert!(status.last_sample_time.is_some() && status.since.is_some());
-    let changes = events(&scene.client, &scene.ns.name, "TierChanged").await?;
-    for step in ["0 → 1", "1 → 2", "2 → 1", "1 → 0"] {
-        assert!(
-            changes.iter().any(|m| m.contains(step)),
-            "{step} in {changes:?}"
-        );
-    }
+    // The Event follows the status write that shows the tier: wait for it.
+    poll_until(
+        "a TierChanged Event per step",
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        || async {
+            let changes = events(&scene.client, &scene.ns.name, "TierChanged")
+                .await
+                .map_err(|e| e.to_string())?;
+            let missing: Vec<&str> = ["0 → 1", "1 → 2", "2 → 1", "1 → 0"]
+                .into_iter()
+                .filter(|step| !changes.iter().any(|m| m.contains(step)))
+                .collect();
+            if missing.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{missing:?} missing in {changes:?}"))
+            }
+        },
+    )
+    .await?;
 
     // A deleted ConfigMap comes back above every generation the gateways saw.
     let maps: Api<ConfigMap> = Api::namespaced(scene.client.clone(), &scene.ns.name);
