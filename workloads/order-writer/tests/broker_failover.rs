@@ -24,7 +24,11 @@ use std::{
 };
 
 use common::Topics;
-use flashsale_e2e::{clusters::KafkaCluster, faults, stack, wait::poll_until};
+use flashsale_e2e::{
+    clusters::{KafkaCluster, PartitionState},
+    faults, stack,
+    wait::poll_until,
+};
 use flashsale_orders::{OrderEvent, OrderProducer, ProduceError, ProducerSettings};
 use flashsale_runtime::{LogArgs, LogFormat, Shutdown};
 use futures::{StreamExt, stream::FuturesUnordered};
@@ -542,30 +546,15 @@ async fn ride_through(
     stream: &Stream,
     start: Instant,
 ) -> anyhow::Result<Duration> {
-    let elected = poll_until(
+    until_partitions(
+        cluster,
+        topic,
         "every partition led by a live broker",
         ELECTION,
-        Duration::from_millis(250),
-        || async {
-            for p in 0..PARTITIONS {
-                let state = cluster
-                    .partition(topic, p)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                match state.leader {
-                    Some(leader) if leader != victim => {}
-                    leader => {
-                        return Err(format!(
-                            "partition {p}: leader {leader:?}, in sync {:?}",
-                            state.isr
-                        ));
-                    }
-                }
-            }
-            Ok(start.elapsed())
-        },
+        |state| matches!(state.leader, Some(leader) if leader != victim),
     )
     .await?;
+    let elected = start.elapsed();
     let acked = stream.acked.load(Ordering::Relaxed);
     poll_until(
         "the producers acknowledged again",
@@ -591,23 +580,36 @@ async fn ride_through(
 /// Waits until every partition of `topic` has a leader and all replicas in
 /// sync.
 async fn wait_in_sync(cluster: &KafkaCluster, topic: &str, within: Duration) -> anyhow::Result<()> {
-    poll_until(
+    until_partitions(
+        cluster,
+        topic,
         "every partition of the test's topic fully in sync",
         within,
-        Duration::from_millis(250),
-        || async {
-            for p in 0..PARTITIONS {
-                let state = cluster
-                    .partition(topic, p)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                if state.leader.is_none() || state.isr.len() < REPLICAS as usize {
-                    return Err(format!("partition {p}: {state:?}"));
-                }
-            }
-            Ok(())
-        },
+        |state| state.leader.is_some() && state.isr.len() >= REPLICAS as usize,
     )
+    .await
+}
+
+/// Polls every partition of `topic` until `ok` holds for each of them.
+async fn until_partitions(
+    cluster: &KafkaCluster,
+    topic: &str,
+    what: &str,
+    within: Duration,
+    ok: impl Fn(&PartitionState) -> bool,
+) -> anyhow::Result<()> {
+    poll_until(what, within, Duration::from_millis(250), || async {
+        for p in 0..PARTITIONS {
+            let state = cluster
+                .partition(topic, p)
+                .await
+                .map_err(|e| e.to_string())?;
+            if !ok(&state) {
+                return Err(format!("partition {p}: {state:?}"));
+            }
+        }
+        Ok(())
+    })
     .await?;
     Ok(())
 }
