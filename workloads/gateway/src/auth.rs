@@ -33,9 +33,6 @@ use jsonwebtoken::{
 };
 use serde::Deserialize;
 
-/// Longest user id accepted (the order event's limit).
-const MAX_USER_LEN: usize = 128;
-
 /// Clock skew tolerated between the token issuer and this process, on `exp`
 /// and `nbf` alike.
 pub const LEEWAY_SECONDS: u64 = 30;
@@ -291,21 +288,11 @@ impl Verifier {
             return Ok(user);
         }
         let claims = self.verify(token)?;
-        let user = claims.sub;
-        let valid = !user.is_empty()
-            && user.len() <= MAX_USER_LEN
-            && user
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':' | '@'));
-        if !valid {
-            return Err(unauthorized(
-                "invalid_token",
-                format!(
-                    "sub must be 1-{MAX_USER_LEN} characters of letters, digits, '-', '_', '.', ':', '@'"
-                ),
-            ));
-        }
-        let user = User(user);
+        // The order path's one user id rule: a subject the inventory, the
+        // order event and its row could not carry is refused here.
+        flashsale_orders::check_user_id(&claims.sub)
+            .map_err(|err| unauthorized("invalid_token", format!("sub: {err}")))?;
+        let user = User(claims.sub);
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         if cache.len() >= CACHE_ENTRIES {
             cache.clear();

@@ -684,3 +684,43 @@ async fn only_a_settled_reservation_is_an_order() -> anyhow::Result<()> {
     );
     funnel.cleanup().await
 }
+
+#[tokio::test]
+async fn buyers_whose_subject_is_an_email_or_uuid_can_order_and_pay() -> anyhow::Result<()> {
+    let funnel = Funnel::start(Options::default()).await?;
+    let gw = &funnel.gateway.url;
+    for user in [
+        "ann.buyer+sale@example.com",
+        "0b5e7c1a-58f4-4f7e-9a43-3c1d2e4f5a6b",
+    ] {
+        let (status, body, _) = order(gw, user, "A", "key-1", None).await?;
+        assert_eq!(status, 201, "{user}: {body}");
+        let order_id = body["orderId"].as_str().unwrap_or_default();
+        let started = http()
+            .post(format!("{gw}/api/v1/orders/{order_id}/pay"))
+            .bearer_auth(token(user))
+            .send()
+            .await?;
+        assert_eq!(started.status().as_u16(), 202, "{user}");
+        let (status, paid) = provider_pays(gw, order_id, 1999, "CNY", now_s()).await?;
+        assert_eq!((status, &paid["status"]), (200, &json!("paid")), "{paid}");
+    }
+    let users: Vec<String> = events(&funnel.brokers, &funnel.topic)
+        .await?
+        .into_iter()
+        .map(|e| e.user_id)
+        .collect();
+    assert!(
+        users.iter().any(|u| u == "ann.buyer+sale@example.com"),
+        "{users:?}"
+    );
+    // A subject outside the rule is refused at the token, before any stock moves.
+    let (status, body, _) = order(gw, "josé@example.com", "A", "key-1", None).await?;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (401, Some("invalid_token")),
+        "{body}"
+    );
+    assert_eq!(funnel.available("A").await?, 98);
+    funnel.cleanup().await
+}

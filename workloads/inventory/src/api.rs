@@ -224,7 +224,10 @@ async fn reserve(
     let Path(sale) = path?;
     let Json(body) = body.map_err(|r| ApiError::json(r, MAX_BODY_BYTES))?;
     check_id("sku", &body.sku)?;
-    check_id("user", &body.user)?;
+    // The rule every part of the order path shares, so a buyer the gateway
+    // admits is one the inventory serves.
+    flashsale_orders::check_user_id(&body.user)
+        .map_err(|err| ApiError::bad_request(format!("user: {err}")))?;
     check_id("requestId", &body.request_id)?;
     let quantity = u64::try_from(body.quantity)
         .ok()

@@ -525,3 +525,41 @@ async fn the_api_needs_its_token_and_stock_changes_need_the_admin_token() -> any
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn buyers_named_by_email_uuid_or_provider_subject_can_reserve() -> anyhow::Result<()> {
+    let api = Api::start().await?;
+    for (n, user) in [
+        "ann.buyer+sale@example.com",
+        "0b5e7c1a-58f4-4f7e-9a43-3c1d2e4f5a6b",
+        "auth0|64f1c2d3e4",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (status, body) = api.reserve(user, 1, &format!("r{n}")).await?;
+        assert_eq!(
+            (status, body["user"].as_str()),
+            (StatusCode::CREATED, Some(user)),
+            "{body}"
+        );
+    }
+    // Outside the rule (see flashsale_orders::user): refused before any stock moves.
+    for user in [
+        "josé@example.com",
+        "ann buyer",
+        "ann\nbuyer",
+        "a/b",
+        &"u".repeat(129),
+    ] {
+        let (status, body) = api.reserve(user, 1, "r-refused").await?;
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("invalid_request")),
+            "{user:?}: {body}"
+        );
+        let message = body["message"].as_str().unwrap_or_default();
+        assert!(message.contains("user"), "{user:?}: {message}");
+    }
+    Ok(())
+}

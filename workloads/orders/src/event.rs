@@ -34,7 +34,8 @@ pub struct OrderEvent {
     pub order_id: String,
     /// Sale.
     pub sale: String,
-    /// Buyer; also the Kafka key, so one user's events stay in order.
+    /// Buyer (the user id rule, [`crate::user`]); also the Kafka key, so one
+    /// user's events stay in order.
     pub user_id: String,
     /// SKU.
     pub sku: String,
@@ -191,7 +192,6 @@ impl OrderEvent {
         for (field, value, max) in [
             ("order_id", &self.order_id, 64),
             ("sale", &self.sale, 128),
-            ("user_id", &self.user_id, 128),
             ("sku", &self.sku, 64),
             ("idempotency_key", &self.idempotency_key, 128),
             ("reservation_id", &self.reservation_id, 64),
@@ -199,6 +199,9 @@ impl OrderEvent {
             if value.is_empty() || value.len() > max {
                 return invalid(field, "must be non-empty and within its length limit");
             }
+        }
+        if crate::user::check_user_id(&self.user_id).is_err() {
+            return invalid("user_id", "breaks the user id rule");
         }
         Ok(())
     }
@@ -301,6 +304,14 @@ mod tests {
             Some("invalid_field")
         );
         assert_eq!(with(&|v| v["user_id"] = "".into()), Some("invalid_field"));
+        assert_eq!(
+            with(&|v| v["user_id"] = "josé@example.com".into()),
+            Some("invalid_field")
+        );
+        assert_eq!(
+            with(&|v| v["user_id"] = "ann.buyer+sale@example.com".into()),
+            None
+        );
         assert_eq!(with(&|v| v["surprise"] = 1.into()), Some("malformed"));
         assert_eq!(
             with(&|v| v["created_at"] = "yesterday".into()),

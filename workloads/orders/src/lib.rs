@@ -5,9 +5,11 @@
 
 pub mod event;
 pub mod producer;
+pub mod user;
 
 pub use event::{
     EventKind, ORDER_ID_PREFIX, OrderEvent, Poison, ReservedFacts, SCHEMA_VERSION, order_id,
     reservation_id,
 };
 pub use producer::{OrderProducer, ProduceError, ProducerSettings};
+pub use user::{InvalidUserId, MAX_USER_ID_BYTES, check_user_id};
