@@ -72,6 +72,17 @@ pub struct Reservation {
     pub request_id: String,
 }
 
+impl Reservation {
+    /// Whether the reservation is still `reserved` at `now_ms` (Unix ms)
+    /// although its deadline has passed: lapsed, with its units not yet
+    /// returned by the inventory's sweeper. The inventory refuses to confirm
+    /// it from the same deadline on (by Redis's clock; the two differ by the
+    /// hosts' clock skew).
+    pub fn lapsed_at(&self, now_ms: u64) -> bool {
+        self.state == ReservationState::Reserved && now_ms >= self.expires_at_ms
+    }
+}
+
 /// The answer to a reservation request.
 #[derive(Debug, Clone)]
 pub struct Reserved {
@@ -285,4 +296,37 @@ impl InventoryClient {
 enum Attempt {
     Retry(String),
     Final(InventoryError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_reserved_record_past_its_deadline_has_lapsed_unswept() {
+        let record = |state| Reservation {
+            id: "r1".into(),
+            state,
+            expires_at_ms: 1_000,
+            user: "u1".into(),
+            sku: "A".into(),
+            quantity: 1,
+            amount_minor: 1999,
+            request_id: "req".into(),
+        };
+        let reserved = record(ReservationState::Reserved);
+        assert!(!reserved.lapsed_at(999));
+        // The deadline itself is past, as in the inventory's confirm.
+        assert!(reserved.lapsed_at(1_000));
+        assert!(reserved.lapsed_at(5_000));
+        // Paid, returned or not settled: each has its own answer.
+        for state in [
+            ReservationState::Pending,
+            ReservationState::Confirmed,
+            ReservationState::Releasing,
+            ReservationState::Released,
+        ] {
+            assert!(!record(state).lapsed_at(5_000), "{state:?}");
+        }
+    }
 }

@@ -43,6 +43,32 @@ struct CallbackLabels {
     outcome: &'static str,
 }
 
+/// Why a payment must be refunded (`gateway_refunds_needed_total{reason}`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RefundReason {
+    /// The order lapsed (or was cancelled) before the payment came.
+    Lapsed,
+    /// The payment's amount or currency is not the order's.
+    AmountMismatch,
+}
+
+impl RefundReason {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Lapsed => "lapsed",
+            Self::AmountMismatch => "amount_mismatch",
+        }
+    }
+}
+
+/// Labels of `gateway_refunds_needed_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RefundLabels {
+    /// [`RefundReason::as_str`].
+    reason: &'static str,
+}
+
 /// Labels of `gateway_rate_limit_decisions_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DecisionLabels {
@@ -75,6 +101,7 @@ pub struct GatewayMetrics {
     degradation_tier: Gauge,
     degradation_generation: Gauge,
     payment_callbacks: Family<CallbackLabels, Counter>,
+    refunds_needed: Family<RefundLabels, Counter>,
 }
 
 impl Default for GatewayMetrics {
@@ -92,6 +119,7 @@ impl Default for GatewayMetrics {
             degradation_tier: Gauge::default(),
             degradation_generation: Gauge::default(),
             payment_callbacks: Family::default(),
+            refunds_needed: Family::default(),
         }
     }
 }
@@ -168,7 +196,27 @@ impl GatewayMetrics {
             "Payment-provider callbacks by outcome (paid, refused, unauthenticated, error)",
             m.payment_callbacks.clone(),
         );
+        registry.register(
+            "gateway_refunds_needed",
+            "Signed payments that moved money for an order that cannot take it, by reason (lapsed, amount_mismatch): each must be refunded",
+            m.refunds_needed.clone(),
+        );
+        // Every series from the start, so an alert on an increase sees the first one.
+        for reason in [RefundReason::Lapsed, RefundReason::AmountMismatch] {
+            drop(m.refunds_needed.get_or_create(&RefundLabels {
+                reason: reason.as_str(),
+            }));
+        }
         m
+    }
+
+    /// One payment that must be refunded, for `reason`.
+    pub fn refund_needed(&self, reason: RefundReason) {
+        self.refunds_needed
+            .get_or_create(&RefundLabels {
+                reason: reason.as_str(),
+            })
+            .inc();
     }
 
     /// One payment-provider callback answered with `outcome`.

@@ -24,6 +24,10 @@
 //! answers without publishing again; without that note (Redis unreachable,
 //! or a crash between reserve and publish) the retry publishes the same
 //! event again, which the order-writer stores once.
+//!
+//! A retry finds the reservation as it is now. One past its deadline has
+//! lapsed, even before the inventory's sweeper returns its units: the retry
+//! is told `order_lapsed` and publishes nothing.
 
 use std::time::Duration;
 
@@ -96,8 +100,9 @@ pub async fn place(
             // used up: it gets the order again, as without a waiting room.
             // Only replays pay for the lookup.
             Err(refusal) if refusal.code() == "replayed" => {
-                return match acknowledged(&state, &order.request_id).await {
-                    Some(answer) => Ok(rate.on(answer)),
+                return match replayed(&state, &order.request_id).await {
+                    Some(Ok(answer)) => Ok(rate.on(answer)),
+                    Some(Err(refused)) => Err(refused),
                     None => Err(refusal),
                 };
             }
@@ -220,26 +225,11 @@ async fn intake(state: &AppState, user: &User, order: &Order) -> Result<Response
         )
         .await
         .map_err(inventory_refusal)?;
-    match record.state {
-        ReservationState::Reserved => {}
-        // A retry of an order already paid: its events are in Kafka.
-        ReservationState::Confirmed => return Ok(accepted(&record, "paid", StatusCode::OK)),
-        // A sharded claim not settled yet holds no stock for sure: not an order.
-        ReservationState::Pending => {
-            return Err(unavailable(
-                "the reservation is still being made; retry with the same idempotency key",
-            ));
-        }
-        ReservationState::Releasing | ReservationState::Released => {
-            return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                "order_abandoned",
-                "an earlier attempt with this idempotency key failed or lapsed and its stock was returned; use a new key",
-            ));
-        }
+    if let Some(answer) = standing(&record, now_ms())? {
+        return Ok(answer);
     }
     // A fresh reservation cannot have been published yet.
-    if !fresh && acknowledged(state, &order.request_id).await.is_some() {
+    if !fresh && noted(state, &order.request_id).await.is_some() {
         return Ok(accepted(&record, "reserved", StatusCode::CREATED));
     }
     // Built from the record: an order is what was reserved, whatever the
@@ -269,6 +259,53 @@ async fn intake(state: &AppState, user: &User, order: &Order) -> Result<Response
     Ok(accepted(&record, "reserved", StatusCode::CREATED))
 }
 
+/// What an existing reservation makes of a request for its order at
+/// `now_ms` (Unix ms): `None` while it awaits payment (the order stands and
+/// goes on), else the answer (paid) or the refusal. A reservation past its
+/// deadline is lapsed even before the sweeper returns its units: a retry
+/// must not publish `created` for it again nor answer it as an order.
+fn standing(record: &Reservation, now_ms: u64) -> Result<Option<Response>, ApiError> {
+    match record.state {
+        ReservationState::Reserved if record.lapsed_at(now_ms) => Err(order_lapsed(record)),
+        ReservationState::Reserved => Ok(None),
+        // A retry of an order already paid: its events are in Kafka.
+        ReservationState::Confirmed => Ok(Some(accepted(record, "paid", StatusCode::OK))),
+        // A sharded claim not settled yet holds no stock for sure: not an order.
+        ReservationState::Pending => Err(unavailable(
+            "the reservation is still being made; retry with the same idempotency key",
+        )),
+        ReservationState::Releasing | ReservationState::Released => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "order_abandoned",
+            "an earlier attempt with this idempotency key failed or lapsed and its stock was returned; use a new key",
+        )),
+    }
+}
+
+/// 409 `order_lapsed`: `record` was not paid by its deadline.
+pub(crate) fn order_lapsed(record: &Reservation) -> ApiError {
+    let deadline = i64::try_from(record.expires_at_ms)
+        .ok()
+        .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
+        .map_or_else(
+            || format!("{} ms", record.expires_at_ms),
+            |at| at.to_string(),
+        );
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "order_lapsed",
+        format!(
+            "order {} was not paid by its deadline {deadline} and lapsed; nothing can be paid for it, order again with a new idempotency key",
+            order_id(&record.id)
+        ),
+    )
+}
+
+/// The gateway's clock in Unix ms, the scale of a reservation's deadline.
+pub(crate) fn now_ms() -> u64 {
+    u64::try_from(jiff::Timestamp::now().as_millisecond()).unwrap_or(0)
+}
+
 /// What the order events of `record` say.
 pub(crate) fn facts<'a>(state: &'a AppState, record: &'a Reservation) -> ReservedFacts<'a> {
     ReservedFacts {
@@ -292,17 +329,39 @@ fn ack_key(state: &AppState, request_id: &str) -> String {
     format!("fs:{{{}}}:ord:req:{request_id}", state.config.sale)
 }
 
-/// The answer an order got when its created event was acknowledged by
-/// Kafka, if this request id's order was (a retry).
-async fn acknowledged(state: &AppState, request_id: &str) -> Option<Response> {
+/// The answer (body) an order got when its created event was acknowledged
+/// by Kafka, if this request id's order was (a retry).
+async fn noted(state: &AppState, request_id: &str) -> Option<serde_json::Value> {
     let redis = state.redis.as_ref()?;
     let mut conn = redis.clone();
     let mut get = redis::cmd("GET");
     get.arg(ack_key(state, request_id));
     let read = get.query_async::<Option<String>>(&mut conn);
     let text = tokio::time::timeout(NOTE_BUDGET, read).await.ok()?.ok()??;
-    let body: serde_json::Value = serde_json::from_str(&text).ok()?;
-    Some((StatusCode::CREATED, Json(body)).into_response())
+    serde_json::from_str(&text).ok()
+}
+
+/// The answer to a retry that came with the pass its order used up, if
+/// the order was acknowledged: its noted answer while it awaits payment;
+/// once the note's deadline has passed, what its reservation says now
+/// (paid, or lapsed), so a lapsed order is not answered as one.
+async fn replayed(state: &AppState, request_id: &str) -> Option<Result<Response, ApiError>> {
+    let body = noted(state, request_id).await?;
+    let order = body["orderId"].as_str().unwrap_or_default();
+    let pay_before = body["payBeforeMs"].as_u64().unwrap_or_default();
+    let current = if now_ms() < pay_before {
+        Ok(None)
+    } else {
+        let deadline = Instant::now() + state.config.request_timeout();
+        reservation_of(state, order, deadline)
+            .await
+            .and_then(|record| standing(&record, now_ms()))
+    };
+    Some(
+        current.map(|answer| {
+            answer.unwrap_or_else(|| (StatusCode::CREATED, Json(body)).into_response())
+        }),
+    )
 }
 
 /// Notes the order's answer under its request id, so a retry neither

@@ -15,10 +15,20 @@
 //! replay is harmless, because confirming and publishing are idempotent.
 //! Several `v1=` values may be sent while the secret rotates. The amount and
 //! currency must equal the order's (from the inventory's reservation record),
-//! or nothing is confirmed. This is the integration point for a real
-//! provider: an adapter that receives the provider's own webhook and
-//! re-signs it in this format, or a provider configured to sign this way.
-//! [`sign`] is the test provider the tests and the local drill use.
+//! or nothing is confirmed.
+//!
+//! A reservation past its deadline is lapsed even while the inventory's
+//! sweeper has not returned it yet: `/pay` refuses it (`order_lapsed`), and
+//! the inventory refuses to confirm it. A signed payment that arrives for an
+//! order that cannot take it (lapsed or cancelled first, or the wrong
+//! amount) has moved money all the same, so besides the refusal it is
+//! flagged for a refund: an error log naming order, payment and amount, and
+//! `gateway_refunds_needed_total{reason}`.
+//!
+//! This is the integration point for a real provider: an adapter that
+//! receives the provider's own webhook and re-signs it in this format, or a
+//! provider configured to sign this way. [`sign`] is the test provider the
+//! tests and the local drill use.
 
 use std::time::Duration;
 
@@ -40,8 +50,12 @@ use tokio::time::Instant;
 use crate::{
     app::{AppState, MAX_BODY_BYTES, RateScope},
     concurrency::Partition,
-    inventory_client::{Reservation, ReservationState},
-    orders::{facts, inventory_refusal, publish, reservation_of, unavailable, unknown_order},
+    inventory_client::{InventoryError, Reservation, ReservationState},
+    metrics::RefundReason,
+    orders::{
+        facts, inventory_refusal, now_ms, order_lapsed, publish, reservation_of, unavailable,
+        unknown_order,
+    },
 };
 
 /// Header carrying the provider's signature.
@@ -189,7 +203,7 @@ pub async fn start(
             if r.user != admitted.user.0 {
                 return Err(unknown_order(&order));
             }
-            payment_answer(&state, &order, &r)
+            payment_answer(&state, &order, &r, now_ms())
         });
     if result
         .as_ref()
@@ -202,8 +216,17 @@ pub async fn start(
     Ok(admitted.rate.on(result?))
 }
 
-fn payment_answer(state: &AppState, order: &str, r: &Reservation) -> Result<Response, ApiError> {
+/// What the buyer of `r` is told at `now_ms`: to pay only while it awaits
+/// payment, never once its deadline passed (the inventory would refuse the
+/// payment and the money would have to go back).
+fn payment_answer(
+    state: &AppState,
+    order: &str,
+    r: &Reservation,
+    now_ms: u64,
+) -> Result<Response, ApiError> {
     match r.state {
+        ReservationState::Reserved if r.lapsed_at(now_ms) => Err(order_lapsed(r)),
         ReservationState::Reserved => Ok((
             StatusCode::ACCEPTED,
             Json(json!({
@@ -322,6 +345,7 @@ async fn settle(state: &AppState, callback: &Callback) -> Result<Response, ApiEr
             due = record.amount_minor,
             "payment does not match the order; not confirmed"
         );
+        refund_needed(state, callback, RefundReason::AmountMismatch);
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             "amount_mismatch",
@@ -334,11 +358,23 @@ async fn settle(state: &AppState, callback: &Callback) -> Result<Response, ApiEr
             ),
         ));
     }
-    state
-        .inventory
-        .confirm(&record.id, deadline)
-        .await
-        .map_err(inventory_refusal)?;
+    match state.inventory.confirm(&record.id, deadline).await {
+        Ok(()) => {}
+        // Lapsed (swept or not) or cancelled before the money came: the
+        // inventory's clock decides, and the payment must go back.
+        Err(InventoryError::Refused { code, .. }) if code == "not_reserved" => {
+            refund_needed(state, callback, RefundReason::Lapsed);
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "order_lapsed",
+                format!(
+                    "order {order} lapsed or was cancelled before the payment; refund payment {}",
+                    callback.payment_id
+                ),
+            ));
+        }
+        Err(err) => return Err(inventory_refusal(err)),
+    }
     let event = OrderEvent::of_reservation(
         EventKind::Paid,
         facts(state, &record),
@@ -349,6 +385,20 @@ async fn settle(state: &AppState, callback: &Callback) -> Result<Response, ApiEr
         unavailable("payment recorded in stock but not yet in orders; retry the callback")
     })?;
     Ok(Json(json!({"orderId": order, "status": "paid"})).into_response())
+}
+
+/// Flags a payment that moved money for an order that cannot take it: a
+/// person (or a refund job reading the log) must give it back.
+fn refund_needed(state: &AppState, callback: &Callback, reason: RefundReason) {
+    state.metrics.refund_needed(reason);
+    tracing::error!(
+        order = callback.order_id,
+        payment = callback.payment_id,
+        amount_minor = callback.amount_minor,
+        currency = callback.currency,
+        reason = reason.as_str(),
+        "payment received for an order that cannot take it; refund needed"
+    );
 }
 
 #[cfg(test)]

@@ -3,7 +3,9 @@
 
 mod common;
 
-use common::{Funnel, Options, events, http, now_s, order, provider_pays, token};
+use std::time::Duration;
+
+use common::{Funnel, Options, events, http, now_s, order, provider_pays, token, wait_past};
 use flashsale_orders::EventKind;
 use serde_json::{Value, json};
 
@@ -92,6 +94,13 @@ async fn a_callback_must_be_signed_fresh_and_for_the_right_amount() -> anyhow::R
         paid_events(&events(&funnel.brokers, &funnel.topic).await?),
         0
     );
+    // Money moved that the order cannot take: both flagged for a refund.
+    assert_eq!(
+        funnel
+            .gateway
+            .metric(r#"gateway_refunds_needed_total{reason="amount_mismatch"}"#),
+        Some(2.0)
+    );
 
     // The right one pays it, and the paid event carries the order's amount.
     let (status, paid) = provider_pays(gw, &order_id, 1999, "CNY", now_s()).await?;
@@ -117,5 +126,96 @@ async fn a_callback_must_be_signed_fresh_and_for_the_right_amount() -> anyhow::R
     // An unknown order is a 404 to the provider.
     let (status, _) = provider_pays(gw, "ord-nosuchreservation", 1999, "CNY", now_s()).await?;
     assert_eq!(status, 404);
+    funnel.cleanup().await
+}
+
+/// The moment between a reservation's deadline and the sweeper: the record
+/// still says `reserved`, but the order has lapsed.
+#[tokio::test]
+async fn a_lapsed_reservation_is_no_order_before_it_is_swept() -> anyhow::Result<()> {
+    let funnel = Funnel::start(Options {
+        reservation_ttl: Duration::from_secs(2),
+        ..Options::default()
+    })
+    .await?;
+    let gw = &funnel.gateway.url;
+    let pay = |order_id: &str| {
+        http()
+            .post(format!("{gw}/api/v1/orders/{order_id}/pay"))
+            .bearer_auth(token("ida"))
+            .send()
+    };
+    let (status, body, _) = order(gw, "ida", "A", "k1", None).await?;
+    assert_eq!(status, 201, "{body}");
+    let order_id = body["orderId"].as_str().unwrap_or_default().to_owned();
+    let pay_before = body["payBeforeMs"].as_i64().unwrap_or_default();
+    let started = pay(&order_id).await?;
+    assert_eq!(
+        started.status().as_u16(),
+        202,
+        "payable before its deadline"
+    );
+
+    wait_past(pay_before, Duration::from_secs(10)).await?;
+    assert_eq!(state_of(&funnel, &order_id).await?, "reserved", "not swept");
+
+    // A retry with the same key: lapsed, with or without the gateway's note
+    // of the acknowledged order, and nothing published again.
+    let lapsed = |(status, body): (u16, Value)| {
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (409, Some("order_lapsed")),
+            "{body}"
+        );
+    };
+    let (status, body, _) = order(gw, "ida", "A", "k1", None).await?;
+    lapsed((status, body));
+    let note = format!(
+        "fs:{{{}}}:ord:req:{}",
+        funnel.sale,
+        gateway::orders::request_id(&funnel.sale, "ida", "k1")
+    );
+    let mut redis = redis::Client::open(flashsale_e2e::stack::redis_url()?)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let removed: u64 = redis::cmd("DEL").arg(&note).query_async(&mut redis).await?;
+    assert_eq!(removed, 1, "the order was noted");
+    let (status, body, _) = order(gw, "ida", "A", "k1", None).await?;
+    lapsed((status, body));
+    let stored = events(&funnel.brokers, &funnel.topic).await?;
+    assert_eq!(
+        stored
+            .iter()
+            .filter(|e| e.kind == EventKind::Created)
+            .count(),
+        1,
+        "{stored:?}"
+    );
+
+    // The buyer is not sent to pay it.
+    let refused = pay(&order_id).await?;
+    let status = refused.status().as_u16();
+    lapsed((status, refused.json().await?));
+
+    // A payment that arrives all the same is refused and flagged for a refund.
+    assert_eq!(
+        funnel
+            .gateway
+            .metric(r#"gateway_refunds_needed_total{reason="lapsed"}"#),
+        Some(0.0)
+    );
+    let (status, body) = provider_pays(gw, &order_id, 1999, "CNY", now_s()).await?;
+    lapsed((status, body));
+    assert_eq!(
+        funnel
+            .gateway
+            .metric(r#"gateway_refunds_needed_total{reason="lapsed"}"#),
+        Some(1.0)
+    );
+    assert_eq!(state_of(&funnel, &order_id).await?, "reserved");
+    assert_eq!(
+        paid_events(&events(&funnel.brokers, &funnel.topic).await?),
+        0
+    );
     funnel.cleanup().await
 }

@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderValue};
-use common::{Funnel, Options, http, order, token, wait_for_pass};
+use common::{Funnel, Options, http, order, token, wait_for_pass, wait_past};
 use flashsale_e2e::wait::poll_until;
 use gateway::{
     auth::User,
@@ -218,6 +218,36 @@ async fn a_retry_of_an_acknowledged_order_with_its_used_pass_gets_the_order_agai
         (code, other["error"].as_str()),
         (403, Some("replayed")),
         "{other}"
+    );
+    funnel.cleanup().await
+}
+
+#[tokio::test]
+async fn a_retry_with_its_used_pass_of_an_order_that_lapsed_is_told_so() -> anyhow::Result<()> {
+    let funnel = Funnel::start(Options {
+        config: room(100),
+        reservation_ttl: Duration::from_secs(2),
+        ..Options::default()
+    })
+    .await?;
+    let url = &funnel.gateway.url;
+    let (_, body, _) = order(url, "u1", "A", "k", None).await?;
+    let ticket = body["ticket"].as_str().unwrap_or_default();
+    let pass = wait_for_pass(url, ticket, Duration::from_secs(10)).await?;
+    let (code, first, _) = order(url, "u1", "A", "k", Some(&pass)).await?;
+    assert_eq!(code, 201, "{first}");
+    wait_past(
+        first["payBeforeMs"].as_i64().unwrap_or_default(),
+        Duration::from_secs(10),
+    )
+    .await?;
+    // Not yet swept, but no longer an order: the note of its answer is not
+    // served as if it were.
+    let (code, again, _) = order(url, "u1", "A", "k", Some(&pass)).await?;
+    assert_eq!(
+        (code, again["error"].as_str()),
+        (409, Some("order_lapsed")),
+        "{again}"
     );
     funnel.cleanup().await
 }

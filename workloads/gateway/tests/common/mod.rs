@@ -88,6 +88,10 @@ pub struct Options {
     pub topic: Option<TopicSpec>,
     /// The producer's linger, when not its default.
     pub linger: Option<Duration>,
+    /// How long a reservation holds its units unpaid. The tests' inventory
+    /// runs no sweeper, so a lapsed reservation stays `reserved` until
+    /// a test sweeps it.
+    pub reservation_ttl: Duration,
 }
 
 /// An order topic on brokers of the caller's choice (one partition).
@@ -113,6 +117,7 @@ impl Default for Options {
             acl: false,
             topic: None,
             linger: None,
+            reservation_ttl: Duration::from_secs(60),
         }
     }
 }
@@ -229,7 +234,7 @@ impl Funnel {
         let definition = SaleDefinition {
             sale: sale.clone(),
             opens_at_ms: None,
-            reservation_ttl_ms: 60_000,
+            reservation_ttl_ms: u64::try_from(options.reservation_ttl.as_millis())?,
             items: ["A", "B"]
                 .into_iter()
                 .map(|sku| ItemDefinition {
@@ -412,6 +417,26 @@ pub async fn provider_pays(
 /// Now, in Unix seconds.
 pub fn now_s() -> i64 {
     jiff::Timestamp::now().as_second()
+}
+
+/// Waits, within `within`, until this machine's clock (the gateway's and
+/// Redis's) is past `deadline_ms` (Unix ms), such as an order's `payBeforeMs`.
+pub async fn wait_past(deadline_ms: i64, within: Duration) -> anyhow::Result<()> {
+    poll_until(
+        "the deadline to pass",
+        within,
+        Duration::from_millis(20),
+        || async {
+            let to_go = deadline_ms - jiff::Timestamp::now().as_millisecond();
+            if to_go < 0 {
+                Ok(())
+            } else {
+                Err(format!("{to_go} ms to go"))
+            }
+        },
+    )
+    .await?;
+    Ok(())
 }
 
 /// Places an order; returns status and body.
