@@ -238,6 +238,22 @@ impl OperatorMetrics {
             .inc();
     }
 
+    /// Drops the series of a drill that no longer exists.
+    pub fn forget_drill(&self, namespace: &str, drill: &str) {
+        let labels = DrillLabels {
+            namespace: namespace.to_owned(),
+            drill: drill.to_owned(),
+        };
+        self.abort_latency.remove(&labels);
+        for outcome in crate::drill::execute::OUTCOMES {
+            self.runs.remove(&RunLabels {
+                namespace: namespace.to_owned(),
+                drill: drill.to_owned(),
+                outcome,
+            });
+        }
+    }
+
     /// Drops the series of a policy that no longer exists.
     pub fn forget_policy(&self, namespace: &str, policy: &str) {
         let labels = policy_labels(namespace, policy);

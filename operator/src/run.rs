@@ -75,7 +75,7 @@ pub struct RunArgs {
     pub propagation_timeout: Duration,
     /// Base URL at which chaos-controller-manager reaches this replica's ops
     /// server: each ChaosDrill run's StatusCheck probes
-    /// `<url>/guard/<namespace>/<drill>` and ends the run's chaos when it
+    /// `<url>/guard/<namespace>/<drill>/<run>` and ends the run's chaos when it
     /// stops answering 200. Default: `http://$POD_IP:<ops port>` in a pod,
     /// else the ops address.
     #[arg(long, env = "GUARD_URL")]

@@ -259,9 +259,14 @@ async fn a_breach_aborts_the_run_the_objects_disappear_and_the_latencies_are_rec
     let scene = DrillScene::start("cd-breach", 0.0).await?;
     let (run, target) = failing_one_pod(&scene, "breach").await?;
     assert_eq!(
-        scene.guard("breach").await?,
+        scene.guard("breach", &run.id).await?,
         200,
         "the guard answers while healthy"
+    );
+    assert_eq!(
+        scene.guard("breach", "20000101-000000-000").await?,
+        503,
+        "another run's check is not kept healthy by this run's guard"
     );
     assert_eq!(scene.chaos_objects(Kind::PodChaos, &run.id).await?.len(), 1);
 
@@ -288,7 +293,7 @@ async fn a_breach_aborts_the_run_the_objects_disappear_and_the_latencies_are_rec
     }
     until_restored(&scene, &target).await?;
     assert_eq!(
-        scene.guard("breach").await?,
+        scene.guard("breach", &run.id).await?,
         503,
         "an aborted run's guard is silent"
     );

@@ -72,8 +72,12 @@ docs/design/operator.md, "Permissions".
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
-# ChaosDrill runs.
+# ChaosDrill runs; watched so a stop sees each object go the moment it goes.
 - apiGroups: ["chaos-mesh.org"]
   resources: ["podchaos", "networkchaos", "stresschaos", "workflows", "statuschecks"]
-  verbs: ["get", "list", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# A drill's targets must be owned by the sale: Pod → ReplicaSet → Deployment.
+- apiGroups: ["apps"]
+  resources: ["replicasets"]
+  verbs: ["get", "list"]
 {{- end -}}

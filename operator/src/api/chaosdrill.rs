@@ -44,7 +44,13 @@ use super::{
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
-    )
+    ),
+    // The name is the value of the `flashsale.dev/drill` label on every
+    // Chaos Mesh object of a run, and label values are at most 63
+    // characters: a longer name could never run.
+    validation = Rule::new("size(self.metadata.name) <= 63")
+        .message("metadata.name of a ChaosDrill must be at most 63 characters (it labels the drill's Chaos Mesh objects)")
+        .reason(Reason::FieldValueInvalid)
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ChaosDrillSpec {
@@ -316,13 +322,22 @@ pub struct SloGuard {
     #[schemars(length(min = 1, max = 10))]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
     pub objectives: Vec<SloObjective>,
-    /// How often every objective is evaluated.
+    /// How often every objective is evaluated; at most 10s, since a breach
+    /// is seen at most this late.
     #[serde(default = "default_guard_interval")]
-    #[x_kube(validation = duration::positive().message("sloGuard.interval must be positive"))]
+    #[x_kube(validation = duration::rule(
+        &["self"],
+        "duration(self) > duration('0s') && duration(self) <= duration('10s')",
+    ).message("sloGuard.interval must be positive and at most 10s"))]
     pub interval: Duration,
     /// Dead-man bound: with no fresh answer for this long the guard counts
-    /// as blind and the run is aborted.
+    /// as blind and the run is aborted. At most 30s: it is how long chaos
+    /// may run unwatched.
     #[serde(default = "default_stale_after")]
+    #[x_kube(validation = duration::rule(
+        &["self"],
+        "duration(self) <= duration('30s')",
+    ).message("sloGuard.staleAfter must be at most 30s (the time chaos may run unwatched)"))]
     pub stale_after: Duration,
     /// How long every objective must hold before injection starts.
     #[serde(default = "default_steady_state")]

@@ -12,6 +12,9 @@
 //! - The cap holds for the whole namespace: pods of the workload already
 //!   under chaos from any run count against it, ready or not (a failed pod is
 //!   still a pod the drills took), so at most `cap` pods are ever under chaos.
+//! - A killed pod leaves the list before its replacement serves: such pods
+//!   (`pending`, counted by [`super::budget`]) stay held and stay in the
+//!   fleet the cap is taken of, so a kill never frees its own share.
 //! - Which pods is pseudo-random but reproducible: the same pods and seed
 //!   give the same choice, and different seeds spread it over the fleet.
 
@@ -32,9 +35,33 @@ pub struct Candidate {
 
 impl Candidate {
     /// Whether the pod serves and counts for the cap.
-    fn live(&self) -> bool {
+    pub fn live(&self) -> bool {
         self.ready && !self.terminating
     }
+}
+
+/// An object's controller, as its owner references name it: `(kind, uid)`.
+pub type Owner = (String, String);
+
+/// Whether an object whose controller is `owner` belongs to the sale `sale`
+/// (its uid): directly, or through its owners' controllers in `owners` (uid →
+/// controller; a Pod's ReplicaSet, the ReplicaSet's Deployment). A pod that
+/// merely copies the sale's labels has no such chain and is never a target.
+pub fn owned_by_sale(
+    owner: Option<&Owner>,
+    owners: &std::collections::BTreeMap<String, Owner>,
+    sale: &str,
+) -> bool {
+    let mut next = owner;
+    // Pod → ReplicaSet → Deployment → FlashSale, and no deeper.
+    for _ in 0..3 {
+        match next {
+            Some((kind, uid)) if kind == "FlashSale" => return uid == sale,
+            Some((_, uid)) => next = owners.get(uid),
+            None => return false,
+        }
+    }
+    false
 }
 
 /// Fixed-point units of one percent: the percent is read to a millionth.
@@ -134,10 +161,12 @@ impl Selection {
 /// Picks `cap - under_chaos` pods among the live pods not already under
 /// chaos, pseudo-randomly but reproducibly from `seed`. `under_chaos` names
 /// the pods any run of the namespace holds; names that are not among `pods`
-/// are ignored.
+/// are ignored. `pending` killed pods, gone from `pods` and not yet replaced
+/// by a live one, count as held and as part of the fleet.
 pub fn select(
     pods: &[Candidate],
     under_chaos: &BTreeSet<String>,
+    pending: usize,
     radius: &BlastRadius,
     seed: u64,
 ) -> Selection {
@@ -148,11 +177,12 @@ pub fn select(
         .filter(|p| p.live())
         .map(|p| p.name.as_str())
         .collect();
-    let cap = cap(live.len(), radius);
+    let cap = cap(live.len() + pending, radius);
     let held = under_chaos
         .iter()
         .filter(|name| names.contains(name.as_str()))
-        .count();
+        .count()
+        + pending;
     if cap == 0 {
         return Selection::TooSmall {
             live: live.len(),
@@ -325,7 +355,7 @@ mod tests {
         pods[2].terminating = true;
         // 7 live pods at 50 %: 3.
         for seed in 0..200 {
-            let got = select(&pods, &BTreeSet::new(), &radius(50.0, 100), seed);
+            let got = select(&pods, &BTreeSet::new(), 0, &radius(50.0, 100), seed);
             let Selection::Chosen {
                 pods: chosen,
                 live,
@@ -343,7 +373,7 @@ mod tests {
 
     #[test]
     fn a_cap_of_zero_is_a_fleet_too_small() {
-        let got = select(&fleet(3), &BTreeSet::new(), &radius(10.0, 5), 7);
+        let got = select(&fleet(3), &BTreeSet::new(), 0, &radius(10.0, 5), 7);
         assert_eq!(got, Selection::TooSmall { live: 3, cap: 0 });
         assert_eq!(got.reason(), "FleetTooSmall");
         assert_eq!(
@@ -352,13 +382,13 @@ mod tests {
              down, at most maxPods): even one pod would exceed it"
         );
         // No pod at all, or none live.
-        let none = select(&[], &BTreeSet::new(), &radius(100.0, 5), 7);
+        let none = select(&[], &BTreeSet::new(), 0, &radius(100.0, 5), 7);
         assert_eq!(none, Selection::TooSmall { live: 0, cap: 0 });
         let mut dead = fleet(4);
         for pod in &mut dead {
             pod.ready = false;
         }
-        let got = select(&dead, &BTreeSet::new(), &radius(100.0, 5), 7);
+        let got = select(&dead, &BTreeSet::new(), 0, &radius(100.0, 5), 7);
         assert_eq!(got, Selection::TooSmall { live: 0, cap: 0 });
     }
 
@@ -387,7 +417,7 @@ mod tests {
             (gateways(&[0, 10, 20, 30, 40, 49]), None),
         ];
         for (held, more) in cases {
-            let got = select(&pods, &held, &radius(10.0, 100), 42);
+            let got = select(&pods, &held, 0, &radius(10.0, 100), 42);
             let Some(more) = more else {
                 assert_eq!(got.reason(), "BudgetExhausted", "{held:?}");
                 continue;
@@ -399,6 +429,7 @@ mod tests {
         let got = select(
             &pods,
             &gateways(&[0, 10, 20, 30, 40, 49]),
+            0,
             &radius(10.0, 100),
             42,
         );
@@ -425,7 +456,7 @@ mod tests {
         pods[3].ready = false;
         pods[4].ready = false;
         let held = names(&["gateway-003", "gateway-004"]);
-        let got = select(&pods, &held, &radius(50.0, 100), 1);
+        let got = select(&pods, &held, 0, &radius(50.0, 100), 1);
         let Selection::Chosen {
             pods: chosen,
             live,
@@ -438,21 +469,64 @@ mod tests {
     }
 
     #[test]
+    fn only_a_pod_the_sale_owns_through_its_deployment_is_a_candidate() {
+        let owner = |kind: &str, uid: &str| (kind.to_owned(), uid.to_owned());
+        let owners = BTreeMap::from([
+            ("rs-1".to_owned(), owner("Deployment", "deploy-1")),
+            ("deploy-1".to_owned(), owner("FlashSale", "sale-1")),
+            ("rs-2".to_owned(), owner("Deployment", "deploy-2")),
+            ("deploy-2".to_owned(), owner("FlashSale", "other-sale")),
+        ]);
+        let cases = [
+            (Some(owner("ReplicaSet", "rs-1")), true),
+            (Some(owner("FlashSale", "sale-1")), true),
+            // Copied labels, another sale's pod, a hand-made pod.
+            (Some(owner("ReplicaSet", "rs-2")), false),
+            (Some(owner("ReplicaSet", "unknown")), false),
+            (None, false),
+        ];
+        for (pod_owner, want) in cases {
+            assert_eq!(
+                owned_by_sale(pod_owner.as_ref(), &owners, "sale-1"),
+                want,
+                "{pod_owner:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_killed_pod_not_yet_replaced_still_counts() {
+        // Ten pods at 10 %: one was killed and is gone from the list; its
+        // replacement does not serve yet.
+        let pods = fleet(9);
+        let got = select(&pods, &BTreeSet::new(), 1, &radius(10.0, 100), 3);
+        assert_eq!(got.reason(), "BudgetExhausted", "{got:?}");
+        // Without the pending victim nine pods at 10 % allow none at all,
+        // and with it the fleet is still ten pods.
+        let wider = select(&pods, &BTreeSet::new(), 1, &radius(20.0, 100), 3);
+        assert_eq!(chosen(&wider).len(), 1, "{wider:?}");
+    }
+
+    #[test]
     fn the_choice_is_reproducible_by_seed() {
         let pods = fleet(50);
         let held = names(&["gateway-013"]);
         let wide = radius(20.0, 100);
         for seed in [0, 1, 42, u64::MAX] {
-            let once = select(&pods, &held, &wide, seed);
-            assert_eq!(select(&pods, &held, &wide, seed), once, "seed {seed}");
+            let once = select(&pods, &held, 0, &wide, seed);
+            assert_eq!(select(&pods, &held, 0, &wide, seed), once, "seed {seed}");
             // The order the pods are listed in does not matter.
             let mut reversed = pods.clone();
             reversed.reverse();
-            assert_eq!(select(&reversed, &held, &wide, seed), once, "seed {seed}");
+            assert_eq!(
+                select(&reversed, &held, 0, &wide, seed),
+                once,
+                "seed {seed}"
+            );
         }
         assert_ne!(
-            select(&pods, &held, &wide, 1),
-            select(&pods, &held, &wide, 2)
+            select(&pods, &held, 0, &wide, 1),
+            select(&pods, &held, 0, &wide, 2)
         );
     }
 
@@ -462,7 +536,7 @@ mod tests {
         let pods = fleet(50);
         let mut times: BTreeMap<String, usize> = BTreeMap::new();
         for seed in 0..5000 {
-            for name in chosen(&select(&pods, &BTreeSet::new(), &radius(2.0, 1), seed)) {
+            for name in chosen(&select(&pods, &BTreeSet::new(), 0, &radius(2.0, 1), seed)) {
                 *times.entry(name).or_default() += 1;
             }
         }
@@ -524,7 +598,7 @@ mod tests {
                             .map(|p| p.name.clone())
                             .collect();
                         let seed = (size * 31 + held_count) as u64 ^ tenth;
-                        let got = select(&pods, &held, &radius, seed);
+                        let got = select(&pods, &held, 0, &radius, seed);
                         let context = format!("{size} pods, {radius:?}, held {held:?}");
                         let under = held.len();
                         match got {

@@ -167,7 +167,7 @@ pub fn run_selector(drill: &str, run: &str) -> String {
 /// How the run's StatusCheck probes the guard.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Backstop {
-    /// `<base>/guard/<namespace>/<drill>`.
+    /// `<base>/guard/<namespace>/<drill>/<run>`.
     pub url: String,
     /// Consecutive failed probes (one a second) before Chaos Mesh aborts:
     /// `staleAfter` rounded up to whole seconds, at least one.
@@ -489,7 +489,7 @@ mod tests {
     {
         let drill = drill()?;
         let backstop = Backstop {
-            url: "http://10.0.0.1:8080/guard/default/gateway-pod-kill".into(),
+            url: "http://10.0.0.1:8080/guard/default/gateway-pod-kill/20261201-053000-000".into(),
             failure_threshold: 2,
             deadline: std::time::Duration::from_secs(150),
         };

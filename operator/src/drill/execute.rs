@@ -23,8 +23,11 @@ use kube::{
 
 use super::{
     Ctx, blast,
+    budget::Ask,
+    calendar::{Allowance, Calendar},
     chaos::{self, Backstop, Kind, TARGET_LABEL},
     guard::Guard,
+    reconcile::{SaleState, SaleView},
     stop::{self, Stopped},
     verdict::{self, Observed, Verdict},
 };
@@ -33,14 +36,22 @@ use crate::{
         self, ChaosDrill,
         chaosdrill::{DrillPhase, RunOutcome},
     },
+    clock::Moment,
     degradation::signal::Reading,
-    flashsale::build::selector,
+    flashsale::build::{MANAGED_BY, MANAGED_BY_KEY, selector},
 };
 
 /// How long Chaos Mesh may take to create a run's StatusCheck.
 const STATUS_CHECK_BOUND: Duration = Duration::from_secs(15);
 /// How long a stop waits for Chaos Mesh to remove the experiments.
 pub const STOP_BOUND: Duration = Duration::from_secs(60);
+/// How often a run reads its sale again (between reads it judges the
+/// sale's schedule as last read, every tick).
+const SALE_REREAD: Duration = Duration::from_secs(1);
+/// The shortest experiment worth injecting before a window closes.
+const SHORTEST: Duration = Duration::from_secs(1);
+/// The annotation Chaos Mesh sets on a Workflow its StatusCheck aborted.
+const WORKFLOW_ABORT_ANNOTATION: &str = "workflow.chaos-mesh.org/abort";
 
 /// What a run needs, fixed when it starts: a spec edited mid-run applies
 /// to the next run.
@@ -51,11 +62,53 @@ pub struct Plan {
     pub run: String,
     /// Prometheus to ask.
     pub prometheus_url: String,
-    /// The end of the allowed period the run started in; `None` for a
-    /// forced run.
-    pub allowed_until: Option<Timestamp>,
+    /// The drill's windows and blackouts, checked at every look of the run;
+    /// `None` for a forced run, which they do not bind.
+    pub calendar: Option<Calendar>,
     /// Where Chaos Mesh probes this run's guard.
     pub guard_url: String,
+}
+
+impl Plan {
+    /// `namespace/drill/run`, the run's key in the budget.
+    pub fn key(&self) -> String {
+        format!("{}/{}", crate::kit::key(self.drill.as_ref()), self.run)
+    }
+}
+
+/// Whether a run may go on at `now`: inside its windows and outside every
+/// blackout (unless forced, `calendar` then `None`), and, under
+/// `avoidLiveSale`, while the sale is not Live. The reason and sentence
+/// that end it otherwise.
+pub fn still_allowed(
+    calendar: Option<&Calendar>,
+    sale: SaleState,
+    avoid_live_sale: bool,
+    now: Timestamp,
+) -> Result<(), Ending> {
+    if avoid_live_sale && sale == SaleState::Live {
+        return Err(Ending::new(
+            RunOutcome::Aborted,
+            "SaleWentLive",
+            "the sale went Live and spec.avoidLiveSale is set",
+        ));
+    }
+    match calendar.map(|c| c.allowance(now)) {
+        None | Some(Allowance::Allowed) => Ok(()),
+        Some(Allowance::OutsideWindows) => Err(Ending::new(
+            RunOutcome::Aborted,
+            "WindowClosed",
+            "the allowed window of spec.windows closed",
+        )),
+        Some(Allowance::InBlackout { reason, until }) => Err(Ending::new(
+            RunOutcome::Aborted,
+            "BlackoutStarted",
+            format!(
+                "a blackout started, until {until}{}",
+                reason.map(|r| format!(" ({r})")).unwrap_or_default()
+            ),
+        )),
+    }
 }
 
 /// How a run ended.
@@ -94,6 +147,7 @@ pub async fn execute(ctx: Arc<Ctx>, plan: Plan, guard: Arc<Guard>) {
     let now = ctx.clock.now();
     let drill = &plan.drill;
     let namespace = drill.namespace().unwrap_or_default();
+    ctx.settings.budgets.release(&namespace, &plan.key());
     ctx.metrics
         .drill_run(&namespace, &drill.name_any(), outcome_name(ending.outcome));
     guard.update(|progress| {
@@ -109,6 +163,9 @@ pub async fn execute(ctx: Arc<Ctx>, plan: Plan, guard: Arc<Guard>) {
     ctx.settings.wake(drill);
 }
 
+/// Every outcome's name, as [`outcome_name`] gives it.
+pub const OUTCOMES: [&str; 4] = ["Succeeded", "Aborted", "Skipped", "Failed"];
+
 /// The outcome's name, as in the status and the metrics.
 pub fn outcome_name(outcome: RunOutcome) -> &'static str {
     match outcome {
@@ -123,32 +180,55 @@ async fn drive(ctx: &Ctx, plan: &Plan, guard: &Guard) -> Ending {
     let spec = &plan.drill.spec;
     let steady = spec.slo_guard.steady_state.0;
     let mut sampler = Sampler::new(ctx, plan);
-    if let Err(ending) = hold(ctx, &mut sampler, guard, steady, "SteadyStateNotReached").await {
+    let mut mandate = match Mandate::new(ctx, plan).await {
+        Ok(mandate) => mandate,
+        Err(err) => return Ending::new(RunOutcome::Failed, "ReadFailed", err.to_string()),
+    };
+    if let Err(mut ending) = hold(
+        ctx,
+        &mut sampler,
+        guard,
+        Some(&mut mandate),
+        steady,
+        "SteadyStateNotReached",
+    )
+    .await
+    {
+        // Nothing was injected: whatever stopped it, the run is skipped.
+        ending.outcome = RunOutcome::Skipped;
         return ending;
     }
-    if let Some(until) = plan.allowed_until
-        && ctx.clock.now() >= until
-    {
-        return Ending::new(
-            RunOutcome::Skipped,
-            "OutsideWindow",
-            "the allowed window closed while the SLOs were settling",
-        );
-    }
-    let injected = match inject(ctx, plan, guard).await {
-        Ok(injected) => injected,
-        Err(ending) => return ending,
+    // The guard goes on judging while the objects are created (Chaos Mesh
+    // takes up to seconds to start the StatusCheck): its endpoint stays
+    // fresh for a healthy run, and a breach meanwhile aborts at once.
+    let sale_uid = mandate.sale.uid.clone().unwrap_or_default();
+    let injecting = tokio::select! {
+        injected = inject(ctx, plan, guard, &sale_uid) => Ok(injected),
+        cause = keep(ctx, guard, &mut sampler, &mut mandate) => Err(cause),
+    };
+    let injected = match injecting {
+        Ok(Ok(injected)) => injected,
+        Ok(Err(ending)) => return ending,
+        Err(cause) => return abort(ctx, plan, guard, cause).await,
     };
     set_phase(ctx, plan, guard, DrillPhase::Injecting);
-    if let Some(ending) = watch(ctx, plan, guard, &mut sampler, injected).await {
+    if let Some(ending) = watch(ctx, plan, guard, &mut sampler, &mut mandate, injected).await {
         return ending;
     }
-    // The experiments ran their course: remove them and check the SLOs
-    // come back.
+    // The experiments ran their course, unless Chaos Mesh's backstop
+    // already ended them: then that is what ended the run.
+    let backstop = backstop_fired(ctx, plan).await;
     let stopped = match stop_run(ctx, plan, guard).await {
         Ok(stopped) => stopped,
         Err(err) => return Ending::new(RunOutcome::Failed, "StopFailed", err.to_string()),
     };
+    if backstop {
+        return Ending::new(
+            RunOutcome::Aborted,
+            "BackstopFired",
+            "Chaos Mesh's StatusCheck found the guard silent and aborted the run's Workflow before its time was up",
+        );
+    }
     if !stopped.remaining.is_empty() {
         return Ending::new(
             RunOutcome::Failed,
@@ -162,7 +242,7 @@ async fn drive(ctx: &Ctx, plan: &Plan, guard: &Guard) -> Ending {
     }
     set_phase(ctx, plan, guard, DrillPhase::Verifying);
     let mut sampler = Sampler::new(ctx, plan);
-    match hold(ctx, &mut sampler, guard, steady, "SloNotRecovered").await {
+    match hold(ctx, &mut sampler, guard, None, steady, "SloNotRecovered").await {
         Ok(()) => Ending::new(
             RunOutcome::Succeeded,
             "SloHeld",
@@ -183,27 +263,81 @@ fn set_phase(ctx: &Ctx, plan: &Plan, guard: &Guard, phase: DrillPhase) {
     ctx.settings.wake(&plan.drill);
 }
 
+/// What a run must still have at every look besides healthy SLOs: its
+/// windows and blackouts, a sale that is not Live (under `avoidLiveSale`),
+/// and no request from the reconcile to end.
+struct Mandate<'a> {
+    ctx: &'a Ctx,
+    plan: &'a Plan,
+    sale: SaleView,
+    read_at: Duration,
+}
+
+impl<'a> Mandate<'a> {
+    async fn new(ctx: &'a Ctx, plan: &'a Plan) -> Result<Self, crate::kit::Error> {
+        let drill = &plan.drill;
+        let namespace = drill.namespace().unwrap_or_default();
+        let sale = SaleView::read(ctx, &namespace, &drill.spec.sale_ref.name).await?;
+        Ok(Self {
+            ctx,
+            plan,
+            sale,
+            read_at: ctx.clock.monotonic(),
+        })
+    }
+
+    /// Whether the run may go on now; the ending otherwise (outcome
+    /// `Aborted`: the caller says what it is before injection).
+    async fn check(&mut self, guard: &Guard) -> Result<(), Ending> {
+        if let Some((reason, message)) = guard.end_asked() {
+            return Err(Ending::new(RunOutcome::Aborted, reason, message));
+        }
+        let now = self.ctx.clock.moment();
+        if now.mono.saturating_sub(self.read_at) >= SALE_REREAD {
+            let drill = &self.plan.drill;
+            let namespace = drill.namespace().unwrap_or_default();
+            // A failed read keeps the last view: its schedule still decides.
+            match SaleView::read(self.ctx, &namespace, &drill.spec.sale_ref.name).await {
+                Ok(view) => self.sale = view,
+                Err(err) => tracing::debug!(%err, "reading the sale again failed"),
+            }
+            self.read_at = now.mono;
+        }
+        still_allowed(
+            self.plan.calendar.as_ref(),
+            self.sale.state(now.wall),
+            self.plan.drill.spec.avoid_live_sale,
+            now.wall,
+        )
+    }
+}
+
 /// Waits until every objective held for `period`, giving up after twice
-/// the period plus `staleAfter` with `reason`.
+/// the period plus `staleAfter` with `reason`, or as soon as the `mandate`
+/// (when given) is lost.
 async fn hold(
     ctx: &Ctx,
     sampler: &mut Sampler<'_>,
     guard: &Guard,
+    mut mandate: Option<&mut Mandate<'_>>,
     period: Duration,
     reason: &'static str,
 ) -> Result<(), Ending> {
     let guard_spec = &sampler.plan.drill.spec.slo_guard;
-    let period_signed = signed(period);
-    let bound = ctx.clock.now() + signed(period * 2 + guard_spec.stale_after.0);
+    let limit = period * 2 + guard_spec.stale_after.0;
+    let bound = ctx.clock.monotonic() + limit;
     let mut since = None;
     let mut ticks = ticker(guard_spec.interval.0);
     loop {
         ticks.tick().await;
+        if let Some(mandate) = mandate.as_deref_mut() {
+            mandate.check(guard).await?;
+        }
         let verdict = sampler.evaluate().await;
         guard.verdict(verdict.reason(), verdict == Verdict::Healthy);
-        let now = ctx.clock.now();
+        let now = ctx.clock.monotonic();
         since = verdict::steady_since(since, &verdict, now);
-        if verdict::held_for(since, period_signed, now) {
+        if verdict::held_for(since, period, now) {
             return Ok(());
         }
         if now >= bound {
@@ -213,7 +347,7 @@ async fn hold(
                 format!(
                     "the objectives did not hold for {} within {}; last verdict {}",
                     api::Duration(period),
-                    api::Duration(period * 2 + guard_spec.stale_after.0),
+                    api::Duration(limit),
                     describe(&verdict)
                 ),
             ));
@@ -221,20 +355,101 @@ async fn hold(
     }
 }
 
-/// The run's injection: when, and until when the experiments last.
-struct Injected {
-    until: Timestamp,
+/// Judges the run until it must be aborted, and says why: the guard's side
+/// of the injection.
+async fn keep(
+    ctx: &Ctx,
+    guard: &Guard,
+    sampler: &mut Sampler<'_>,
+    mandate: &mut Mandate<'_>,
+) -> Cause {
+    let mut ticks = ticker(sampler.plan.drill.spec.slo_guard.interval.0);
+    loop {
+        ticks.tick().await;
+        if let Some(cause) = look(ctx, guard, sampler, mandate).await {
+            return cause;
+        }
+    }
 }
 
-/// Chooses the targets, creates the Workflow, waits for its StatusCheck
-/// and creates the experiments under it.
-async fn inject(ctx: &Ctx, plan: &Plan, guard: &Guard) -> Result<Injected, Ending> {
+/// One look of the guard: the mandate, then the SLOs; why the run must be
+/// aborted, if it must.
+async fn look(
+    ctx: &Ctx,
+    guard: &Guard,
+    sampler: &mut Sampler<'_>,
+    mandate: &mut Mandate<'_>,
+) -> Option<Cause> {
+    if let Err(ending) = mandate.check(guard).await {
+        return Some(Cause {
+            reason: ending.reason,
+            message: ending.message,
+            detected: ctx.clock.now(),
+        });
+    }
+    let verdict = sampler.evaluate().await;
+    guard.verdict(verdict.reason(), verdict == Verdict::Healthy);
+    guard.update(|progress| sampler.record_extremes(&mut progress.record.slo_extremes));
+    verdict.aborts().then(|| Cause {
+        reason: verdict.reason(),
+        message: describe(&verdict),
+        detected: match &verdict {
+            Verdict::Breach { sampled_at, .. } => *sampled_at,
+            _ => ctx.clock.now(),
+        },
+    })
+}
+
+/// Why a run is aborted, and when the cause was first seen (Prometheus's
+/// evaluation time for a breach).
+struct Cause {
+    reason: &'static str,
+    message: String,
+    detected: Timestamp,
+}
+
+/// The run's injection: until when, on the monotonic clock, the
+/// experiments last.
+struct Injected {
+    until: Duration,
+}
+
+/// Chooses the targets under the namespace's budget, creates the Workflow,
+/// waits for its StatusCheck and creates the experiments under it, each
+/// experiment cut to the time left in the window.
+async fn inject(ctx: &Ctx, plan: &Plan, guard: &Guard, sale_uid: &str) -> Result<Injected, Ending> {
     let drill = &plan.drill;
     let namespace = drill.namespace().unwrap_or_default();
     let failed = |reason: &'static str, err: &dyn std::fmt::Display| {
         Ending::new(RunOutcome::Failed, reason, err.to_string())
     };
-    // Pods already under chaos in the namespace, by any drill: the budget.
+    let skipped =
+        |reason: &'static str, message: String| Ending::new(RunOutcome::Skipped, reason, message);
+    // The experiments end with the window they start in.
+    let left = match &plan.calendar {
+        None => None,
+        Some(calendar) => {
+            let now = ctx.clock.now();
+            let Some(until) = calendar.allowed_until(now) else {
+                return Err(skipped(
+                    "OutsideWindow",
+                    "the allowed window closed while the SLOs were settling".to_owned(),
+                ));
+            };
+            Some(unsigned(until.duration_since(now)))
+        }
+    };
+    if left.is_some_and(|left| left < SHORTEST) {
+        return Err(skipped(
+            "OutsideWindow",
+            format!(
+                "less than {} of the window was left",
+                api::Duration(SHORTEST)
+            ),
+        ));
+    }
+    // Pods any Chaos Mesh object of the namespace names: what earlier
+    // leaders' runs hold, which this replica's budget does not know.
     let others = stop::list_all(
         &ctx.client,
         &namespace,
@@ -243,14 +458,19 @@ async fn inject(ctx: &Ctx, plan: &Plan, guard: &Guard) -> Result<Injected, Endin
     )
     .await
     .map_err(|err| failed("ReadFailed", &err))?;
-    let mut choices = Vec::new();
-    let mut held: Vec<(String, BTreeSet<String>)> = Vec::new();
+    let mut gathered = Vec::new();
     for experiment in &drill.spec.experiments {
         let component = chaos::component(experiment.target).label();
-        let candidates = candidates(ctx, &namespace, &drill.spec.sale_ref.name, experiment)
-            .await
-            .map_err(|err| failed("ReadFailed", &err))?;
-        let mut under_chaos: BTreeSet<String> = others
+        let candidates = candidates(
+            ctx,
+            &namespace,
+            &drill.spec.sale_ref.name,
+            sale_uid,
+            experiment,
+        )
+        .await
+        .map_err(|err| failed("ReadFailed", &err))?;
+        let listed: BTreeSet<String> = others
             .iter()
             .filter(|(_, o)| o.labels().get(TARGET_LABEL).map(String::as_str) == Some(component))
             .flat_map(|(_, o)| chaos::selected_pods(o))
@@ -259,26 +479,51 @@ async fn inject(ctx: &Ctx, plan: &Plan, guard: &Guard) -> Result<Injected, Endin
                     .map(str::to_owned)
             })
             .collect();
-        for (target, pods) in &held {
-            if target == component {
-                under_chaos.extend(pods.iter().cloned());
-            }
-        }
-        let seed = seed(&plan.run, &experiment.name);
-        match blast::select(&candidates, &under_chaos, &drill.spec.blast_radius, seed) {
-            blast::Selection::Chosen { pods, .. } => {
-                held.push((component.to_owned(), pods.iter().cloned().collect()));
-                choices.push((experiment.clone(), pods));
-            }
-            refused => {
-                return Err(Ending::new(
-                    RunOutcome::Skipped,
-                    refused.reason(),
-                    format!("experiment {}: {}", experiment.name, refused.message()),
-                ));
-            }
-        }
+        let kills = experiment
+            .pod_chaos
+            .as_ref()
+            .is_some_and(|p| p.action == api::chaosdrill::PodChaosKind::PodKill);
+        gathered.push((component, candidates, listed, kills));
     }
+    let asks: Vec<Ask<'_>> = gathered
+        .iter()
+        .zip(&drill.spec.experiments)
+        .map(|((component, candidates, listed, kills), experiment)| Ask {
+            component,
+            candidates,
+            listed,
+            radius: &drill.spec.blast_radius,
+            seed: seed(&plan.run, &experiment.name),
+            kills: *kills,
+        })
+        .collect();
+    let chosen = ctx
+        .settings
+        .budgets
+        .reserve(&namespace, &plan.key(), &asks)
+        .map_err(|(i, refused)| {
+            skipped(
+                refused.reason(),
+                format!(
+                    "experiment {}: {}",
+                    drill.spec.experiments[i].name,
+                    refused.message()
+                ),
+            )
+        })?;
+    let choices: Vec<(api::chaosdrill::Experiment, Vec<String>)> = drill
+        .spec
+        .experiments
+        .iter()
+        .zip(chosen)
+        .map(|(experiment, pods)| {
+            let mut experiment = experiment.clone();
+            if let Some(left) = left {
+                experiment.duration = api::Duration(experiment.duration.0.min(left));
+            }
+            (experiment, pods)
+        })
+        .collect();
     let longest = choices
         .iter()
         .map(|(e, _)| e.duration.0)
@@ -298,6 +543,7 @@ async fn inject(ctx: &Ctx, plan: &Plan, guard: &Guard) -> Result<Injected, Endin
         .await
         .map_err(|err| failed("CreateFailed", &err))?;
     let mut objects = vec![format!("Workflow/{}", workflow.name_any())];
+    guard.update(|progress| progress.record.objects = objects.clone());
     let status_check = match await_status_check(ctx, &namespace, &workflow.name_any()).await {
         Ok(Some(found)) => found,
         Ok(None) => {
@@ -340,6 +586,7 @@ async fn inject(ctx: &Ctx, plan: &Plan, guard: &Guard) -> Result<Injected, Endin
                     object.name_any()
                 ));
                 targets.extend(pods.iter().map(|p| format!("{namespace}/{p}")));
+                guard.update(|progress| progress.record.objects = objects.clone());
             }
             Err(err) => {
                 let _ = stop_run(ctx, plan, guard).await;
@@ -347,16 +594,37 @@ async fn inject(ctx: &Ctx, plan: &Plan, guard: &Guard) -> Result<Injected, Endin
             }
         }
     }
-    let now = ctx.clock.now();
+    let now = ctx.clock.moment();
     guard.update(|progress| {
-        progress.record.injected_at = Some(MicroTime(now));
+        progress.record.injected_at = Some(MicroTime(now.wall));
         progress.record.targeted_pods = i32::try_from(targets.len()).ok();
         progress.record.targets = targets;
         progress.record.objects = objects;
     });
     Ok(Injected {
-        until: now + signed(longest),
+        until: now.mono + longest,
     })
+}
+
+/// Whether Chaos Mesh's StatusCheck aborted the run's Workflow (or it is
+/// gone): the backstop, not the operator, ended the chaos.
+async fn backstop_fired(ctx: &Ctx, plan: &Plan) -> bool {
+    let namespace = plan.drill.namespace().unwrap_or_default();
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &namespace, &Kind::Workflow.resource());
+    let name = chaos::workflow_name(&plan.drill.name_any(), &plan.run);
+    match api.get_opt(&name).await {
+        Ok(Some(workflow)) => workflow
+            .annotations()
+            .get(WORKFLOW_ABORT_ANNOTATION)
+            .is_some_and(|v| v == "true"),
+        Ok(None) => true,
+        // Unknown: the run's own record stands.
+        Err(err) => {
+            tracing::debug!(%err, workflow = name, "reading the Workflow failed");
+            false
+        }
+    }
 }
 
 /// A reproducible seed per run and experiment, so a run's choice can be
@@ -369,30 +637,55 @@ fn seed(run: &str, experiment: &str) -> u64 {
     u64::from_le_bytes(bytes)
 }
 
-/// The pods of the experiment's target workload.
+/// The pods of the experiment's target workload: those with the sale's
+/// labels, the operator's managed-by label and an owner chain up to the
+/// sale (`sale_uid`), so a hand-made pod with copied labels is never one.
 async fn candidates(
     ctx: &Ctx,
     namespace: &str,
     sale: &str,
+    sale_uid: &str,
     experiment: &api::chaosdrill::Experiment,
 ) -> Result<Vec<blast::Candidate>, crate::kit::Error> {
+    use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
     let labels = selector(sale, chaos::component(experiment.target))
         .iter()
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
         .join(",");
+    let params = ListParams::default().labels(&labels);
+    let list_error =
+        |kind: &'static str| crate::kit::Error::kube(crate::kit::Verb::List, kind, labels.clone());
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
-    let list = pods
-        .list(&ListParams::default().labels(&labels))
-        .await
-        .map_err(crate::kit::Error::kube(
-            crate::kit::Verb::List,
-            "Pod",
-            labels.clone(),
-        ))?;
-    Ok(list
+    let sets: Api<ReplicaSet> = Api::namespaced(ctx.client.clone(), namespace);
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
+    let (pods, sets, deployments) = tokio::join!(
+        pods.list(&params),
+        sets.list(&params),
+        deployments.list(&params),
+    );
+    let pods = pods.map_err(list_error("Pod"))?;
+    let sets = sets.map_err(list_error("ReplicaSet"))?;
+    let deployments = deployments.map_err(list_error("Deployment"))?;
+    let owners: std::collections::BTreeMap<String, blast::Owner> = sets
         .items
         .iter()
+        .map(|o| (o.uid(), controller(&o.metadata)))
+        .chain(
+            deployments
+                .items
+                .iter()
+                .map(|o| (o.uid(), controller(&o.metadata))),
+        )
+        .filter_map(|(uid, owner)| Some((uid?, owner?)))
+        .collect();
+    Ok(pods
+        .items
+        .iter()
+        .filter(|pod| {
+            pod.labels().get(MANAGED_BY_KEY).map(String::as_str) == Some(MANAGED_BY)
+                && blast::owned_by_sale(controller(&pod.metadata).as_ref(), &owners, sale_uid)
+        })
         .map(|pod| blast::Candidate {
             name: pod.name_any(),
             ready: crate::flashsale::pods::is_ready(pod),
@@ -401,12 +694,35 @@ async fn candidates(
         .collect())
 }
 
+/// An object's controller owner, `(kind, uid)`.
+fn controller(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Option<blast::Owner> {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+        .map(|o| (o.kind.clone(), o.uid.clone()))
+}
+
+/// Creates one Chaos Mesh object, through the namespace's gate: never
+/// while the kill switch is on, nor after this replica stopped leading.
 async fn create(
     ctx: &Ctx,
     namespace: &str,
     kind: Kind,
     object: &DynamicObject,
 ) -> Result<(), crate::kit::Error> {
+    let refused = |err: &dyn std::fmt::Display| crate::kit::Error::KillSwitch(err.to_string());
+    if ctx.settings.kill_switch {
+        return Err(refused(&super::budget::GateClosed));
+    }
+    let _pass = ctx
+        .settings
+        .budgets
+        .enter(namespace)
+        .await
+        .map_err(|err| refused(&err))?;
     if !ctx.leadership.is_leader() {
         return Err(crate::kit::Error::NotLeader);
     }
@@ -461,25 +777,22 @@ async fn await_status_check(
 }
 
 /// Guards the injected run until its experiments' time is up (`None`) or
-/// the verdict aborts it (the ending).
+/// it must be aborted (the ending).
 async fn watch(
     ctx: &Ctx,
     plan: &Plan,
     guard: &Guard,
     sampler: &mut Sampler<'_>,
+    mandate: &mut Mandate<'_>,
     injected: Injected,
 ) -> Option<Ending> {
-    let drill = &plan.drill;
-    let mut ticks = ticker(drill.spec.slo_guard.interval.0);
+    let mut ticks = ticker(plan.drill.spec.slo_guard.interval.0);
     loop {
         ticks.tick().await;
-        let verdict = sampler.evaluate().await;
-        guard.verdict(verdict.reason(), verdict == Verdict::Healthy);
-        guard.update(|progress| sampler.record_extremes(&mut progress.record.slo_extremes));
-        if verdict.aborts() {
-            return Some(abort(ctx, plan, guard, &verdict).await);
+        if let Some(cause) = look(ctx, guard, sampler, mandate).await {
+            return Some(abort(ctx, plan, guard, cause).await);
         }
-        if ctx.clock.now() >= injected.until {
+        if ctx.clock.monotonic() >= injected.until {
             return None;
         }
     }
@@ -487,28 +800,27 @@ async fn watch(
 
 /// The abort: silence the endpoint, stop everything of the run at once,
 /// and record when each step happened.
-async fn abort(ctx: &Ctx, plan: &Plan, guard: &Guard, verdict: &Verdict) -> Ending {
-    let decided = ctx.clock.now();
-    guard.silence(verdict.reason());
-    let detected = match verdict {
-        Verdict::Breach { sampled_at, .. } => *sampled_at,
-        _ => decided,
-    };
+async fn abort(ctx: &Ctx, plan: &Plan, guard: &Guard, cause: Cause) -> Ending {
+    let decided = ctx.clock.moment();
+    guard.silence(cause.reason);
     guard.update(|progress| {
         progress.phase = DrillPhase::Aborting;
-        progress.record.detected_at = Some(MicroTime(detected));
-        progress.record.decided_at = Some(MicroTime(decided));
-        progress.record.detection_latency =
-            Some(api::Duration(unsigned(decided.duration_since(detected))));
+        progress.record.detected_at = Some(MicroTime(cause.detected));
+        progress.record.decided_at = Some(MicroTime(decided.wall));
+        progress.record.detection_latency = Some(api::Duration(unsigned(
+            decided.wall.duration_since(cause.detected),
+        )));
     });
     ctx.settings.wake(&plan.drill);
     let stopped = stop_run(ctx, plan, guard).await;
     let namespace = plan.drill.namespace().unwrap_or_default();
     match stopped {
         Ok(stopped) => {
+            // Measured on the monotonic clock; the wall-clock instants are
+            // what the record shows.
             let latency = stopped
-                .gone_at
-                .map(|gone| unsigned(gone.duration_since(decided)));
+                .gone_after
+                .map(|gone| gone.saturating_sub(decided.mono));
             if let Some(latency) = latency {
                 ctx.metrics
                     .drill_aborted(&namespace, &plan.drill.name_any(), latency);
@@ -518,7 +830,7 @@ async fn abort(ctx: &Ctx, plan: &Plan, guard: &Guard, verdict: &Verdict) -> Endi
                 progress.record.gone_at = stopped.gone_at.map(MicroTime);
                 progress.record.abort_latency = latency.map(api::Duration);
             });
-            let mut message = describe(verdict);
+            let mut message = cause.message;
             if !stopped.remaining.is_empty() {
                 message.push_str(&format!(
                     "; still present after {}: {}",
@@ -526,12 +838,12 @@ async fn abort(ctx: &Ctx, plan: &Plan, guard: &Guard, verdict: &Verdict) -> Endi
                     stopped.remaining.join(", ")
                 ));
             }
-            Ending::new(RunOutcome::Aborted, verdict.reason(), message)
+            Ending::new(RunOutcome::Aborted, cause.reason, message)
         }
         Err(err) => Ending::new(
             RunOutcome::Aborted,
-            verdict.reason(),
-            format!("{}; stopping failed: {err}", describe(verdict)),
+            cause.reason,
+            format!("{}; stopping failed: {err}", cause.message),
         ),
     }
 }
@@ -586,9 +898,9 @@ pub fn describe(verdict: &Verdict) -> String {
 struct Sampler<'a> {
     ctx: &'a Ctx,
     plan: &'a Plan,
-    started: Timestamp,
+    started: Duration,
     latest: Vec<Option<Reading>>,
-    last_usable: Vec<Option<Timestamp>>,
+    last_usable: Vec<Option<Duration>>,
 }
 
 impl<'a> Sampler<'a> {
@@ -597,7 +909,7 @@ impl<'a> Sampler<'a> {
         Self {
             ctx,
             plan,
-            started: ctx.clock.now(),
+            started: ctx.clock.monotonic(),
             latest: vec![None; n],
             last_usable: vec![None; n],
         }
@@ -624,10 +936,10 @@ impl<'a> Sampler<'a> {
             )
         });
         let readings = join_all(reads).await;
-        let answered = self.ctx.clock.now();
+        let answered: Moment = self.ctx.clock.moment();
         for (i, reading) in readings.into_iter().enumerate() {
             if matches!(reading, Reading::Value(_)) {
-                self.last_usable[i] = Some(answered);
+                self.last_usable[i] = Some(answered.mono);
             }
             self.latest[i] = Some(reading);
         }

@@ -1,5 +1,7 @@
-//! The guards of the runs this replica drives, and `/guard/<ns>/<drill>`,
-//! the dead-man endpoint each run's Chaos Mesh StatusCheck probes.
+//! The guards of the runs this replica drives, and
+//! `/guard/<ns>/<drill>/<run>`, the dead-man endpoint each run's Chaos Mesh
+//! StatusCheck probes. The path names the run: a leftover run's check is
+//! never kept healthy by the next run of the same drill.
 //!
 //! A guard is the task that drives one run (see [`super::execute`]); this
 //! module holds what the task shares with the reconcile (the run's
@@ -59,6 +61,7 @@ struct State_ {
     healthy_at: Option<Instant>,
     verdict: &'static str,
     progress: Progress,
+    end: Option<(&'static str, String)>,
 }
 
 impl Guard {
@@ -72,6 +75,7 @@ impl Guard {
                 healthy_at: None,
                 verdict: "Waiting",
                 progress,
+                end: None,
             }),
             task: Mutex::new(None),
         }
@@ -105,6 +109,17 @@ impl Guard {
             .healthy_at
             .is_some_and(|at| at.elapsed() <= self.stale_after);
         (fresh, state.verdict)
+    }
+
+    /// Asks the run to end at its next look (the drill's current spec no
+    /// longer allows it); the first ask wins.
+    pub fn ask_to_end(&self, reason: &'static str, message: String) {
+        self.state().end.get_or_insert((reason, message));
+    }
+
+    /// Why the run was asked to end, if it was.
+    pub fn end_asked(&self) -> Option<(&'static str, String)> {
+        self.state().end.clone()
     }
 
     /// Updates the run's progress.
@@ -168,6 +183,45 @@ impl Guards {
         }
     }
 
+    /// Forgets every guard of `namespace`, stopping their tasks; what they
+    /// were, by key.
+    pub fn remove_namespace(&self, namespace: &str) -> Vec<(String, Arc<Guard>)> {
+        let prefix = format!("{namespace}/");
+        let mut map = self.map();
+        let keys: Vec<String> = map
+            .keys()
+            .filter(|key| key.starts_with(&prefix))
+            .cloned()
+            .collect();
+        keys.into_iter()
+            .filter_map(|key| {
+                let guard = map.remove(&key)?;
+                guard.stop_task();
+                Some((key, guard))
+            })
+            .collect()
+    }
+
+    /// Forgets `key`'s guard if it guards a run of the drill `uid`, stopping
+    /// its task; the guard, if it did.
+    pub fn remove_drill(&self, key: &str, uid: &str) -> Option<Arc<Guard>> {
+        let mut map = self.map();
+        if map.get(key).is_none_or(|guard| guard.uid != uid) {
+            return None;
+        }
+        let guard = map.remove(key)?;
+        guard.stop_task();
+        Some(guard)
+    }
+
+    /// Every guard, by key.
+    pub fn all(&self) -> Vec<(String, Arc<Guard>)> {
+        self.map()
+            .iter()
+            .map(|(key, guard)| (key.clone(), guard.clone()))
+            .collect()
+    }
+
     /// Stops every guard's task and forgets them all: the replica stopped
     /// leading, and a guard that cannot write must not seem alive.
     pub fn clear(&self) {
@@ -176,25 +230,28 @@ impl Guards {
         }
     }
 
-    /// The `/guard/{namespace}/{drill}` endpoint.
+    /// The `/guard/{namespace}/{drill}/{run}` endpoint.
     pub fn router(&self) -> Router {
         Router::new()
-            .route("/guard/{namespace}/{drill}", get(answer))
+            .route("/guard/{namespace}/{drill}/{run}", get(answer))
             .with_state(self.clone())
     }
 }
 
 async fn answer(
     State(guards): State<Guards>,
-    Path((namespace, drill)): Path<(String, String)>,
+    Path((namespace, drill, run)): Path<(String, String, String)>,
 ) -> Response {
-    let Some(guard) = guards.get(&format!("{namespace}/{drill}")) else {
+    let Some(guard) = guards
+        .get(&format!("{namespace}/{drill}"))
+        .filter(|guard| guard.run == run)
+    else {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
             Json(json!({
                 "healthy": false,
                 "verdict": "NoGuard",
-                "message": format!("this replica guards no run of {namespace}/{drill}"),
+                "message": format!("this replica guards no run {run} of {namespace}/{drill}"),
             })),
         )
             .into_response();

@@ -6,7 +6,8 @@
 //!
 //! - [`calendar`]: when a run may start (cron, time zone, windows,
 //!   blackouts), pure.
-//! - [`blast`]: which pods, pure.
+//! - [`blast`]: which pods, pure; [`budget`]: the namespace's cap held
+//!   across runs, and the gate the kill switch closes.
 //! - [`verdict`]: whether the SLOs hold, pure.
 //! - [`chaos`]: the Chaos Mesh objects of a run.
 //! - [`execute`]: the task that drives one run; [`guard`] what it shares.
@@ -14,6 +15,7 @@
 //! - [`reconcile`]: scheduling, gates, status and Events.
 
 pub mod blast;
+pub mod budget;
 pub mod calendar;
 pub mod chaos;
 pub mod execute;
@@ -22,14 +24,20 @@ pub mod reconcile;
 pub mod stop;
 pub mod verdict;
 
-use std::{future::Future, sync::Arc, time::Duration};
+use std::{
+    collections::{BTreeSet, HashMap},
+    future::Future,
+    sync::Arc,
+    time::Duration,
+};
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{
     Api, Client, ResourceExt,
+    core::PartialObjectMeta,
     runtime::{
-        Controller, controller,
+        Controller, WatchStreamExt, controller,
         reflector::{ObjectRef, Store},
         watcher,
     },
@@ -39,7 +47,7 @@ use tokio::sync::broadcast;
 use crate::{
     api::ChaosDrill,
     degradation::signal::SignalReader,
-    kit::{self, Context, health::WatchHealth, lenient},
+    kit::{self, Context, Error, health::WatchHealth, lenient},
 };
 
 /// Annotation on a drill asking for a run now; its value names the
@@ -64,6 +72,8 @@ pub struct Settings {
     pub kill_switch: bool,
     /// The guards of the runs this replica drives.
     pub guards: guard::Guards,
+    /// The namespaces' budgets and kill gates.
+    pub budgets: budget::Budgets,
     wake: broadcast::Sender<ObjectRef<ChaosDrill>>,
 }
 
@@ -84,6 +94,7 @@ impl Settings {
             guard_base_url: guard_base_url.trim_end_matches('/').to_owned(),
             kill_switch,
             guards,
+            budgets: budget::Budgets::default(),
             wake,
         }
     }
@@ -94,9 +105,9 @@ impl Settings {
         let _ = self.wake.send(ObjectRef::from_obj(drill));
     }
 
-    /// The URL of `namespace/drill`'s guard.
-    pub fn guard_url(&self, namespace: &str, drill: &str) -> String {
-        format!("{}/guard/{namespace}/{drill}", self.guard_base_url)
+    /// The URL of the guard of `namespace/drill`'s run `run`.
+    pub fn guard_url(&self, namespace: &str, drill: &str, run: &str) -> String {
+        format!("{}/guard/{namespace}/{drill}/{run}", self.guard_base_url)
     }
 }
 
@@ -111,7 +122,9 @@ pub const KILL_SWITCH_POLL: Duration = Duration::from_secs(2);
 /// Runs the ChaosDrill controller until `shutdown` resolves. `namespace`
 /// limits it to one namespace; `None` watches them all. A drill the
 /// operator cannot read is left out and named in a Warning Event
-/// ([`lenient`]) instead of stopping the watch of every other drill.
+/// ([`lenient`]) instead of stopping the watch of every other drill; the
+/// kill switch and a drill's deletion still reach its run, since they act
+/// on the operator's record of its runs and on the objects' labels.
 pub async fn run(
     ctx: Arc<Ctx>,
     namespace: Option<&str>,
@@ -120,6 +133,7 @@ pub async fn run(
     // Guards from an earlier term are not running any more: forget them,
     // so their runs count as stale and are stopped first.
     ctx.settings.guards.clear();
+    ctx.settings.budgets.clear();
     let (drills, trigger) = lenient::watch::<ChaosDrill>(
         ctx.client.clone(),
         namespace,
@@ -137,31 +151,26 @@ pub async fn run(
         }
     });
     let config = controller::Config::default().concurrency(ctx.concurrency);
-    let controller = Controller::for_stream(trigger, drills.clone());
+    let health = WatchHealth::current();
     // The kill switch is an annotation on the namespace.
-    let controller = match namespace {
-        None => {
-            let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
-            controller.watches(
-                namespaces,
-                watcher::Config::default(),
-                move |ns: Namespace| in_namespace(&drills, &ns.name_any()),
-            )
-        }
-        Some(ns) => controller.reconcile_on(kill_switch_changes(
-            ctx.client.clone(),
-            ns.to_owned(),
-            drills,
-            WatchHealth::current(),
-        )),
+    let switches = match namespace {
+        None => namespace_watch(ctx.client.clone(), health.clone()).boxed(),
+        Some(ns) => namespace_poll(ctx.client.clone(), ns.to_owned(), health.clone()).boxed(),
     };
-    let results = controller
+    let switched = kill_switch_changes(ctx.clone(), switches, drills.clone());
+    let deleted = deletions(ctx.clone(), namespace, health);
+    let results = Controller::for_stream(trigger, drills)
+        .reconcile_on(switched)
         .reconcile_on(woken)
         .with_config(config)
         .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, kit::error_policy, ctx.clone());
-    kit::report(reconcile::IDENTITY, results.boxed()).await;
+    tokio::select! {
+        () = kit::report(reconcile::IDENTITY, results.boxed()) => {}
+        () = deleted => {}
+    }
     ctx.settings.guards.clear();
+    ctx.settings.budgets.clear();
 }
 
 /// The drills of `namespace` in `drills`.
@@ -174,34 +183,91 @@ fn in_namespace(drills: &Store<ChaosDrill>, namespace: &str) -> Vec<ObjectRef<Ch
         .collect()
 }
 
-/// Every drill of `namespace` each time its kill-switch annotation changes,
-/// read every [`KILL_SWITCH_POLL`]. A failed read counts as a watch error
-/// of the controller in `health`.
-fn kill_switch_changes(
+/// Stops every run the operator drives in `namespace` and removes every
+/// Chaos Mesh object it made there, whichever drill they belong to and
+/// whether or not that drill can still be read: the gate closes first (no
+/// create under way can land after the sweep), then the guards end, then
+/// the objects go.
+pub async fn sweep(ctx: &Ctx, namespace: &str) -> Result<stop::Stopped, Error> {
+    ctx.settings.budgets.close(namespace).await;
+    for (key, guard) in ctx.settings.guards.remove_namespace(namespace) {
+        guard.silence("KillSwitch");
+        tracing::info!(
+            drill = key,
+            run = guard.run,
+            "the kill switch ended the run"
+        );
+    }
+    let stopped = stop::stop(
+        &ctx.client,
+        &ctx.leadership,
+        ctx.clock.as_ref(),
+        stop::Scope {
+            namespace,
+            selector: &chaos::managed_selector(),
+            known: &[],
+        },
+        execute::STOP_BOUND,
+    )
+    .await?;
+    ctx.settings.budgets.release_namespace(namespace);
+    Ok(stopped)
+}
+
+/// Whether a namespace carries the kill switch.
+fn switched_on(ns: &Namespace) -> bool {
+    ns.annotations()
+        .get(KILL_SWITCH_ANNOTATION)
+        .is_some_and(|v| v == "true")
+}
+
+/// Every namespace's kill switch, as the watch of namespaces sees it.
+fn namespace_watch(
+    client: Client,
+    health: Option<WatchHealth>,
+) -> impl Stream<Item = (String, bool)> + Send + 'static {
+    let namespaces: Api<Namespace> = Api::all(client);
+    watcher::watcher(namespaces, watcher::Config::default())
+        .touched_objects()
+        .filter_map(move |result| {
+            let health = health.clone();
+            async move {
+                match result {
+                    Ok(ns) => Some((ns.name_any(), switched_on(&ns))),
+                    Err(err) => {
+                        let error = format!("watching namespaces for the kill switch: {err}");
+                        tracing::warn!(
+                            controller = reconcile::IDENTITY.name,
+                            error,
+                            "watch failed"
+                        );
+                        if let Some(health) = &health {
+                            health.failed(reconcile::IDENTITY.name, &error);
+                        }
+                        None
+                    }
+                }
+            }
+        })
+}
+
+/// `namespace`'s kill switch, read every [`KILL_SWITCH_POLL`]. A failed read
+/// counts as a watch error of the controller in `health`.
+fn namespace_poll(
     client: Client,
     namespace: String,
-    drills: Store<ChaosDrill>,
     health: Option<WatchHealth>,
-) -> impl Stream<Item = ObjectRef<ChaosDrill>> + Send + 'static {
+) -> impl Stream<Item = (String, bool)> + Send + 'static {
     let namespaces: Api<Namespace> = Api::all(client);
     let mut ticks = tokio::time::interval(KILL_SWITCH_POLL);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // The last value read; `None` before the first reading, which only sets
-    // the baseline (the controller's first list reconciles every drill).
-    let last: Option<Option<String>> = None;
-    futures::stream::unfold((ticks, last), move |(mut ticks, last)| {
-        let (namespaces, namespace, drills, health) = (
-            namespaces.clone(),
-            namespace.clone(),
-            drills.clone(),
-            health.clone(),
-        );
+    futures::stream::unfold(ticks, move |mut ticks| {
+        let (namespaces, namespace, health) =
+            (namespaces.clone(), namespace.clone(), health.clone());
         async move {
             ticks.tick().await;
-            let now = match namespaces.get_opt(&namespace).await {
-                Ok(ns) => {
-                    Some(ns.and_then(|ns| ns.annotations().get(KILL_SWITCH_ANNOTATION).cloned()))
-                }
+            let read = match namespaces.get_opt(&namespace).await {
+                Ok(ns) => Some((namespace, ns.as_ref().is_some_and(switched_on))),
                 Err(err) => {
                     let error = format!("reading namespace {namespace} for its kill switch: {err}");
                     tracing::warn!(controller = reconcile::IDENTITY.name, error, "watch failed");
@@ -211,12 +277,124 @@ fn kill_switch_changes(
                     None
                 }
             };
-            let woken = match (&last, &now) {
-                (Some(before), Some(after)) if before != after => in_namespace(&drills, &namespace),
-                _ => Vec::new(),
-            };
-            Some((futures::stream::iter(woken), (ticks, now.or(last))))
+            Some((read, ticks))
         }
     })
-    .flatten()
+    .filter_map(futures::future::ready)
+}
+
+/// The drills to reconcile each time a namespace's kill switch changes. A
+/// switch turned on is swept at once, before any drill is looked at: the
+/// sweep reaches runs of drills the watch cannot read, and of drills whose
+/// spec no longer validates.
+fn kill_switch_changes(
+    ctx: Arc<Ctx>,
+    switches: impl Stream<Item = (String, bool)> + Send + 'static,
+    drills: Store<ChaosDrill>,
+) -> impl Stream<Item = ObjectRef<ChaosDrill>> + Send + 'static {
+    let mut last: HashMap<String, bool> = HashMap::new();
+    switches
+        .filter_map(move |(namespace, on)| {
+            // The first look at a namespace with the switch off changes
+            // nothing: the controller's first list reconciles every drill.
+            let changed = last.insert(namespace.clone(), on).map_or(on, |was| was != on);
+            let woken = if changed {
+                if on {
+                    let ctx = ctx.clone();
+                    let namespace = namespace.clone();
+                    tokio::spawn(async move {
+                        if let Err(err) = sweep(&ctx, &namespace).await {
+                            tracing::warn!(namespace, %err, "the kill switch's sweep failed; each drill's reconcile sweeps again");
+                        }
+                    });
+                }
+                in_namespace(&drills, &namespace)
+            } else {
+                Vec::new()
+            };
+            futures::future::ready(Some(futures::stream::iter(woken)))
+        })
+        .flatten()
+}
+
+/// Ends the run of every drill that is deleted (or gone when the watch
+/// lists again): its guard stops and its objects go at once, rather than
+/// when the garbage collector gets to them. Watched as metadata only, so a
+/// drill whose spec cannot be read is seen too. Also drops a deleted
+/// drill's metric series.
+async fn deletions(ctx: Arc<Ctx>, namespace: Option<&str>, health: Option<WatchHealth>) {
+    let api: Api<PartialObjectMeta<ChaosDrill>> = match namespace {
+        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+        None => Api::all(ctx.client.clone()),
+    };
+    let mut events = watcher::watcher(api, watcher::Config::default()).boxed();
+    let mut listing: BTreeSet<String> = BTreeSet::new();
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(watcher::Event::Delete(drill)) => {
+                let (key, uid) = (kit::key(&drill), drill.uid().unwrap_or_default());
+                end_deleted(&ctx, &key, &uid);
+                if let Some(ns) = drill.namespace() {
+                    ctx.metrics.forget_drill(&ns, &drill.name_any());
+                }
+            }
+            Ok(watcher::Event::Init) => listing.clear(),
+            Ok(watcher::Event::InitApply(drill)) => {
+                listing.extend(drill.uid());
+            }
+            Ok(watcher::Event::InitDone) => {
+                for (key, guard) in ctx.settings.guards.all() {
+                    if !listing.contains(&guard.uid) {
+                        end_deleted(&ctx, &key, &guard.uid);
+                    }
+                }
+            }
+            Ok(watcher::Event::Apply(_)) => {}
+            Err(err) => {
+                let error = format!("watching ChaosDrills for deletions: {err}");
+                tracing::warn!(controller = reconcile::IDENTITY.name, error, "watch failed");
+                if let Some(health) = &health {
+                    health.failed(reconcile::IDENTITY.name, &error);
+                }
+            }
+        }
+    }
+}
+
+/// Stops the run of the deleted drill `key` (`uid`), if this replica
+/// drives one.
+fn end_deleted(ctx: &Arc<Ctx>, key: &str, uid: &str) {
+    let Some(guard) = ctx.settings.guards.remove_drill(key, uid) else {
+        return;
+    };
+    guard.silence("DrillDeleted");
+    let (namespace, drill) = key.split_once('/').unwrap_or_default();
+    let (namespace, drill) = (namespace.to_owned(), drill.to_owned());
+    let objects = chaos::parse_objects(&guard.progress().record.objects);
+    let ctx = ctx.clone();
+    tracing::info!(
+        drill = key,
+        run = guard.run,
+        "the drill was deleted: its run ends now"
+    );
+    tokio::spawn(async move {
+        let stopped = stop::stop(
+            &ctx.client,
+            &ctx.leadership,
+            ctx.clock.as_ref(),
+            stop::Scope {
+                namespace: &namespace,
+                selector: &chaos::run_selector(&drill, &guard.run),
+                known: &objects,
+            },
+            execute::STOP_BOUND,
+        )
+        .await;
+        ctx.settings
+            .budgets
+            .release(&namespace, &format!("{namespace}/{drill}/{}", guard.run));
+        if let Err(err) = stopped {
+            tracing::warn!(namespace, drill, %err, "stopping a deleted drill's run failed");
+        }
+    });
 }

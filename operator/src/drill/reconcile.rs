@@ -10,7 +10,11 @@ use k8s_openapi::{
     api::core::v1::Namespace,
     apimachinery::pkg::apis::meta::v1::{MicroTime, Time},
 };
-use kube::{Api, ResourceExt, runtime::controller::Action};
+use kube::{
+    Api, ResourceExt,
+    api::{Patch, PatchParams},
+    runtime::controller::Action,
+};
 
 use super::{
     Ctx, FORCE_ANNOTATION, KILL_SWITCH_ANNOTATION, RUN_NOW_ANNOTATION,
@@ -28,6 +32,7 @@ use crate::{
         flashsale::SalePhase,
     },
     apply,
+    flashsale::lifecycle::Timeline,
     kit::{self, Error, Identity, Verb},
     validate,
 };
@@ -77,6 +82,59 @@ async fn reconcile_drill(drill: &ChaosDrill, ctx: &Arc<Ctx>) -> Result<Action, E
         guard = None;
     }
 
+    let annotations = drill.annotations();
+    let request = annotations
+        .get(RUN_NOW_ANNOTATION)
+        .filter(|r| old.last_run_request.as_ref() != Some(*r))
+        .cloned();
+    // A force lifts the windows for the one request it came with, never a
+    // later one: it is taken off the drill whether it was used or not.
+    let force = annotations.get(FORCE_ANNOTATION).cloned();
+    if let Some(force) = &force {
+        consume_force(ctx, drill, force).await?;
+        if request.is_none() {
+            ctx.event(
+                drill,
+                true,
+                "ForceIgnored",
+                format!(
+                    "{FORCE_ANNOTATION} was set without a new {RUN_NOW_ANNOTATION} request; it applies only to the request it comes with, so it was removed"
+                ),
+            )
+            .await;
+        }
+    }
+    let now_time = Time(now);
+
+    // The kill switch comes first, whatever the spec or the run: every run
+    // of the namespace and every object the operator made there go.
+    if let Some(why) = kill_switch(ctx, &namespace).await? {
+        let stopped = super::sweep(ctx, &namespace).await?;
+        if let Some(current) = status.current_run.take() {
+            let ended = ended(
+                current,
+                RunOutcome::Aborted,
+                "KillSwitch",
+                format!("{why}: every experiment stopped"),
+                now,
+                &stopped,
+            );
+            announce(ctx, drill, &ended).await;
+            finish(&mut status, ended, drill.spec.history_limit);
+        }
+        if let Some(request) = &request {
+            refuse(ctx, drill, &mut status, request, "KillSwitch", &why).await;
+        }
+        status.phase = Some(DrillPhase::Suspended);
+        status.next_run_time = None;
+        status
+            .observed
+            .set(READY, false, "KillSwitch", why, &now_time);
+        write_status(ctx, drill, &status).await?;
+        return Ok(Action::await_change());
+    }
+    ctx.settings.budgets.open(&namespace).await;
+
     // A run in the status that no guard of this replica drives lost its
     // guard (the operator restarted, or this replica just took the lease):
     // stop its chaos before anything else.
@@ -99,8 +157,18 @@ async fn reconcile_drill(drill: &ChaosDrill, ctx: &Arc<Ctx>) -> Result<Action, E
     if let (true, Err(err)) = (problems.is_empty(), &calendar) {
         messages.push(err.to_string());
     }
-    let now_time = Time(now);
     if !messages.is_empty() {
+        if let Some(request) = &request {
+            refuse(
+                ctx,
+                drill,
+                &mut status,
+                request,
+                reasons::INVALID_SPEC,
+                "the spec cannot be run; see Stalled",
+            )
+            .await;
+        }
         status.observed.set(
             STALLED,
             true,
@@ -132,43 +200,9 @@ async fn reconcile_drill(drill: &ChaosDrill, ctx: &Arc<Ctx>) -> Result<Action, E
         "the spec passed every check",
         &now_time,
     );
-
-    if let Some(why) = kill_switch(ctx, &namespace).await? {
-        ctx.settings.guards.remove(&key);
-        // Everything the operator created in the namespace, not only this
-        // drill's run: the switch must leave no chaos behind.
-        let stopped = stop::stop(
-            &ctx.client,
-            &ctx.leadership,
-            ctx.clock.as_ref(),
-            stop::Scope {
-                namespace: &namespace,
-                selector: &chaos::managed_selector(),
-                known: &[],
-            },
-            execute::STOP_BOUND,
-        )
-        .await?;
-        if let Some(current) = status.current_run.take() {
-            let ended = ended(
-                current,
-                RunOutcome::Aborted,
-                "KillSwitch",
-                format!("{why}: every experiment stopped"),
-                now,
-                &stopped,
-            );
-            announce(ctx, drill, &ended).await;
-            finish(&mut status, ended, drill.spec.history_limit);
-        }
-        status.phase = Some(DrillPhase::Suspended);
-        status.next_run_time = None;
-        status
-            .observed
-            .set(READY, false, "KillSwitch", why, &now_time);
-        write_status(ctx, drill, &status).await?;
-        return Ok(Action::await_change());
-    }
+    let sale = SaleView::read(ctx, &namespace, &drill.spec.sale_ref.name)
+        .await?
+        .state(now);
 
     if let Some(guard) = guard {
         let progress = guard.progress();
@@ -178,8 +212,22 @@ async fn reconcile_drill(drill: &ChaosDrill, ctx: &Arc<Ctx>) -> Result<Action, E
             status.phase = Some(DrillPhase::Scheduled);
             status.next_run_time = calendar.next_run(now).map(Time);
             set_ready(&mut status, &now_time);
+            if let Some(request) = &request {
+                status.last_run_request = Some(request.clone());
+            }
             write_status(ctx, drill, &status).await?;
             return Ok(next_look(&status, now));
+        }
+        if let Some(request) = &request {
+            let message = format!("run {} is in progress", guard.run);
+            refuse(ctx, drill, &mut status, request, "RunInProgress", &message).await;
+        }
+        // The spec as it is now binds the run too: a blackout added, a
+        // window shortened or avoidLiveSale set end it.
+        let binding = progress.record.forced.is_none().then_some(&calendar);
+        if let Err(ending) = execute::still_allowed(binding, sale, drill.spec.avoid_live_sale, now)
+        {
+            guard.ask_to_end(ending.reason, ending.message);
         }
         status.current_run = Some(progress.record);
         status.phase = Some(progress.phase);
@@ -192,6 +240,17 @@ async fn reconcile_drill(drill: &ChaosDrill, ctx: &Arc<Ctx>) -> Result<Action, E
     }
 
     if drill.spec.suspend {
+        if let Some(request) = &request {
+            refuse(
+                ctx,
+                drill,
+                &mut status,
+                request,
+                "Suspended",
+                "spec.suspend is set",
+            )
+            .await;
+        }
         status.phase = Some(DrillPhase::Suspended);
         status.next_run_time = None;
         status
@@ -201,27 +260,22 @@ async fn reconcile_drill(drill: &ChaosDrill, ctx: &Arc<Ctx>) -> Result<Action, E
         return Ok(Action::await_change());
     }
 
-    let annotations = drill.annotations();
-    let request = annotations
-        .get(RUN_NOW_ANNOTATION)
-        .filter(|r| old.last_run_request.as_ref() != Some(*r));
     // A spec edit (or a first look) reschedules from now.
     let next_run = match (&old.next_run_time, old.observed.observed_generation) {
         (Some(next), seen) if seen == drill.metadata.generation => Some(next.0),
         _ => calendar.next_run(now),
     };
-    let sale = sale_state(ctx, &namespace, &drill.spec.sale_ref.name).await?;
     let decision = decide_start(&Facts {
         now,
         calendar: &calendar,
         next_run,
-        request: request.map(String::as_str),
-        force: annotations.get(FORCE_ANNOTATION).map(String::as_str),
+        request: request.as_deref(),
+        force: force.as_deref(),
         sale,
         avoid_live_sale: drill.spec.avoid_live_sale,
     });
     if let Some(request) = request {
-        status.last_run_request = Some(request.clone());
+        status.last_run_request = Some(request);
     }
     match decision {
         Start::Wait => {
@@ -229,22 +283,7 @@ async fn reconcile_drill(drill: &ChaosDrill, ctx: &Arc<Ctx>) -> Result<Action, E
             status.next_run_time = next_run.map(Time);
         }
         Start::Skip { reason, message } => {
-            let record = RunRecord {
-                id: run_id(now),
-                started_at: Some(Time(now)),
-                ended_at: Some(Time(now)),
-                outcome: Some(RunOutcome::Skipped),
-                reason: Some(reason.to_owned()),
-                message: Some(message),
-                ..RunRecord::default()
-            };
-            ctx.metrics.drill_run(
-                &namespace,
-                &drill.name_any(),
-                outcome_name(RunOutcome::Skipped),
-            );
-            announce(ctx, drill, &record).await;
-            finish(&mut status, record, drill.spec.history_limit);
+            skip(ctx, drill, &mut status, reason, message).await;
             status.phase = Some(DrillPhase::Scheduled);
             status.next_run_time = calendar.next_run(now).map(Time);
         }
@@ -338,13 +377,11 @@ fn start(
     let plan = Plan {
         drill: Arc::new(drill.clone()),
         run: record.id.clone(),
+        guard_url: ctx
+            .settings
+            .guard_url(namespace, &drill.name_any(), &record.id),
         prometheus_url,
-        allowed_until: if forced.is_some() {
-            None
-        } else {
-            calendar.allowed_until(now)
-        },
-        guard_url: ctx.settings.guard_url(namespace, &drill.name_any()),
+        calendar: forced.is_none().then(|| calendar.clone()),
     };
     let key = kit::key(drill);
     ctx.settings.guards.insert(&key, guard.clone());
@@ -360,7 +397,7 @@ async fn stop_stale(
     namespace: &str,
     current: RunRecord,
 ) -> Result<RunRecord, Error> {
-    let decided = ctx.clock.now();
+    let decided = ctx.clock.moment();
     let stopped = stop::stop(
         &ctx.client,
         &ctx.leadership,
@@ -378,12 +415,12 @@ async fn stop_stale(
         RunOutcome::Aborted,
         "GuardLost",
         "no guard of this replica drives the run (the operator restarted or the lease changed hands): its chaos was stopped".to_owned(),
-        decided,
+        decided.wall,
         &stopped,
     );
-    record.decided_at = Some(MicroTime(decided));
-    if let Some(gone) = stopped.gone_at {
-        let latency = std::time::Duration::try_from(gone - decided).unwrap_or_default();
+    record.decided_at = Some(MicroTime(decided.wall));
+    if let Some(gone) = stopped.gone_after {
+        let latency = gone.saturating_sub(decided.mono);
         record.abort_latency = Some(api::Duration(latency));
         ctx.metrics
             .drill_aborted(namespace, &drill.name_any(), latency);
@@ -432,6 +469,82 @@ fn finish(status: &mut ChaosDrillStatus, record: RunRecord, limit: i32) {
     status
         .history
         .truncate(usize::try_from(limit.max(1)).unwrap_or(1));
+}
+
+/// Records a run that was due but did not start: a `Skipped` history
+/// entry, its Event and its count.
+async fn skip(
+    ctx: &Ctx,
+    drill: &ChaosDrill,
+    status: &mut ChaosDrillStatus,
+    reason: &str,
+    message: String,
+) {
+    let now = ctx.clock.now();
+    let record = RunRecord {
+        id: run_id(now),
+        started_at: Some(Time(now)),
+        ended_at: Some(Time(now)),
+        outcome: Some(RunOutcome::Skipped),
+        reason: Some(reason.to_owned()),
+        message: Some(message),
+        ..RunRecord::default()
+    };
+    ctx.metrics.drill_run(
+        &drill.namespace().unwrap_or_default(),
+        &drill.name_any(),
+        outcome_name(RunOutcome::Skipped),
+    );
+    announce(ctx, drill, &record).await;
+    finish(status, record, drill.spec.history_limit);
+}
+
+/// Refuses a run-now request when it arrives (kill switch, suspended,
+/// invalid spec, a run in progress): it is recorded as skipped and handled,
+/// never kept to fire when the obstacle is gone.
+async fn refuse(
+    ctx: &Ctx,
+    drill: &ChaosDrill,
+    status: &mut ChaosDrillStatus,
+    request: &str,
+    reason: &str,
+    why: &str,
+) {
+    let message = format!("run-now request {request} refused: {why}");
+    skip(ctx, drill, status, reason, message).await;
+    status.last_run_request = Some(request.to_owned());
+}
+
+/// Takes the force annotation off the drill, if it still has the value
+/// `force` (an edit meanwhile is left for the next reconcile).
+async fn consume_force(ctx: &Ctx, drill: &ChaosDrill, force: &str) -> Result<(), Error> {
+    if !ctx.leadership.is_leader() {
+        return Err(Error::NotLeader);
+    }
+    let namespace = drill.namespace().unwrap_or_default();
+    let name = drill.name_any();
+    let api: Api<ChaosDrill> = Api::namespaced(ctx.client.clone(), &namespace);
+    // The resourceVersion makes the removal conditional: it fails rather
+    // than remove a force given with a newer request.
+    let patch = serde_json::json!({"metadata": {
+        "resourceVersion": drill.resource_version(),
+        "annotations": {FORCE_ANNOTATION: null},
+    }});
+    match api
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            tracing::debug!(
+                force,
+                "the drill changed meanwhile; its next reconcile consumes the force"
+            );
+        }
+        Err(err) => return Err(Error::kube(Verb::Apply, "ChaosDrill", &name)(err)),
+    }
+    apply::wrote(ctx, Verb::Apply, "ChaosDrill", &namespace, &name);
+    Ok(())
 }
 
 /// An Event per ended run: Warning when aborted or failed.
@@ -490,19 +603,45 @@ pub enum SaleState {
     NotLive,
 }
 
-async fn sale_state(ctx: &Ctx, namespace: &str, name: &str) -> Result<SaleState, Error> {
-    let sales: Api<FlashSale> = Api::namespaced(ctx.client.clone(), namespace);
-    let sale = sales
-        .get_opt(name)
-        .await
-        .map_err(Error::kube(Verb::Read, "FlashSale", name))?;
-    Ok(match sale {
-        None => SaleState::Missing,
-        Some(sale) if sale.status.as_ref().and_then(|s| s.phase) == Some(SalePhase::Live) => {
-            SaleState::Live
+/// The target sale as a run's gates read it: whether it exists, its
+/// schedule and whether its status says Live.
+#[derive(Debug, Clone, Default)]
+pub struct SaleView {
+    /// The sale's uid; `None` when it does not exist.
+    pub uid: Option<String>,
+    /// Its schedule.
+    timeline: Option<Timeline>,
+    /// Whether its status says Live.
+    status_live: bool,
+}
+
+impl SaleView {
+    /// Reads `namespace/name`.
+    pub async fn read(ctx: &Ctx, namespace: &str, name: &str) -> Result<Self, Error> {
+        let sales: Api<FlashSale> = Api::namespaced(ctx.client.clone(), namespace);
+        let sale = sales
+            .get_opt(name)
+            .await
+            .map_err(Error::kube(Verb::Read, "FlashSale", name))?;
+        Ok(sale.map_or_else(Self::default, |sale| Self {
+            uid: sale.uid(),
+            timeline: Some(Timeline::of(&sale.spec)),
+            status_live: sale.status.as_ref().and_then(|s| s.phase) == Some(SalePhase::Live),
+        }))
+    }
+
+    /// The sale at `now`. Live means inside its schedule, whatever its
+    /// status says (a sale whose status is `Failed` may still serve), or a
+    /// status that says Live.
+    pub fn state(&self, now: Timestamp) -> SaleState {
+        match &self.timeline {
+            None => SaleState::Missing,
+            Some(timeline) if self.status_live || timeline.phase_at(now).0 == SalePhase::Live => {
+                SaleState::Live
+            }
+            Some(_) => SaleState::NotLive,
         }
-        Some(_) => SaleState::NotLive,
-    })
+    }
 }
 
 /// What [`decide_start`] looks at.

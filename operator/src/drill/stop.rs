@@ -18,7 +18,7 @@ use serde_json::json;
 
 use super::chaos::{Kind, PAUSE_ANNOTATION, recovered};
 use crate::{
-    clock::Clock,
+    clock::{Clock, Moment},
     kit::{Error, Verb},
     leader::Leadership,
 };
@@ -38,6 +38,8 @@ pub struct Stopped {
     /// When every experiment object was gone; `None` if some remain at the
     /// bound (Chaos Mesh down, or a target it cannot recover).
     pub gone_at: Option<Timestamp>,
+    /// The same instant on the monotonic clock, for latencies.
+    pub gone_after: Option<Duration>,
     /// What still remained at the bound, `Kind/name`.
     pub remaining: Vec<String>,
 }
@@ -125,7 +127,7 @@ pub async fn stop(
             }
         }
     }
-    let now = clock.now();
+    let now = clock.moment();
     // Everything deleted, known or listed, counted once.
     let stopped: std::collections::BTreeSet<(Kind, String)> =
         known.iter().cloned().chain(others).collect();
@@ -138,8 +140,15 @@ pub async fn stop(
     Ok(Stopped {
         experiments: count(false),
         workflows: count(true),
-        recovered_at: progress.recovered_at.or(progress.done().then_some(now)),
-        gone_at: progress.done().then(|| progress.gone_at.unwrap_or(now)),
+        recovered_at: progress
+            .recovered_at
+            .or(progress.done().then_some(now.wall)),
+        gone_at: progress
+            .done()
+            .then(|| progress.gone_at.map_or(now.wall, |at| at.wall)),
+        gone_after: progress
+            .done()
+            .then(|| progress.gone_at.map_or(now.mono, |at| at.mono)),
         remaining: progress
             .left
             .keys()
@@ -153,7 +162,7 @@ struct Progress {
     /// `(kind, name)` → recovered.
     left: BTreeMap<(Kind, String), bool>,
     recovered_at: Option<Timestamp>,
-    gone_at: Option<Timestamp>,
+    gone_at: Option<Moment>,
 }
 
 impl Progress {
@@ -173,7 +182,7 @@ impl Progress {
     }
 
     /// Takes in what an experiment is now (`None`: gone).
-    fn saw(&mut self, kind: Kind, name: String, now: Option<&DynamicObject>, at: Timestamp) {
+    fn saw(&mut self, kind: Kind, name: String, now: Option<&DynamicObject>, at: Moment) {
         let key = (kind, name);
         match now {
             None => {
@@ -186,7 +195,7 @@ impl Progress {
             }
         }
         if self.recovered_at.is_none() && self.left.values().all(|done| *done) {
-            self.recovered_at = Some(at);
+            self.recovered_at = Some(at.wall);
         }
         if self.gone_at.is_none() && self.left.is_empty() {
             self.gone_at = Some(at);
@@ -229,10 +238,10 @@ async fn follow(
             }
             Ok(Some((kind, event))) => match event? {
                 WatchEvent::Deleted(object) => {
-                    progress.saw(kind, object.name_any(), None, clock.now());
+                    progress.saw(kind, object.name_any(), None, clock.moment());
                 }
                 WatchEvent::Added(object) | WatchEvent::Modified(object) => {
-                    progress.saw(kind, object.name_any(), Some(&object), clock.now());
+                    progress.saw(kind, object.name_any(), Some(&object), clock.moment());
                 }
                 WatchEvent::Bookmark(_) => {}
                 WatchEvent::Error(status) => {
@@ -255,7 +264,7 @@ async fn poll(
 ) -> Result<(), Error> {
     while !progress.done() && Instant::now() < until {
         let (left, _) = listed(client, namespace, selector, &Kind::EXPERIMENTS).await?;
-        let now = clock.now();
+        let now = clock.moment();
         let present: BTreeMap<(Kind, String), &DynamicObject> = left
             .iter()
             .map(|(kind, o)| ((*kind, o.name_any()), o))

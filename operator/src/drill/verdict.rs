@@ -23,6 +23,8 @@
 //! spec's order. A guard with no objective (the schema requires one) vouches
 //! for nothing, so it is blind.
 
+use std::time::Duration;
+
 use jiff::{SignedDuration, Timestamp};
 
 use crate::{
@@ -30,6 +32,7 @@ use crate::{
         self,
         chaosdrill::{BreachWhen, SloObjective},
     },
+    clock::Moment,
     degradation::signal::{LossCause, Reading},
 };
 
@@ -40,8 +43,8 @@ pub struct Observed<'a> {
     pub objective: &'a SloObjective,
     /// The latest evaluation of its query, if any has finished.
     pub latest: Option<&'a Reading>,
-    /// When a usable value last arrived.
-    pub last_usable: Option<Timestamp>,
+    /// When a usable value last arrived, on the monotonic clock.
+    pub last_usable: Option<Duration>,
 }
 
 /// The guard's judgement at one instant.
@@ -108,12 +111,14 @@ impl Verdict {
 }
 
 /// The guard's verdict at `now` over every objective, for a guard started at
-/// `started` with the dead-man bound `stale_after`.
+/// `started` (monotonic) with the dead-man bound `stale_after`. Silence is
+/// measured on the monotonic clock, a sample's age on the wall clock (the
+/// sample's timestamp is Prometheus's).
 pub fn verdict(
     observed: &[Observed<'_>],
-    started: Timestamp,
+    started: Duration,
     stale_after: SignedDuration,
-    now: Timestamp,
+    now: Moment,
 ) -> Verdict {
     let mut worst: Option<Verdict> = None;
     for one in observed {
@@ -136,9 +141,9 @@ pub fn verdict(
 /// The verdict on one objective.
 fn judge(
     one: &Observed<'_>,
-    started: Timestamp,
+    started: Duration,
     stale_after: SignedDuration,
-    now: Timestamp,
+    now: Moment,
 ) -> Verdict {
     let objective = one.objective;
     let name = || objective.name.clone();
@@ -150,7 +155,8 @@ fn judge(
     // The dead-man clock runs from the last evidence, or from the start:
     // before it started the guard was not asked to see anything.
     let since = one.last_usable.map_or(started, |at| at.max(started));
-    let silent = now.duration_since(since);
+    let silent =
+        SignedDuration::try_from(now.mono.saturating_sub(since)).unwrap_or(SignedDuration::MAX);
     match one.latest {
         None if silent < stale_after => Verdict::Waiting { objective: name() },
         None => blind(
@@ -178,7 +184,7 @@ fn judge(
         }
         Some(Reading::Lost(loss)) => blind(loss.cause, loss.detail.clone()),
         Some(Reading::Value(sample)) => {
-            let age = now.duration_since(sample.at);
+            let age = now.wall.duration_since(sample.at);
             if age > stale_after {
                 return blind(
                     LossCause::Stale,
@@ -224,10 +230,10 @@ fn within(value: f64, threshold: f64, breach_when: BreachWhen) -> bool {
 /// When the current healthy streak started: kept while healthy, `now` on the
 /// first healthy verdict, none once the guard is anything but healthy.
 pub fn steady_since(
-    previous: Option<Timestamp>,
+    previous: Option<Duration>,
     verdict: &Verdict,
-    now: Timestamp,
-) -> Option<Timestamp> {
+    now: Duration,
+) -> Option<Duration> {
     match verdict {
         Verdict::Healthy => Some(previous.unwrap_or(now)),
         _ => None,
@@ -235,9 +241,9 @@ pub fn steady_since(
 }
 
 /// Whether a healthy streak started at `since` has lasted the steady-state
-/// `period` at `now` (exactly `period` counts).
-pub fn held_for(since: Option<Timestamp>, period: SignedDuration, now: Timestamp) -> bool {
-    since.is_some_and(|since| now.duration_since(since) >= period)
+/// `period` at `now` (exactly `period` counts); both on the monotonic clock.
+pub fn held_for(since: Option<Duration>, period: Duration, now: Duration) -> bool {
+    since.is_some_and(|since| now.checked_sub(since).is_some_and(|held| held >= period))
 }
 
 /// A duration for a message (0 if negative, as after a clock step back).
@@ -254,6 +260,19 @@ mod tests {
     fn t(millis: i64) -> Timestamp {
         Timestamp::from_millisecond(1_794_355_200_000 + millis)
             .unwrap_or_else(|err| panic!("bad time {millis}: {err}"))
+    }
+
+    /// `millis` on the monotonic clock.
+    fn m(millis: i64) -> Duration {
+        Duration::from_millis(u64::try_from(millis).unwrap_or_default())
+    }
+
+    /// `millis` on both clocks, which agree here.
+    fn at(millis: i64) -> Moment {
+        Moment {
+            wall: t(millis),
+            mono: m(millis),
+        }
     }
 
     /// The guard starts at 0 with a 2 s dead-man bound.
@@ -290,10 +309,10 @@ mod tests {
             .map(|(objective, Seen(latest, last_usable))| Observed {
                 objective,
                 latest: latest.as_ref(),
-                last_usable: last_usable.map(t),
+                last_usable: last_usable.map(m),
             })
             .collect();
-        verdict(&observed, t(STARTED), STALE_AFTER, t(now))
+        verdict(&observed, m(STARTED), STALE_AFTER, at(now))
     }
 
     fn judge_one(objective: SloObjective, seen: Seen, now: i64) -> Verdict {
@@ -600,43 +619,43 @@ mod tests {
         let healthy = Verdict::Healthy;
         let cases = [
             // (previous, verdict, since)
-            (None, &healthy, Some(t(5000))),
-            (Some(t(1000)), &healthy, Some(t(1000))),
-            (Some(t(1000)), &waiting("a"), None),
+            (None, &healthy, Some(m(5000))),
+            (Some(m(1000)), &healthy, Some(m(1000))),
+            (Some(m(1000)), &waiting("a"), None),
             (None, &waiting("a"), None),
-            (Some(t(1000)), &breach("a", 1.0, 0.5, Above, 0), None),
+            (Some(m(1000)), &breach("a", 1.0, 0.5, Above, 0), None),
         ];
         for (previous, verdict, since) in cases {
             assert_eq!(
-                steady_since(previous, verdict, t(5000)),
+                steady_since(previous, verdict, m(5000)),
                 since,
                 "{verdict:?}"
             );
         }
-        let period = SignedDuration::from_secs(60);
+        let period = Duration::from_secs(60);
         let held = [
             (None, 1_000_000, false),
             (Some(0), 59_999, false),
             (Some(0), 60_000, true),
             (Some(0), 61_000, true),
-            // A clock stepping back does not count as held.
+            // A streak that starts later than now is not held.
             (Some(10_000), 0, false),
         ];
         for (since, now, want) in held {
             assert_eq!(
-                held_for(since.map(t), period, t(now)),
+                held_for(since.map(m), period, m(now)),
                 want,
                 "{since:?} {now}"
             );
         }
-        assert!(held_for(Some(t(0)), SignedDuration::ZERO, t(0)));
+        assert!(held_for(Some(m(0)), Duration::ZERO, m(0)));
     }
 
     #[test]
     fn a_run_of_evaluations_holds_then_aborts() {
         // A blip of unreachable restarts the steady state; a breach ends it.
         let slo = objective("error-rate", 0.05, Above);
-        let period = SignedDuration::from_millis(1500);
+        let period = Duration::from_millis(1500);
         let steps = [
             // (now, latest, last usable, reason, steady since, held)
             (0, Some(value(0.01, 0)), Some(0), "Healthy", Some(0), false),
@@ -685,9 +704,28 @@ mod tests {
         for (now, latest, last_usable, reason, want_since, held) in steps {
             let got = judge_one(slo.clone(), Seen(latest, last_usable), now);
             assert_eq!(got.reason(), reason, "at {now}");
-            since = steady_since(since, &got, t(now));
-            assert_eq!(since, want_since.map(t), "at {now}");
-            assert_eq!(held_for(since, period, t(now)), held, "at {now}");
+            since = steady_since(since, &got, m(now));
+            assert_eq!(since, want_since.map(m), "at {now}");
+            assert_eq!(held_for(since, period, m(now)), held, "at {now}");
         }
+    }
+
+    #[test]
+    fn a_wall_clock_step_back_does_not_keep_a_blind_guard_waiting() {
+        // Prometheus stopped answering at 1000; then the wall clock stepped
+        // back an hour while the monotonic clock went on for 3 s.
+        let slo = objective("error-rate", 0.05, Above);
+        let lost = lost(LossCause::Unreachable);
+        let observed = [Observed {
+            objective: &slo,
+            latest: Some(&lost),
+            last_usable: Some(m(1000)),
+        }];
+        let stepped = Moment {
+            wall: t(4000 - 3_600_000),
+            mono: m(4000),
+        };
+        let got = verdict(&observed, m(STARTED), STALE_AFTER, stepped);
+        assert_eq!(got.reason(), "PrometheusUnreachable", "{got:?}");
     }
 }

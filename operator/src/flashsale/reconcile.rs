@@ -124,7 +124,6 @@ async fn reconcile_sale(sale: &FlashSale, ctx: &Ctx) -> Result<Action, Error> {
     let new = status::observed(old, generation, &seen, now);
     write_status(ctx, sale, &new, None).await?;
     announce_pod_problem(ctx, sale, &seen).await;
-    ctx.reset_backoff(&key(sale));
     tracing::debug!(sale = %key(sale), ?phase, ?stage, next = ?next, "reconciled");
     Ok(requeue(ctx, now, next, stage))
 }

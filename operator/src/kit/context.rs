@@ -101,6 +101,8 @@ impl<S> Context<S> {
     /// Publishes an Event of `action`. Events of one reason and action on
     /// one object fold into a series that keeps the first note, so an action
     /// that differs per occurrence (`Tier1To2`) keeps each one readable.
+    /// Only the leader publishes: an Event is a write like any other, and a
+    /// standby's would tell of runs and tiers it does not drive.
     pub async fn event_of<K: Resource<DynamicType = ()>>(
         &self,
         object: &K,
@@ -109,6 +111,10 @@ impl<S> Context<S> {
         action: &str,
         note: String,
     ) {
+        if !self.leadership.is_leader() {
+            tracing::debug!(object = object.name_any(), reason, "not leading: no Event");
+            return;
+        }
         let event = Event {
             type_: if warning {
                 EventType::Warning

@@ -89,6 +89,9 @@ pub enum Error {
     /// A status could not be encoded.
     #[error("encoding the status: {0}")]
     Encode(#[from] serde_json::Error),
+    /// A kill switch refused the write.
+    #[error("{0}")]
+    KillSwitch(String),
 }
 
 impl Error {
@@ -127,6 +130,7 @@ impl ReconcileError for Error {
             Self::NotOwned { .. } => "ObjectNotOwned",
             Self::MissingMetadata(_) => "InvalidObject",
             Self::Encode(_) => "EncodeFailed",
+            Self::KillSwitch(_) => "KillSwitch",
         }
     }
 

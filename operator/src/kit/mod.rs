@@ -54,7 +54,8 @@ pub fn key<K: Resource>(object: &K) -> String {
 /// Runs `body` as one reconcile of `object`: in a span naming the
 /// controller and the object, timed and counted, and on failure logged and
 /// published as a Warning Event under the error's reason — except when the
-/// replica merely stopped leading, which must not write, Events included.
+/// replica merely stopped leading, which must not write, Events included. A
+/// success resets the object's backoff.
 pub async fn reconcile<K, S, E, F, Fut>(
     object: Arc<K>,
     ctx: Arc<Context<S>>,
@@ -74,6 +75,11 @@ where
         let name = ctx.id.name;
         ctx.metrics
             .reconciled(name, result.is_ok(), started.elapsed());
+        // A success ends the run of failures: the next one retries after
+        // the first step again, not after the last.
+        if result.is_ok() {
+            ctx.reset_backoff(&key);
+        }
         if let Err(err) = &result {
             ctx.metrics.failed(name, err.reason());
             if !err.not_leader() {

@@ -103,6 +103,18 @@ impl DrillScene {
             .map(ResourceExt::name_any)
             .collect();
         anyhow::ensure!(!nodes.is_empty(), "no kwok node");
+        // Owned by the sale itself and labelled as the operator labels its
+        // pods: a drill targets only pods whose owners lead to the sale.
+        let sale = Api::<FlashSale>::namespaced(self.client.clone(), &self.ns.name)
+            .get(SALE)
+            .await?;
+        let owner = json!({
+            "apiVersion": "flashsale.dev/v1alpha1",
+            "kind": "FlashSale",
+            "name": SALE,
+            "uid": sale.uid(),
+            "controller": true,
+        });
         let pods = self.pods();
         stream::iter(0..count)
             .map(|i| {
@@ -114,7 +126,9 @@ impl DrillScene {
                         "labels": {
                             "app.kubernetes.io/part-of": SALE,
                             "app.kubernetes.io/component": "gateway",
+                            "app.kubernetes.io/managed-by": "flashsale-operator",
                         },
+                        "ownerReferences": [owner],
                     },
                     "spec": {
                         // Bound directly: a thousand pods need no scheduler.
@@ -285,10 +299,11 @@ impl DrillScene {
             .items)
     }
 
-    /// GET the operator's guard endpoint for `drill`: the status code.
-    pub async fn guard(&self, drill: &str) -> anyhow::Result<u16> {
+    /// GET the operator's guard endpoint for `drill`'s run `run`: the
+    /// status code.
+    pub async fn guard(&self, drill: &str, run: &str) -> anyhow::Result<u16> {
         let url = format!(
-            "http://{}/guard/{}/{drill}",
+            "http://{}/guard/{}/{drill}/{run}",
             self.operator.ops, self.ns.name
         );
         Ok(reqwest::get(url).await?.status().as_u16())
