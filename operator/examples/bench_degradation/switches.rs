@@ -133,6 +133,7 @@ impl Switcher {
             switches: switches(tier),
             reason: "benchmark".to_owned(),
             changed_at: Some(now),
+            override_expires: None,
         }
     }
 

@@ -75,6 +75,11 @@ pub mod reasons {
     pub const OVERRIDE_STARTED: &str = "OverrideStarted";
     /// Event: an override expired or was removed; the signal decides again.
     pub const OVERRIDE_ENDED: &str = "OverrideEnded";
+    /// `spec.override` expires too far ahead and is not applied.
+    pub const OVERRIDE_REFUSED: &str = "OverrideRefused";
+    /// An override lapsed and no policy took the switches back: the
+    /// operator lifted them.
+    pub const OVERRIDE_EXPIRED: &str = "OverrideExpired";
     /// The load signal was read and is fresh.
     pub const SIGNAL_OK: &str = "SignalOk";
     /// Prometheus did not answer, or answered with an error status.

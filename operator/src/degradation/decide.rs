@@ -5,7 +5,12 @@
 //!
 //! The rules, in order:
 //! - An override whose `expires` is after now wins. At `expires` exactly it
-//!   has lapsed, and the signal decides again from the tier in force.
+//!   has lapsed, and the signal decides again from the tier in force. One
+//!   that expires more than [`OVERRIDE_HORIZON`] ahead is refused and the
+//!   signal decides: an override is for an incident and is renewed while it
+//!   lasts, so `2099-…` is a typo, and a typo must not pin a sale's
+//!   features for years. (The apiserver cannot refuse it: CEL has no
+//!   clock.)
 //! - The signal steps up at once, to the highest tier whose `enterAbove` it
 //!   exceeds, skipping tiers if need be.
 //! - It steps down one tier at a time, each step only after the value stayed
@@ -53,6 +58,22 @@ pub struct Memory {
     pub lost_since: Option<Timestamp>,
 }
 
+impl Memory {
+    /// The memory as seen at `now`: an instant after `now` (the wall clock
+    /// stepped back since it was written) is taken as `now`. A streak then
+    /// restarts, so a hold-down lasts at most its own length more, never
+    /// the length of the step.
+    fn not_after(&self, now: Timestamp) -> Self {
+        let clamp = |at: Option<Timestamp>| at.map(|at| at.min(now));
+        Self {
+            since: clamp(self.since),
+            below_exit_since: clamp(self.below_exit_since),
+            lost_since: clamp(self.lost_since),
+            ..self.clone()
+        }
+    }
+}
+
 impl Default for Memory {
     /// A new policy: nothing degraded.
     fn default() -> Self {
@@ -78,6 +99,38 @@ pub struct Decision {
     /// The next instant the decision could change with no new reading: the
     /// end of a hold-down, of `onSignalLoss.after`, or the override's expiry.
     pub wake_at: Option<Timestamp>,
+    /// When the override that decided the tier lapses; `None` when the
+    /// signal decided. Written with the switches, so the override's expiry
+    /// is honoured even if this policy can no longer be evaluated.
+    pub override_expires: Option<Timestamp>,
+    /// Why the spec's override was refused, if it was.
+    pub refused_override: Option<String>,
+}
+
+/// The furthest ahead an override may expire.
+pub const OVERRIDE_HORIZON: SignedDuration = SignedDuration::from_hours(24);
+
+/// The spec's override as it stands at an instant.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum OverrideAt<'a> {
+    /// None is set, or it lapsed.
+    Absent,
+    /// It decides the tier until it expires.
+    InForce(&'a Override),
+    /// It expires more than [`OVERRIDE_HORIZON`] ahead: not applied.
+    TooFar(&'a Override),
+}
+
+/// The spec's override at `now`.
+pub fn override_at(spec: &DegradationPolicySpec, now: Timestamp) -> OverrideAt<'_> {
+    match spec.r#override.as_ref() {
+        Some(over) if now >= over.expires.0 => OverrideAt::Absent,
+        Some(over) if over.expires.0 > plus(now, OVERRIDE_HORIZON.unsigned_abs()) => {
+            OverrideAt::TooFar(over)
+        }
+        Some(over) => OverrideAt::InForce(over),
+        None => OverrideAt::Absent,
+    }
 }
 
 /// What a rule decided, before the bookkeeping every rule shares.
@@ -97,11 +150,26 @@ pub fn decide(
     reading: &Reading,
     now: Timestamp,
 ) -> Decision {
+    let memory = &memory.not_after(now);
     let lost_since = match reading {
         Reading::Value(_) => None,
         Reading::Lost(_) => Some(memory.lost_since.unwrap_or(now)),
     };
-    let in_force = spec.r#override.as_ref().filter(|o| now < o.expires.0);
+    let at = override_at(spec, now);
+    let in_force = match at {
+        OverrideAt::InForce(over) => Some(over),
+        OverrideAt::Absent | OverrideAt::TooFar(_) => None,
+    };
+    let refused_override = match at {
+        OverrideAt::TooFar(over) => Some(format!(
+            "spec.override (tier {}) refused: it expires at {}, more than {} ahead; \
+             set an expiry within a day and renew it while the incident lasts",
+            over.tier,
+            over.expires.0,
+            api::Duration(OVERRIDE_HORIZON.unsigned_abs())
+        )),
+        OverrideAt::Absent | OverrideAt::InForce(_) => None,
+    };
     let step = match (in_force, reading) {
         (Some(over), _) => overridden(over, reading),
         (None, Reading::Value(sample)) => by_signal(spec, memory, sample.value, now),
@@ -119,6 +187,8 @@ pub fn decide(
         changed,
         message: step.message,
         wake_at: step.wake_at,
+        override_expires: in_force.map(|over| over.expires.0),
+        refused_override,
     }
 }
 
@@ -479,6 +549,25 @@ mod tests {
     }
 
     #[test]
+    fn a_wall_clock_stepped_back_costs_at_most_one_more_hold_down() {
+        // Below exitBelow since 0; then the clock steps back an hour.
+        let spec = spec();
+        let memory = Memory {
+            below_exit_since: Some(t(0)),
+            ..at_tier(1, TierReason::Signal)
+        };
+        let stepped = t(60 - 3600);
+        let held = decide(&spec, &memory, &reading(V(0.5), stepped), stepped);
+        assert_eq!(held.memory.tier, 1);
+        assert_eq!(held.memory.below_exit_since, Some(stepped));
+        // The hold-down restarts at the step, not an hour after it.
+        assert_eq!(held.wake_at, Some(t(60 - 3600 + 120)));
+        let next = t(60 - 3600 + 120);
+        let down = decide(&spec, &held.memory, &reading(V(0.5), next), next);
+        assert_eq!(down.memory.tier, 0, "{}", down.message);
+    }
+
+    #[test]
     fn oscillating_load_never_flaps() {
         // Around tier 1's enterAbove, after entering: stays at tier 1.
         let mut steps = vec![(0, V(0.81), 1)];
@@ -641,6 +730,35 @@ mod tests {
         assert_eq!(lapsed.memory.source, TierReason::Signal);
         // A higher override beats a low signal.
         run(&with_override(2, 100), Memory::default(), &[(0, V(0.1), 2)]);
+    }
+
+    #[test]
+    fn an_override_expiring_more_than_a_day_ahead_is_refused_and_the_signal_decides() {
+        let day = 24 * 3600;
+        // Exactly a day ahead is allowed; a second more is not.
+        let allowed = decide(
+            &with_override(2, day),
+            &Memory::default(),
+            &reading(V(0.1), t(0)),
+            t(0),
+        );
+        assert_eq!(allowed.memory.tier, 2);
+        assert_eq!(allowed.override_expires, Some(t(day)));
+        assert_eq!(allowed.refused_override, None);
+        let refused = decide(
+            &with_override(2, day + 1),
+            &Memory::default(),
+            &reading(V(0.1), t(0)),
+            t(0),
+        );
+        assert_eq!(refused.memory.tier, 0);
+        assert_eq!(refused.memory.source, TierReason::Signal);
+        assert_eq!(refused.override_expires, None);
+        let why = refused.refused_override.unwrap_or_default();
+        assert!(
+            why.contains("spec.override") && why.contains("24h"),
+            "{why}"
+        );
     }
 
     #[test]

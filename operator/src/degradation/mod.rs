@@ -10,6 +10,7 @@
 //! A sale without a policy has no switches and its gateways run at tier 0.
 
 pub mod decide;
+pub mod expiry;
 pub mod pace;
 pub mod propagation;
 pub mod reconcile;
@@ -23,7 +24,7 @@ use kube::runtime::{Controller, controller, watcher};
 use crate::{
     api::DegradationPolicy,
     flashsale::probe::Probe,
-    kit::{self, Context, lenient},
+    kit::{self, Context, health::WatchHealth, lenient},
 };
 
 /// Held on every policy until its deletion has lifted the sale's
@@ -64,9 +65,15 @@ pub async fn run(
         lenient::Rejections::of(&ctx),
     );
     let config = controller::Config::default().concurrency(ctx.concurrency);
+    // A lapsed override is lifted even when its policy cannot be
+    // evaluated or read ([`expiry`]).
+    let keeper = expiry::run(ctx.clone(), namespace, WatchHealth::current());
     let results = Controller::for_stream(trigger, policies)
         .with_config(config)
         .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, kit::error_policy, ctx);
-    kit::report(reconcile::IDENTITY, results).await;
+    tokio::select! {
+        () = kit::report(reconcile::IDENTITY, results) => {}
+        () = keeper => {}
+    }
 }

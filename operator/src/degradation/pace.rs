@@ -2,32 +2,36 @@
 //! controller too; without pacing every write would evaluate (and write)
 //! again at once. Kept in memory: a new leader evaluates at once, which is
 //! what it should do anyway.
+//!
+//! Due times are on the monotonic clock ([`crate::clock::Clock::monotonic`]):
+//! a wall clock stepped back an hour must not leave a policy unevaluated for
+//! that hour.
 
 use std::{collections::HashMap, sync::Mutex, time::Duration};
-
-use jiff::Timestamp;
 
 /// The next evaluation of every policy, by key.
 #[derive(Debug, Default)]
 pub struct Pace {
-    due: Mutex<HashMap<String, (Option<i64>, Timestamp)>>,
+    due: Mutex<HashMap<String, (Option<i64>, Duration)>>,
 }
 
 impl Pace {
-    /// How long to wait before evaluating `key` at `generation`: `None` when
-    /// it is due (its time has come, or its spec changed since, as when
-    /// on-call sets an override, which must act now).
-    pub fn wait(&self, key: &str, generation: Option<i64>, now: Timestamp) -> Option<Duration> {
+    /// How long to wait before evaluating `key` at `generation`, at `now`
+    /// on the monotonic clock: `None` when it is due (its time has come, or
+    /// its spec changed since, as when on-call sets an override, which must
+    /// act now).
+    pub fn wait(&self, key: &str, generation: Option<i64>, now: Duration) -> Option<Duration> {
         let due = self.due.lock().unwrap_or_else(|p| p.into_inner());
         let (seen, at) = due.get(key)?;
         if *seen != generation || *at <= now {
             return None;
         }
-        Duration::try_from(at.duration_since(now)).ok()
+        Some(*at - now)
     }
 
-    /// Records that `key` at `generation` is next due at `at`.
-    pub fn set(&self, key: &str, generation: Option<i64>, at: Timestamp) {
+    /// Records that `key` at `generation` is next due at `at` on the
+    /// monotonic clock.
+    pub fn set(&self, key: &str, generation: Option<i64>, at: Duration) {
         self.due
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -47,8 +51,8 @@ impl Pace {
 mod tests {
     use super::*;
 
-    fn at(ms: i64) -> Timestamp {
-        Timestamp::from_millisecond(ms).unwrap_or(Timestamp::UNIX_EPOCH)
+    fn at(ms: u64) -> Duration {
+        Duration::from_millis(ms)
     }
 
     #[test]

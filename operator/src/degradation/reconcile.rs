@@ -8,7 +8,11 @@ use std::{sync::Arc, time::Instant};
 use flashsale_degradation::{Degradation, Switches, next_generation};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use kube::{Api, ResourceExt, api::ListParams, runtime::controller::Action};
+use kube::{
+    Api, ResourceExt,
+    api::{ApiResource, DynamicObject, ListParams},
+    runtime::controller::Action,
+};
 
 use super::{
     Ctx, FINALIZER,
@@ -59,9 +63,10 @@ async fn reconcile_policy(policy: &DegradationPolicy, ctx: &Ctx) -> Result<Actio
         apply::set_finalizers(ctx, policy, &finalizers).await?;
         return Ok(Action::await_change());
     }
-    let now = ctx.clock.now();
+    let moment = ctx.clock.moment();
+    let now = moment.wall;
     let generation = policy.metadata.generation;
-    if let Some(wait) = ctx.settings.pace.wait(&key, generation, now) {
+    if let Some(wait) = ctx.settings.pace.wait(&key, generation, moment.mono) {
         return Ok(Action::requeue(wait));
     }
     let interval = policy.spec.signal.interval.0;
@@ -87,7 +92,7 @@ async fn reconcile_policy(policy: &DegradationPolicy, ctx: &Ctx) -> Result<Actio
             }
             ctx.settings
                 .pace
-                .set(&key, generation, now + interval_span(interval));
+                .set(&key, generation, moment.mono + interval);
             return Ok(Action::requeue(interval));
         }
     };
@@ -107,21 +112,17 @@ async fn reconcile_policy(policy: &DegradationPolicy, ctx: &Ctx) -> Result<Actio
     ctx.metrics
         .set_tier(&namespace, &policy.name_any(), decision.memory.tier);
     announce(ctx, policy, old, &new, &decision, &reading).await;
-    ctx.reset_backoff(&key);
 
-    let next = decision
+    // The next evaluation: the interval, or sooner when the decision can
+    // change by time alone (a hold-down ends, an override lapses).
+    let wait = decision
         .wake_at
-        .filter(|at| *at < now + interval_span(interval))
-        .unwrap_or(now + interval_span(interval));
-    ctx.settings.pace.set(&key, generation, next);
-    tracing::debug!(tier = decision.memory.tier, source = ?decision.memory.source, next = %next, "evaluated");
-    Ok(Action::requeue(
-        std::time::Duration::try_from(next.duration_since(now)).unwrap_or(interval),
-    ))
-}
-
-fn interval_span(interval: std::time::Duration) -> jiff::SignedDuration {
-    jiff::SignedDuration::try_from(interval).unwrap_or(jiff::SignedDuration::from_secs(5))
+        .and_then(|at| std::time::Duration::try_from(at.duration_since(now)).ok())
+        .filter(|wait| *wait < interval)
+        .unwrap_or(interval);
+    ctx.settings.pace.set(&key, generation, moment.mono + wait);
+    tracing::debug!(tier = decision.memory.tier, source = ?decision.memory.source, next = ?wait, "evaluated");
+    Ok(Action::requeue(wait))
 }
 
 /// The sale the policy switches, unless something stops the policy: an
@@ -154,13 +155,8 @@ async fn gather(
             ),
         }));
     };
-    let policies: Api<DegradationPolicy> = Api::namespaced(ctx.client.clone(), namespace);
-    let all = policies
-        .list(&ListParams::default())
-        .await
-        .map_err(kit::Error::kube(Verb::List, "DegradationPolicy", namespace))?;
+    let all = policies_in(ctx, namespace).await?;
     let rivals: Vec<&DegradationPolicy> = all
-        .items
         .iter()
         .filter(|p| p.spec.sale_ref.name == *sale_name && p.metadata.deletion_timestamp.is_none())
         .collect();
@@ -178,18 +174,36 @@ async fn gather(
     }
     Ok(switches_in_force(ctx, namespace, &sale)
         .await?
-        .map(|current| (sale, current)))
+        .map(|current| (sale, current.state())))
 }
 
-/// The switches the sale's `<sale>-degradation` ConfigMap holds (`None`
-/// when there is none, or it does not parse), or a blocker when an object of
-/// that name is not the sale's: the operator does not write over it, and
-/// the gateways do not read it.
+/// The sale's `<sale>-degradation` ConfigMap as the operator finds it.
+enum InForce {
+    /// There is none: the gateways run at tier 0.
+    Absent,
+    /// Its data does not parse: the gateways keep their last good state.
+    Unreadable,
+    /// The state it holds.
+    State(Degradation),
+}
+
+impl InForce {
+    fn state(self) -> Option<Degradation> {
+        match self {
+            Self::State(state) => Some(state),
+            Self::Absent | Self::Unreadable => None,
+        }
+    }
+}
+
+/// What the sale's `<sale>-degradation` ConfigMap holds, or a blocker when
+/// an object of that name is not the sale's: the operator does not write
+/// over it, and the gateways do not read it.
 async fn switches_in_force(
     ctx: &Ctx,
     namespace: &str,
     sale: &FlashSale,
-) -> Result<Result<Option<Degradation>, Blocker>, Error> {
+) -> Result<Result<InForce, Blocker>, Error> {
     let name = build::names::degradation(sale);
     let uid = sale
         .uid()
@@ -200,7 +214,7 @@ async fn switches_in_force(
             .await
             .map_err(kit::Error::kube(Verb::Read, "ConfigMap", &name))?
     else {
-        return Ok(Ok(None));
+        return Ok(Ok(InForce::Absent));
     };
     if !apply::controlled_by(&map, &uid) {
         let refused = kit::Error::NotOwned {
@@ -214,7 +228,10 @@ async fn switches_in_force(
         }));
     }
     Ok(Ok(
-        Degradation::from_data(&map.data.unwrap_or_default()).ok()
+        match Degradation::from_data(&map.data.unwrap_or_default()) {
+            Ok(state) => InForce::State(state),
+            Err(_) => InForce::Unreadable,
+        },
     ))
 }
 
@@ -293,9 +310,16 @@ async fn publish(
         .ok_or(kit::Error::MissingMetadata("metadata.namespace"))?;
     let tier = decision.memory.tier;
     let wanted = switches_for(&policy.spec, tier);
-    let unchanged = current
-        .as_ref()
-        .is_some_and(|c| i64::from(c.tier) == i64::from(tier) && c.switches == wanted);
+    // A generation beyond belief (a hand edit) is written over at once:
+    // the gateways refuse it, so it could never be what they apply.
+    // The override's expiry goes with the switches: a state that outlived
+    // its override is written again without it, even at the same tier.
+    let unchanged = current.as_ref().is_some_and(|c| {
+        i64::from(c.tier) == i64::from(tier)
+            && c.switches == wanted
+            && c.override_expires == decision.override_expires
+            && flashsale_degradation::plausible(c.generation, now)
+    });
     let recorded = policy
         .status
         .as_ref()
@@ -311,6 +335,7 @@ async fn publish(
             switches: wanted,
             reason: decision.message.clone(),
             changed_at: Some(now),
+            override_expires: decision.override_expires,
         };
         let map = build::degradation_config_map(sale, &state)?;
         apply::apply(ctx, &map).await?;
@@ -394,6 +419,10 @@ async fn gateways(
 
 /// On deletion: lift the sale's degradation (tier 0, a new generation), so
 /// deleting the policy never leaves the gateways degraded, then let go.
+/// Decided from what the switches ConfigMap holds, not from the policy's
+/// status, which may lag the last write (a policy deleted between writing
+/// the switches and its status). Another live policy of the same sale is
+/// left to decide: it takes the switches over.
 async fn release(
     ctx: &Ctx,
     policy: &DegradationPolicy,
@@ -403,48 +432,40 @@ async fn release(
     if !policy.finalizers().iter().any(|f| f == FINALIZER) {
         return Ok(Action::await_change());
     }
-    let in_force = policy.status.as_ref().and_then(|s| s.tier).unwrap_or(0);
-    let holds = policy.status.as_ref().is_some_and(|s| {
-        s.observed
-            .get(READY)
-            .is_none_or(|c| c.reason != reasons::CONFLICTING_POLICY)
-    });
+    let sale_name = &policy.spec.sale_ref.name;
     let sales: Api<FlashSale> = Api::namespaced(ctx.client.clone(), namespace);
     let sale = sales
-        .get_opt(&policy.spec.sale_ref.name)
+        .get_opt(sale_name)
         .await
-        .map_err(kit::Error::kube(
-            Verb::Read,
-            "FlashSale",
-            &policy.spec.sale_ref.name,
-        ))?;
-    if let Some(sale) =
-        sale.filter(|s| holds && in_force != 0 && s.metadata.deletion_timestamp.is_none())
-    {
+        .map_err(kit::Error::kube(Verb::Read, "FlashSale", sale_name))?
+        .filter(|sale| sale.metadata.deletion_timestamp.is_none());
+    if let Some(sale) = sale
+        && !rival_exists(ctx, policy, namespace).await?
         // Someone else's ConfigMap in the sale's name is not written over.
-        if let Ok(current) = switches_in_force(ctx, namespace, &sale).await? {
-            let previous = current.map_or(0, |c| c.generation);
-            let now = ctx.clock.now();
-            let state = Degradation {
-                tier: 0,
-                generation: next_generation(previous, now),
-                switches: Switches::default(),
-                reason: format!(
-                    "DegradationPolicy {} deleted: nothing degraded",
-                    policy.name_any()
-                ),
-                changed_at: Some(now),
-            };
-            apply::apply(ctx, &build::degradation_config_map(&sale, &state)?).await?;
-            ctx.event_of(
-                policy,
-                false,
-                reasons::TIER_CHANGED,
-                &format!("Tier{in_force}To0"),
-                format!("tier {in_force} → 0: the policy is being deleted"),
-            )
-            .await;
-        }
+        && let Ok(current) = switches_in_force(ctx, namespace, &sale).await?
+        && let Some(previous) = degraded(&current)
+    {
+        let now = ctx.clock.now();
+        let state = Degradation {
+            tier: 0,
+            generation: next_generation(previous.generation, now),
+            switches: Switches::default(),
+            reason: format!(
+                "DegradationPolicy {} deleted: nothing degraded",
+                policy.name_any()
+            ),
+            changed_at: Some(now),
+            override_expires: None,
+        };
+        apply::apply(ctx, &build::degradation_config_map(&sale, &state)?).await?;
+        ctx.event_of(
+            policy,
+            false,
+            reasons::TIER_CHANGED,
+            &format!("Tier{}To0", previous.tier),
+            format!("tier {} → 0: the policy is being deleted", previous.tier),
+        )
+        .await;
     }
     let rest: Vec<String> = policy
         .finalizers()
@@ -456,6 +477,58 @@ async fn release(
     ctx.settings.pace.forget(key);
     ctx.metrics.forget_policy(namespace, &policy.name_any());
     Ok(Action::await_change())
+}
+
+/// What must be lifted of `current`: the state in force unless it already
+/// degrades nothing (a ConfigMap that does not parse is lifted too, from
+/// generation 0: the gateways kept their last good state).
+fn degraded(current: &InForce) -> Option<Degradation> {
+    match current {
+        InForce::Absent => None,
+        InForce::Unreadable => Some(Degradation::default()),
+        InForce::State(state)
+            if state.tier == 0
+                && state.switches == Switches::default()
+                && state.override_expires.is_none() =>
+        {
+            None
+        }
+        InForce::State(state) => Some(state.clone()),
+    }
+}
+
+/// The namespace's policies, each read on its own: one the operator's type
+/// cannot read (the watch names it in an `InvalidObject` Event) is left
+/// out instead of failing the list for every policy.
+async fn policies_in(ctx: &Ctx, namespace: &str) -> Result<Vec<DegradationPolicy>, Error> {
+    let resource = ApiResource::erase::<DegradationPolicy>(&());
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), namespace, &resource);
+    let all = api
+        .list(&ListParams::default())
+        .await
+        .map_err(kit::Error::kube(Verb::List, "DegradationPolicy", namespace))?;
+    Ok(all
+        .items
+        .into_iter()
+        .filter_map(|object| {
+            serde_json::to_value(object)
+                .and_then(serde_json::from_value)
+                .ok()
+        })
+        .collect())
+}
+
+/// Whether another policy of the same sale, not being deleted, exists.
+async fn rival_exists(
+    ctx: &Ctx,
+    policy: &DegradationPolicy,
+    namespace: &str,
+) -> Result<bool, Error> {
+    Ok(policies_in(ctx, namespace).await?.iter().any(|p| {
+        p.uid() != policy.uid()
+            && p.spec.sale_ref.name == policy.spec.sale_ref.name
+            && p.metadata.deletion_timestamp.is_none()
+    }))
 }
 
 async fn write_status(
@@ -509,6 +582,13 @@ async fn announce(
         );
         let action = format!("Tier{from}To{}", decision.memory.tier);
         ctx.event_of(policy, false, reasons::TIER_CHANGED, &action, note)
+            .await;
+    }
+    let was_refused = old
+        .and_then(|s| s.observed.get(READY))
+        .is_some_and(|c| c.reason == reasons::OVERRIDE_REFUSED);
+    if let (Some(why), false) = (&decision.refused_override, was_refused) {
+        ctx.event(policy, true, reasons::OVERRIDE_REFUSED, why.clone())
             .await;
     }
     let was_lost = old.is_some_and(|s| s.signal_lost_since.is_some());

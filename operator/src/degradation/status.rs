@@ -6,7 +6,7 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, MicroTime, Time};
 
 use super::{
-    decide::{Decision, Memory},
+    decide::{Decision, Memory, OverrideAt, override_at},
     propagation::Progress,
     signal::Reading,
 };
@@ -172,17 +172,26 @@ pub fn evaluated(
         conditions.set(PROPAGATED, ok, reason, message, &when);
     }
     let ready_message = format!("tier {}: {}", memory.tier, seen.decision.message);
-    conditions.set(READY, true, reasons::AS_EXPECTED, ready_message, &when);
+    match &seen.decision.refused_override {
+        // The signal still decides, but what on-call asked for is not done.
+        Some(why) => conditions.set(
+            READY,
+            false,
+            reasons::OVERRIDE_REFUSED,
+            format!("{why}; {ready_message}"),
+            &when,
+        ),
+        None => conditions.set(READY, true, reasons::AS_EXPECTED, ready_message, &when),
+    }
     status
 }
 
 /// The override in force at `now`, with the field manager that last wrote
 /// `spec.override` (who, for the audit trail); `None` once it expired.
 pub fn active_override(policy: &DegradationPolicy, now: Timestamp) -> Option<ActiveOverride> {
-    let wanted = policy.spec.r#override.as_ref()?;
-    if wanted.expires.0 <= now {
+    let OverrideAt::InForce(wanted) = override_at(&policy.spec, now) else {
         return None;
-    }
+    };
     let set_by = override_setter(policy.metadata.managed_fields.as_deref().unwrap_or(&[]))
         .unwrap_or_else(|| "unknown".to_owned());
     Some(ActiveOverride {

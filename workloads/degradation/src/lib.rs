@@ -14,7 +14,10 @@
 //!   switches ([`SwitchChanges`]: recommendations normal|static, orderHistory
 //!   normal|last7Days, voucherPush normal|deferred, reviews normal|queued,
 //!   shopChat normal|throttled, miniGames normal|closed);
-//! - `reason`: free text; `changedAt`: RFC 3339.
+//! - `reason`: free text; `changedAt`: RFC 3339;
+//! - `overrideExpires`: RFC 3339, only while the state is on-call's
+//!   override: when it lapses. The writer lifts a lapsed override whatever
+//!   state the policy that set it is in; readers need not look at it.
 //!
 //! The ConfigMap carries the label `app.kubernetes.io/managed-by:
 //! flashsale-operator` ([`MANAGED_BY_KEY`], [`MANAGED_BY`]) and a controller
@@ -32,7 +35,11 @@
 //! force; a reader that restarts starts at generation 0 and takes whatever
 //! is current. The writer must therefore keep `generation` increasing even
 //! when it lost its count (the ConfigMap or the policy recreated, a new
-//! operator): it takes every generation from [`next_generation`].
+//! operator): it takes every generation from [`next_generation`]. A
+//! generation more than a day ahead of the clock ([`plausible`]) cannot have
+//! come from that rule (a hand edit to `u64::MAX`): readers refuse it, and
+//! a reader holding one takes the next plausible state ([`supersedes`]), so
+//! one bad edit never freezes the gateways.
 //!
 //! Writer: each tier of a DegradationPolicy lists the [`SwitchChanges`] it
 //! makes; the [`Switches`] of the tier in force are tier 1's changes applied
@@ -47,7 +54,7 @@ mod generation;
 mod state;
 mod switches;
 
-pub use generation::next_generation;
+pub use generation::{HORIZON_MS, next_generation, plausible, supersedes};
 pub use state::{Degradation, ParseError};
 pub use switches::{
     MiniGamesMode, OrderHistoryMode, RecommendationsMode, ReviewsMode, ShopChatMode, SwitchChanges,
@@ -71,4 +78,7 @@ pub mod keys {
     pub const REASON: &str = "reason";
     /// When the writer changed the state, RFC 3339.
     pub const CHANGED_AT: &str = "changedAt";
+    /// When the override that set the state lapses, RFC 3339; absent when
+    /// the state is not an override's.
+    pub const OVERRIDE_EXPIRES: &str = "overrideExpires";
 }

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use crate::{
-    keys::{CHANGED_AT, GENERATION, REASON, SWITCHES, TIER},
+    keys::{CHANGED_AT, GENERATION, OVERRIDE_EXPIRES, REASON, SWITCHES, TIER},
     switches::{FEATURES, Switches},
 };
 
@@ -25,6 +25,10 @@ pub struct Degradation {
     pub reason: String,
     /// When the operator changed it (`None` when the key is absent).
     pub changed_at: Option<jiff::Timestamp>,
+    /// When on-call's override that set this state lapses; `None` when the
+    /// state is not an override's. The writer honours it whatever state
+    /// the policy is in (see the operator's override expiry).
+    pub override_expires: Option<jiff::Timestamp>,
 }
 
 impl Degradation {
@@ -57,13 +61,8 @@ impl Degradation {
                 .transpose()?
                 .unwrap_or_default(),
             reason: data.get(REASON).cloned().unwrap_or_default(),
-            changed_at: data
-                .get(CHANGED_AT)
-                .map(|raw| {
-                    raw.parse()
-                        .map_err(|err| ParseError::invalid(CHANGED_AT, raw, err))
-                })
-                .transpose()?,
+            changed_at: timestamp(data, CHANGED_AT)?,
+            override_expires: timestamp(data, OVERRIDE_EXPIRES)?,
         })
     }
 
@@ -88,8 +87,24 @@ impl Degradation {
         if let Some(changed_at) = self.changed_at {
             data.insert(CHANGED_AT.to_owned(), changed_at.to_string());
         }
+        if let Some(expires) = self.override_expires {
+            data.insert(OVERRIDE_EXPIRES.to_owned(), expires.to_string());
+        }
         data
     }
+}
+
+/// The optional RFC 3339 instant under `key`.
+fn timestamp(
+    data: &BTreeMap<String, String>,
+    key: &'static str,
+) -> Result<Option<jiff::Timestamp>, ParseError> {
+    data.get(key)
+        .map(|raw| {
+            raw.parse()
+                .map_err(|err| ParseError::invalid(key, raw, err))
+        })
+        .transpose()
 }
 
 /// Why a ConfigMap's `data` is not a valid degradation state. Every variant
@@ -201,6 +216,7 @@ mod tests {
             switches: all_degraded(),
             reason: "checkout p99 at 1.4x budget".to_owned(),
             changed_at: "2026-11-11T00:00:03Z".parse().ok(),
+            override_expires: None,
         };
         assert!(expected.changed_at.is_some());
         assert_eq!(parsed, Ok(expected));
@@ -251,6 +267,7 @@ mod tests {
             ("switches", "reviews=queued", "`switches`"),
             ("switches", r#"{"reviews":1}"#, "`switches`"),
             ("changedAt", "yesterday", "`changedAt`"),
+            ("overrideExpires", "tomorrow", "`overrideExpires`"),
         ];
         for (key, value, named) in cases {
             let mut map = data(&[("tier", "1"), ("generation", "2")]);
@@ -362,6 +379,7 @@ mod tests {
                 },
                 reason: "checkout p99 at 1.1x budget".to_owned(),
                 changed_at: "2026-11-11T00:00:00Z".parse().ok(),
+                override_expires: None,
             },
             Degradation {
                 tier: 3,
@@ -370,6 +388,7 @@ mod tests {
                 reason: "on-call override: \"hold\" {not json}\nsecond line".to_owned(),
                 // Sub-second precision survives.
                 changed_at: "2026-11-11T00:00:03.123456789Z".parse().ok(),
+                override_expires: "2026-11-11T01:00:00Z".parse().ok(),
             },
         ];
         for written in states {

@@ -35,8 +35,17 @@ fn offer(board: &Switchboard, next: Degradation, source: &'static str) {
     let in_force = board.current().generation;
     let (generation, tier) = (next.generation, next.tier);
     let (switches, reason) = (next.switches.clone(), next.reason.clone());
-    if board.apply(next) {
+    let now = jiff::Timestamp::now();
+    if board.apply(next, now) {
         tracing::info!(source, generation, tier, ?switches, %reason, "degradation applied");
+    } else if !flashsale_degradation::plausible(generation, now) {
+        tracing::warn!(
+            source,
+            generation,
+            in_force,
+            "degradation ignored: its generation is more than a day ahead of the clock, so no \
+             writer made it by the generation rule (a hand edit?)"
+        );
     } else if generation < in_force {
         // Worth a warning: either a late event or a writer that broke the
         // generation rule (`flashsale_degradation::next_generation`), which

@@ -41,14 +41,16 @@ impl Switchboard {
         self.state.subscribe()
     }
 
-    /// Puts `next` in force if its generation is above the one in force and
-    /// returns whether it did. A lower generation is a stale event (a replayed
-    /// list, a second source lagging behind), an equal one a repeat; both are
-    /// ignored. The comparison and the swap are one step, so two sources
-    /// applying at once cannot move the board backwards.
-    pub fn apply(&self, next: Degradation) -> bool {
+    /// Puts `next` in force if its generation supersedes the one in force at
+    /// `now` ([`flashsale_degradation::supersedes`]) and returns whether it
+    /// did. A lower generation is a stale event (a replayed list, a second
+    /// source lagging behind), an equal one a repeat, one beyond belief a
+    /// hand edit; all are ignored. The comparison and the swap are one
+    /// step, so two sources applying at once cannot move the board
+    /// backwards.
+    pub fn apply(&self, next: Degradation, now: jiff::Timestamp) -> bool {
         self.state.send_if_modified(|current| {
-            if next.generation <= current.generation {
+            if !flashsale_degradation::supersedes(next.generation, current.generation, now) {
                 return false;
             }
             *current = Arc::new(next);
