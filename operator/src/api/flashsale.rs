@@ -349,6 +349,75 @@ pub struct InventorySpec {
     pub workload: WorkloadSpec,
     /// Where stock lives.
     pub redis: RedisSpec,
+    /// When a reservation or payment is acknowledged.
+    #[serde(default)]
+    pub durability: InventoryDurability,
+}
+
+/// When the inventory acknowledges a write: the trade between latency and
+/// what a Redis failover may lose (`docs/design/inventory.md`, *Durability*).
+#[derive(KubeSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InventoryDurability {
+    /// `Auto`: `Replicated` where every Redis primary has `replicas`
+    /// replicas when the inventory starts, else `Fast`. `Fast`: once the
+    /// primary applied it (a failover may lose the last acknowledged
+    /// writes). `Replicated`: once `replicas` replicas have it, refused
+    /// (retried by the buyer) when they do not confirm within `timeout`.
+    #[serde(default)]
+    pub mode: DurabilityMode,
+    /// Replicas that must confirm a write.
+    #[serde(default = "default_durability_replicas")]
+    #[schemars(range(min = 1, max = 5))]
+    pub replicas: i32,
+    /// How long a write waits for them.
+    #[serde(default = "default_durability_timeout")]
+    #[x_kube(validation = duration::rule(
+        &["self"],
+        "duration(self) > duration('0s') && duration(self) <= duration('1s')",
+    ).message("durability.timeout must be positive and at most 1s"))]
+    pub timeout: Duration,
+}
+
+fn default_durability_replicas() -> i32 {
+    1
+}
+
+fn default_durability_timeout() -> Duration {
+    Duration::from_millis(50)
+}
+
+impl Default for InventoryDurability {
+    fn default() -> Self {
+        Self {
+            mode: DurabilityMode::default(),
+            replicas: default_durability_replicas(),
+            timeout: default_durability_timeout(),
+        }
+    }
+}
+
+/// See [`InventoryDurability::mode`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum DurabilityMode {
+    /// Replicated where Redis has the replicas, else fast.
+    #[default]
+    Auto,
+    /// On the primary alone.
+    Fast,
+    /// On `replicas` replicas too.
+    Replicated,
+}
+
+impl DurabilityMode {
+    /// The inventory's `--durability` value.
+    pub fn flag(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Fast => "fast",
+            Self::Replicated => "replicated",
+        }
+    }
 }
 
 /// A Redis server, by URL or by a Secret holding the URL (with credentials).

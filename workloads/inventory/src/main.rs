@@ -33,7 +33,9 @@ struct Args {
     redis_url: Option<String>,
     /// When a reservation or payment is acknowledged: `fast` once Redis's
     /// primary applied it; `replicated` once --durability-replicas replicas
-    /// have it (WAIT), so a failover cannot lose it.
+    /// have it (WAIT), so a failover cannot lose it; `auto` replicated if
+    /// every primary has that many replicas when the inventory starts, else
+    /// fast.
     #[arg(long, env = "INVENTORY_DURABILITY", value_enum, default_value = "fast")]
     durability: DurabilityArg,
     /// Replicas that must confirm a write under `--durability replicated`.
@@ -92,6 +94,8 @@ enum DurabilityArg {
     Fast,
     /// Acknowledged once replicas confirmed it.
     Replicated,
+    /// Replicated where Redis has the replicas, else fast.
+    Auto,
 }
 
 /// Tools besides serving.
@@ -178,16 +182,35 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     let redis_url = args.redis_url.as_deref().unwrap_or_default();
-    let durability = match args.durability {
-        DurabilityArg::Fast => Durability::Fast,
-        DurabilityArg::Replicated => Durability::Replicated {
-            replicas: args.durability_replicas.max(1),
-            timeout: Duration::from_millis(args.durability_timeout_ms.max(1)),
-        },
-    };
     let store = Store::connect(redis_url)
         .await
-        .context("connecting to Redis")?
+        .context("connecting to Redis")?;
+    let (replicas, timeout) = (
+        args.durability_replicas.max(1),
+        Duration::from_millis(args.durability_timeout_ms.max(1)),
+    );
+    let durability = match args.durability {
+        DurabilityArg::Fast => Durability::Fast,
+        DurabilityArg::Replicated => Durability::Replicated { replicas, timeout },
+        DurabilityArg::Auto => {
+            let fewest = store
+                .fewest_replicas()
+                .await
+                .context("counting Redis's replicas for --durability auto")?;
+            let picked = Durability::auto(fewest, replicas, timeout);
+            if picked == Durability::Fast {
+                tracing::warn!(
+                    fewest_replicas = fewest,
+                    wanted = replicas,
+                    "durability auto: a Redis primary has too few replicas, so writes are acknowledged on the primary alone and a failover may lose the last ones"
+                );
+            }
+            picked
+        }
+    };
+    tracing::info!(replicas = durability.replicas(), "durability policy");
+    metrics.durability(durability.replicas());
+    let store = store
         .with_durability(durability)
         .with_coalescing(CoalesceSettings {
             max_batch: usize::from(args.coalesce_max_batch),

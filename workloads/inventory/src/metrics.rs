@@ -45,6 +45,7 @@ pub struct Metrics {
     expired_published: Counter,
     outbox_pending: Gauge,
     reserve_batch_size: BatchSizes,
+    durability_replicas: Gauge,
 }
 
 impl Metrics {
@@ -75,6 +76,11 @@ impl Metrics {
             "inventory_outbox_pending",
             "Expired order events not yet acknowledged by Kafka (last sale published)",
             metrics.outbox_pending.clone(),
+        );
+        registry.register(
+            "inventory_durability_replicas",
+            "Replicas every acknowledged write waits for (0: acknowledged on the primary alone)",
+            metrics.durability_replicas.clone(),
         );
         registry.register(
             "flashsale_inventory_reserve_batch_size",
@@ -109,6 +115,11 @@ impl Metrics {
     /// Records one reserve script call deciding `size` reservations.
     pub fn reserve_batch(&self, size: usize) {
         self.reserve_batch_size.0.observe(size as f64);
+    }
+
+    /// Records the durability policy in force.
+    pub fn durability(&self, replicas: u32) {
+        self.durability_replicas.set(i64::from(replicas));
     }
 
     /// Records one outbox round: events published, entries left.

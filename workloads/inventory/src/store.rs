@@ -108,6 +108,37 @@ pub enum Durability {
     },
 }
 
+impl Durability {
+    /// The policy `auto` picks, given the fewest replicas any primary has
+    /// ([`Store::fewest_replicas`]): `replicated` with `replicas` where
+    /// every primary has that many, since a failover then keeps every
+    /// acknowledged write; `fast` where some primary has fewer, since a
+    /// `WAIT` there could never be answered and every write would fail.
+    pub fn auto(fewest_replicas: u64, replicas: u32, timeout: Duration) -> Self {
+        let replicas = replicas.max(1);
+        if fewest_replicas >= u64::from(replicas) {
+            Self::Replicated { replicas, timeout }
+        } else {
+            Self::Fast
+        }
+    }
+
+    /// Replicas every acknowledged write waits for (0 for `fast`).
+    pub fn replicas(&self) -> u32 {
+        match self {
+            Self::Fast => 0,
+            Self::Replicated { replicas, .. } => *replicas,
+        }
+    }
+}
+
+/// `connected_slaves` of an `INFO replication` answer.
+fn connected_replicas(info: &str) -> Option<u64> {
+    info.lines()
+        .find_map(|line| line.trim().strip_prefix("connected_slaves:"))
+        .and_then(|n| n.trim().parse().ok())
+}
+
 /// A sale as the inventory needs it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -400,6 +431,26 @@ impl Store {
             }
         }
         Ok(true)
+    }
+
+    /// The fewest replicas any primary has now (a single server's, or the
+    /// least of a cluster's primaries), as `INFO replication` counts the
+    /// connected ones.
+    pub async fn fewest_replicas(&self) -> Result<u64, StoreError> {
+        let mut conn = self.conn.clone();
+        let mut info = redis::cmd("INFO");
+        info.arg("replication");
+        let answers = conn.on_every_primary(&info).await?;
+        let mut fewest: Option<u64> = None;
+        for answer in answers {
+            let text: String = redis::from_redis_value(answer)
+                .map_err(|e| StoreError::Corrupt(format!("INFO replication answered {e}")))?;
+            let count = connected_replicas(&text).ok_or_else(|| {
+                StoreError::Corrupt("INFO replication has no connected_slaves line".to_owned())
+            })?;
+            fewest = Some(fewest.map_or(count, |f| f.min(count)));
+        }
+        Ok(fewest.unwrap_or(0))
     }
 
     /// Acknowledges nothing before `key`'s primary has the writes replicated
@@ -1121,4 +1172,39 @@ enum Release {
     Released,
     Missing,
     Other(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_is_replicated_only_where_every_primary_has_the_replicas() {
+        let timeout = Duration::from_millis(50);
+        let replicated = Durability::Replicated {
+            replicas: 1,
+            timeout,
+        };
+        assert_eq!(Durability::auto(0, 1, timeout), Durability::Fast);
+        assert_eq!(Durability::auto(1, 1, timeout), replicated);
+        assert_eq!(Durability::auto(3, 1, timeout), replicated);
+        // Two asked, one there: a WAIT for two would never be answered.
+        assert_eq!(Durability::auto(1, 2, timeout), Durability::Fast);
+        // Zero asked means one.
+        assert_eq!(Durability::auto(1, 0, timeout), replicated);
+        assert_eq!(replicated.replicas(), 1);
+        assert_eq!(Durability::Fast.replicas(), 0);
+    }
+
+    #[test]
+    fn connected_replicas_are_read_from_info_replication() {
+        let primary =
+            "# Replication\r\nrole:master\r\nconnected_slaves:2\r\nslave0:ip=10.0.0.2\r\n";
+        assert_eq!(connected_replicas(primary), Some(2));
+        assert_eq!(
+            connected_replicas("# Replication\r\nrole:master\r\nconnected_slaves:0\r\n"),
+            Some(0)
+        );
+        assert_eq!(connected_replicas("role:master\r\n"), None);
+    }
 }

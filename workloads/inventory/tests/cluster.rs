@@ -24,10 +24,12 @@ use inventory::{
 use tokio::sync::{Mutex, MutexGuard};
 
 const HEALTHY: Duration = Duration::from_secs(120);
+/// How long the safe policy waits for its replica here.
+const REPLICATED_TIMEOUT: Duration = Duration::from_millis(100);
 /// The safe policy as the tests use it: one replica, 100 ms.
 const REPLICATED: Durability = Durability::Replicated {
     replicas: 1,
-    timeout: Duration::from_millis(100),
+    timeout: REPLICATED_TIMEOUT,
 };
 
 /// The cluster, whole, with this process's fault tests kept out while the
@@ -68,6 +70,25 @@ async fn primaries_of(
         );
     }
     Ok(primaries)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_durability_on_the_cluster_waits_for_a_replica() -> anyhow::Result<()> {
+    let Some((cluster, _exclusive)) = cluster().await? else {
+        return Ok(());
+    };
+    // Every primary of the stack's cluster has one replica: `auto` is the
+    // replicated policy, and a reservation is acknowledged through it.
+    let store = Store::connect(cluster.urls()).await?;
+    assert_eq!(store.fewest_replicas().await?, 1);
+    let auto = Durability::auto(store.fewest_replicas().await?, 1, REPLICATED_TIMEOUT);
+    assert_eq!(auto, REPLICATED);
+    // Two replicas per primary are not there: `auto` does not ask for them.
+    assert_eq!(
+        Durability::auto(store.fewest_replicas().await?, 2, REPLICATED_TIMEOUT),
+        Durability::Fast
+    );
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

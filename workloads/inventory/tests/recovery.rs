@@ -287,6 +287,21 @@ async fn a_sale_redis_lost_after_opening_is_refused_and_never_recreated() -> any
 }
 
 #[tokio::test]
+async fn auto_durability_on_a_redis_without_replica_acknowledges_on_the_primary()
+-> anyhow::Result<()> {
+    // The stack's single Redis has no replica: `auto` must not pick a policy
+    // under which every write would be refused.
+    let store = connect().await?;
+    assert_eq!(store.fewest_replicas().await?, 0);
+    let timeout = Duration::from_millis(30);
+    assert_eq!(
+        Durability::auto(store.fewest_replicas().await?, 1, timeout),
+        Durability::Fast
+    );
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_write_no_replica_confirmed_is_not_acknowledged() -> anyhow::Result<()> {
     // The stack's single Redis has no replica: the replicated policy must
     // refuse to call a reservation safe, and the fast one must not wait.

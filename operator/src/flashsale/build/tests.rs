@@ -718,6 +718,7 @@ fn the_degradation_map_holds_the_state_it_is_given() -> anyhow::Result<()> {
         },
         reason: "signal 0.97 above tier 2's enterAbove 0.95".to_owned(),
         changed_at: Some("2026-11-11T00:01:00Z".parse()?),
+        override_expires: None,
     };
     let map = degradation_config_map(&sale, &state)?;
     assert_eq!(
@@ -900,6 +901,44 @@ fn the_inventory_tokens_are_mounted_where_each_workload_needs_them() -> anyhow::
     );
     // The order-writer does not talk to the inventory.
     assert!(of(secret_mounts(&desired, "weekend-deal-order-writer")?).is_empty());
+    Ok(())
+}
+
+#[test]
+fn the_inventory_acknowledges_replicated_writes_by_default_where_redis_has_a_replica()
+-> anyhow::Result<()> {
+    let env = |sale: &FlashSale| -> anyhow::Result<Vec<Option<String>>> {
+        let desired = build_at(sale, Stage::Active)?;
+        let inventory = env_of(&desired, "weekend-deal-inventory")?;
+        Ok([
+            "INVENTORY_DURABILITY",
+            "INVENTORY_DURABILITY_REPLICAS",
+            "INVENTORY_DURABILITY_TIMEOUT_MS",
+        ]
+        .iter()
+        .map(|key| inventory.get(*key).cloned().flatten())
+        .collect())
+    };
+    let mut sale = fixtures::small_sale()?;
+    // Unset in the spec: `auto`, which the inventory resolves against the
+    // Redis it finds.
+    assert_eq!(
+        env(&sale)?,
+        [Some("auto".into()), Some("1".into()), Some("50".into())]
+    );
+    sale.spec.inventory.durability = crate::api::flashsale::InventoryDurability {
+        mode: crate::api::flashsale::DurabilityMode::Replicated,
+        replicas: 2,
+        timeout: crate::api::Duration::from_millis(120),
+    };
+    assert_eq!(
+        env(&sale)?,
+        [
+            Some("replicated".into()),
+            Some("2".into()),
+            Some("120".into())
+        ]
+    );
     Ok(())
 }
 

@@ -245,9 +245,19 @@ pub(super) fn inventory(
     config: &Rendered,
 ) -> Result<PodTemplateSpec, BuildError> {
     let kafka = &owner.sale.spec.order_writer.kafka;
+    let durability = &owner.sale.spec.inventory.durability;
     let env = vec![
         env(LOG_FORMAT.0, LOG_FORMAT.1),
         redis_url("spec.inventory.redis", &owner.sale.spec.inventory.redis)?,
+        env("INVENTORY_DURABILITY", durability.mode.flag()),
+        env(
+            "INVENTORY_DURABILITY_REPLICAS",
+            durability.replicas.to_string(),
+        ),
+        env(
+            "INVENTORY_DURABILITY_TIMEOUT_MS",
+            durability.timeout.0.as_millis().to_string(),
+        ),
         env(
             "INVENTORY_SALE_FILE",
             format!("{CONFIG_DIR}/{INVENTORY_CONFIG_KEY}"),
