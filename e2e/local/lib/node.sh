@@ -79,10 +79,12 @@ is_up_network() {
   ip -4 addr show dev "$BRIDGE" 2>/dev/null | grep -qF " $HOST_POD_IP/" \
     && [ "$(cat /proc/sys/net/ipv4/ip_forward)" = 1 ]
 }
+# Whether this state folder set the bridge up (and so takes it down).
+owned_network() { [ -d "$STATE/network" ]; }
 down_network() {
   # The bridge and the chains are the machine's, not the state folder's: only
   # the stack that set them up (its state folder says so) takes them down.
-  [ -d "$STATE/network" ] || return 0
+  owned_network || return 0
   # kube-proxy's chains go with the bridge (it may have been stopped before).
   if [ -x "$(kube_bin kube-proxy)" ] && iptables -w -t nat -S KUBE-SERVICES >/dev/null 2>&1; then
     "$(kube_bin kube-proxy)" --cleanup --proxy-mode=iptables >>"$(logfile kube-proxy)" 2>&1 || true
