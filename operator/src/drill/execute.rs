@@ -539,7 +539,7 @@ async fn inject(ctx: &Ctx, plan: &Plan, guard: &Guard, sale_uid: &str) -> Result
     let workflow = chaos::workflow(drill, &plan.run, &backstop)
         .map_err(|err| failed("InvalidObject", &err))
         .and_then(|w| chaos::dynamic(w).map_err(|err| failed("InvalidObject", &err)))?;
-    create(ctx, &namespace, Kind::Workflow, &workflow)
+    create(ctx, guard, &namespace, Kind::Workflow, &workflow)
         .await
         .map_err(|err| failed("CreateFailed", &err))?;
     let mut objects = vec![format!("Workflow/{}", workflow.name_any())];
@@ -573,7 +573,7 @@ async fn inject(ctx: &Ctx, plan: &Plan, guard: &Guard, sale_uid: &str) -> Result
             (&status_check.0, &status_check.1),
         );
         let created = match chaos::dynamic(object) {
-            Ok(object) => create(ctx, &namespace, Kind::of(experiment), &object)
+            Ok(object) => create(ctx, guard, &namespace, Kind::of(experiment), &object)
                 .await
                 .map(|()| object),
             Err(err) => Err(crate::kit::Error::Encode(err)),
@@ -705,10 +705,15 @@ fn controller(
         .map(|o| (o.kind.clone(), o.uid.clone()))
 }
 
-/// Creates one Chaos Mesh object, through the namespace's gate: never
-/// while the kill switch is on, nor after this replica stopped leading.
+/// Creates one Chaos Mesh object of the run, through the run's and the
+/// namespace's gates: never once the run is being stopped or while the
+/// kill switch is on, nor after this replica stopped leading. The request
+/// runs in a task of its own that holds both passes until the apiserver
+/// answers, so a stop that closes a gate waits for it even when the task
+/// driving the run was stopped in the middle of it.
 async fn create(
     ctx: &Ctx,
+    guard: &Guard,
     namespace: &str,
     kind: Kind,
     object: &DynamicObject,
@@ -717,7 +722,11 @@ async fn create(
     if ctx.settings.kill_switch {
         return Err(refused(&super::budget::GateClosed));
     }
-    let _pass = ctx
+    let run_pass = guard
+        .create_pass()
+        .await
+        .ok_or(crate::kit::Error::RunStopped)?;
+    let namespace_pass = ctx
         .settings
         .budgets
         .enter(namespace)
@@ -728,13 +737,18 @@ async fn create(
     }
     let api: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), namespace, &kind.resource());
-    api.create(&PostParams::default(), object)
-        .await
-        .map_err(crate::kit::Error::kube(
-            crate::kit::Verb::Create,
-            kind.name(),
-            object.name_any(),
-        ))?;
+    let failed = crate::kit::Error::kube(crate::kit::Verb::Create, kind.name(), object.name_any());
+    let sent = object.clone();
+    let request = tokio::spawn(async move {
+        let _passes = (run_pass, namespace_pass);
+        api.create(&PostParams::default(), &sent).await
+    });
+    match request.await {
+        Ok(answer) => answer.map(|_| ()).map_err(failed)?,
+        Err(joined) => {
+            return Err(failed(kube::Error::Service(joined.into())));
+        }
+    }
     crate::apply::wrote(
         ctx,
         crate::kit::Verb::Create,
@@ -848,9 +862,10 @@ async fn abort(ctx: &Ctx, plan: &Plan, guard: &Guard, cause: Cause) -> Ending {
     }
 }
 
-/// Stops the run's objects; those the guard recorded are deleted without
-/// waiting for the list.
+/// Stops the run's objects, once no create of the run is in flight; those
+/// the guard recorded are deleted without waiting for the list.
 async fn stop_run(ctx: &Ctx, plan: &Plan, guard: &Guard) -> Result<Stopped, crate::kit::Error> {
+    guard.close_creates().await;
     let namespace = plan.drill.namespace().unwrap_or_default();
     let known = chaos::parse_objects(&guard.progress().record.objects);
     stop::stop(
@@ -996,4 +1011,66 @@ fn signed(duration: Duration) -> SignedDuration {
 
 fn unsigned(duration: SignedDuration) -> Duration {
     Duration::try_from(duration).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::drill::reconcile::tests::{at, calendar};
+
+    fn reason(result: Result<(), Ending>) -> &'static str {
+        result.err().map_or("Allowed", |ending| ending.reason)
+    }
+
+    #[test]
+    fn a_run_ends_when_its_window_closes_a_blackout_starts_or_the_sale_goes_live()
+    -> anyhow::Result<()> {
+        let calendar = calendar()?;
+        // The example: Tuesdays and Thursdays 14:00-16:00 in Tokyo, and a
+        // blackout over 11.11. 2026-12-01 is a Tuesday.
+        let inside = at("2026-12-01T15:59:59+09:00[Asia/Tokyo]")?;
+        let closed = at("2026-12-01T16:00:00+09:00[Asia/Tokyo]")?;
+        let blackout = at("2026-11-10T14:30:00+09:00[Asia/Tokyo]")?;
+        let cases = [
+            (Some(&calendar), SaleState::NotLive, true, inside, "Allowed"),
+            (
+                Some(&calendar),
+                SaleState::NotLive,
+                true,
+                closed,
+                "WindowClosed",
+            ),
+            (
+                Some(&calendar),
+                SaleState::NotLive,
+                true,
+                blackout,
+                "BlackoutStarted",
+            ),
+            (
+                Some(&calendar),
+                SaleState::Live,
+                true,
+                inside,
+                "SaleWentLive",
+            ),
+            // avoidLiveSale off: a Live sale does not end it.
+            (Some(&calendar), SaleState::Live, false, inside, "Allowed"),
+            // A forced run is bound by no window or blackout, but still by
+            // a Live sale.
+            (None, SaleState::NotLive, true, closed, "Allowed"),
+            (None, SaleState::NotLive, true, blackout, "Allowed"),
+            (None, SaleState::Live, true, blackout, "SaleWentLive"),
+        ];
+        for (calendar, sale, avoid, now, want) in cases {
+            let got = reason(still_allowed(calendar, sale, avoid, now));
+            assert_eq!(
+                got,
+                want,
+                "{sale:?} avoid={avoid} forced={} at {now}",
+                calendar.is_none()
+            );
+        }
+        Ok(())
+    }
 }

@@ -25,7 +25,10 @@ use axum::{
     routing::get,
 };
 use serde_json::json;
-use tokio::task::AbortHandle;
+use tokio::{
+    sync::{OwnedRwLockReadGuard, RwLock},
+    task::AbortHandle,
+};
 
 use crate::api::chaosdrill::{DrillPhase, RunRecord};
 
@@ -55,6 +58,11 @@ pub struct Guard {
     stale_after: Duration,
     state: Mutex<State_>,
     task: Mutex<Option<AbortHandle>>,
+    /// Held (read) by every create of the run's Chaos Mesh objects until
+    /// the apiserver answered it, even when the task that asked is stopped;
+    /// `true` once a stop closed it (write), which waits for those in
+    /// flight. So nothing of the run lands after a stop listed it.
+    creates: Arc<RwLock<bool>>,
 }
 
 struct State_ {
@@ -78,7 +86,21 @@ impl Guard {
                 end: None,
             }),
             task: Mutex::new(None),
+            creates: Arc::default(),
         }
+    }
+
+    /// A pass for one create of the run's objects, held until its request
+    /// is answered; `None` once the run is being stopped.
+    pub async fn create_pass(&self) -> Option<OwnedRwLockReadGuard<bool>> {
+        let pass = self.creates.clone().read_owned().await;
+        (!*pass).then_some(pass)
+    }
+
+    /// Refuses every later create of the run, once those in flight were
+    /// answered: what the run created is then what a list shows.
+    pub async fn close_creates(&self) {
+        *self.creates.write().await = true;
     }
 
     fn state(&self) -> MutexGuard<'_, State_> {
@@ -290,6 +312,30 @@ mod tests {
         assert_eq!(guard.fresh(), (true, "Waiting"), "still within staleAfter");
         guard.silence("SloBreached");
         assert_eq!(guard.fresh(), (false, "SloBreached"));
+    }
+
+    #[tokio::test]
+    async fn a_stopped_run_waits_for_its_creates_in_flight_then_refuses_more() {
+        let guard = Arc::new(Guard::new(
+            "u".into(),
+            "r".into(),
+            Duration::from_secs(5),
+            progress(),
+        ));
+        let pass = guard.create_pass().await;
+        assert!(pass.is_some());
+        let stopping = {
+            let guard = guard.clone();
+            tokio::spawn(async move { guard.close_creates().await })
+        };
+        tokio::task::yield_now().await;
+        assert!(!stopping.is_finished(), "a create in flight holds the stop");
+        drop(pass);
+        assert!(stopping.await.is_ok());
+        assert!(
+            guard.create_pass().await.is_none(),
+            "a create after the stop"
+        );
     }
 
     #[test]

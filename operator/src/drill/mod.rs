@@ -378,6 +378,8 @@ fn end_deleted(ctx: &Arc<Ctx>, key: &str, uid: &str) {
         "the drill was deleted: its run ends now"
     );
     tokio::spawn(async move {
+        // A create the stopped task left in flight lands before the list.
+        guard.close_creates().await;
         let stopped = stop::stop(
             &ctx.client,
             &ctx.leadership,

@@ -92,6 +92,9 @@ pub enum Error {
     /// A kill switch refused the write.
     #[error("{0}")]
     KillSwitch(String),
+    /// The run the write belonged to is being stopped.
+    #[error("the run is being stopped: no more of its objects are created")]
+    RunStopped,
 }
 
 impl Error {
@@ -131,6 +134,7 @@ impl ReconcileError for Error {
             Self::MissingMetadata(_) => "InvalidObject",
             Self::Encode(_) => "EncodeFailed",
             Self::KillSwitch(_) => "KillSwitch",
+            Self::RunStopped => "RunStopped",
         }
     }
 
