@@ -755,18 +755,61 @@ async fn write_status(ctx: &Ctx, drill: &ChaosDrill, new: &ChaosDrillStatus) -> 
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn calendar() -> anyhow::Result<Calendar> {
+    /// The shipped example's calendar: Tuesdays and Thursdays 14:00-16:00
+    /// in Tokyo, and a blackout over 11.11.
+    pub(crate) fn calendar() -> anyhow::Result<Calendar> {
         let drill: ChaosDrill = serde_yaml_ng::from_str(include_str!(
             "../../../crds/examples/chaosdrill-pod-kill.yaml"
         ))?;
         Ok(Calendar::new(&drill.spec)?)
     }
 
-    fn at(text: &str) -> anyhow::Result<Timestamp> {
+    /// An instant written with its zone.
+    pub(crate) fn at(text: &str) -> anyhow::Result<Timestamp> {
         Ok(text.parse::<jiff::Zoned>()?.timestamp())
+    }
+
+    #[test]
+    fn a_sale_inside_its_schedule_is_live_whatever_its_status_says() -> anyhow::Result<()> {
+        let sale: FlashSale = serde_json::from_value(serde_json::json!({
+            "apiVersion": "flashsale.dev/v1alpha1",
+            "kind": "FlashSale",
+            "metadata": {"name": "s", "namespace": "shop", "uid": "u"},
+            "spec": {
+                "schedule": {"start": "2026-11-11T00:00:00Z", "end": "2026-11-11T02:00:00Z"},
+                "region": "local",
+                "items": [{"sku": "PHONE", "stock": 1, "priceMinor": 100}],
+                "gateway": {"auth": {"hs256SecretRef": {"name": "jwt", "key": "k"}}},
+                "inventory": {"redis": {"url": "redis://redis:6379"}},
+                "orderWriter": {"kafka": {"brokers": ["kafka:9092"]},
+                                "database": {"driver": "postgres", "urlSecretRef": {"name": "db", "key": "url"}}}
+            }
+        }))?;
+        let view = |status_live: bool| SaleView {
+            uid: sale.uid(),
+            timeline: Some(Timeline::of(&sale.spec)),
+            status_live,
+        };
+        // Its status says Failed (a Secret is missing), but its pods serve.
+        let cases = [
+            ("2026-11-10T23:59:59Z", false, SaleState::NotLive),
+            ("2026-11-11T00:00:00Z", false, SaleState::Live),
+            ("2026-11-11T01:59:59Z", false, SaleState::Live),
+            ("2026-11-11T02:00:00Z", false, SaleState::NotLive),
+            // A status that says Live is believed too.
+            ("2026-11-10T23:00:00Z", true, SaleState::Live),
+        ];
+        for (now, status_live, want) in cases {
+            assert_eq!(view(status_live).state(now.parse()?), want, "{now}");
+        }
+        assert_eq!(
+            SaleView::default().state(at("2026-11-11T01:00:00Z[UTC]")?),
+            SaleState::Missing
+        );
+        Ok(())
     }
 
     fn facts<'a>(calendar: &'a Calendar, now: Timestamp, next_run: Timestamp) -> Facts<'a> {

@@ -174,8 +174,71 @@ impl Backoff {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use k8s_openapi::api::core::v1::ConfigMap;
+
     use super::*;
+
+    /// A context over a client whose every request is counted and answered
+    /// `{}`, leading or not.
+    pub(crate) fn counted(leads: bool) -> (Context<()>, Arc<AtomicUsize>) {
+        let requests = Arc::new(AtomicUsize::new(0));
+        let seen = requests.clone();
+        let service = tower::service_fn(move |_: http::Request<kube::client::Body>| {
+            seen.fetch_add(1, Ordering::SeqCst);
+            let mut answer = http::Response::new(kube::client::Body::from(b"{}".to_vec()));
+            *answer.status_mut() = http::StatusCode::CREATED;
+            std::future::ready(Ok::<_, std::convert::Infallible>(answer))
+        });
+        let shared = Shared {
+            client: Client::new(service, "default"),
+            metrics: OperatorMetrics::default(),
+            clock: Arc::new(crate::clock::SystemClock),
+            leadership: Leadership::fixed(leads),
+            instance: "test".to_owned(),
+            concurrency: 1,
+        };
+        let id = Identity {
+            name: "test",
+            field_manager: "flashsale-operator-test",
+        };
+        (Context::new(&shared, id, ()), requests)
+    }
+
+    /// A ConfigMap to hang Events on.
+    pub(crate) fn object() -> ConfigMap {
+        ConfigMap {
+            metadata: kube::api::ObjectMeta {
+                name: Some("sale-degradation".to_owned()),
+                namespace: Some("shop".to_owned()),
+                ..kube::api::ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn only_the_leader_publishes_events() {
+        let (standby, requests) = counted(false);
+        standby
+            .event(&object(), true, "RunAborted", "a note".to_owned())
+            .await;
+        assert_eq!(
+            requests.load(Ordering::SeqCst),
+            0,
+            "a standby wrote an Event"
+        );
+        let (leader, requests) = counted(true);
+        leader
+            .event(&object(), true, "RunAborted", "a note".to_owned())
+            .await;
+        assert!(
+            requests.load(Ordering::SeqCst) > 0,
+            "the leader wrote no Event"
+        );
+    }
 
     #[test]
     fn backoff_doubles_per_object_caps_and_resets() {

@@ -157,3 +157,27 @@ pub async fn report<K, E>(
 fn watch_expired(err: &watcher::Error) -> bool {
     matches!(err, watcher::Error::WatchError(status) if status.code == 410)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_success_resets_the_objects_backoff() {
+        let (ctx, _) = context::tests::counted(true);
+        let ctx = Arc::new(ctx);
+        let object = Arc::new(context::tests::object());
+        let key = key(object.as_ref());
+        // Seven failures in a row: the next retry would wait 2 minutes.
+        for _ in 0..7 {
+            ctx.backoff(&key);
+        }
+        assert_eq!(ctx.backoff(&key), std::time::Duration::from_secs(120));
+        let done: Result<Action, Error> = reconcile(object, ctx.clone(), |_, _| async {
+            Ok(Action::await_change())
+        })
+        .await;
+        assert!(done.is_ok());
+        assert_eq!(ctx.backoff(&key), std::time::Duration::from_secs(1));
+    }
+}

@@ -156,7 +156,12 @@ pub struct Leadership {
 impl Leadership {
     /// A Leadership that always leads (leader election turned off: a single replica).
     pub fn always() -> Self {
-        let (tx, rx) = watch::channel(true);
+        Self::fixed(true)
+    }
+
+    /// A Leadership that leads, or does not, for good.
+    pub(crate) fn fixed(leads: bool) -> Self {
+        let (tx, rx) = watch::channel(leads);
         Self {
             rx,
             _always: Some(Arc::new(tx)),
