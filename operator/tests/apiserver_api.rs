@@ -396,6 +396,43 @@ async fn invalid_objects_are_rejected_naming_the_field() -> anyhow::Result<()> {
             with(drill(), "/spec/sloGuard/staleAfter", json!("100ms")),
             "spec.sloGuard",
         ),
+        (
+            "guard blind for 31s before it aborts",
+            with(drill(), "/spec/sloGuard/staleAfter", json!("31s")),
+            "spec.sloGuard.staleAfter",
+        ),
+        (
+            "guard looking every 11s",
+            with(
+                with(drill(), "/spec/sloGuard/interval", json!("11s")),
+                "/spec/sloGuard/staleAfter",
+                json!("30s"),
+            ),
+            "spec.sloGuard.interval",
+        ),
+        (
+            "drill name of 64 characters",
+            with(drill(), "/metadata/name", json!("d".repeat(64))),
+            "at most 63 characters",
+        ),
+        (
+            "durability timeout of 2s",
+            with(
+                sale(),
+                "/spec/inventory/durability",
+                json!({"timeout": "2s"}),
+            ),
+            "spec.inventory.durability.timeout",
+        ),
+        (
+            "unknown durability mode",
+            with(
+                sale(),
+                "/spec/inventory/durability",
+                json!({"mode": "Eventually"}),
+            ),
+            "spec.inventory.durability.mode",
+        ),
     ];
     assert!(cases.len() >= 15);
     let cases = cases

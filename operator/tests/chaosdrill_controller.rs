@@ -10,15 +10,14 @@ mod common;
 
 use std::{collections::BTreeSet, time::Duration};
 
-use common::drill::{DrillScene, THRESHOLD, drill, image, pod_failure, pod_kill};
+use common::drill::{DrillScene, THRESHOLD, drill, pod_failure, pod_kill};
 use common::scene::events;
 use flashsale_e2e::wait::poll_until;
 use flashsale_operator::{
     api::chaosdrill::{DrillPhase, RunOutcome, RunRecord},
     drill::chaos::Kind,
 };
-use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, PostParams};
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -132,28 +131,58 @@ async fn a_fleet_too_small_for_one_pod_within_the_cap_is_refused() -> anyhow::Re
 }
 
 #[tokio::test]
-async fn two_drills_share_one_budget_and_the_second_is_skipped() -> anyhow::Result<()> {
+async fn two_drills_asked_at_once_share_one_budget_and_one_is_skipped() -> anyhow::Result<()> {
     let scene = DrillScene::start("cd-budget", 0.0).await?;
     scene.gateway_pods(10).await?;
     let query = scene.exporter.query();
-    // Each may hold 20 % of 10 pods: 2. The first holds both for a minute.
+    // Each may hold 20 % of 10 pods: 2. Both are asked at once, as on one
+    // cron tick, so both reach injection together: one reservation must
+    // refuse the other, since each alone sees an empty namespace.
     scene
         .create(drill("first", &query, pod_failure("60s"), (20.0, 5)))
         .await?;
     scene
         .create(drill("second", &query, pod_failure("60s"), (20.0, 5)))
         .await?;
-    scene.run_now("first", "r1", None).await?;
-    let first = scene.until_injected("first").await?;
-    assert_eq!(first.targets.len(), 2);
-    scene.run_now("second", "r1", None).await?;
-    let second = scene
-        .until_ended("second", None, Duration::from_secs(30))
-        .await?;
-    assert_eq!(second.outcome, Some(RunOutcome::Skipped), "{second:?}");
-    assert_eq!(second.reason.as_deref(), Some("BudgetExhausted"));
-    let failing = scene.chaos_objects(Kind::PodChaos, &first.id).await?;
-    assert_eq!(failing.len(), 1, "only the first drill's experiment exists");
+    let (first, second) = tokio::join!(
+        scene.run_now("first", "r1", None),
+        scene.run_now("second", "r1", None)
+    );
+    first?;
+    second?;
+    let ended = |name: &'static str| {
+        let scene = &scene;
+        async move {
+            let status = scene
+                .until_status(name, "injected or skipped", Duration::from_secs(60), |s| {
+                    s.current_run
+                        .as_ref()
+                        .is_some_and(|r| r.injected_at.is_some())
+                        || !s.history.is_empty()
+                })
+                .await?;
+            anyhow::Ok(status.current_run.or(status.history.first().cloned()))
+        }
+    };
+    let (first, second) = tokio::join!(ended("first"), ended("second"));
+    let runs: Vec<RunRecord> = [first?, second?].into_iter().flatten().collect();
+    let injected: Vec<&RunRecord> = runs.iter().filter(|r| r.injected_at.is_some()).collect();
+    let skipped: Vec<&RunRecord> = runs
+        .iter()
+        .filter(|r| r.outcome == Some(RunOutcome::Skipped))
+        .collect();
+    assert_eq!(injected.len(), 1, "{runs:#?}");
+    assert_eq!(skipped.len(), 1, "{runs:#?}");
+    assert_eq!(injected[0].targets.len(), 2);
+    assert_eq!(skipped[0].reason.as_deref(), Some("BudgetExhausted"));
+    // What Chaos Mesh was given: two pods in all, never four.
+    let mut named = BTreeSet::new();
+    for run in &runs {
+        for object in scene.chaos_objects(Kind::PodChaos, &run.id).await? {
+            named.extend(flashsale_operator::drill::chaos::selected_pods(&object).into_iter());
+        }
+    }
+    assert_eq!(named.len(), 2, "{named:?}");
     Ok(())
 }
 
@@ -197,67 +226,11 @@ async fn a_breaking_slo_before_injection_skips_the_run_and_injects_nothing() -> 
     Ok(())
 }
 
-/// Injects a minute-long pod-failure on one of four pods and returns the
-/// run and its target.
-async fn failing_one_pod(scene: &DrillScene, name: &str) -> anyhow::Result<(RunRecord, String)> {
-    scene.gateway_pods(4).await?;
-    scene
-        .create(drill(
-            name,
-            &scene.exporter.query(),
-            pod_failure("60s"),
-            (25.0, 1),
-        ))
-        .await?;
-    scene.run_now(name, "r1", None).await?;
-    let run = scene.until_injected(name).await?;
-    let target = run
-        .targets
-        .first()
-        .and_then(|t| t.rsplit('/').next())
-        .ok_or_else(|| anyhow::anyhow!("no target in {run:?}"))?
-        .to_owned();
-    // Chaos Mesh swapped the target's image for its pause image.
-    until_image(scene, &target, false).await?;
-    Ok((run, target))
-}
-
-/// Waits until Chaos Mesh restored the target's image.
-async fn until_restored(scene: &DrillScene, target: &str) -> anyhow::Result<()> {
-    until_image(scene, target, true).await
-}
-
-/// Waits until the target runs its own image (`restored`) or Chaos Mesh's
-/// pause image (not `restored`).
-async fn until_image(scene: &DrillScene, target: &str, restored: bool) -> anyhow::Result<()> {
-    let pods = scene.pods();
-    let what = if restored {
-        "the target recovered"
-    } else {
-        "the target failed by Chaos Mesh"
-    };
-    poll_until(
-        what,
-        Duration::from_secs(30),
-        Duration::from_millis(50),
-        || async {
-            let image = image(&pods, target).await.map_err(|e| e.to_string())?;
-            if (image == "gateway:drill") == restored {
-                Ok(())
-            } else {
-                Err(image)
-            }
-        },
-    )
-    .await
-    .map_err(Into::into)
-}
-
 #[tokio::test]
 async fn a_breach_aborts_the_run_the_objects_disappear_and_the_latencies_are_recorded()
 -> anyhow::Result<()> {
     let scene = DrillScene::start("cd-breach", 0.0).await?;
-    let (run, target) = failing_one_pod(&scene, "breach").await?;
+    let (run, target) = scene.failing_one_pod("breach").await?;
     assert_eq!(
         scene.guard("breach", &run.id).await?,
         200,
@@ -270,6 +243,9 @@ async fn a_breach_aborts_the_run_the_objects_disappear_and_the_latencies_are_rec
     );
     assert_eq!(scene.chaos_objects(Kind::PodChaos, &run.id).await?.len(), 1);
 
+    // The test's own clock: a watch of the run's experiment, started before
+    // the breach, stamps the moment the apiserver reports it deleted.
+    let gone_seen = watch_deletion(&scene, Kind::PodChaos, &run.id).await?;
     let breached = Instant::now();
     scene.exporter.set(THRESHOLD * 3.0);
     let ended = scene
@@ -291,7 +267,7 @@ async fn a_breach_aborts_the_run_the_objects_disappear_and_the_latencies_are_rec
             "{kind:?} left"
         );
     }
-    until_restored(&scene, &target).await?;
+    scene.until_restored(&target).await?;
     assert_eq!(
         scene.guard("breach", &run.id).await?,
         503,
@@ -313,13 +289,20 @@ async fn a_breach_aborts_the_run_the_objects_disappear_and_the_latencies_are_rec
         detected <= decided && decided <= recovered && recovered <= gone,
         "{ended:?}"
     );
-    let latency = ended.abort_latency.map(|d| d.0);
-    let measured = Duration::try_from(gone.duration_since(decided))?;
-    // The status keeps whole milliseconds.
+    // The latency runs from the decision, which came after the breach, to
+    // the experiment gone, which the test's watch saw too: it is positive
+    // and no longer than breach → gone by the test's clock (plus the spread
+    // between two watches of one deletion).
+    let latency = ended
+        .abort_latency
+        .map(|d| d.0)
+        .ok_or_else(|| anyhow::anyhow!("no abort latency: {ended:?}"))?;
+    let independent = gone_seen.await??.duration_since(breached);
     assert!(
-        latency.is_some_and(|l| measured.abs_diff(l) < Duration::from_millis(1)),
-        "abort latency {latency:?} is decision → gone, {measured:?}"
+        latency > Duration::ZERO && latency <= independent + Duration::from_millis(100),
+        "abort latency {latency:?}, breach → gone by the test's own watch {independent:?}"
     );
+    eprintln!("abort latency {latency:?}; breach → gone seen by the test {independent:?}");
     assert!(
         seen < Duration::from_secs(10),
         "the breach took {seen:?} to end the run"
@@ -330,7 +313,7 @@ async fn a_breach_aborts_the_run_the_objects_disappear_and_the_latencies_are_rec
         })
         .await?;
     assert_eq!(status.last_outcome, Some(RunOutcome::Aborted));
-    assert_eq!(status.last_abort_latency.map(|d| d.0), latency);
+    assert_eq!(status.last_abort_latency.map(|d| d.0), Some(latency));
     let aborts = scene
         .operator
         .metric_sum("flashsale_drill_abort_latency_seconds_count")
@@ -341,10 +324,41 @@ async fn a_breach_aborts_the_run_the_objects_disappear_and_the_latencies_are_rec
     Ok(())
 }
 
+/// A watch of run `run`'s objects of `kind`, already listening when this
+/// returns; it resolves to the instant the apiserver reports one deleted.
+async fn watch_deletion(
+    scene: &DrillScene,
+    kind: Kind,
+    run: &str,
+) -> anyhow::Result<tokio::task::JoinHandle<anyhow::Result<Instant>>> {
+    use futures::StreamExt;
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(scene.client.clone(), &scene.ns.name, &kind.resource());
+    let params = kube::api::WatchParams::default().labels(&format!(
+        "{}={run}",
+        flashsale_operator::drill::chaos::RUN_LABEL
+    ));
+    let version = api
+        .list(&kube::api::ListParams::default())
+        .await?
+        .metadata
+        .resource_version
+        .unwrap_or_default();
+    let mut events = api.watch(&params, &version).await?.boxed();
+    Ok(tokio::spawn(async move {
+        while let Some(event) = events.next().await {
+            if let kube::api::WatchEvent::Deleted(_) = event? {
+                return Ok(Instant::now());
+            }
+        }
+        anyhow::bail!("the watch ended before the deletion")
+    }))
+}
+
 #[tokio::test]
 async fn a_nan_answer_aborts_the_run() -> anyhow::Result<()> {
     let scene = DrillScene::start("cd-nan", 0.0).await?;
-    let (run, target) = failing_one_pod(&scene, "nan").await?;
+    let (run, target) = scene.failing_one_pod("nan").await?;
     scene.exporter.set(f64::NAN);
     let ended = scene
         .until_ended("nan", Some(&run.id), Duration::from_secs(30))
@@ -357,13 +371,13 @@ async fn a_nan_answer_aborts_the_run() -> anyhow::Result<()> {
             .await?
             .is_empty()
     );
-    until_restored(&scene, &target).await
+    scene.until_restored(&target).await
 }
 
 #[tokio::test]
 async fn an_empty_answer_aborts_the_run() -> anyhow::Result<()> {
     let mut scene = DrillScene::start("cd-empty", 0.0).await?;
-    let (run, target) = failing_one_pod(&scene, "empty").await?;
+    let (run, target) = scene.failing_one_pod("empty").await?;
     // Out of Prometheus's targets: the series goes stale, the query empty.
     scene.exporter.unregister();
     let ended = scene
@@ -377,7 +391,7 @@ async fn an_empty_answer_aborts_the_run() -> anyhow::Result<()> {
             .await?
             .is_empty()
     );
-    until_restored(&scene, &target).await
+    scene.until_restored(&target).await
 }
 
 #[tokio::test]
@@ -385,15 +399,20 @@ async fn a_request_outside_the_windows_is_skipped_unless_forced_with_a_reason() 
 {
     let scene = DrillScene::start("cd-window", 0.0).await?;
     scene.gateway_pods(4).await?;
-    // A window on a day that is not today, in Tokyo.
-    let today = jiff::Zoned::now()
+    // A window of every day, in Tokyo, at least six hours away from now
+    // whatever the hour the test runs at.
+    let hour = jiff::Zoned::now()
         .with_time_zone(jiff::tz::TimeZone::get("Asia/Tokyo")?)
-        .weekday();
-    let other = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
-        [usize::from(today.next().to_monday_zero_offset().unsigned_abs())];
+        .hour();
+    let (start, end) = if hour < 12 {
+        ("18:00", "24:00")
+    } else {
+        ("00:00", "06:00")
+    };
+    let every_day = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
     let mut object = drill("window", &scene.exporter.query(), pod_kill("1s"), (25.0, 1));
     object["spec"]["schedule"]["timeZone"] = json!("Asia/Tokyo");
-    object["spec"]["windows"] = json!([{"days": [other], "start": "00:00", "end": "24:00"}]);
+    object["spec"]["windows"] = json!([{"days": every_day, "start": start, "end": end}]);
     scene.create(object).await?;
     scene.run_now("window", "r1", None).await?;
     let skipped = scene
@@ -426,6 +445,29 @@ async fn a_request_outside_the_windows_is_skipped_unless_forced_with_a_reason() 
         .until_ended("window", Some(&forced.id), Duration::from_secs(60))
         .await?;
     assert_eq!(ended.outcome, Some(RunOutcome::Succeeded), "{ended:?}");
+
+    // The force went with its one request: it is gone from the drill, and
+    // the next plain request is bound by the windows again.
+    let annotations = scene.drills().get("window").await?.metadata.annotations;
+    assert!(
+        annotations
+            .as_ref()
+            .is_none_or(|a| !a.contains_key("flashsale.dev/force-reason")),
+        "{annotations:?}"
+    );
+    scene.run_now("window", "r3", None).await?;
+    let status = scene
+        .until_status(
+            "window",
+            "the third request handled",
+            Duration::from_secs(30),
+            |s| s.last_run_request.as_deref() == Some("r3") && s.current_run.is_none(),
+        )
+        .await?;
+    let third = status.history.first().cloned().unwrap_or_default();
+    assert_eq!(third.outcome, Some(RunOutcome::Skipped), "{third:?}");
+    assert_eq!(third.reason.as_deref(), Some("OutsideWindow"), "{third:?}");
+    assert_eq!(third.forced, None);
     Ok(())
 }
 
@@ -433,17 +475,9 @@ async fn a_request_outside_the_windows_is_skipped_unless_forced_with_a_reason() 
 async fn the_namespace_kill_switch_removes_every_experiment_and_blocks_new_runs()
 -> anyhow::Result<()> {
     let scene = DrillScene::start("cd-kill", 0.0).await?;
-    let (run, target) = failing_one_pod(&scene, "kill").await?;
-    let namespaces: Api<Namespace> = Api::all(scene.client.clone());
+    let (run, target) = scene.failing_one_pod("kill").await?;
     let switched = Instant::now();
-    namespaces
-        .patch(
-            &scene.ns.name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {
-                "flashsale.dev/chaos-kill-switch": "true"}}})),
-        )
-        .await?;
+    scene.kill_switch(true).await?;
     let ended = scene
         .until_ended("kill", Some(&run.id), Duration::from_secs(30))
         .await?;
@@ -456,7 +490,7 @@ async fn the_namespace_kill_switch_removes_every_experiment_and_blocks_new_runs(
             "{kind:?} left"
         );
     }
-    until_restored(&scene, &target).await?;
+    scene.until_restored(&target).await?;
     assert!(
         took < Duration::from_secs(10),
         "the kill switch took {took:?}"
@@ -512,14 +546,25 @@ async fn the_operators_kill_switch_starts_nothing_and_sweeps_what_it_created() -
     scene.run_now("held", "r1", None).await?;
     let status = scene
         .until_status("held", "held by the switch", Duration::from_secs(30), |s| {
-            s.observed
-                .get("Ready")
-                .is_some_and(|c| c.reason == "KillSwitch")
+            s.last_run_request.as_deref() == Some("r1")
+                && s.observed
+                    .get("Ready")
+                    .is_some_and(|c| c.reason == "KillSwitch")
         })
         .await?;
     assert_eq!(status.phase, Some(DrillPhase::Suspended));
     assert_eq!(status.current_run, None);
-    assert!(status.history.is_empty(), "{status:?}");
+    // The request is refused when it arrives, not kept for later.
+    let refused: Vec<(Option<RunOutcome>, Option<&str>)> = status
+        .history
+        .iter()
+        .map(|r| (r.outcome, r.reason.as_deref()))
+        .collect();
+    assert_eq!(
+        refused,
+        [(Some(RunOutcome::Skipped), Some("KillSwitch"))],
+        "{status:?}"
+    );
     assert!(
         scene
             .chaos_objects(Kind::PodChaos, "old-run")
@@ -581,7 +626,7 @@ async fn an_invalid_cron_time_zone_or_query_is_a_condition_not_a_loop() -> anyho
 async fn a_killed_operator_leaves_chaos_mesh_to_end_the_chaos_and_the_next_one_records_it()
 -> anyhow::Result<()> {
     let mut scene = DrillScene::start("cd-sigkill", 0.0).await?;
-    let (run, target) = failing_one_pod(&scene, "crash").await?;
+    let (run, target) = scene.failing_one_pod("crash").await?;
     let killed = Instant::now();
     scene.operator.kill();
     // Nothing of ours runs now: the run's StatusCheck finds the guard
@@ -604,7 +649,7 @@ async fn a_killed_operator_leaves_chaos_mesh_to_end_the_chaos_and_the_next_one_r
     )
     .await?;
     let backstop = killed.elapsed();
-    until_restored(&scene, &target).await?;
+    scene.until_restored(&target).await?;
     eprintln!("Chaos Mesh's backstop removed the experiment {backstop:?} after the kill");
     // staleAfter 2 s: two failed probes a second apart, then Chaos Mesh's
     // status writer, its abort chain and the garbage collector.
@@ -636,7 +681,7 @@ async fn a_standby_that_takes_the_lease_stops_a_stale_run_first() -> anyhow::Res
     let mut scene = DrillScene::start("cd-standby", 0.0).await?;
     scene.operator.until_leads().await?;
     let standby = scene.another_operator("standby")?;
-    let (run, target) = failing_one_pod(&scene, "takeover").await?;
+    let (run, target) = scene.failing_one_pod("takeover").await?;
     scene.operator.kill();
     standby.until_leads().await?;
     let ended = scene
@@ -650,5 +695,5 @@ async fn a_standby_that_takes_the_lease_stops_a_stale_run_first() -> anyhow::Res
             "{kind:?} left"
         );
     }
-    until_restored(&scene, &target).await
+    scene.until_restored(&target).await
 }

@@ -28,17 +28,19 @@ async fn prometheus_stopped_mid_run_aborts_within_stale_after() -> anyhow::Resul
     scene.run_now("blind", "r1", None).await?;
     let run = scene.until_injected("blind").await?;
 
-    // From before the stop: the guard must not abort within staleAfter of
-    // the moment Prometheus went away, which is at or after this instant.
-    let stopped = Instant::now();
+    // From the moment Prometheus stopped answering (a prober asking every
+    // 10 ms finds it): the guard must not abort within staleAfter of it.
+    let silence = common::first_silence(&scene.prometheus);
     let outage = Outage::begin("prometheus").await?;
     let ended = scene
         .until_ended("blind", Some(&run.id), Duration::from_secs(30))
         .await;
-    let waited = stopped.elapsed();
+    let seen_ended = Instant::now();
     let left = scene.chaos_objects(Kind::PodChaos, &run.id).await;
+    let stopped = silence.await?;
     outage.end().await?;
-    let ended = ended?;
+    let (ended, (stopped, stopped_at)) = (ended?, stopped?);
+    let waited = seen_ended.duration_since(stopped);
     assert_eq!(ended.outcome, Some(RunOutcome::Aborted), "{ended:?}");
     assert_eq!(
         ended.reason.as_deref(),
@@ -50,14 +52,16 @@ async fn prometheus_stopped_mid_run_aborts_within_stale_after() -> anyhow::Resul
     else {
         anyhow::bail!("times missing");
     };
+    let blind = decided.duration_since(stopped_at);
     eprintln!(
-        "blind guard: run ended {waited:?} after the stop began; decision → gone {:?}",
+        "blind guard: abort decided {blind:?} after Prometheus stopped answering; decision → gone {:?}",
         gone.duration_since(decided)
     );
-    // staleAfter is 2 s; `stack down` itself takes part of `waited`.
+    // staleAfter is 2 s from the last answer, which may have come up to an
+    // interval (250 ms) before the prober's 10 ms found the silence.
     assert!(
-        waited >= Duration::from_secs(2),
-        "aborted after {waited:?}, inside staleAfter"
+        blind >= jiff::SignedDuration::from_millis(1_740),
+        "aborted {blind:?} after Prometheus stopped answering, inside staleAfter"
     );
     assert!(waited < Duration::from_secs(8), "aborted after {waited:?}");
     Ok(())

@@ -3,6 +3,9 @@
 //! the tests' `common` are given here, with the release operator in place
 //! of the test build.
 
+#[allow(dead_code)] // likewise
+#[path = "../../tests/common/chart.rs"]
+pub mod chart;
 #[allow(dead_code)] // the scene's helpers this benchmark does not call
 #[path = "../../tests/common/drill.rs"]
 pub mod drill;

@@ -55,8 +55,14 @@ pub struct Operator {
 }
 
 impl Operator {
-    /// Starts an operator for `namespace` with `extra` flags.
-    pub fn start(namespace: &str, identity: &str, extra: &[&str]) -> anyhow::Result<Self> {
+    /// Starts an operator for `namespace` with `extra` flags and `env`
+    /// variables (the scene's: the chart's kubeconfig).
+    pub fn start_with_env(
+        namespace: &str,
+        identity: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
         let binary = BINARY
             .get()
             .context("no operator binary chosen before the first operator")?;
@@ -64,7 +70,7 @@ impl Operator {
         args.extend(FAST_LEASE);
         args.extend(["--status-refresh", "2s", "--log-filter", "info"]);
         args.extend(extra);
-        let process = OperatorProcess::start(binary, namespace, identity, &args, &[])
+        let process = OperatorProcess::start(binary, namespace, identity, &args, env)
             .with_context(|| format!("starting {}", binary.display()))?;
         eprintln!(
             "operator {identity}: pid {} (log {})",

@@ -2,6 +2,11 @@
 //! whose gateway pods are bare pods on kwok nodes (as many as the test
 //! asks), a gauge the drill's SLO guard reads through the real Prometheus,
 //! the operator, and the real Chaos Mesh controller of the stack.
+//!
+//! The operator runs with the rights the Helm chart gives it in namespaced
+//! mode (its Role, through a ServiceAccount token), never as admin, so
+//! every stop a test drives (abort, end of run, kill switch, deletion,
+//! takeover) is proven under the chart's RBAC.
 
 use std::{collections::BTreeSet, time::Duration};
 
@@ -9,7 +14,7 @@ use flashsale_e2e::{kube::TestNamespace, stack, wait::poll_until};
 use flashsale_operator::{
     api::{
         ChaosDrill, FlashSale,
-        chaosdrill::{ChaosDrillStatus, RunRecord},
+        chaosdrill::{ChaosDrillStatus, DrillPhase, RunRecord},
     },
     degradation::signal::{Reading, SignalReader},
     drill::chaos::{Kind, RUN_LABEL},
@@ -17,7 +22,7 @@ use flashsale_operator::{
 };
 use futures::{StreamExt, TryStreamExt, stream};
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::{
     Api, Client, ResourceExt,
     api::{DynamicObject, ListParams, Patch, PatchParams, PostParams},
@@ -26,6 +31,7 @@ use serde_json::{Value, json};
 
 use super::{
     Operator,
+    chart::{self, KubeconfigFile},
     exporter::{Exporter, SCRAPE_TIME},
     setup,
 };
@@ -47,6 +53,8 @@ pub struct DrillScene {
     pub operator: Operator,
     /// The stack's Prometheus.
     pub prometheus: String,
+    /// The chart's ServiceAccount, as the operators here run.
+    kubeconfig: KubeconfigFile,
 }
 
 impl DrillScene {
@@ -63,9 +71,15 @@ impl DrillScene {
         let exporter = Exporter::start(initial, SCRAPE_TIME).await?;
         let prometheus = stack::prometheus_url()?;
         until_scraped(&prometheus, &exporter.query(), initial).await?;
+        let kubeconfig = chart::install(&client, &ns.name, |_| {}).await?;
         let mut flags = vec!["--prometheus-url", prometheus.as_str()];
         flags.extend_from_slice(extra);
-        let operator = Operator::start(&ns.name, "one", &flags)?;
+        let operator = Operator::start_with_env(
+            &ns.name,
+            "one",
+            &flags,
+            &[("KUBECONFIG", &kubeconfig.env())],
+        )?;
         let mut sale = flashsale_e2e::sales::warming_up(SALE);
         for workload in ["gateway", "inventory", "orderWriter"] {
             sale["spec"][workload]["replicas"] = json!(0);
@@ -80,21 +94,36 @@ impl DrillScene {
             exporter,
             operator,
             prometheus,
+            kubeconfig,
         })
     }
 
     /// Starts another operator for the namespace (a standby, or the one
-    /// after a crash).
+    /// after a crash), with the chart's rights.
     pub fn another_operator(&self, identity: &str) -> anyhow::Result<Operator> {
-        Operator::start(
+        Operator::start_with_env(
             &self.ns.name,
             identity,
             &["--prometheus-url", &self.prometheus],
+            &[("KUBECONFIG", &self.kubeconfig.env())],
         )
     }
 
     /// `count` gateway pods of the sale on kwok nodes, Ready; their names.
     pub async fn gateway_pods(&self, count: usize) -> anyhow::Result<BTreeSet<String>> {
+        let names: Vec<String> = (0..count).map(|i| format!("gateway-{i:04}")).collect();
+        self.add_gateway_pods(&names, true).await
+    }
+
+    /// Gateway pods named `names` on kwok nodes, with the labels the
+    /// operator gives its pods; `owned`: the sale is their controller (a pod
+    /// that only copies the labels is not). Waits until they are Ready and
+    /// returns the names of every Ready pod.
+    pub async fn add_gateway_pods(
+        &self,
+        names: &[String],
+        owned: bool,
+    ) -> anyhow::Result<BTreeSet<String>> {
         let nodes: Vec<String> = Api::<Node>::all(self.client.clone())
             .list(&ListParams::default().labels("type=kwok"))
             .await?
@@ -103,32 +132,35 @@ impl DrillScene {
             .map(ResourceExt::name_any)
             .collect();
         anyhow::ensure!(!nodes.is_empty(), "no kwok node");
-        // Owned by the sale itself and labelled as the operator labels its
-        // pods: a drill targets only pods whose owners lead to the sale.
+        // A drill targets only pods whose owners lead to the sale.
         let sale = Api::<FlashSale>::namespaced(self.client.clone(), &self.ns.name)
             .get(SALE)
             .await?;
-        let owner = json!({
-            "apiVersion": "flashsale.dev/v1alpha1",
-            "kind": "FlashSale",
-            "name": SALE,
-            "uid": sale.uid(),
-            "controller": true,
-        });
+        let owners = if owned {
+            json!([{
+                "apiVersion": "flashsale.dev/v1alpha1",
+                "kind": "FlashSale",
+                "name": SALE,
+                "uid": sale.uid(),
+                "controller": true,
+            }])
+        } else {
+            json!([])
+        };
         let pods = self.pods();
-        stream::iter(0..count)
-            .map(|i| {
+        stream::iter(names.iter().enumerate())
+            .map(|(i, name)| {
                 let pod: Result<Pod, _> = serde_json::from_value(json!({
                     "apiVersion": "v1",
                     "kind": "Pod",
                     "metadata": {
-                        "name": format!("gateway-{i:04}"),
+                        "name": name,
                         "labels": {
                             "app.kubernetes.io/part-of": SALE,
                             "app.kubernetes.io/component": "gateway",
                             "app.kubernetes.io/managed-by": "flashsale-operator",
                         },
-                        "ownerReferences": [owner],
+                        "ownerReferences": owners,
                     },
                     "spec": {
                         // Bound directly: a thousand pods need no scheduler.
@@ -147,16 +179,18 @@ impl DrillScene {
             .buffer_unordered(32)
             .try_collect::<Vec<_>>()
             .await?;
+        let wanted: BTreeSet<String> = names.iter().cloned().collect();
         poll_until(
-            &format!("{count} gateway pods Ready"),
+            &format!("{} gateway pods Ready", names.len()),
             Duration::from_secs(120),
             Duration::from_millis(250),
             || async {
                 let ready = self.ready_pods().await.map_err(|e| e.to_string())?;
-                if ready.len() == count {
+                let missing = wanted.difference(&ready).count();
+                if missing == 0 {
                     Ok(ready)
                 } else {
-                    Err(format!("{} of {count} ready", ready.len()))
+                    Err(format!("{missing} of {} not ready", wanted.len()))
                 }
             },
         )
@@ -297,6 +331,152 @@ impl DrillScene {
             .list(&ListParams::default().labels(&format!("{RUN_LABEL}={run}")))
             .await?
             .items)
+    }
+
+    /// Injects a minute-long pod-failure on one of four pods with the drill
+    /// `name` and returns the run and its target.
+    pub async fn failing_one_pod(&self, name: &str) -> anyhow::Result<(RunRecord, String)> {
+        self.gateway_pods(4).await?;
+        self.create(drill(
+            name,
+            &self.exporter.query(),
+            pod_failure("60s"),
+            (25.0, 1),
+        ))
+        .await?;
+        self.run_now(name, "r1", None).await?;
+        let run = self.until_injected(name).await?;
+        let target = run
+            .targets
+            .first()
+            .and_then(|t| t.rsplit('/').next())
+            .ok_or_else(|| anyhow::anyhow!("no target in {run:?}"))?
+            .to_owned();
+        // Chaos Mesh swapped the target's image for its pause image.
+        self.until_image(&target, false).await?;
+        Ok((run, target))
+    }
+
+    /// Waits until Chaos Mesh restored the target's image.
+    pub async fn until_restored(&self, target: &str) -> anyhow::Result<()> {
+        self.until_image(target, true).await
+    }
+
+    /// Waits until the target runs its own image (`restored`) or Chaos
+    /// Mesh's pause image (not `restored`).
+    async fn until_image(&self, target: &str, restored: bool) -> anyhow::Result<()> {
+        let pods = self.pods();
+        let what = if restored {
+            "the target recovered"
+        } else {
+            "the target failed by Chaos Mesh"
+        };
+        poll_until(
+            what,
+            Duration::from_secs(30),
+            Duration::from_millis(50),
+            || async {
+                let image = image(&pods, target).await.map_err(|e| e.to_string())?;
+                if (image == "gateway:drill") == restored {
+                    Ok(())
+                } else {
+                    Err(image)
+                }
+            },
+        )
+        .await
+        .map_err(Into::into)
+    }
+
+    /// Every Chaos Mesh object (Workflow and experiment) of run `run`, as
+    /// `Kind/name`.
+    pub async fn run_objects(&self, run: &str) -> anyhow::Result<Vec<String>> {
+        let mut all = Vec::new();
+        for kind in [
+            Kind::Workflow,
+            Kind::PodChaos,
+            Kind::NetworkChaos,
+            Kind::StressChaos,
+        ] {
+            for object in self.chaos_objects(kind, run).await? {
+                all.push(format!("{}/{}", kind.name(), object.name_any()));
+            }
+        }
+        Ok(all)
+    }
+
+    /// Waits until no Chaos Mesh object of run `run` is left.
+    pub async fn until_no_chaos(&self, run: &str, deadline: Duration) -> anyhow::Result<()> {
+        poll_until(
+            &format!("run {run}'s chaos gone"),
+            deadline,
+            Duration::from_millis(50),
+            || async {
+                let left = self.run_objects(run).await.map_err(|e| e.to_string())?;
+                if left.is_empty() {
+                    Ok(())
+                } else {
+                    Err(left.join(", "))
+                }
+            },
+        )
+        .await
+        .map_err(Into::into)
+    }
+
+    /// Checks for `window` that run `run` never has a Chaos Mesh object.
+    pub async fn never_injects(&self, run: &str, window: Duration) -> anyhow::Result<()> {
+        let until = tokio::time::Instant::now() + window;
+        while tokio::time::Instant::now() < until {
+            let objects = self.run_objects(run).await?;
+            anyhow::ensure!(
+                objects.is_empty(),
+                "run {run} created {objects:?} after it was stopped"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(())
+    }
+
+    /// Turns the namespace's kill switch on or off.
+    pub async fn kill_switch(&self, on: bool) -> anyhow::Result<()> {
+        let value = if on { json!("true") } else { Value::Null };
+        Api::<Namespace>::all(self.client.clone())
+            .patch(
+                &self.ns.name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {
+                    "flashsale.dev/chaos-kill-switch": value}}})),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Merge-patches the drill `name` with `patch`, as it is (not through
+    /// the Rust type, so a test can write what the type would refuse).
+    pub async fn patch_drill(&self, name: &str, patch: Value) -> anyhow::Result<()> {
+        let resource = kube::api::ApiResource::erase::<ChaosDrill>(&());
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), &self.ns.name, &resource);
+        api.patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await?;
+        Ok(())
+    }
+
+    /// The run in progress once it is in steady state (nothing injected
+    /// yet).
+    pub async fn until_steady_state(&self, name: &str) -> anyhow::Result<RunRecord> {
+        let status = self
+            .until_status(
+                name,
+                "a run in steady state",
+                Duration::from_secs(30),
+                |s| s.phase == Some(DrillPhase::SteadyState) && s.current_run.is_some(),
+            )
+            .await?;
+        status
+            .current_run
+            .ok_or_else(|| anyhow::anyhow!("no current run"))
     }
 
     /// GET the operator's guard endpoint for `drill`'s run `run`: the

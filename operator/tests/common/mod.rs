@@ -4,6 +4,7 @@
 
 #![allow(dead_code)] // each test binary uses a different part
 
+pub mod chart;
 pub mod drill;
 pub mod exporter;
 pub mod scene;
@@ -145,6 +146,35 @@ impl Operator {
     pub async fn metric_sum(&self, name: &str) -> anyhow::Result<f64> {
         Ok(sum_samples(&self.metrics().await?, name))
     }
+}
+
+/// The moment a component stopped answering, on both clocks.
+pub type Silence = (tokio::time::Instant, jiff::Timestamp);
+
+/// Asks `prometheus` a query every 10 ms until it stops answering, and
+/// resolves to the first instant it did not (connection refused, an error
+/// status or no answer within a second): the moment an outage began for
+/// the readers, whatever the stop itself took. Gives up after a minute.
+pub fn first_silence(prometheus: &str) -> tokio::task::JoinHandle<anyhow::Result<Silence>> {
+    let url = format!(
+        "{}/api/v1/query?query=vector(1)",
+        prometheus.trim_end_matches('/')
+    );
+    tokio::spawn(async move {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(1))
+            .build()?;
+        let until = tokio::time::Instant::now() + Duration::from_secs(60);
+        while tokio::time::Instant::now() < until {
+            let asked = (tokio::time::Instant::now(), jiff::Timestamp::now());
+            match client.get(&url).send().await {
+                Ok(answer) if answer.status().is_success() => {}
+                _ => return Ok(asked),
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        anyhow::bail!("Prometheus kept answering for a minute")
+    })
 }
 
 /// The sum of every sample of `name` in Prometheus text.

@@ -1,0 +1,161 @@
+//! The operator's RBAC as the Helm chart installs it: the chart rendered in
+//! namespaced mode, its ServiceAccount, Roles and RoleBindings created in a
+//! test's namespace, and a kubeconfig holding that account's token, so a
+//! test's operator runs with exactly the rights users give it.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context as _, bail, ensure};
+use k8s_openapi::api::{
+    authentication::v1::{TokenRequest, TokenRequestSpec},
+    core::v1::ServiceAccount,
+    rbac::v1::{Role, RoleBinding},
+};
+use kube::{
+    Api, Client,
+    api::PostParams,
+    config::{KubeConfigOptions, Kubeconfig},
+};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// The chart rendered for `namespace` in namespaced mode (release and
+/// watched namespace alike), one JSON value per object.
+pub fn render(namespace: &str) -> anyhow::Result<Vec<Value>> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/flashsale-operator");
+    let out = Command::new("helm")
+        .arg("template")
+        .arg("flashsale")
+        .arg(&dir)
+        .args(["--namespace", namespace])
+        .args(["--set", &format!("watchNamespace={namespace}")])
+        .output()
+        .context("running helm (`e2e/local/stack env` puts it on PATH)")?;
+    ensure!(
+        out.status.success(),
+        "helm template failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout)?;
+    let mut objects = Vec::new();
+    for document in serde_yaml_ng::Deserializer::from_str(&text) {
+        let object = Value::deserialize(document)?;
+        if !object.is_null() {
+            objects.push(object);
+        }
+    }
+    Ok(objects)
+}
+
+/// A kubeconfig file with a token in it, removed when dropped.
+pub struct KubeconfigFile(pub PathBuf);
+
+impl KubeconfigFile {
+    /// The path, as the `KUBECONFIG` variable of an operator process.
+    pub fn env(&self) -> String {
+        self.0.to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for KubeconfigFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Installs the chart's ServiceAccount, Roles and RoleBindings (not its
+/// Deployment: the test runs the binary) into `namespace`, each Role passed
+/// through `edit` first, and returns a kubeconfig file for the account.
+pub async fn install(
+    client: &Client,
+    namespace: &str,
+    edit: impl Fn(&mut Role),
+) -> anyhow::Result<KubeconfigFile> {
+    let mut account = None;
+    for object in render(namespace)? {
+        match object["kind"].as_str() {
+            Some("ServiceAccount") => {
+                let sa: ServiceAccount = serde_json::from_value(object)?;
+                account = sa.metadata.name.clone();
+                Api::<ServiceAccount>::namespaced(client.clone(), namespace)
+                    .create(&PostParams::default(), &sa)
+                    .await?;
+            }
+            Some("Role") => {
+                let mut role: Role = serde_json::from_value(object)?;
+                edit(&mut role);
+                Api::<Role>::namespaced(client.clone(), namespace)
+                    .create(&PostParams::default(), &role)
+                    .await?;
+            }
+            Some("RoleBinding") => {
+                let binding: RoleBinding = serde_json::from_value(object)?;
+                Api::<RoleBinding>::namespaced(client.clone(), namespace)
+                    .create(&PostParams::default(), &binding)
+                    .await?;
+            }
+            Some("Deployment") => {}
+            other => {
+                bail!("the namespaced chart renders a {other:?}: nothing cluster-wide expected")
+            }
+        }
+    }
+    let account = account.context("the chart renders no ServiceAccount")?;
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(3600),
+            ..TokenRequestSpec::default()
+        }),
+        ..TokenRequest::default()
+    };
+    let token = Api::<ServiceAccount>::namespaced(client.clone(), namespace)
+        .create_token_request(&account, &PostParams::default(), &request)
+        .await?
+        .status
+        .context("no token in the TokenRequest's answer")?
+        .token;
+
+    // The stack's apiserver and CA, the account's token.
+    let admin = Kubeconfig::read()?;
+    let context = admin
+        .contexts
+        .iter()
+        .find(|c| Some(&c.name) == admin.current_context.as_ref())
+        .and_then(|c| c.context.as_ref())
+        .context("the stack's kubeconfig has no current context")?;
+    let cluster = admin
+        .clusters
+        .iter()
+        .find(|c| c.name == context.cluster)
+        .and_then(|c| c.cluster.as_ref())
+        .context("the stack's kubeconfig has no cluster for its context")?;
+    let kubeconfig = json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "stack", "cluster": {
+            "server": cluster.server,
+            "certificate-authority-data": cluster.certificate_authority_data,
+            "certificate-authority": cluster.certificate_authority,
+        }}],
+        "users": [{"name": account, "user": {"token": token}}],
+        "contexts": [{"name": "scoped", "context": {
+            "cluster": "stack", "user": account, "namespace": namespace}}],
+        "current-context": "scoped",
+    });
+    let path = std::env::temp_dir().join(format!("{namespace}.kubeconfig"));
+    std::fs::write(&path, serde_json::to_vec_pretty(&kubeconfig)?)?;
+    Ok(KubeconfigFile(path))
+}
+
+/// A client with the kubeconfig at `path`.
+pub async fn client_of(path: &Path) -> anyhow::Result<Client> {
+    let config = kube::Config::from_custom_kubeconfig(
+        Kubeconfig::read_from(path)?,
+        &KubeConfigOptions::default(),
+    )
+    .await?;
+    Ok(Client::try_from(config)?)
+}
