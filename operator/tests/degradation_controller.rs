@@ -133,13 +133,28 @@ async fn a_signal_around_a_threshold_does_not_flap() -> anyhow::Result<()> {
         .create_policy(policy(POLICY, SALE, &scene.exporter.query(), 1))
         .await?;
     scene.until_tier(0, Duration::from_secs(30)).await?;
-    // Around tier 1's enterAbove: it enters once, and never leaves, since
-    // the signal never goes below exitBelow.
+    scene.exporter.set(0.82);
+    scene.until_tier(1, Duration::from_secs(10)).await?;
+    // Between tier 1's exitBelow (0.70) and enterAbove (0.80) for twice the
+    // hold-down: hysteresis holds the tier, however long it lasts.
+    scene.exporter.set(0.75);
+    tokio::time::sleep(HOLD_DOWN * 2 + Duration::from_secs(1)).await;
+    let status = scene.status(POLICY).await?;
+    assert_eq!(status.last_value, Some(0.75), "{status:?}");
+    assert!(
+        status
+            .tier_message
+            .as_deref()
+            .is_some_and(|m| m.contains("holding tier 1")),
+        "{status:?}"
+    );
+    assert_eq!(scene.tiers(), [0, 1]);
+    // Around tier 1's enterAbove: it stays, since the signal never goes
+    // below exitBelow.
     for value in [0.78, 0.82, 0.78, 0.82, 0.78, 0.82, 0.78, 0.82] {
         scene.exporter.set(value);
         tokio::time::sleep(Duration::from_millis(700)).await;
     }
-    scene.until_tier(1, Duration::from_secs(5)).await?;
     // Around tier 1's exitBelow, each dip shorter than the hold-down.
     for value in [0.68, 0.72, 0.68, 0.72, 0.68, 0.72] {
         scene.exporter.set(value);

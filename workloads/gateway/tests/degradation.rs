@@ -320,6 +320,35 @@ async fn a_config_map_without_the_operators_label_is_ignored() -> anyhow::Result
     delete(&client, ns).await
 }
 
+#[tokio::test]
+async fn a_hand_edited_generation_does_not_freeze_the_gateways() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "degradation-edited").await?;
+    let api = Api::<ConfigMap>::namespaced(client.clone(), &ns.name);
+    let name = "edited-degradation";
+    let clock = || u64::try_from(jiff::Timestamp::now().as_millisecond()).unwrap_or(0);
+    let first = clock();
+    publish(&api, name, data(first, 1, None, "the operator's")).await?;
+    let board = Switchboard::new();
+    let source = Running::config_map(&client, &ns.name, name, &board);
+    reached(&board, first, Instant::now()).await?;
+
+    // Someone sets the generation to the largest number by hand.
+    publish(&api, name, data(u64::MAX, 2, Some(SPIKE), "by hand")).await?;
+    // The operator's next state, at the clock, is taken: the edit was
+    // refused, so it never stood above every later state.
+    let next = clock().max(first + 1);
+    publish(&api, name, data(next, 0, None, "the operator's next")).await?;
+    reached(&board, next, Instant::now()).await?;
+    let seen = board.current();
+    assert_eq!(
+        (seen.generation, seen.tier, seen.reason.as_str()),
+        (next, 0, "the operator's next")
+    );
+    source.stop().await?;
+    delete(&client, ns).await
+}
+
 /// The gateway's RBAC can be get/list/watch on the one ConfigMap name.
 #[tokio::test]
 async fn a_role_for_the_single_config_map_is_enough() -> anyhow::Result<()> {
