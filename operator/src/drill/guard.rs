@@ -63,6 +63,10 @@ pub struct Guard {
     /// `true` once a stop closed it (write), which waits for those in
     /// flight. So nothing of the run lands after a stop listed it.
     creates: Arc<RwLock<bool>>,
+    /// The run-now request that started the run, if one did: a look at a
+    /// cached drill older than the run's first status write sees it again,
+    /// and it is this run, not a new request to refuse.
+    request: Option<String>,
 }
 
 struct State_ {
@@ -87,7 +91,19 @@ impl Guard {
             }),
             task: Mutex::new(None),
             creates: Arc::default(),
+            request: None,
         }
+    }
+
+    /// The guard of a run that the run-now request `request` started.
+    #[must_use]
+    pub fn started_by(self, request: Option<String>) -> Self {
+        Self { request, ..self }
+    }
+
+    /// Whether `request` is the one that started this run.
+    pub fn started(&self, request: &str) -> bool {
+        self.request.as_deref() == Some(request)
     }
 
     /// A pass for one create of the run's objects, held until its request

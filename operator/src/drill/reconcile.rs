@@ -218,7 +218,7 @@ async fn reconcile_drill(drill: &ChaosDrill, ctx: &Arc<Ctx>) -> Result<Action, E
             write_status(ctx, drill, &status).await?;
             return Ok(next_look(&status, now));
         }
-        if let Some(request) = &request {
+        if let Some(request) = request.as_ref().filter(|r| !guard.started(r)) {
             let message = format!("run {} is in progress", guard.run);
             refuse(ctx, drill, &mut status, request, "RunInProgress", &message).await;
         }
@@ -274,8 +274,8 @@ async fn reconcile_drill(drill: &ChaosDrill, ctx: &Arc<Ctx>) -> Result<Action, E
         sale,
         avoid_live_sale: drill.spec.avoid_live_sale,
     });
-    if let Some(request) = request {
-        status.last_run_request = Some(request);
+    if let Some(request) = &request {
+        status.last_run_request = Some(request.clone());
     }
     match decision {
         Start::Wait => {
@@ -288,7 +288,7 @@ async fn reconcile_drill(drill: &ChaosDrill, ctx: &Arc<Ctx>) -> Result<Action, E
             status.next_run_time = calendar.next_run(now).map(Time);
         }
         Start::Run { forced } => {
-            let record = start(ctx, drill, &namespace, &uid, &calendar, now, forced);
+            let record = start(ctx, drill, &uid, &calendar, now, forced, request);
             ctx.event_of(
                 drill,
                 false,
@@ -346,11 +346,11 @@ fn next_look(status: &ChaosDrillStatus, now: Timestamp) -> Action {
 fn start(
     ctx: &Arc<Ctx>,
     drill: &ChaosDrill,
-    namespace: &str,
     uid: &str,
     calendar: &Calendar,
     now: Timestamp,
     forced: Option<String>,
+    request: Option<String>,
 ) -> RunRecord {
     let prometheus_url = drill
         .spec
@@ -365,21 +365,26 @@ fn start(
         forced: forced.clone(),
         ..RunRecord::default()
     };
-    let guard = Arc::new(Guard::new(
-        uid.to_owned(),
-        record.id.clone(),
-        drill.spec.slo_guard.stale_after.0,
-        Progress {
-            phase: DrillPhase::SteadyState,
-            record: record.clone(),
-        },
-    ));
+    let guard = Arc::new(
+        Guard::new(
+            uid.to_owned(),
+            record.id.clone(),
+            drill.spec.slo_guard.stale_after.0,
+            Progress {
+                phase: DrillPhase::SteadyState,
+                record: record.clone(),
+            },
+        )
+        .started_by(request),
+    );
     let plan = Plan {
         drill: Arc::new(drill.clone()),
         run: record.id.clone(),
-        guard_url: ctx
-            .settings
-            .guard_url(namespace, &drill.name_any(), &record.id),
+        guard_url: ctx.settings.guard_url(
+            &drill.namespace().unwrap_or_default(),
+            &drill.name_any(),
+            &record.id,
+        ),
         prometheus_url,
         calendar: forced.is_none().then(|| calendar.clone()),
     };
