@@ -13,7 +13,7 @@ mod common;
 
 use std::{collections::BTreeSet, time::Duration};
 
-use common::drill::{DrillScene, SALE, drill, pod_failure, pod_kill};
+use common::drill::{DrillScene, SALE, drill, first_target, pod_failure, pod_kill, pod_of};
 use flashsale_e2e::wait::poll_until;
 use flashsale_operator::{
     api::{
@@ -30,11 +30,6 @@ use tokio::time::Instant;
 /// Accepted by the apiserver's `date-time` check (its pattern has an
 /// unescaped `.` before the fraction), refused by every RFC 3339 parser.
 const LOOSE_TIME: &str = "2030-01-01T10:00:00_5Z";
-
-/// A pod's name out of a run's `namespace/pod` target.
-fn pod_of(target: &str) -> &str {
-    target.rsplit('/').next().unwrap_or_default()
-}
 
 /// The drill `name` of a pod-failure of `duration` on one of the sale's
 /// gateways, steady for `steady` before it injects.
@@ -193,7 +188,7 @@ async fn deleting_a_drill_mid_run_removes_its_chaos_without_the_garbage_collecto
         .await?;
     scene.run_now("orphaning", "r1", None).await?;
     let run = scene.until_injected("orphaning").await?;
-    let target = pod_of(run.targets.first().map(String::as_str).unwrap_or_default()).to_owned();
+    let target = first_target(&run)?;
 
     // Orphan: the garbage collector leaves the Workflow and its chain in
     // place, so only the operator can end the chaos.

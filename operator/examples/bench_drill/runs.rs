@@ -26,7 +26,9 @@ use jiff::Timestamp;
 
 use super::{
     chaos::{pod_chaos, until_gone, until_injected},
-    common::drill::{DrillScene, THRESHOLD, drill, image, pod_failure, until_scraped},
+    common::drill::{
+        DrillScene, THRESHOLD, drill, first_target, image, pod_failure, until_scraped,
+    },
     ms,
 };
 
@@ -102,12 +104,7 @@ async fn injected_run(
 ) -> anyhow::Result<(RunRecord, String)> {
     scene.run_now(DRILL, request, None).await?;
     let run = scene.until_injected(DRILL).await?;
-    let target = run
-        .targets
-        .first()
-        .and_then(|t| t.rsplit('/').next())
-        .ok_or_else(|| anyhow::anyhow!("no target in {run:?}"))?
-        .to_owned();
+    let target = first_target(&run)?;
     until_injected(
         &pod_chaos(&scene.client, &scene.ns.name),
         &chaos::run_selector(DRILL, &run.id),

@@ -41,6 +41,19 @@ pub const SALE: &str = "d11";
 /// The objective's threshold: the gauge breaches above it.
 pub const THRESHOLD: f64 = 0.5;
 
+/// A pod's name out of a run's `namespace/pod` target.
+pub fn pod_of(target: &str) -> &str {
+    target.rsplit('/').next().unwrap_or_default()
+}
+
+/// The name of the first pod a run targeted.
+pub fn first_target(run: &RunRecord) -> anyhow::Result<String> {
+    run.targets
+        .first()
+        .map(|t| pod_of(t).to_owned())
+        .ok_or_else(|| anyhow::anyhow!("no target in {run:?}"))
+}
+
 /// One test's world.
 pub struct DrillScene {
     /// See the type.
@@ -346,12 +359,7 @@ impl DrillScene {
         .await?;
         self.run_now(name, "r1", None).await?;
         let run = self.until_injected(name).await?;
-        let target = run
-            .targets
-            .first()
-            .and_then(|t| t.rsplit('/').next())
-            .ok_or_else(|| anyhow::anyhow!("no target in {run:?}"))?
-            .to_owned();
+        let target = first_target(&run)?;
         // Chaos Mesh swapped the target's image for its pause image.
         self.until_image(&target, false).await?;
         Ok((run, target))
