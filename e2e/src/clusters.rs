@@ -38,7 +38,8 @@ const NODE_TIMEOUT: Duration = Duration::from_secs(1);
 pub enum ClusterError {
     /// A variable of `e2e/local/stack env` is not set: the cluster is not up.
     #[error(
-        "{var} is not set, so the local stack's {component} cannot be found. Start it with \
+        "{var} is not set, so the local stack's {component} cannot be found. Run the tests \
+         through `e2e/local/stack test`, which starts it, or start it with \
          `e2e/local/stack up {component}` and load its variables with \
          `eval \"$(e2e/local/stack env)\"`"
     )]
@@ -945,6 +946,21 @@ c144 127.0.0.1:17001@27001 myself,master - 0 1796160251000 1 connected 0-5460
         assert!(cluster.broker_id(0).is_err());
         assert!(cluster.broker_id(4).is_err());
         assert!(cluster.broker_id(19092).is_err());
+    }
+
+    #[test]
+    fn missing_variable_says_how_to_start_the_cluster() {
+        let err = var("FLASHSALE_SURELY_UNSET_VARIABLE", "redis-cluster").err();
+        let text = err.map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            text.contains("FLASHSALE_SURELY_UNSET_VARIABLE is not set"),
+            "{text}"
+        );
+        assert!(
+            text.contains("`e2e/local/stack up redis-cluster`"),
+            "{text}"
+        );
+        assert!(text.contains("`e2e/local/stack test`"), "{text}");
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! Failover of the stack's optional clusters: SIGKILL a node, measure how
 //! long until the cluster serves again, bring the node back and wait until
-//! the cluster is whole. The clusters are not part of the default stack, so
-//! without them (`e2e/local/stack up redis-cluster kafka-cluster`) these
-//! tests say why and pass.
+//! the cluster is whole. The clusters are not part of the default stack but
+//! `e2e/local/stack test` starts them; without them (`e2e/local/stack up
+//! redis-cluster kafka-cluster`) these tests fail and say how to start them.
 
 use std::time::{Duration, Instant};
 
@@ -20,25 +20,10 @@ const REDIS_FAILOVER: Duration = Duration::from_secs(30);
 const KAFKA_FAILOVER: Duration = Duration::from_secs(60);
 const HEALTHY: Duration = Duration::from_secs(120);
 
-/// The clusters are optional: a missing variable skips the test.
-fn skip_without(var: &str) -> bool {
-    let missing = std::env::var(var).map_or(true, |v| v.is_empty());
-    if missing {
-        println!(
-            "skipped: {var} is not set; start the clusters with \
-             `e2e/local/stack up redis-cluster kafka-cluster` and load `e2e/local/stack env`"
-        );
-    }
-    missing
-}
-
 #[tokio::test]
 async fn redis_cluster_promotes_a_replica_when_a_primary_is_killed() -> anyhow::Result<()> {
-    if skip_without("FLASHSALE_REDIS_CLUSTER_URL") {
-        return Ok(());
-    }
-    let _exclusive = faults::exclusive().await;
     let cluster = RedisCluster::from_env()?;
+    let _exclusive = faults::exclusive().await;
     cluster.until_healthy(HEALTHY).await?;
 
     let key = "fs:{probe}:x";
@@ -97,11 +82,8 @@ async fn redis_cluster_promotes_a_replica_when_a_primary_is_killed() -> anyhow::
 
 #[tokio::test]
 async fn kafka_cluster_elects_a_new_leader_when_the_leader_is_killed() -> anyhow::Result<()> {
-    if skip_without("FLASHSALE_KAFKA_CLUSTER_BROKERS") {
-        return Ok(());
-    }
-    let _exclusive = faults::exclusive().await;
     let cluster = KafkaCluster::from_env()?;
+    let _exclusive = faults::exclusive().await;
     cluster.until_healthy(HEALTHY).await?;
 
     let before = cluster.partition(ORDERS_TOPIC, 0).await?;

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Chaos Mesh for the local stack: its CRDs (component chaos-mesh-crds) and
 # chaos-controller-manager running out of cluster against the local apiserver
 # (component chaos-mesh). Both come from one Chaos Mesh source, found in this
@@ -106,7 +107,7 @@ chaos_mesh_resolve() {
     [ -f "$dir/.complete" ] || chaos_mesh_extract "$path" "$dir"
     dir="$dir/src"
   fi
-  [ -f "$dir/go.mod" ] && [ -d "$dir/cmd/chaos-controller-manager" ] \
+  [[ -f "$dir/go.mod" && -d "$dir/cmd/chaos-controller-manager" ]] \
     || die "$path does not hold the Chaos Mesh source (no go.mod and cmd/chaos-controller-manager)"
   if [ "$kind" = explicit ] && [ "$key" != "$CHAOS_MESH_TAR_SHA256" ]; then
     log "Chaos Mesh from $path, as given (not checked against the pinned v$CHAOS_MESH_VERSION archive)"
@@ -123,7 +124,7 @@ chaos_mesh_extract() {
   local tmp; tmp=$(mktemp -d "$CACHE/.chaos-mesh-XXXXXX")
   tar -xzf "$tarball" -C "$tmp" --no-same-owner || { rm -rf "$tmp"; die "extracting $tarball failed"; }
   local top; top=$(find "$tmp" -mindepth 1 -maxdepth 1 -type d)
-  [ "$(echo "$top" | wc -l)" = 1 ] && [ -n "$top" ] || { rm -rf "$tmp"; die "$tarball does not have one top folder"; }
+  [[ "$(echo "$top" | wc -l)" = 1 && -n "$top" ]] || { rm -rf "$tmp"; die "$tarball does not have one top folder"; }
   mv "$top" "$tmp/src"
   touch "$tmp/.complete"
   rm -rf "$dir"
@@ -243,11 +244,11 @@ chaos_mesh_crds_known() {
 # returned), so: TERM, wait until the manager is done, TERM again; KILL only
 # what is still there after the deadline. By its pid only.
 down_chaos-mesh() {
-  local pid i
+  local pid
   pid=$(live_pid chaos-mesh) || { rm -f "$(pidfile chaos-mesh)"; return 0; }
   log "stopping chaos-mesh (pid $pid)"
   kill -TERM "$pid" 2>/dev/null || true
-  for i in $(seq 1 100); do
+  for _ in $(seq 1 100); do
     kill -0 "$pid" 2>/dev/null || break
     if chaos_mesh_manager_stopped; then kill -TERM "$pid" 2>/dev/null || true; break; fi
     sleep 0.1
@@ -266,8 +267,7 @@ chaos_mesh_manager_stopped() {
 
 # pid_gone PID TENTHS: true once PID has exited, polling every 0.1 s.
 pid_gone() {
-  local i
-  for i in $(seq 1 "$2"); do
+  for _ in $(seq 1 "$2"); do
     kill -0 "$1" 2>/dev/null || return 0
     sleep 0.1
   done

@@ -41,8 +41,7 @@ crictl_node() {
 }
 
 install_node_packages() {
-  local DEBIAN_PACKAGES=("${NODE_DEBIAN_PACKAGES[@]}")
-  install_debian_packages
+  install_debian_packages "${NODE_DEBIAN_PACKAGES[@]}"
 }
 
 # --- network -------------------------------------------------------------------
@@ -128,6 +127,8 @@ remove_kubelet_chains() {
     "$cmd" -w -D OUTPUT -j KUBE-FIREWALL 2>/dev/null || true
     for table in filter nat mangle; do
       for chain in KUBE-FIREWALL KUBE-KUBELET-CANARY KUBE-IPTABLES-HINT; do
+        # Deleted only once flushed; a chain that is not there is no error.
+        # shellcheck disable=SC2015
         "$cmd" -w -t "$table" -F "$chain" 2>/dev/null && "$cmd" -w -t "$table" -X "$chain" 2>/dev/null || true
       done
     done
@@ -335,7 +336,7 @@ kill_shims() {
     # A shim's children are container processes left behind: they go first.
     kids=$(cat "/proc/$pid/task/"*/children 2>/dev/null || true)
     log "killing shim $pid of $(containerd_sock) and its containers ${kids:-}"
-    # shellcheck disable=SC2086
+    # shellcheck disable=SC2086 # split on purpose: one argument per pid
     [ -n "$kids" ] && kill -KILL $kids 2>/dev/null
     kill -KILL "$pid" 2>/dev/null || true
   done

@@ -2,8 +2,8 @@
 //! replica each): a sharded SKU spread over every primary never oversells,
 //! and a primary SIGKILLed under 200 clients loses no acknowledged
 //! reservation under the replicated policy. The cluster is optional in the
-//! stack; without it (`e2e/local/stack up redis-cluster`) these tests say why
-//! and pass.
+//! stack but `e2e/local/stack test` starts it; without it (`e2e/local/stack
+//! up redis-cluster`) these tests fail and say how to start it.
 
 mod common;
 
@@ -33,25 +33,18 @@ const REPLICATED: Durability = Durability::Replicated {
 };
 
 /// The cluster, whole, with this process's fault tests kept out while the
-/// guard lives; `None` (the test says why and passes) without the cluster.
-async fn cluster() -> anyhow::Result<Option<(RedisCluster, MutexGuard<'static, ()>)>> {
+/// guard lives; without the cluster, an error naming the command that starts it.
+async fn cluster() -> anyhow::Result<(RedisCluster, MutexGuard<'static, ()>)> {
     // The cluster client's own recovery steps, shown for a failing test
     // (RUST_LOG=redis=warn,flashsale_runtime=warn).
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
         .try_init();
-    if std::env::var("FLASHSALE_REDIS_CLUSTER_URL").map_or(true, |v| v.is_empty()) {
-        println!(
-            "skipped: FLASHSALE_REDIS_CLUSTER_URL is not set; start the cluster with \
-             `e2e/local/stack up redis-cluster` and load `e2e/local/stack env`"
-        );
-        return Ok(None);
-    }
     let cluster = RedisCluster::from_env()?;
     let exclusive = faults::exclusive().await;
     cluster.until_healthy(HEALTHY).await?;
-    Ok(Some((cluster, exclusive)))
+    Ok((cluster, exclusive))
 }
 
 /// The primaries serving `sale`'s `shards` shards of SKU `HOT`.
@@ -74,9 +67,7 @@ async fn primaries_of(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auto_durability_on_the_cluster_waits_for_a_replica() -> anyhow::Result<()> {
-    let Some((cluster, _exclusive)) = cluster().await? else {
-        return Ok(());
-    };
+    let (cluster, _exclusive) = cluster().await?;
     // Every primary of the stack's cluster has one replica: `auto` is the
     // replicated policy, and a reservation is acknowledged through it.
     let store = Store::connect(cluster.urls()).await?;
@@ -93,9 +84,7 @@ async fn auto_durability_on_the_cluster_waits_for_a_replica() -> anyhow::Result<
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_shards_over_all_three_primaries_never_oversell() -> anyhow::Result<()> {
-    let Some((cluster, _exclusive)) = cluster().await? else {
-        return Ok(());
-    };
+    let (cluster, _exclusive) = cluster().await?;
     // A sale name whose eight shards land on all three primaries, so every
     // cross-slot step (claim, take, settle, stock reads) crosses nodes.
     let mut sale = stack::unique_name("inv-cluster");
@@ -322,9 +311,7 @@ async fn report(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_primary_loses_no_acknowledged_reservation_when_replicated() -> anyhow::Result<()>
 {
-    let Some((cluster, _exclusive)) = cluster().await? else {
-        return Ok(());
-    };
+    let (cluster, _exclusive) = cluster().await?;
     let failover = reserve_through_a_failover(&cluster, REPLICATED).await?;
     let (lost, level) = report(&cluster, "replicated", &failover).await?;
     assert_eq!(lost, Vec::<String>::new(), "acknowledged reservations lost");
@@ -338,9 +325,7 @@ async fn a_killed_primary_loses_no_acknowledged_reservation_when_replicated() ->
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_primary_under_the_fast_policy_reports_what_it_lost() -> anyhow::Result<()> {
-    let Some((cluster, _exclusive)) = cluster().await? else {
-        return Ok(());
-    };
+    let (cluster, _exclusive) = cluster().await?;
     let failover = reserve_through_a_failover(&cluster, Durability::Fast).await?;
     // Asynchronous replication may drop the last writes before the kill;
     // what was lost went back to stock with its record (report checks the
@@ -357,9 +342,7 @@ async fn a_killed_primary_under_the_fast_policy_reports_what_it_lost() -> anyhow
 /// again, the retry is acknowledged with the same reservation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_on_another_connection_waits_for_the_original_write() -> anyhow::Result<()> {
-    let Some((cluster, _exclusive)) = cluster().await? else {
-        return Ok(());
-    };
+    let (cluster, _exclusive) = cluster().await?;
 
     let sale = stack::unique_name("inv-retry-elsewhere");
     let (first, sale) = common::store_on(cluster.urls(), &sale, 10, 10, 1, 600_000)
