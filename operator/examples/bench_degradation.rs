@@ -58,7 +58,7 @@ use std::{
 
 use clap::Parser;
 use flashsale_e2e::{kube::TestNamespace, stack};
-use flashsale_operator::flashsale::probe::Probe;
+use flashsale_observe::probe::Probe;
 use fleet::{Fleet, Setup};
 use kube::Client;
 use overrides::Scene;

@@ -57,7 +57,9 @@ use std::{
 
 use anyhow::Context as _;
 use clap::Parser;
-use flashsale_operator::{api::FlashSale, flashsale::build::Images, run::RunArgs};
+use flashsale_api::FlashSale;
+use flashsale_controller_sale::build::Images;
+use flashsale_operator::run::RunArgs;
 use futures::{StreamExt, TryStreamExt, stream};
 use jiff::{SignedDuration, Timestamp};
 use kube::{

@@ -4,8 +4,6 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
-use crate::api;
-
 /// Errors rendering or writing CRDs.
 #[derive(Debug, thiserror::Error)]
 pub enum CrdGenError {
@@ -45,7 +43,7 @@ pub fn render(crd: &CustomResourceDefinition) -> Result<String, CrdGenError> {
 
 /// Every CRD as `(file name, YAML)`, in a stable order.
 pub fn render_all() -> Result<Vec<(String, String)>, CrdGenError> {
-    api::crds()
+    flashsale_api::crds()
         .iter()
         .map(|crd| Ok((file_name(crd), render(crd)?)))
         .collect()

@@ -1,15 +1,7 @@
-//! The flash-sale operator: API types, CRD generation and the controllers of
-//! FlashSale (and, in later stages, DegradationPolicy and ChaosDrill).
+//! The flash-sale operator binary's library: the process that runs the three
+//! controllers (`run`) and the CRD generator (`crdgen`). The API types, the
+//! kit and the controllers are crates of their own (see
+//! `docs/architecture.md`, "The operator's crates").
 
-pub mod api;
-pub mod apply;
-pub mod clock;
 pub mod crdgen;
-pub mod degradation;
-pub mod drill;
-pub mod flashsale;
-pub mod kit;
-pub mod leader;
-pub mod metrics;
 pub mod run;
-pub mod validate;

@@ -9,16 +9,13 @@ use clap::Args;
 use flashsale_runtime::{Process, Readiness, RuntimeArgs, Shutdown};
 use kube::{Api, Client, CustomResourceExt};
 
-use crate::{
-    api::{self, ChaosDrill, DegradationPolicy, FlashSale},
-    apply::Namespaced,
-    clock::SystemClock,
-    degradation, drill,
-    flashsale::{self, allowlist::ImageAllowlist, build::Images, probe::Probe},
-    kit::{self, Context, Shared, health::WatchHealth},
-    leader::{self, Leadership, LeaseSettings},
-    metrics::OperatorMetrics,
+use flashsale_api::{ChaosDrill, DegradationPolicy, FlashSale};
+use flashsale_controller_sale::{allowlist::ImageAllowlist, build::Images};
+use flashsale_kit::{
+    Context, Shared, apply::Namespaced, clock::SystemClock, health::WatchHealth, leader,
+    leader::Leadership, leader::LeaseSettings, metrics::OperatorMetrics,
 };
+use flashsale_observe::probe::Probe;
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -127,7 +124,7 @@ pub struct RunArgs {
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    text.parse::<api::Duration>()
+    text.parse::<flashsale_api::Duration>()
         .map(|d| d.0)
         .map_err(|err| err.to_string())
 }
@@ -177,15 +174,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         concurrency: args.max_concurrent_reconciles,
     };
     let probe = Probe::new(args.inventory_url_template.clone(), args.probe_timeout)?;
-    let guards = drill::guard::Guards::default();
+    let guards = flashsale_controller_drill::guard::Guards::default();
     let guard_routes = guards.router();
     let controllers = Controllers {
         drill: Arc::new(Context::new(
             &shared,
-            drill::reconcile::IDENTITY,
-            drill::Settings::new(
+            flashsale_controller_drill::reconcile::IDENTITY,
+            flashsale_controller_drill::Settings::new(
                 args.prometheus_url.clone(),
-                degradation::signal::SignalReader::new()?,
+                flashsale_observe::signal::SignalReader::new()?,
                 guard_base_url(&args),
                 args.chaos_kill_switch,
                 guards,
@@ -193,19 +190,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         )),
         degradation: Arc::new(Context::new(
             &shared,
-            degradation::reconcile::IDENTITY,
-            degradation::Settings {
+            flashsale_controller_degradation::reconcile::IDENTITY,
+            flashsale_controller_degradation::Settings {
                 prometheus_url: args.prometheus_url.clone(),
-                signal: degradation::signal::SignalReader::new()?,
+                signal: flashsale_observe::signal::SignalReader::new()?,
                 probe: probe.clone(),
                 propagation_bound: args.propagation_timeout,
-                pace: degradation::pace::Pace::default(),
+                pace: flashsale_controller_degradation::pace::Pace::default(),
             },
         )),
         flashsale: Arc::new(Context::new(
             &shared,
-            flashsale::reconcile::IDENTITY,
-            flashsale::Settings {
+            flashsale_controller_sale::reconcile::IDENTITY,
+            flashsale_controller_sale::Settings {
                 allowed_images: ImageAllowlist::new(args.allowed_images.clone(), &images),
                 operator_namespace: args.operator_namespace.clone(),
                 images,
@@ -227,7 +224,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     });
     // One check per controller, failing while its watches fail (see
-    // `kit::health` for when it counts as recovered).
+    // `flashsale_kit::health` for when it counts as recovered).
     for controller in CONTROLLERS {
         let watches = watches.clone();
         readiness = readiness.with_check(format!("watch/{controller}"), move || {
@@ -304,7 +301,7 @@ async fn check_crd<K>(client: &Client, namespace: Option<&str>) -> anyhow::Resul
 where
     K: CustomResourceExt + Namespaced,
 {
-    let objects: Api<K> = kit::api(client, namespace);
+    let objects: Api<K> = flashsale_kit::api(client, namespace);
     match objects
         .list_metadata(&kube::api::ListParams::default().limit(1))
         .await
@@ -334,17 +331,17 @@ where
 
 /// Every controller of the operator, each with its own context.
 struct Controllers {
-    flashsale: Arc<flashsale::Ctx>,
-    degradation: Arc<degradation::Ctx>,
-    drill: Arc<drill::Ctx>,
+    flashsale: Arc<flashsale_controller_sale::Ctx>,
+    degradation: Arc<flashsale_controller_degradation::Ctx>,
+    drill: Arc<flashsale_controller_drill::Ctx>,
 }
 
 /// The controllers by name, as their metrics, logs and `/readyz` checks
 /// name them.
 const CONTROLLERS: [&str; 3] = [
-    flashsale::reconcile::IDENTITY.name,
-    degradation::reconcile::IDENTITY.name,
-    drill::reconcile::IDENTITY.name,
+    flashsale_controller_sale::reconcile::IDENTITY.name,
+    flashsale_controller_degradation::reconcile::IDENTITY.name,
+    flashsale_controller_drill::reconcile::IDENTITY.name,
 ];
 
 impl Controllers {
@@ -353,17 +350,21 @@ impl Controllers {
     async fn run(&self, namespace: Option<&str>, watches: &WatchHealth, stop: Shutdown) {
         let until = |stop: Shutdown| async move { stop.wait().await };
         tokio::join!(
-            watches.scope(flashsale::run(
+            watches.scope(flashsale_controller_sale::run(
                 self.flashsale.clone(),
                 namespace,
                 until(stop.clone())
             )),
-            watches.scope(degradation::run(
+            watches.scope(flashsale_controller_degradation::run(
                 self.degradation.clone(),
                 namespace,
                 until(stop.clone())
             )),
-            watches.scope(drill::run(self.drill.clone(), namespace, until(stop))),
+            watches.scope(flashsale_controller_drill::run(
+                self.drill.clone(),
+                namespace,
+                until(stop)
+            )),
         );
     }
 }

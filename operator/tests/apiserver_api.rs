@@ -7,10 +7,8 @@ use std::{path::Path, process::Command};
 mod common;
 
 use common::setup;
+use flashsale_api::{ChaosDrill, DegradationPolicy, FlashSale, duration::DURATION_MESSAGE};
 use flashsale_e2e::kube::TestNamespace;
-use flashsale_operator::api::{
-    ChaosDrill, DegradationPolicy, FlashSale, duration::DURATION_MESSAGE,
-};
 use kube::{
     Api, Client, Resource,
     api::{DynamicObject, Patch, PatchParams, PostParams},
@@ -696,7 +694,7 @@ async fn malformed_durations_say_what_a_duration_looks_like() -> anyhow::Result<
         .await?;
     assert_eq!(
         policy.spec.signal.stale_after,
-        flashsale_operator::api::Duration::from_secs(90)
+        flashsale_api::Duration::from_secs(90)
     );
     // Defaults of the new signal fields.
     create(

@@ -12,11 +12,9 @@ use std::{collections::BTreeSet, time::Duration};
 
 use common::drill::{DrillScene, THRESHOLD, drill, pod_failure, pod_kill};
 use common::scene::events;
+use flashsale_api::{chaosdrill::DrillPhase, chaosdrill::RunOutcome, chaosdrill::RunRecord};
+use flashsale_controller_drill::chaos::Kind;
 use flashsale_e2e::wait::poll_until;
-use flashsale_operator::{
-    api::chaosdrill::{DrillPhase, RunOutcome, RunRecord},
-    drill::chaos::Kind,
-};
 use kube::api::{Api, DynamicObject, PostParams};
 use serde_json::json;
 use tokio::time::Instant;
@@ -179,7 +177,7 @@ async fn two_drills_asked_at_once_share_one_budget_and_one_is_skipped() -> anyho
     let mut named = BTreeSet::new();
     for run in &runs {
         for object in scene.chaos_objects(Kind::PodChaos, &run.id).await? {
-            named.extend(flashsale_operator::drill::chaos::selected_pods(&object).into_iter());
+            named.extend(flashsale_controller_drill::chaos::selected_pods(&object).into_iter());
         }
     }
     assert_eq!(named.len(), 2, "{named:?}");
@@ -336,7 +334,7 @@ async fn watch_deletion(
         Api::namespaced_with(scene.client.clone(), &scene.ns.name, &kind.resource());
     let params = kube::api::WatchParams::default().labels(&format!(
         "{}={run}",
-        flashsale_operator::drill::chaos::RUN_LABEL
+        flashsale_controller_drill::chaos::RUN_LABEL
     ));
     let version = api
         .list(&kube::api::ListParams::default())

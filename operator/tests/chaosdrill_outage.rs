@@ -8,8 +8,9 @@ mod common;
 use std::time::Duration;
 
 use common::drill::{DrillScene, drill, pod_failure};
+use flashsale_api::chaosdrill::RunOutcome;
+use flashsale_controller_drill::chaos::Kind;
 use flashsale_e2e::faults::{Outage, exclusive};
-use flashsale_operator::{api::chaosdrill::RunOutcome, drill::chaos::Kind};
 use tokio::time::Instant;
 
 #[tokio::test]

@@ -14,14 +14,11 @@ mod common;
 use std::{collections::BTreeSet, time::Duration};
 
 use common::drill::{DrillScene, SALE, drill, first_target, pod_failure, pod_kill, pod_of};
-use flashsale_e2e::wait::poll_until;
-use flashsale_operator::{
-    api::{
-        FlashSale,
-        chaosdrill::{DrillPhase, RunOutcome, RunRecord},
-    },
-    drill::chaos::{Kind, selected_pods},
+use flashsale_api::{
+    FlashSale, chaosdrill::DrillPhase, chaosdrill::RunOutcome, chaosdrill::RunRecord,
 };
+use flashsale_controller_drill::{chaos::Kind, chaos::selected_pods};
+use flashsale_e2e::wait::poll_until;
 use jiff::{SignedDuration, Timestamp, ToSpan};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PropagationPolicy};
 use serde_json::json;
@@ -93,7 +90,7 @@ async fn the_kill_switch_stops_a_run_whose_drill_cannot_be_read() -> anyhow::Res
     let raw: Api<kube::api::DynamicObject> = Api::namespaced_with(
         scene.client.clone(),
         &scene.ns.name,
-        &kube::api::ApiResource::erase::<flashsale_operator::api::ChaosDrill>(&()),
+        &kube::api::ApiResource::erase::<flashsale_api::ChaosDrill>(&()),
     );
     raw.patch_status(
         "unreadable",
@@ -475,7 +472,7 @@ async fn a_sale_inside_its_schedule_is_live_whatever_its_status_says() -> anyhow
         || async {
             let sale = sales.get(SALE).await.map_err(|e| e.to_string())?;
             let phase = sale.status.and_then(|s| s.phase);
-            if phase == Some(flashsale_operator::api::flashsale::SalePhase::Failed) {
+            if phase == Some(flashsale_api::flashsale::SalePhase::Failed) {
                 Ok(())
             } else {
                 Err(format!("{phase:?}"))

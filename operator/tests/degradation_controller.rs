@@ -14,9 +14,9 @@ use common::{
     Operator,
     scene::{HOLD_DOWN, POLICY, SALE, SWITCHES, Scene, events, policy},
 };
+use flashsale_api::degradation::TierReason;
 use flashsale_degradation::Degradation;
 use flashsale_e2e::{stack, wait::poll_until};
-use flashsale_operator::api::degradation::TierReason;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{

@@ -8,8 +8,8 @@ mod common;
 use std::time::Duration;
 
 use common::scene::{POLICY, SALE, Scene, policy};
+use flashsale_api::degradation::TierReason;
 use flashsale_e2e::faults::{Outage, exclusive};
-use flashsale_operator::api::degradation::TierReason;
 
 #[tokio::test]
 async fn prometheus_stopped_enters_the_signal_loss_tier_after_its_bound() -> anyhow::Result<()> {

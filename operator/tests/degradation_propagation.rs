@@ -11,10 +11,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use flashsale_operator::{
-    degradation::propagation::{Progress, await_generation},
-    flashsale::probe::Probe,
-};
+use flashsale_controller_degradation::{propagation::Progress, propagation::await_generation};
+use flashsale_observe::probe::Probe;
 
 const POLL: Duration = Duration::from_millis(5);
 

@@ -13,13 +13,10 @@ use common::{
     Operator,
     scene::{POLICY, SALE, SWITCHES, Scene, events, policy},
 };
+use flashsale_api::{FlashSale, children::degradation_config_map, degradation::TierReason};
+use flashsale_controller_degradation::{FINALIZER, expiry::GRACE};
 use flashsale_degradation::{Degradation, Switches};
 use flashsale_e2e::{stack, wait::poll_until};
-use flashsale_operator::{
-    api::{FlashSale, degradation::TierReason},
-    degradation::{FINALIZER, expiry::GRACE},
-    flashsale::build::degradation_config_map,
-};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
@@ -43,7 +40,7 @@ async fn switches(scene: &Scene) -> anyhow::Result<Degradation> {
 
 /// Merge-patches the policy as it is, not through the Rust type.
 async fn patch_policy(scene: &Scene, patch: serde_json::Value) -> anyhow::Result<()> {
-    let resource = ApiResource::erase::<flashsale_operator::api::DegradationPolicy>(&());
+    let resource = ApiResource::erase::<flashsale_api::DegradationPolicy>(&());
     Api::<DynamicObject>::namespaced_with(scene.client.clone(), &scene.ns.name, &resource)
         .patch(POLICY, &PatchParams::default(), &Patch::Merge(patch))
         .await?;

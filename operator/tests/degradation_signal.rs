@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::exporter::{Exporter, NOW, SCRAPE_TIME};
 use flashsale_e2e::{stack, wait::poll_until};
-use flashsale_operator::degradation::signal::{LossCause, Reading, SignalReader};
+use flashsale_observe::{signal::LossCause, signal::Reading, signal::SignalReader};
 use jiff::Timestamp;
 
 /// Bound of every query.

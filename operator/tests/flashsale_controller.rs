@@ -10,11 +10,8 @@ use std::{
 };
 
 use common::{Operator, condition, secret, setup};
+use flashsale_api::{FlashSale, children::MANAGED_BY, flashsale::SalePhase};
 use flashsale_e2e::{kube::TestNamespace, wait::poll_until};
-use flashsale_operator::{
-    api::{FlashSale, flashsale::SalePhase},
-    flashsale::build::MANAGED_BY,
-};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::{
     apps::v1::Deployment,
@@ -877,7 +874,7 @@ async fn serve_inventory(
 
 /// `<namespace>.<name>.<uid8>`, as the operator renders it.
 fn sale_id_of(sale: &FlashSale) -> anyhow::Result<String> {
-    Ok(flashsale_operator::flashsale::build::sale_id(sale)?)
+    Ok(flashsale_controller_sale::build::sale_id(sale)?)
 }
 
 #[tokio::test]

@@ -7,8 +7,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{LEASE_DURATION, Operator, secret, setup};
+use flashsale_api::FlashSale;
 use flashsale_e2e::{kube::TestNamespace, wait::poll_until};
-use flashsale_operator::api::FlashSale;
 use k8s_openapi::api::{apps::v1::Deployment, coordination::v1::Lease};
 use kube::{
     Api, Client,

@@ -9,8 +9,8 @@ mod common;
 use std::time::Duration;
 
 use common::{Operator, secret, setup};
+use flashsale_api::{DegradationPolicy, FlashSale};
 use flashsale_e2e::{kube::TestNamespace, wait::poll_until};
-use flashsale_operator::api::{DegradationPolicy, FlashSale};
 use k8s_openapi::api::events::v1::Event;
 use kube::{
     Api, Client,

@@ -9,7 +9,7 @@ use flashsale_e2e::{
     kube::{TestNamespace, client},
     wait::poll_until,
 };
-use flashsale_operator::leader::{self, LeaderError, Leadership, LeaseSettings};
+use flashsale_kit::{leader, leader::LeaderError, leader::Leadership, leader::LeaseSettings};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, api::PostParams};
 use tokio::{sync::oneshot, task::JoinHandle, time::Instant};

@@ -15,8 +15,8 @@ use common::{
     chart::{client_of, install},
     secret, setup,
 };
+use flashsale_api::FlashSale;
 use flashsale_e2e::{kube::TestNamespace, wait::poll_until};
-use flashsale_operator::api::FlashSale;
 use k8s_openapi::api::{
     coordination::v1::Lease,
     rbac::v1::{PolicyRule, Role},

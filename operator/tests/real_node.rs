@@ -8,17 +8,15 @@ mod common;
 use std::{collections::BTreeSet, time::Duration};
 
 use common::{Operator, condition, secret, setup};
+use flashsale_api::{ChaosDrill, DegradationPolicy, FlashSale, chaosdrill::RunOutcome};
+use flashsale_controller_drill::chaos::Kind;
 use flashsale_e2e::{
     kafka,
     kube::TestNamespace,
     stack::{self, unique_name},
     wait::poll_until,
 };
-use flashsale_operator::flashsale::pods::is_ready;
-use flashsale_operator::{
-    api::{ChaosDrill, DegradationPolicy, FlashSale, chaosdrill::RunOutcome},
-    drill::chaos::Kind,
-};
+use flashsale_observe::pods::is_ready;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::{
     api::{

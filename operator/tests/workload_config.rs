@@ -2,10 +2,8 @@
 //! gateway's and the inventory's own parsers accept it, for the shipped
 //! example sale, at every stage.
 
-use flashsale_operator::{
-    api::FlashSale,
-    flashsale::build::{self, Images, Input, Stage},
-};
+use flashsale_api::FlashSale;
+use flashsale_controller_sale::{build, build::Images, build::Input, build::Stage};
 use gateway::{config::GatewayConfig, window::WindowState};
 use inventory::store::SaleDefinition;
 

@@ -11,7 +11,7 @@ use flashsale_e2e::{
     operator::OperatorProcess,
     stack,
 };
-use flashsale_operator::api;
+
 use serde_json::Value;
 
 /// The operator for `namespace`, from the binary of the stack's images.
@@ -51,7 +51,7 @@ const PLOTS: [&str; 5] = ["load", "buyers", "slo", "funnel", "latency"];
 #[tokio::test]
 async fn the_short_scenario_passes_every_check_and_its_report_renders() -> anyhow::Result<()> {
     let client = client().await?;
-    install_crds(&client, &api::crds(), "flashsale-play-tests").await?;
+    install_crds(&client, &flashsale_api::crds(), "flashsale-play-tests").await?;
     let ns = TestNamespace::create(&client, "play").await?;
     let operator = operator(&ns.name)?;
     eprintln!("operator log: {}", operator.log.display());

@@ -21,10 +21,7 @@ use jiff::{
     tz::{AmbiguousOffset, TimeZone},
 };
 
-use crate::api::{
-    ChaosDrillSpec,
-    chaosdrill::{Blackout, Weekday, Window},
-};
+use crate::{ChaosDrillSpec, chaosdrill::Blackout, chaosdrill::Weekday, chaosdrill::Window};
 
 /// How far past `after` a search looks, in days: beyond the longest wait of
 /// any cron that matches at all (29 February, eight years apart across 2100).
@@ -682,7 +679,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     use super::*;
-    use crate::api::ChaosDrill;
+    use crate::ChaosDrill;
 
     /// The shipped example: 14:30 Tokyo on Tue and Thu, window Tue/Thu
     /// 14:00-16:00, blackout 2026-11-10 to 2026-11-12 (Tokyo midnights).

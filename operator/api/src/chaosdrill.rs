@@ -439,6 +439,21 @@ pub enum RunOutcome {
     Failed,
 }
 
+impl RunOutcome {
+    /// Every outcome, in declaration order.
+    pub const ALL: [Self; 4] = [Self::Succeeded, Self::Aborted, Self::Skipped, Self::Failed];
+
+    /// The outcome's name, as in the status, the Events and the metrics.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Succeeded => "Succeeded",
+            Self::Aborted => "Aborted",
+            Self::Skipped => "Skipped",
+            Self::Failed => "Failed",
+        }
+    }
+}
+
 /// Observed state of a ChaosDrill.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

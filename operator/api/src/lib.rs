@@ -1,17 +1,25 @@
 //! The operator's API, group `flashsale.dev/v1alpha1`: the Rust types are the
-//! single source of truth for the CRDs in `crds/`.
+//! single source of truth for the CRDs in `crds/`, with what every reader of
+//! them needs to agree on: the children's names and labels, a sale's
+//! timeline, a drill's calendar and the checks CEL cannot express. No
+//! controller runtime: tools that only read or write these objects depend on
+//! this crate alone.
 //!
 //! Validation happens at the apiserver wherever the schema or CEL can express
 //! it (every rule's message names the field); what they cannot express (cron
 //! syntax, time-zone names, PromQL) is checked by the operator and reported in
 //! a status condition.
 
+pub mod calendar;
 pub mod chaosdrill;
+pub mod children;
 pub mod common;
 pub mod conditions;
 pub mod degradation;
 pub mod duration;
 pub mod flashsale;
+pub mod timeline;
+pub mod validate;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

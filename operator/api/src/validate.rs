@@ -7,9 +7,8 @@ use std::fmt;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-use crate::api::{
-    ChaosDrillSpec, DegradationPolicySpec, FlashSaleSpec,
-    conditions::{STALLED, reasons},
+use crate::{
+    ChaosDrillSpec, DegradationPolicySpec, FlashSaleSpec, conditions::STALLED, conditions::reasons,
 };
 
 /// One problem in a spec, with the field it is in.
@@ -37,14 +36,12 @@ fn problem(field: impl Into<String>, message: impl Into<String>) -> SpecProblem 
 /// A standard five-field cron expression (no seconds, no years), as the
 /// ChaosDrill calendar runs it.
 pub fn cron(field: &str, expression: &str) -> Option<SpecProblem> {
-    crate::drill::calendar::check_cron(expression)
-        .err()
-        .map(|err| {
-            problem(
-                field,
-                format!("invalid cron expression {expression:?}: {err}"),
-            )
-        })
+    crate::calendar::check_cron(expression).err().map(|err| {
+        problem(
+            field,
+            format!("invalid cron expression {expression:?}: {err}"),
+        )
+    })
 }
 
 /// An IANA time-zone name known to the bundled tz database.
@@ -81,7 +78,7 @@ pub fn broker(field: &str, address: &str) -> Option<SpecProblem> {
 
 /// A Redis URL the inventory and gateway can connect with.
 pub fn redis_url(field: &str, url: &str) -> Option<SpecProblem> {
-    match reqwest::Url::parse(url) {
+    match url::Url::parse(url) {
         Ok(parsed) if parsed.host_str().is_some_and(|h| !h.is_empty()) => None,
         Ok(_) => Some(problem(field, format!("{url:?} names no host"))),
         Err(err) => Some(problem(field, format!("{url:?} is not a URL: {err}"))),
@@ -163,7 +160,7 @@ pub fn stalled_condition(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{ChaosDrill, DegradationPolicy};
+    use crate::{ChaosDrill, DegradationPolicy};
 
     #[test]
     fn cron_accepts_five_fields_and_rejects_the_rest() {
@@ -250,7 +247,7 @@ mod tests {
     #[test]
     fn the_policy_example_passes_the_operators_checks() {
         let policy: DegradationPolicy = match serde_yaml_ng::from_str(include_str!(
-            "../../crds/examples/degradationpolicy-two-tier.yaml"
+            "../../../crds/examples/degradationpolicy-two-tier.yaml"
         )) {
             Ok(p) => p,
             Err(e) => panic!("example: {e}"),
@@ -261,7 +258,7 @@ mod tests {
     #[test]
     fn drill_problems_name_each_field_and_become_a_stalled_condition() {
         let mut drill: ChaosDrill = match serde_yaml_ng::from_str(include_str!(
-            "../../crds/examples/chaosdrill-pod-kill.yaml"
+            "../../../crds/examples/chaosdrill-pod-kill.yaml"
         )) {
             Ok(d) => d,
             Err(e) => panic!("example: {e}"),

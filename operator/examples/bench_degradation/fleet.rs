@@ -14,7 +14,8 @@ use std::{
 };
 
 use anyhow::Context as _;
-use flashsale_operator::{degradation::propagation::GENERATION_GAUGE, flashsale::probe::Probe};
+use flashsale_controller_degradation::propagation::GENERATION_GAUGE;
+use flashsale_observe::probe::Probe;
 use futures::future::join_all;
 
 /// What every gateway of the benchmark is started with.

@@ -21,11 +21,9 @@ use std::{
 };
 
 use anyhow::Context as _;
+use flashsale_api::{DegradationPolicy, FlashSale};
 use flashsale_e2e::{kube::create_secret, operator::OperatorProcess, stack, wait::poll_until};
-use flashsale_operator::{
-    api::{self, DegradationPolicy, FlashSale},
-    flashsale::probe::Probe,
-};
+use flashsale_observe::probe::Probe;
 use futures::future::join_all;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{ConfigMap, ResourceQuota};
@@ -253,7 +251,7 @@ impl Scene {
         bound: Duration,
     ) -> anyhow::Result<Self> {
         eprintln!("installing the CRDs, the sale, the operator and the policy");
-        flashsale_e2e::kube::install_crds(client, &api::crds(), MANAGER).await?;
+        flashsale_e2e::kube::install_crds(client, &flashsale_api::crds(), MANAGER).await?;
         let quota: ResourceQuota = serde_json::from_value(json!({
             "metadata": {"name": "no-pods"},
             "spec": {"hard": {"pods": "0"}}

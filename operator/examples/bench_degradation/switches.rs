@@ -5,10 +5,11 @@
 
 use std::time::{Duration, Instant};
 
+use flashsale_controller_degradation::propagation::await_generation;
 use flashsale_degradation::{
     Degradation, MiniGamesMode, ReviewsMode, ShopChatMode, Switches, next_generation,
 };
-use flashsale_operator::{degradation::propagation::await_generation, flashsale::probe::Probe};
+use flashsale_observe::probe::Probe;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
     Api, Client,

@@ -6,8 +6,8 @@ use std::{
     time::{Duration, Instant},
 };
 
+use flashsale_controller_drill::chaos::Kind;
 use flashsale_e2e::wait::poll_until;
-use flashsale_operator::drill::chaos::Kind;
 use futures::StreamExt;
 use kube::{
     Api, Client, ResourceExt,

@@ -16,7 +16,6 @@ use flashsale_e2e::{
     kube::{client, install_crds},
     operator::{FAST_LEASE, OperatorProcess},
 };
-use flashsale_operator::api;
 use kube::Client;
 
 use super::observe;
@@ -39,7 +38,7 @@ pub fn use_binary(path: PathBuf) {
 /// tests' `setup`.
 pub async fn setup() -> anyhow::Result<Client> {
     let client = client().await?;
-    install_crds(&client, &api::crds(), "flashsale-bench").await?;
+    install_crds(&client, &flashsale_api::crds(), "flashsale-bench").await?;
     Ok(client)
 }
 

@@ -15,13 +15,10 @@
 
 use std::time::{Duration, Instant};
 
+use flashsale_api::chaosdrill::RunRecord;
+use flashsale_controller_drill::{chaos, chaos::Kind};
 use flashsale_e2e::{faults::Outage, wait::poll_until};
-use flashsale_operator::{
-    api::chaosdrill::RunRecord,
-    degradation::signal::{Reading, SignalReader},
-    drill::chaos::{self, Kind},
-    flashsale::pods::is_ready,
-};
+use flashsale_observe::{pods::is_ready, signal::Reading, signal::SignalReader};
 use jiff::Timestamp;
 
 use super::{
@@ -162,7 +159,7 @@ async fn settle(
 }
 
 /// Ms of a recorded duration.
-fn recorded(duration: Option<&flashsale_operator::api::Duration>) -> anyhow::Result<f64> {
+fn recorded(duration: Option<&flashsale_api::Duration>) -> anyhow::Result<f64> {
     duration
         .map(|d| ms(d.0))
         .ok_or_else(|| anyhow::anyhow!("a latency is missing from the run's record"))

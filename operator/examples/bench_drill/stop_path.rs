@@ -9,12 +9,9 @@
 
 use std::time::{Duration, Instant};
 
+use flashsale_controller_drill::{chaos, stop};
 use flashsale_e2e::wait::poll_until;
-use flashsale_operator::{
-    clock::{Clock, SystemClock},
-    drill::{chaos, stop},
-    leader::Leadership,
-};
+use flashsale_kit::{clock::Clock, clock::SystemClock, leader::Leadership};
 use futures::{StreamExt, TryStreamExt, stream};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -200,7 +197,7 @@ async fn create_pods(
             let ready = pods
                 .items
                 .iter()
-                .filter(|pod| flashsale_operator::flashsale::pods::is_ready(pod))
+                .filter(|pod| flashsale_observe::pods::is_ready(pod))
                 .count();
             if ready == count {
                 Ok(())

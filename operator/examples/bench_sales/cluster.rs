@@ -6,7 +6,6 @@
 use std::{collections::BTreeMap, future::Future, time::Duration};
 
 use anyhow::Context as _;
-use flashsale_operator::api;
 use k8s_openapi::{
     ByteString,
     api::{
@@ -59,7 +58,7 @@ where
 pub async fn install_crds(client: &Client) -> anyhow::Result<()> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let params = PatchParams::apply(MANAGER).force();
-    for crd in api::crds() {
+    for crd in flashsale_api::crds() {
         let name = crd.metadata.name.clone().unwrap_or_default();
         crds.patch(&name, &params, &Patch::Apply(&crd))
             .await

@@ -9,15 +9,9 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use flashsale_operator::{
-    api::FlashSale,
-    apply::Namespaced,
-    flashsale::{
-        build::{self, Images, Input},
-        lifecycle::{self, Timeline},
-        tokens,
-    },
-};
+use flashsale_api::{FlashSale, timeline::Timeline};
+use flashsale_controller_sale::{build, build::Images, build::Input, lifecycle, tokens};
+use flashsale_kit::apply::Namespaced;
 use futures::{StreamExt, TryStreamExt, future::try_join_all, stream};
 use jiff::Timestamp;
 use k8s_openapi::api::{apps::v1::Deployment, core::v1::Secret};

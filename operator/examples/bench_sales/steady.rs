@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use flashsale_operator::api::FlashSale;
+use flashsale_api::FlashSale;
 use kube::{Api, api::ListParams};
 
 use crate::{Operator, observe, observe::OperatorCounters, writes::Writes};

@@ -12,7 +12,7 @@ use kube::{
 };
 use serde::{Serialize, de::DeserializeOwned};
 
-use crate::kit::{ChildKey, Context, Error, Verb, ledger::desired_hash};
+use crate::{ChildKey, Context, Error, Verb, ledger::desired_hash};
 
 /// A namespaced built-in or custom kind the controllers write.
 pub trait Namespaced:

@@ -154,7 +154,7 @@ pub enum Failure {
     Kit(#[from] Error),
     /// An object could not be built from the one reconciled.
     #[error(transparent)]
-    Build(#[from] crate::flashsale::build::BuildError),
+    Build(#[from] flashsale_api::children::BuildError),
 }
 
 impl ReconcileError for Failure {

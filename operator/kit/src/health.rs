@@ -226,7 +226,8 @@ mod tests {
             runtime::{controller, reflector::ObjectRef, watcher},
         };
 
-        use crate::{api::ChaosDrill, kit::Identity};
+        use crate::Identity;
+        use flashsale_api::ChaosDrill;
 
         type Item = Result<
             (ObjectRef<ChaosDrill>, controller::Action),

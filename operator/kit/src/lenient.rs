@@ -412,7 +412,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::api::{DegradationPolicy, FlashSale};
+    use flashsale_api::{DegradationPolicy, FlashSale};
 
     fn dynamic(value: serde_json::Value) -> DynamicObject {
         serde_json::from_value(value).unwrap_or_else(|err| panic!("{err}"))

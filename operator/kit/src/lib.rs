@@ -7,12 +7,20 @@
 //! that gathers, decides with pure functions, and writes through
 //! [`crate::apply`] — plus a `run` that builds its `kube` Controller and
 //! hands the stream to [`report`].
+//!
+//! Beside it: the apply choke point ([`apply`]), the injected clock
+//! ([`clock`]), leader election ([`leader`]) and the operator's metrics
+//! ([`metrics`]). The kit knows the API types but no controller.
 
+pub mod apply;
+pub mod clock;
 pub mod context;
 pub mod error;
 pub mod health;
+pub mod leader;
 pub mod ledger;
 pub mod lenient;
+pub mod metrics;
 
 use std::{future::Future, sync::Arc, time::Instant};
 

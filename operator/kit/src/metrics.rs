@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use flashsale_api::chaosdrill::RunOutcome;
 use flashsale_runtime::metrics::Buckets;
 use prometheus_client::{
     encoding::EncodeLabelSet,
@@ -245,7 +246,7 @@ impl OperatorMetrics {
             drill: drill.to_owned(),
         };
         self.abort_latency.remove(&labels);
-        for outcome in crate::drill::execute::OUTCOMES {
+        for outcome in RunOutcome::ALL.map(RunOutcome::name) {
             self.runs.remove(&RunLabels {
                 namespace: namespace.to_owned(),
                 drill: drill.to_owned(),

@@ -4,7 +4,7 @@
 
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 
-use super::build::COMPONENT_KEY;
+use flashsale_api::children::COMPONENT_KEY;
 
 /// Whether `pod` has its `Ready` condition `True`.
 pub fn is_ready(pod: &Pod) -> bool {

@@ -8,8 +8,8 @@ use std::{net::SocketAddr, time::Duration};
 use futures::{StreamExt, TryStreamExt, stream};
 use serde::Deserialize;
 
-use super::drain::{LagReading, ReplicaLag};
-use crate::api::flashsale::ItemStatus;
+use crate::replicas::{LagReading, ReplicaLag};
+use flashsale_api::flashsale::ItemStatus;
 
 /// Why a workload could not be read.
 #[derive(Debug, thiserror::Error)]

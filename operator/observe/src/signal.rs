@@ -19,7 +19,7 @@ use prometheus_http_query::{
     response::{Data, InstantVector, Sample as PromSample},
 };
 
-use crate::{api, flashsale::probe::causes};
+use crate::probe::causes;
 
 /// One value of the signal.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -143,7 +143,7 @@ impl SignalReader {
                 LossCause::Unreachable,
                 format!(
                     "{base_url} did not answer within {}",
-                    api::Duration(timeout)
+                    flashsale_api::Duration(timeout)
                 ),
             ),
             Ok(Err(err)) => Reading::Lost(failure(base_url, &err)),
@@ -197,7 +197,7 @@ fn answer(data: Data, now: Timestamp, stale_after: Duration) -> Reading {
                 LossCause::Empty,
                 format!(
                     "the query selects no sample (none within staleAfter {})",
-                    api::Duration(stale_after)
+                    flashsale_api::Duration(stale_after)
                 ),
             ),
             [one] => sampled(*one.sample(), now, stale_after),
@@ -259,7 +259,7 @@ fn sampled(sample: PromSample, now: Timestamp, stale_after: Duration) -> Reading
             LossCause::Stale,
             format!(
                 "the sample is from {at}, older than staleAfter {}",
-                api::Duration(stale_after)
+                flashsale_api::Duration(stale_after)
             ),
         );
     }

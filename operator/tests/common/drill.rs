@@ -10,16 +10,13 @@
 
 use std::{collections::BTreeSet, time::Duration};
 
-use flashsale_e2e::{kube::TestNamespace, stack, wait::poll_until};
-use flashsale_operator::{
-    api::{
-        ChaosDrill, FlashSale,
-        chaosdrill::{ChaosDrillStatus, DrillPhase, RunRecord},
-    },
-    degradation::signal::{Reading, SignalReader},
-    drill::chaos::{Kind, RUN_LABEL},
-    flashsale::pods,
+use flashsale_api::{
+    ChaosDrill, FlashSale, chaosdrill::ChaosDrillStatus, chaosdrill::DrillPhase,
+    chaosdrill::RunRecord,
 };
+use flashsale_controller_drill::{chaos::Kind, chaos::RUN_LABEL};
+use flashsale_e2e::{kube::TestNamespace, stack, wait::poll_until};
+use flashsale_observe::{pods, signal::Reading, signal::SignalReader};
 use futures::{StreamExt, TryStreamExt, stream};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};

@@ -20,7 +20,6 @@ use flashsale_e2e::{
     kube::{client, install_crds},
     operator::{FAST_LEASE, OperatorProcess},
 };
-use flashsale_operator::api;
 use kube::Client;
 
 static CRDS_INSTALLED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
@@ -31,14 +30,14 @@ pub async fn setup() -> anyhow::Result<Client> {
     let client = client().await?;
     CRDS_INSTALLED
         .get_or_try_init(|| async {
-            install_crds(&client, &api::crds(), "flashsale-operator-tests").await
+            install_crds(&client, &flashsale_api::crds(), "flashsale-operator-tests").await
         })
         .await?;
     Ok(client)
 }
 
 /// The sale's `type_` condition as (status, reason, message), if set.
-pub fn condition(sale: &api::FlashSale, type_: &str) -> Option<(String, String, String)> {
+pub fn condition(sale: &flashsale_api::FlashSale, type_: &str) -> Option<(String, String, String)> {
     sale.status
         .as_ref()?
         .observed

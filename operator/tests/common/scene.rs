@@ -7,13 +7,13 @@ use std::{
     time::Duration,
 };
 
+use flashsale_api::{DegradationPolicy, FlashSale, degradation::DegradationPolicyStatus};
 use flashsale_degradation::Degradation;
 use flashsale_e2e::{
     kube::{TestNamespace, with_fresh_client},
     stack,
     wait::poll_until,
 };
-use flashsale_operator::api::{DegradationPolicy, FlashSale, degradation::DegradationPolicyStatus};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use kube::{

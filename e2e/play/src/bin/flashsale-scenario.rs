@@ -5,7 +5,7 @@
 use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::Parser;
-use flashsale_operator::api;
+
 use flashsale_play::{
     buyers::Progress,
     scenario::{self, Options, plan::Plan},
@@ -50,7 +50,7 @@ struct Cli {
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    text.parse::<api::Duration>()
+    text.parse::<flashsale_api::Duration>()
         .map(|d| d.0)
         .map_err(|e| e.to_string())
 }

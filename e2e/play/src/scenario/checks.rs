@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use flashsale_operator::api::chaosdrill::{RunOutcome, RunRecord};
+use flashsale_api::{chaosdrill::RunOutcome, chaosdrill::RunRecord};
 use serde::Serialize;
 
 use super::tiers::TierLog;
@@ -283,7 +283,7 @@ fn check(name: &str, passed: bool, detail: String) -> Check {
 
 /// A run's outcome, reason and latencies in a few words.
 pub fn run_text(run: &RunRecord) -> String {
-    let latency = |d: &Option<flashsale_operator::api::Duration>| {
+    let latency = |d: &Option<flashsale_api::Duration>| {
         d.as_ref().map_or("-".to_owned(), ToString::to_string)
     };
     format!(

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::Context;
-use flashsale_operator::drill::chaos::Kind;
+use flashsale_controller_drill::chaos::Kind;
 use inventory::keys::SaleKeys;
 use kube::{
     Client,

@@ -24,10 +24,10 @@ use std::{
 };
 
 use anyhow::{Context, bail};
-use flashsale_e2e::{kafka, stack, wait::poll_until};
-use flashsale_operator::api::{
+use flashsale_api::{
     ChaosDrill, DegradationPolicy, FlashSale, chaosdrill::RunRecord, flashsale::SalePhase,
 };
+use flashsale_e2e::{kafka, stack, wait::poll_until};
 use jiff::Timestamp;
 use k8s_openapi::{
     ByteString,
@@ -172,7 +172,7 @@ pub async fn play(options: Options, progress: Progress) -> anyhow::Result<Outcom
         .create(&PostParams::default(), &sale)
         .await
         .context("creating the sale")?;
-    let sale_id = flashsale_operator::flashsale::build::sale_id(&sale)?;
+    let sale_id = flashsale_api::children::Owner::new(&sale)?.sale_id();
     await_live(&sales, &plan, &progress).await?;
     await_scraped(&prometheus, &plan, &ns).await?;
 

@@ -279,7 +279,7 @@ pub fn window_from(now: Timestamp) -> (String, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flashsale_operator::api::{ChaosDrill, DegradationPolicy, FlashSale};
+    use flashsale_api::{ChaosDrill, DegradationPolicy, FlashSale};
 
     fn wiring() -> Wiring {
         Wiring {

@@ -3,7 +3,7 @@
 //! scenario logged itself.
 
 use anyhow::Context;
-use flashsale_operator::api::chaosdrill::RunRecord;
+use flashsale_api::chaosdrill::RunRecord;
 use jiff::Timestamp;
 use prometheus_http_query::Client;
 

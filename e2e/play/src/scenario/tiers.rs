@@ -1,7 +1,7 @@
 //! The degradation tiers as the policy walked them: each change of
 //! `status.tier`, with the time the policy gives for it.
 
-use flashsale_operator::api::DegradationPolicyStatus;
+use flashsale_api::DegradationPolicyStatus;
 use jiff::Timestamp;
 use serde::Serialize;
 
@@ -67,7 +67,7 @@ impl TierLog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flashsale_operator::api::degradation::TierReason;
+    use flashsale_api::degradation::TierReason;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 
     fn status(tier: i32, since: &str) -> anyhow::Result<DegradationPolicyStatus> {

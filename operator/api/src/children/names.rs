@@ -1,7 +1,7 @@
 //! Names of a sale's children, in one place so the controller, the prune step
 //! and the tests agree on them.
 
-use crate::api::FlashSale;
+use crate::FlashSale;
 use kube::ResourceExt;
 
 /// The three workloads of a sale.

@@ -8,10 +8,10 @@ use super::{
     BuildError, labels,
     names::{self, Component},
 };
-use crate::api::FlashSale;
+use crate::FlashSale;
 
 /// A sale whose name, namespace and uid are known.
-pub(super) struct Owner<'a> {
+pub struct Owner<'a> {
     /// The sale.
     pub sale: &'a FlashSale,
     /// metadata.name.

@@ -36,11 +36,11 @@
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::signal::{Loss, Reading};
-use crate::api::{
-    self,
-    degradation::{DegradationPolicySpec, Override, SignalLossAction, Tier, TierReason},
+use flashsale_api::{
+    degradation::DegradationPolicySpec, degradation::Override, degradation::SignalLossAction,
+    degradation::Tier, degradation::TierReason,
 };
+use flashsale_observe::{signal::Loss, signal::Reading};
 
 /// What the controller keeps in the status between evaluations.
 #[derive(Debug, Clone, PartialEq)]
@@ -166,7 +166,7 @@ pub fn decide(
              set an expiry within a day and renew it while the incident lasts",
             over.tier,
             over.expires.0,
-            api::Duration(OVERRIDE_HORIZON.unsigned_abs())
+            flashsale_api::Duration(OVERRIDE_HORIZON.unsigned_abs())
         )),
         OverrideAt::Absent | OverrideAt::InForce(_) => None,
     };
@@ -370,8 +370,10 @@ fn plus(at: Timestamp, by: std::time::Duration) -> Timestamp {
 }
 
 /// From `from` to `to`, for a message (0 if the clock went back).
-fn span(from: Timestamp, to: Timestamp) -> api::Duration {
-    api::Duration(std::time::Duration::try_from(to.duration_since(from)).unwrap_or_default())
+fn span(from: Timestamp, to: Timestamp) -> flashsale_api::Duration {
+    flashsale_api::Duration(
+        std::time::Duration::try_from(to.duration_since(from)).unwrap_or_default(),
+    )
 }
 
 #[cfg(test)]
@@ -379,7 +381,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     use super::*;
-    use crate::degradation::signal::{LossCause, Sample};
+    use flashsale_observe::{signal::LossCause, signal::Sample};
 
     /// Two tiers as in the example policy; loss enters tier 1 after 30 s.
     fn spec() -> DegradationPolicySpec {

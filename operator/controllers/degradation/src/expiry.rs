@@ -25,12 +25,8 @@ use kube::{
 };
 
 use super::{Ctx, reconcile::IDENTITY};
-use crate::{
-    api::{FlashSale, conditions::reasons},
-    apply,
-    flashsale::build,
-    kit::{self, Verb, health::WatchHealth},
-};
+use flashsale_api::{FlashSale, children, conditions::reasons};
+use flashsale_kit::{Verb, apply, health::WatchHealth};
 
 /// How long after an override lapsed its policy has to take the switches
 /// back before this task does: a healthy policy writes at the expiry
@@ -142,12 +138,12 @@ fn override_of(map: &ConfigMap) -> Option<Timestamp> {
 
 /// Writes tier 0 over `namespace/name` if it still holds a lapsed override,
 /// on the condition that nobody wrote it since it was read.
-async fn lift(ctx: &Ctx, namespace: &str, name: &str) -> Result<(), kit::Failure> {
+async fn lift(ctx: &Ctx, namespace: &str, name: &str) -> Result<(), flashsale_kit::Failure> {
     let maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), namespace);
-    let Some(map) =
-        maps.get_opt(name)
-            .await
-            .map_err(kit::Error::kube(Verb::Read, "ConfigMap", name))?
+    let Some(map) = maps
+        .get_opt(name)
+        .await
+        .map_err(flashsale_kit::Error::kube(Verb::Read, "ConfigMap", name))?
     else {
         return Ok(());
     };
@@ -172,27 +168,31 @@ async fn lift(ctx: &Ctx, namespace: &str, name: &str) -> Result<(), kit::Failure
     let Some(sale) = sales
         .get_opt(&owner.name)
         .await
-        .map_err(kit::Error::kube(Verb::Read, "FlashSale", &owner.name))?
+        .map_err(flashsale_kit::Error::kube(
+            Verb::Read,
+            "FlashSale",
+            &owner.name,
+        ))?
         .filter(|sale| sale.uid().as_deref() == Some(owner.uid.as_str()))
     else {
         return Ok(());
     };
-    if build::names::degradation(&sale) != name {
+    if children::names::degradation(&sale) != name {
         return Ok(());
     }
     let next = lifted(&state, now);
-    let mut replacement = build::degradation_config_map(&sale, &next)?;
+    let mut replacement = children::degradation_config_map(&sale, &next)?;
     // Conditional: a policy's write meanwhile wins.
     replacement.metadata.resource_version = map.resource_version();
     match apply::apply(ctx, &replacement).await {
         Ok(_) => {}
-        Err(kit::Error::Kube { source, .. }) if is_conflict(&source) => {
+        Err(flashsale_kit::Error::Kube { source, .. }) if is_conflict(&source) => {
             tracing::debug!(configmap = name, "written meanwhile: left as it is");
             return Ok(());
         }
         Err(err) => return Err(err.into()),
     }
-    tracing::warn!(sale = %kit::key(&sale), tier = state.tier, generation = next.generation,
+    tracing::warn!(sale = %flashsale_kit::key(&sale), tier = state.tier, generation = next.generation,
         "a lapsed override no policy took back was lifted");
     ctx.event(&sale, true, reasons::OVERRIDE_EXPIRED, next.reason.clone())
         .await;

@@ -14,18 +14,15 @@ pub mod expiry;
 pub mod pace;
 pub mod propagation;
 pub mod reconcile;
-pub mod signal;
 pub mod status;
 
 use std::{future::Future, sync::Arc, time::Duration};
 
 use kube::runtime::{Controller, controller, watcher};
 
-use crate::{
-    api::DegradationPolicy,
-    flashsale::probe::Probe,
-    kit::{self, Context, health::WatchHealth, lenient},
-};
+use flashsale_api::DegradationPolicy;
+use flashsale_kit::{Context, health::WatchHealth, lenient};
+use flashsale_observe::probe::Probe;
 
 /// Held on every policy until its deletion has lifted the sale's
 /// degradation.
@@ -36,7 +33,7 @@ pub struct Settings {
     /// Prometheus for policies that name none.
     pub prometheus_url: Option<String>,
     /// Reads the signal.
-    pub signal: signal::SignalReader,
+    pub signal: flashsale_observe::signal::SignalReader,
     /// Reads the gateways' applied generation.
     pub probe: Probe,
     /// How long a change may take to reach every gateway before the ones
@@ -71,9 +68,9 @@ pub async fn run(
     let results = Controller::for_stream(trigger, policies)
         .with_config(config)
         .graceful_shutdown_on(shutdown)
-        .run(reconcile::reconcile, kit::error_policy, ctx);
+        .run(reconcile::reconcile, flashsale_kit::error_policy, ctx);
     tokio::select! {
-        () = kit::report(reconcile::IDENTITY, results) => {}
+        () = flashsale_kit::report(reconcile::IDENTITY, results) => {}
         () = keeper => {}
     }
 }

@@ -3,7 +3,7 @@
 //! again at once. Kept in memory: a new leader evaluates at once, which is
 //! what it should do anyway.
 //!
-//! Due times are on the monotonic clock ([`crate::clock::Clock::monotonic`]):
+//! Due times are on the monotonic clock ([`flashsale_kit::clock::Clock::monotonic`]):
 //! a wall clock stepped back an hour must not leave a policy unevaluated for
 //! that hour.
 

@@ -10,7 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::flashsale::probe::Probe;
+use flashsale_observe::probe::Probe;
 
 /// The gauge each gateway replica exports.
 pub const GENERATION_GAUGE: &str = "gateway_degradation_generation";
@@ -103,7 +103,7 @@ pub async fn await_generation(
     poll: Duration,
 ) -> Outcome {
     let deadline = tokio::time::Instant::from_std(started + bound);
-    let unanswered = format!("no answer within {}", crate::api::Duration(bound));
+    let unanswered = format!("no answer within {}", flashsale_api::Duration(bound));
     let watches = replicas.iter().map(|replica| {
         let unanswered = unanswered.clone();
         async move {

@@ -15,24 +15,16 @@ use kube::{
 };
 
 use super::{
-    Ctx, FINALIZER,
-    decide::{self, Decision},
-    propagation,
-    signal::{Loss, LossCause, Reading},
-    status::{self, Blocker, Evaluation},
+    Ctx, FINALIZER, decide, decide::Decision, propagation, status, status::Blocker,
+    status::Evaluation,
 };
-use crate::{
-    api::{
-        DegradationPolicy, FlashSale,
-        conditions::{READY, reasons},
-        degradation::{ActiveOverride, DegradationPolicySpec, DegradationPolicyStatus},
-    },
-    apply,
-    flashsale::{build, drain},
-    kit::Failure as Error,
-    kit::{self, Identity, Verb},
-    validate,
+use flashsale_api::{
+    DegradationPolicy, FlashSale, children, conditions::READY, conditions::reasons,
+    degradation::ActiveOverride, degradation::DegradationPolicySpec,
+    degradation::DegradationPolicyStatus, validate,
 };
+use flashsale_kit::{Failure as Error, Identity, Verb, apply};
+use flashsale_observe::{signal::Loss, signal::LossCause, signal::Reading};
 
 /// The DegradationPolicy controller.
 pub const IDENTITY: Identity = Identity {
@@ -42,7 +34,7 @@ pub const IDENTITY: Identity = Identity {
 
 /// Reconciles one policy; every error is also a Warning Event and a metric.
 pub async fn reconcile(policy: Arc<DegradationPolicy>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    kit::reconcile(policy, ctx, |policy, ctx| async move {
+    flashsale_kit::reconcile(policy, ctx, |policy, ctx| async move {
         reconcile_policy(&policy, &ctx).await
     })
     .await
@@ -51,8 +43,8 @@ pub async fn reconcile(policy: Arc<DegradationPolicy>, ctx: Arc<Ctx>) -> Result<
 async fn reconcile_policy(policy: &DegradationPolicy, ctx: &Ctx) -> Result<Action, Error> {
     let namespace = policy
         .namespace()
-        .ok_or(kit::Error::MissingMetadata("metadata.namespace"))?;
-    let key = kit::key(policy);
+        .ok_or(flashsale_kit::Error::MissingMetadata("metadata.namespace"))?;
+    let key = flashsale_kit::key(policy);
     if policy.metadata.deletion_timestamp.is_some() {
         return release(ctx, policy, &namespace, &key).await;
     }
@@ -142,11 +134,14 @@ async fn gather(
     }
     let sale_name = &policy.spec.sale_ref.name;
     let sales: Api<FlashSale> = Api::namespaced(ctx.client.clone(), namespace);
-    let Some(sale) = sales.get_opt(sale_name).await.map_err(kit::Error::kube(
-        Verb::Read,
-        "FlashSale",
-        sale_name,
-    ))?
+    let Some(sale) = sales
+        .get_opt(sale_name)
+        .await
+        .map_err(flashsale_kit::Error::kube(
+            Verb::Read,
+            "FlashSale",
+            sale_name,
+        ))?
     else {
         return Ok(Err(Blocker {
             reason: reasons::SALE_NOT_FOUND,
@@ -204,20 +199,20 @@ async fn switches_in_force(
     namespace: &str,
     sale: &FlashSale,
 ) -> Result<Result<InForce, Blocker>, Error> {
-    let name = build::names::degradation(sale);
+    let name = children::names::degradation(sale);
     let uid = sale
         .uid()
-        .ok_or(kit::Error::MissingMetadata("metadata.uid"))?;
+        .ok_or(flashsale_kit::Error::MissingMetadata("metadata.uid"))?;
     let maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), namespace);
-    let Some(map) =
-        maps.get_opt(&name)
-            .await
-            .map_err(kit::Error::kube(Verb::Read, "ConfigMap", &name))?
+    let Some(map) = maps
+        .get_opt(&name)
+        .await
+        .map_err(flashsale_kit::Error::kube(Verb::Read, "ConfigMap", &name))?
     else {
         return Ok(Ok(InForce::Absent));
     };
     if !apply::controlled_by(&map, &uid) {
-        let refused = kit::Error::NotOwned {
+        let refused = flashsale_kit::Error::NotOwned {
             kind: "ConfigMap",
             namespace: namespace.to_owned(),
             name,
@@ -307,7 +302,7 @@ async fn publish(
 ) -> Result<Option<(i64, propagation::Progress, Option<std::time::Duration>)>, Error> {
     let namespace = policy
         .namespace()
-        .ok_or(kit::Error::MissingMetadata("metadata.namespace"))?;
+        .ok_or(flashsale_kit::Error::MissingMetadata("metadata.namespace"))?;
     let tier = decision.memory.tier;
     let wanted = switches_for(&policy.spec, tier);
     // A generation beyond belief (a hand edit) is written over at once:
@@ -337,7 +332,7 @@ async fn publish(
             changed_at: Some(now),
             override_expires: decision.override_expires,
         };
-        let map = build::degradation_config_map(sale, &state)?;
+        let map = children::degradation_config_map(sale, &state)?;
         apply::apply(ctx, &map).await?;
         (state.generation, Some(Instant::now()))
     };
@@ -405,7 +400,7 @@ async fn gateways(
     sale: &FlashSale,
 ) -> Result<Vec<(String, std::net::SocketAddr)>, Error> {
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
-    let selector = build::selector(&sale.name_any(), build::Component::Gateway)
+    let selector = children::selector(&sale.name_any(), children::Component::Gateway)
         .iter()
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
@@ -413,8 +408,11 @@ async fn gateways(
     let listed = pods
         .list(&ListParams::default().labels(&selector))
         .await
-        .map_err(kit::Error::kube(Verb::List, "Pod", &selector))?;
-    Ok(drain::ready_replicas(&listed.items, build::OPS_PORT_NUMBER))
+        .map_err(flashsale_kit::Error::kube(Verb::List, "Pod", &selector))?;
+    Ok(flashsale_observe::replicas::ready_replicas(
+        &listed.items,
+        children::OPS_PORT_NUMBER,
+    ))
 }
 
 /// On deletion: lift the sale's degradation (tier 0, a new generation), so
@@ -437,7 +435,11 @@ async fn release(
     let sale = sales
         .get_opt(sale_name)
         .await
-        .map_err(kit::Error::kube(Verb::Read, "FlashSale", sale_name))?
+        .map_err(flashsale_kit::Error::kube(
+            Verb::Read,
+            "FlashSale",
+            sale_name,
+        ))?
         .filter(|sale| sale.metadata.deletion_timestamp.is_none());
     if let Some(sale) = sale
         && !rival_exists(ctx, policy, namespace).await?
@@ -457,7 +459,7 @@ async fn release(
             changed_at: Some(now),
             override_expires: None,
         };
-        apply::apply(ctx, &build::degradation_config_map(&sale, &state)?).await?;
+        apply::apply(ctx, &children::degradation_config_map(&sale, &state)?).await?;
         ctx.event_of(
             policy,
             false,
@@ -506,7 +508,11 @@ async fn policies_in(ctx: &Ctx, namespace: &str) -> Result<Vec<DegradationPolicy
     let all = api
         .list(&ListParams::default())
         .await
-        .map_err(kit::Error::kube(Verb::List, "DegradationPolicy", namespace))?;
+        .map_err(flashsale_kit::Error::kube(
+            Verb::List,
+            "DegradationPolicy",
+            namespace,
+        ))?;
     Ok(all
         .items
         .into_iter()
@@ -539,7 +545,7 @@ async fn write_status(
     if policy.status.as_ref() == Some(new) {
         return Ok(());
     }
-    let value = serde_json::to_value(new).map_err(kit::Error::from)?;
+    let value = serde_json::to_value(new).map_err(flashsale_kit::Error::from)?;
     apply::apply_status(ctx, policy, value).await?;
     Ok(())
 }

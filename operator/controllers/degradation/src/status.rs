@@ -6,16 +6,15 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, MicroTime, Time};
 
 use super::{
-    decide::{Decision, Memory, OverrideAt, override_at},
+    decide::Decision, decide::Memory, decide::OverrideAt, decide::override_at,
     propagation::Progress,
-    signal::Reading,
 };
-use crate::api::{
-    conditions::{PROPAGATED, READY, SIGNAL_AVAILABLE, reasons},
-    degradation::{
-        ActiveOverride, DegradationPolicy, DegradationPolicyStatus, Propagation, TierReason,
-    },
+use flashsale_api::{
+    conditions::PROPAGATED, conditions::READY, conditions::SIGNAL_AVAILABLE, conditions::reasons,
+    degradation::ActiveOverride, degradation::DegradationPolicy,
+    degradation::DegradationPolicyStatus, degradation::Propagation, degradation::TierReason,
 };
+use flashsale_observe::signal::Reading;
 
 /// Most gateways named in the status as not having applied the switches.
 const MAX_LAGGARDS: usize = 10;

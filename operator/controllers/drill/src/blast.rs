@@ -20,7 +20,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::api::chaosdrill::BlastRadius;
+use flashsale_api::chaosdrill::BlastRadius;
 
 /// A pod of the target workload as the controller sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -19,8 +19,8 @@ use std::{
 
 use tokio::sync::{OwnedRwLockReadGuard, RwLock};
 
-use super::blast::{self, Candidate};
-use crate::api::chaosdrill::BlastRadius;
+use super::{blast, blast::Candidate};
+use flashsale_api::chaosdrill::BlastRadius;
 
 /// One run's pods of one workload.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -19,12 +19,10 @@ use kube::{
 };
 use serde_json::{Value, json};
 
-use crate::{
-    api::{
-        ChaosDrill,
-        chaosdrill::{Experiment, NetworkChaosKind, PodChaosKind, TargetWorkload},
-    },
-    flashsale::build::{Component, MANAGED_BY, MANAGED_BY_KEY},
+use flashsale_api::{
+    ChaosDrill, chaosdrill::Experiment, chaosdrill::NetworkChaosKind, chaosdrill::PodChaosKind,
+    chaosdrill::TargetWorkload, children::Component, children::MANAGED_BY,
+    children::MANAGED_BY_KEY,
 };
 
 /// Chaos Mesh's API group and version.
@@ -296,7 +294,7 @@ pub fn experiment(
                 "mode": "all",
                 "selector": {
                     "namespaces": [namespace],
-                    "labelSelectors": crate::flashsale::build::selector(sale, component(to)),
+                    "labelSelectors": flashsale_api::children::selector(sale, component(to)),
                 },
             });
         }
@@ -411,7 +409,7 @@ mod tests {
 
     fn drill() -> anyhow::Result<ChaosDrill> {
         let mut drill: ChaosDrill = serde_yaml_ng::from_str(include_str!(
-            "../../../crds/examples/chaosdrill-pod-kill.yaml"
+            "../../../../crds/examples/chaosdrill-pod-kill.yaml"
         ))?;
         drill.metadata.uid = Some("drill-uid".into());
         Ok(drill)
@@ -475,7 +473,7 @@ mod tests {
     fn pod_failure_carries_the_duration_as_a_hard_bound() -> anyhow::Result<()> {
         let mut drill = drill()?;
         let exp = &mut drill.spec.experiments[0];
-        exp.pod_chaos = Some(crate::api::chaosdrill::PodChaosAction {
+        exp.pod_chaos = Some(flashsale_api::chaosdrill::PodChaosAction {
             action: PodChaosKind::PodFailure,
             container: None,
         });

@@ -22,24 +22,16 @@ use kube::{
 };
 
 use super::{
-    Ctx, blast,
-    budget::Ask,
-    calendar::{Allowance, Calendar},
-    chaos::{self, Backstop, Kind, TARGET_LABEL},
-    guard::Guard,
-    reconcile::{SaleState, SaleView},
-    stop::{self, Stopped},
-    verdict::{self, Observed, Verdict},
+    Ctx, blast, budget::Ask, chaos, chaos::Backstop, chaos::Kind, chaos::TARGET_LABEL,
+    guard::Guard, reconcile::SaleState, reconcile::SaleView, stop, stop::Stopped, verdict,
+    verdict::Observed, verdict::Verdict,
 };
-use crate::{
-    api::{
-        self, ChaosDrill,
-        chaosdrill::{DrillPhase, RunOutcome},
-    },
-    clock::Moment,
-    degradation::signal::Reading,
-    flashsale::build::{MANAGED_BY, MANAGED_BY_KEY, selector},
+use flashsale_api::{
+    ChaosDrill, calendar::Allowance, calendar::Calendar, chaosdrill::DrillPhase,
+    chaosdrill::RunOutcome, children::MANAGED_BY, children::MANAGED_BY_KEY, children::selector,
 };
+use flashsale_kit::clock::Moment;
+use flashsale_observe::signal::Reading;
 
 /// How long Chaos Mesh may take to create a run's StatusCheck.
 const STATUS_CHECK_BOUND: Duration = Duration::from_secs(15);
@@ -72,7 +64,7 @@ pub struct Plan {
 impl Plan {
     /// `namespace/drill/run`, the run's key in the budget.
     pub fn key(&self) -> String {
-        format!("{}/{}", crate::kit::key(self.drill.as_ref()), self.run)
+        format!("{}/{}", flashsale_kit::key(self.drill.as_ref()), self.run)
     }
 }
 
@@ -149,7 +141,7 @@ pub async fn execute(ctx: Arc<Ctx>, plan: Plan, guard: Arc<Guard>) {
     let namespace = drill.namespace().unwrap_or_default();
     ctx.settings.budgets.release(&namespace, &plan.key());
     ctx.metrics
-        .drill_run(&namespace, &drill.name_any(), outcome_name(ending.outcome));
+        .drill_run(&namespace, &drill.name_any(), ending.outcome.name());
     guard.update(|progress| {
         progress.record.outcome = Some(ending.outcome);
         progress.record.reason = Some(ending.reason.to_owned());
@@ -157,23 +149,10 @@ pub async fn execute(ctx: Arc<Ctx>, plan: Plan, guard: Arc<Guard>) {
         progress.record.ended_at = Some(Time(now));
     });
     tracing::info!(
-        drill = %crate::kit::key(drill.as_ref()), run = plan.run, outcome = outcome_name(ending.outcome),
+        drill = %flashsale_kit::key(drill.as_ref()), run = plan.run, outcome = ending.outcome.name(),
         reason = ending.reason, message = ending.message, "run ended"
     );
     ctx.settings.wake(drill);
-}
-
-/// Every outcome's name, as [`outcome_name`] gives it.
-pub const OUTCOMES: [&str; 4] = ["Succeeded", "Aborted", "Skipped", "Failed"];
-
-/// The outcome's name, as in the status and the metrics.
-pub fn outcome_name(outcome: RunOutcome) -> &'static str {
-    match outcome {
-        RunOutcome::Succeeded => "Succeeded",
-        RunOutcome::Aborted => "Aborted",
-        RunOutcome::Skipped => "Skipped",
-        RunOutcome::Failed => "Failed",
-    }
 }
 
 async fn drive(ctx: &Ctx, plan: &Plan, guard: &Guard) -> Ending {
@@ -236,7 +215,7 @@ async fn drive(ctx: &Ctx, plan: &Plan, guard: &Guard) -> Ending {
             format!(
                 "Chaos Mesh did not remove {} within {}",
                 stopped.remaining.join(", "),
-                api::Duration(STOP_BOUND)
+                flashsale_api::Duration(STOP_BOUND)
             ),
         );
     }
@@ -248,7 +227,7 @@ async fn drive(ctx: &Ctx, plan: &Plan, guard: &Guard) -> Ending {
             "SloHeld",
             format!(
                 "every objective held through the run and again for {} after it",
-                api::Duration(steady)
+                flashsale_api::Duration(steady)
             ),
         ),
         Err(mut ending) => {
@@ -274,7 +253,7 @@ struct Mandate<'a> {
 }
 
 impl<'a> Mandate<'a> {
-    async fn new(ctx: &'a Ctx, plan: &'a Plan) -> Result<Self, crate::kit::Error> {
+    async fn new(ctx: &'a Ctx, plan: &'a Plan) -> Result<Self, flashsale_kit::Error> {
         let drill = &plan.drill;
         let namespace = drill.namespace().unwrap_or_default();
         let sale = SaleView::read(ctx, &namespace, &drill.spec.sale_ref.name).await?;
@@ -346,8 +325,8 @@ async fn hold(
                 reason,
                 format!(
                     "the objectives did not hold for {} within {}; last verdict {}",
-                    api::Duration(period),
-                    api::Duration(limit),
+                    flashsale_api::Duration(period),
+                    flashsale_api::Duration(limit),
                     describe(&verdict)
                 ),
             ));
@@ -444,7 +423,7 @@ async fn inject(ctx: &Ctx, plan: &Plan, guard: &Guard, sale_uid: &str) -> Result
             "OutsideWindow",
             format!(
                 "less than {} of the window was left",
-                api::Duration(SHORTEST)
+                flashsale_api::Duration(SHORTEST)
             ),
         ));
     }
@@ -482,7 +461,7 @@ async fn inject(ctx: &Ctx, plan: &Plan, guard: &Guard, sale_uid: &str) -> Result
         let kills = experiment
             .pod_chaos
             .as_ref()
-            .is_some_and(|p| p.action == api::chaosdrill::PodChaosKind::PodKill);
+            .is_some_and(|p| p.action == flashsale_api::chaosdrill::PodChaosKind::PodKill);
         gathered.push((component, candidates, listed, kills));
     }
     let asks: Vec<Ask<'_>> = gathered
@@ -511,7 +490,7 @@ async fn inject(ctx: &Ctx, plan: &Plan, guard: &Guard, sale_uid: &str) -> Result
                 ),
             )
         })?;
-    let choices: Vec<(api::chaosdrill::Experiment, Vec<String>)> = drill
+    let choices: Vec<(flashsale_api::chaosdrill::Experiment, Vec<String>)> = drill
         .spec
         .experiments
         .iter()
@@ -519,7 +498,7 @@ async fn inject(ctx: &Ctx, plan: &Plan, guard: &Guard, sale_uid: &str) -> Result
         .map(|(experiment, pods)| {
             let mut experiment = experiment.clone();
             if let Some(left) = left {
-                experiment.duration = api::Duration(experiment.duration.0.min(left));
+                experiment.duration = flashsale_api::Duration(experiment.duration.0.min(left));
             }
             (experiment, pods)
         })
@@ -554,7 +533,7 @@ async fn inject(ctx: &Ctx, plan: &Plan, guard: &Guard, sale_uid: &str) -> Result
                 format!(
                     "Chaos Mesh did not start the Workflow {}'s StatusCheck within {}; is chaos-controller-manager running?",
                     workflow.name_any(),
-                    api::Duration(STATUS_CHECK_BOUND)
+                    flashsale_api::Duration(STATUS_CHECK_BOUND)
                 ),
             ));
         }
@@ -576,7 +555,7 @@ async fn inject(ctx: &Ctx, plan: &Plan, guard: &Guard, sale_uid: &str) -> Result
             Ok(object) => create(ctx, guard, &namespace, Kind::of(experiment), &object)
                 .await
                 .map(|()| object),
-            Err(err) => Err(crate::kit::Error::Encode(err)),
+            Err(err) => Err(flashsale_kit::Error::Encode(err)),
         };
         match created {
             Ok(object) => {
@@ -645,8 +624,8 @@ async fn candidates(
     namespace: &str,
     sale: &str,
     sale_uid: &str,
-    experiment: &api::chaosdrill::Experiment,
-) -> Result<Vec<blast::Candidate>, crate::kit::Error> {
+    experiment: &flashsale_api::chaosdrill::Experiment,
+) -> Result<Vec<blast::Candidate>, flashsale_kit::Error> {
     use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
     let labels = selector(sale, chaos::component(experiment.target))
         .iter()
@@ -654,8 +633,9 @@ async fn candidates(
         .collect::<Vec<_>>()
         .join(",");
     let params = ListParams::default().labels(&labels);
-    let list_error =
-        |kind: &'static str| crate::kit::Error::kube(crate::kit::Verb::List, kind, labels.clone());
+    let list_error = |kind: &'static str| {
+        flashsale_kit::Error::kube(flashsale_kit::Verb::List, kind, labels.clone())
+    };
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
     let sets: Api<ReplicaSet> = Api::namespaced(ctx.client.clone(), namespace);
     let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
@@ -688,7 +668,7 @@ async fn candidates(
         })
         .map(|pod| blast::Candidate {
             name: pod.name_any(),
-            ready: crate::flashsale::pods::is_ready(pod),
+            ready: flashsale_observe::pods::is_ready(pod),
             terminating: pod.metadata.deletion_timestamp.is_some(),
         })
         .collect())
@@ -717,15 +697,15 @@ async fn create(
     namespace: &str,
     kind: Kind,
     object: &DynamicObject,
-) -> Result<(), crate::kit::Error> {
-    let refused = |err: &dyn std::fmt::Display| crate::kit::Error::KillSwitch(err.to_string());
+) -> Result<(), flashsale_kit::Error> {
+    let refused = |err: &dyn std::fmt::Display| flashsale_kit::Error::KillSwitch(err.to_string());
     if ctx.settings.kill_switch {
         return Err(refused(&super::budget::GateClosed));
     }
     let run_pass = guard
         .create_pass()
         .await
-        .ok_or(crate::kit::Error::RunStopped)?;
+        .ok_or(flashsale_kit::Error::RunStopped)?;
     let namespace_pass = ctx
         .settings
         .budgets
@@ -733,11 +713,12 @@ async fn create(
         .await
         .map_err(|err| refused(&err))?;
     if !ctx.leadership.is_leader() {
-        return Err(crate::kit::Error::NotLeader);
+        return Err(flashsale_kit::Error::NotLeader);
     }
     let api: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), namespace, &kind.resource());
-    let failed = crate::kit::Error::kube(crate::kit::Verb::Create, kind.name(), object.name_any());
+    let failed =
+        flashsale_kit::Error::kube(flashsale_kit::Verb::Create, kind.name(), object.name_any());
     let sent = object.clone();
     let request = tokio::spawn(async move {
         let _passes = (run_pass, namespace_pass);
@@ -749,9 +730,9 @@ async fn create(
             return Err(failed(kube::Error::Service(joined.into())));
         }
     }
-    crate::apply::wrote(
+    flashsale_kit::apply::wrote(
         ctx,
-        crate::kit::Verb::Create,
+        flashsale_kit::Verb::Create,
         kind.name(),
         namespace,
         &object.name_any(),
@@ -765,14 +746,14 @@ async fn await_status_check(
     ctx: &Ctx,
     namespace: &str,
     workflow: &str,
-) -> Result<Option<(String, String)>, crate::kit::Error> {
+) -> Result<Option<(String, String)>, flashsale_kit::Error> {
     let api: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), namespace, &Kind::StatusCheck.resource());
     let params = ListParams::default().labels(&format!("{}={workflow}", chaos::WORKFLOW_LABEL));
     let until = tokio::time::Instant::now() + STATUS_CHECK_BOUND;
     loop {
-        let list = api.list(&params).await.map_err(crate::kit::Error::kube(
-            crate::kit::Verb::List,
+        let list = api.list(&params).await.map_err(flashsale_kit::Error::kube(
+            flashsale_kit::Verb::List,
             "StatusCheck",
             workflow,
         ))?;
@@ -821,7 +802,7 @@ async fn abort(ctx: &Ctx, plan: &Plan, guard: &Guard, cause: Cause) -> Ending {
         progress.phase = DrillPhase::Aborting;
         progress.record.detected_at = Some(MicroTime(cause.detected));
         progress.record.decided_at = Some(MicroTime(decided.wall));
-        progress.record.detection_latency = Some(api::Duration(unsigned(
+        progress.record.detection_latency = Some(flashsale_api::Duration(unsigned(
             decided.wall.duration_since(cause.detected),
         )));
     });
@@ -842,13 +823,13 @@ async fn abort(ctx: &Ctx, plan: &Plan, guard: &Guard, cause: Cause) -> Ending {
             guard.update(|progress| {
                 progress.record.recovered_at = stopped.recovered_at.map(MicroTime);
                 progress.record.gone_at = stopped.gone_at.map(MicroTime);
-                progress.record.abort_latency = latency.map(api::Duration);
+                progress.record.abort_latency = latency.map(flashsale_api::Duration);
             });
             let mut message = cause.message;
             if !stopped.remaining.is_empty() {
                 message.push_str(&format!(
                     "; still present after {}: {}",
-                    api::Duration(STOP_BOUND),
+                    flashsale_api::Duration(STOP_BOUND),
                     stopped.remaining.join(", ")
                 ));
             }
@@ -864,7 +845,7 @@ async fn abort(ctx: &Ctx, plan: &Plan, guard: &Guard, cause: Cause) -> Ending {
 
 /// Stops the run's objects, once no create of the run is in flight; those
 /// the guard recorded are deleted without waiting for the list.
-async fn stop_run(ctx: &Ctx, plan: &Plan, guard: &Guard) -> Result<Stopped, crate::kit::Error> {
+async fn stop_run(ctx: &Ctx, plan: &Plan, guard: &Guard) -> Result<Stopped, flashsale_kit::Error> {
     guard.close_creates().await;
     let namespace = plan.drill.namespace().unwrap_or_default();
     let known = chaos::parse_objects(&guard.progress().record.objects);
@@ -895,8 +876,8 @@ pub fn describe(verdict: &Verdict) -> String {
             ..
         } => {
             let side = match breach_when {
-                api::chaosdrill::BreachWhen::Above => "above",
-                api::chaosdrill::BreachWhen::Below => "below",
+                flashsale_api::chaosdrill::BreachWhen::Above => "above",
+                flashsale_api::chaosdrill::BreachWhen::Below => "below",
             };
             format!("{objective} = {value} is {side} its threshold {threshold}")
         }
@@ -986,8 +967,8 @@ impl<'a> Sampler<'a> {
                 continue;
             };
             let worse = |old: f64| match objective.breach_when {
-                api::chaosdrill::BreachWhen::Above => sample.value > old,
-                api::chaosdrill::BreachWhen::Below => sample.value < old,
+                flashsale_api::chaosdrill::BreachWhen::Above => sample.value > old,
+                flashsale_api::chaosdrill::BreachWhen::Below => sample.value < old,
             };
             match extremes.get(&objective.name) {
                 Some(old) if !worse(*old) => {}
@@ -1016,7 +997,7 @@ fn unsigned(duration: SignedDuration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::drill::reconcile::tests::{at, calendar};
+    use crate::{reconcile::tests::at, reconcile::tests::calendar};
 
     fn reason(result: Result<(), Ending>) -> &'static str {
         result.err().map_or("Allowed", |ending| ending.reason)

@@ -30,7 +30,7 @@ use tokio::{
     task::AbortHandle,
 };
 
-use crate::api::chaosdrill::{DrillPhase, RunRecord};
+use flashsale_api::{chaosdrill::DrillPhase, chaosdrill::RunRecord};
 
 /// Where a run is, as its guard reports it to the reconcile.
 #[derive(Debug, Clone, PartialEq)]

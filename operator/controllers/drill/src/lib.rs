@@ -16,7 +16,6 @@
 
 pub mod blast;
 pub mod budget;
-pub mod calendar;
 pub mod chaos;
 pub mod execute;
 pub mod guard;
@@ -44,11 +43,9 @@ use kube::{
 };
 use tokio::sync::broadcast;
 
-use crate::{
-    api::ChaosDrill,
-    degradation::signal::SignalReader,
-    kit::{self, Context, Error, health::WatchHealth, lenient},
-};
+use flashsale_api::ChaosDrill;
+use flashsale_kit::{Context, Error, health::WatchHealth, lenient};
+use flashsale_observe::signal::SignalReader;
 
 /// Annotation on a drill asking for a run now; its value names the
 /// request, and each new value starts one run (still inside the windows).
@@ -164,9 +161,13 @@ pub async fn run(
         .reconcile_on(woken)
         .with_config(config)
         .graceful_shutdown_on(shutdown)
-        .run(reconcile::reconcile, kit::error_policy, ctx.clone());
+        .run(
+            reconcile::reconcile,
+            flashsale_kit::error_policy,
+            ctx.clone(),
+        );
     tokio::select! {
-        () = kit::report(reconcile::IDENTITY, results.boxed()) => {}
+        () = flashsale_kit::report(reconcile::IDENTITY, results.boxed()) => {}
         () = deleted => {}
     }
     ctx.settings.guards.clear();
@@ -332,7 +333,7 @@ async fn deletions(ctx: Arc<Ctx>, namespace: Option<&str>, health: Option<WatchH
     while let Some(event) = events.next().await {
         match event {
             Ok(watcher::Event::Delete(drill)) => {
-                let (key, uid) = (kit::key(&drill), drill.uid().unwrap_or_default());
+                let (key, uid) = (flashsale_kit::key(&drill), drill.uid().unwrap_or_default());
                 end_deleted(&ctx, &key, &uid);
                 if let Some(ns) = drill.namespace() {
                     ctx.metrics.forget_drill(&ns, &drill.name_any());

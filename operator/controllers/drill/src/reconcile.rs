@@ -17,25 +17,15 @@ use kube::{
 };
 
 use super::{
-    Ctx, FORCE_ANNOTATION, KILL_SWITCH_ANNOTATION, RUN_NOW_ANNOTATION,
-    calendar::{Allowance, Calendar},
-    chaos,
-    execute::{self, Plan, outcome_name},
-    guard::{Guard, Progress},
-    stop,
+    Ctx, FORCE_ANNOTATION, KILL_SWITCH_ANNOTATION, RUN_NOW_ANNOTATION, chaos, execute,
+    execute::Plan, guard::Guard, guard::Progress, stop,
 };
-use crate::{
-    api::{
-        self, ChaosDrill, FlashSale,
-        chaosdrill::{ChaosDrillStatus, DrillPhase, RunOutcome, RunRecord},
-        conditions::{READY, STALLED, reasons},
-        flashsale::SalePhase,
-    },
-    apply,
-    flashsale::lifecycle::Timeline,
-    kit::{self, Error, Identity, Verb},
-    validate,
+use flashsale_api::{
+    ChaosDrill, FlashSale, calendar::Allowance, calendar::Calendar, chaosdrill::ChaosDrillStatus,
+    chaosdrill::DrillPhase, chaosdrill::RunOutcome, chaosdrill::RunRecord, conditions::READY,
+    conditions::STALLED, conditions::reasons, flashsale::SalePhase, timeline::Timeline, validate,
 };
+use flashsale_kit::{Error, Identity, Verb, apply};
 
 /// The ChaosDrill controller.
 pub const IDENTITY: Identity = Identity {
@@ -51,7 +41,7 @@ const IDLE: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// Reconciles one drill; every error is also a Warning Event and a metric.
 pub async fn reconcile(drill: Arc<ChaosDrill>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    kit::reconcile(drill, ctx, |drill, ctx| async move {
+    flashsale_kit::reconcile(drill, ctx, |drill, ctx| async move {
         reconcile_drill(&drill, &ctx).await
     })
     .await
@@ -62,7 +52,7 @@ async fn reconcile_drill(drill: &ChaosDrill, ctx: &Arc<Ctx>) -> Result<Action, E
         .namespace()
         .ok_or(Error::MissingMetadata("metadata.namespace"))?;
     let uid = drill.uid().ok_or(Error::MissingMetadata("metadata.uid"))?;
-    let key = kit::key(drill);
+    let key = flashsale_kit::key(drill);
     let now = ctx.clock.now();
     let old = drill.status.clone().unwrap_or_default();
     let mut status = old.clone();
@@ -388,7 +378,7 @@ fn start(
         prometheus_url,
         calendar: forced.is_none().then(|| calendar.clone()),
     };
-    let key = kit::key(drill);
+    let key = flashsale_kit::key(drill);
     ctx.settings.guards.insert(&key, guard.clone());
     let task = tokio::spawn(execute::execute(ctx.clone(), plan, guard.clone()));
     guard.attach(task.abort_handle());
@@ -426,15 +416,12 @@ async fn stop_stale(
     record.decided_at = Some(MicroTime(decided.wall));
     if let Some(gone) = stopped.gone_after {
         let latency = gone.saturating_sub(decided.mono);
-        record.abort_latency = Some(api::Duration(latency));
+        record.abort_latency = Some(flashsale_api::Duration(latency));
         ctx.metrics
             .drill_aborted(namespace, &drill.name_any(), latency);
     }
-    ctx.metrics.drill_run(
-        namespace,
-        &drill.name_any(),
-        outcome_name(RunOutcome::Aborted),
-    );
+    ctx.metrics
+        .drill_run(namespace, &drill.name_any(), RunOutcome::Aborted.name());
     Ok(record)
 }
 
@@ -498,7 +485,7 @@ async fn skip(
     ctx.metrics.drill_run(
         &drill.namespace().unwrap_or_default(),
         &drill.name_any(),
-        outcome_name(RunOutcome::Skipped),
+        RunOutcome::Skipped.name(),
     );
     announce(ctx, drill, &record).await;
     finish(status, record, drill.spec.history_limit);
@@ -561,7 +548,7 @@ async fn announce(ctx: &Ctx, drill: &ChaosDrill, record: &RunRecord) {
     let mut note = format!(
         "run {} {}: {}",
         record.id,
-        outcome_name(outcome).to_lowercase(),
+        outcome.name().to_lowercase(),
         record.message.as_deref().unwrap_or("")
     );
     if let Some(latency) = &record.abort_latency {
@@ -570,7 +557,7 @@ async fn announce(ctx: &Ctx, drill: &ChaosDrill, record: &RunRecord) {
     ctx.event_of(
         drill,
         warning,
-        &format!("Run{}", outcome_name(outcome)),
+        &format!("Run{}", outcome.name()),
         &record.id,
         note,
     )
@@ -703,7 +690,9 @@ pub fn decide_start(facts: &Facts<'_>) -> Start {
             "MissedSchedule",
             format!(
                 "the run due at {next} was missed by more than {}; the next one is scheduled",
-                api::Duration(std::time::Duration::try_from(MISSED_BOUND).unwrap_or_default())
+                flashsale_api::Duration(
+                    std::time::Duration::try_from(MISSED_BOUND).unwrap_or_default()
+                )
             ),
         );
     }
@@ -767,7 +756,7 @@ pub(crate) mod tests {
     /// in Tokyo, and a blackout over 11.11.
     pub(crate) fn calendar() -> anyhow::Result<Calendar> {
         let drill: ChaosDrill = serde_yaml_ng::from_str(include_str!(
-            "../../../crds/examples/chaosdrill-pod-kill.yaml"
+            "../../../../crds/examples/chaosdrill-pod-kill.yaml"
         ))?;
         Ok(Calendar::new(&drill.spec)?)
     }
@@ -930,7 +919,9 @@ pub(crate) mod tests {
             let record = RunRecord {
                 id: id.into(),
                 outcome: Some(RunOutcome::Aborted),
-                abort_latency: Some(api::Duration(std::time::Duration::from_millis(40))),
+                abort_latency: Some(flashsale_api::Duration(std::time::Duration::from_millis(
+                    40,
+                ))),
                 ..RunRecord::default()
             };
             finish(&mut status, record, 2);
@@ -941,7 +932,9 @@ pub(crate) mod tests {
         assert_eq!(status.last_outcome, Some(RunOutcome::Aborted));
         assert_eq!(
             status.last_abort_latency,
-            Some(api::Duration(std::time::Duration::from_millis(40)))
+            Some(flashsale_api::Duration(std::time::Duration::from_millis(
+                40
+            )))
         );
     }
 

@@ -16,12 +16,8 @@ use kube::{
 };
 use serde_json::json;
 
-use super::chaos::{Kind, PAUSE_ANNOTATION, recovered};
-use crate::{
-    clock::{Clock, Moment},
-    kit::{Error, Verb},
-    leader::Leadership,
-};
+use super::{chaos::Kind, chaos::PAUSE_ANNOTATION, chaos::recovered};
+use flashsale_kit::{Error, Verb, clock::Clock, clock::Moment, leader::Leadership};
 
 /// How often the stop path looks again when it cannot watch.
 const POLL: Duration = Duration::from_millis(10);

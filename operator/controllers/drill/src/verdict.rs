@@ -27,14 +27,9 @@ use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 
-use crate::{
-    api::{
-        self,
-        chaosdrill::{BreachWhen, SloObjective},
-    },
-    clock::Moment,
-    degradation::signal::{LossCause, Reading},
-};
+use flashsale_api::{chaosdrill::BreachWhen, chaosdrill::SloObjective};
+use flashsale_kit::clock::Moment;
+use flashsale_observe::{signal::LossCause, signal::Reading};
 
 /// What the guard knows of one objective.
 #[derive(Debug, Clone, Copy)]
@@ -247,14 +242,14 @@ pub fn held_for(since: Option<Duration>, period: Duration, now: Duration) -> boo
 }
 
 /// A duration for a message (0 if negative, as after a clock step back).
-fn span(duration: SignedDuration) -> api::Duration {
-    api::Duration(std::time::Duration::try_from(duration).unwrap_or_default())
+fn span(duration: SignedDuration) -> flashsale_api::Duration {
+    flashsale_api::Duration(std::time::Duration::try_from(duration).unwrap_or_default())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::degradation::signal::{Loss, Sample};
+    use flashsale_observe::{signal::Loss, signal::Sample};
 
     /// `millis` after 2026-11-11T00:00:00Z.
     fn t(millis: i64) -> Timestamp {

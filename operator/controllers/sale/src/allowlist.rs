@@ -7,7 +7,7 @@
 use std::fmt;
 
 use super::build::Images;
-use crate::{api::FlashSaleSpec, validate::SpecProblem};
+use flashsale_api::{FlashSaleSpec, validate::SpecProblem};
 
 /// The images FlashSales may name: the operator's own defaults, plus the
 /// entries of `--allowed-image`. An entry ending in `/` allows every image
@@ -133,8 +133,8 @@ mod tests {
 
     #[test]
     fn no_flag_means_the_defaults_only_and_each_field_is_named() -> anyhow::Result<()> {
-        let mut sale: crate::api::FlashSale = serde_yaml_ng::from_str(include_str!(
-            "../../../crds/examples/flashsale-singles-day.yaml"
+        let mut sale: flashsale_api::FlashSale = serde_yaml_ng::from_str(include_str!(
+            "../../../../crds/examples/flashsale-singles-day.yaml"
         ))?;
         let list = ImageAllowlist::new(Vec::new(), &defaults());
         assert!(list.refused(&sale.spec).is_empty(), "no image set");

@@ -6,8 +6,6 @@ pub mod build;
 pub mod drain;
 pub mod lifecycle;
 pub mod pace;
-pub mod pods;
-pub mod probe;
 pub mod reconcile;
 pub mod status;
 pub mod tokens;
@@ -17,10 +15,8 @@ use std::{future::Future, sync::Arc, time::Duration};
 
 use kube::runtime::{Controller, WatchStreamExt, controller, predicates, watcher};
 
-use crate::{
-    api::FlashSale,
-    kit::{self, Context},
-};
+use flashsale_api::FlashSale;
+use flashsale_kit::Context;
 
 /// The FlashSale controller's settings.
 #[derive(Debug, Clone)]
@@ -36,7 +32,7 @@ pub struct Settings {
     /// nothing else wakes the controller.
     pub refresh: Duration,
     /// Reads the workloads' own view (stock, lag).
-    pub probe: probe::Probe,
+    pub probe: flashsale_observe::probe::Probe,
     /// The sales' Deployments as last watched, for the status.
     pub workloads: Arc<triggers::Workloads>,
     /// When each sale's stock is read next.
@@ -55,11 +51,11 @@ pub async fn run(
 ) {
     // One sale the Rust type cannot read is named and left out, instead of
     // failing the watch of every other sale.
-    let (reader, trigger) = kit::lenient::watch::<FlashSale>(
+    let (reader, trigger) = flashsale_kit::lenient::watch::<FlashSale>(
         ctx.client.clone(),
         namespace,
         watcher::Config::default().any_semantic(),
-        kit::lenient::Rejections::of(&ctx),
+        flashsale_kit::lenient::Rejections::of(&ctx),
     );
     // A sale is reconciled when its spec changes (its generation), not when
     // its status does: the status is the operator's own write.
@@ -72,6 +68,6 @@ pub async fn run(
         .with_config(config)
         .reconcile_on(triggers::triggers(&ctx, namespace))
         .graceful_shutdown_on(shutdown)
-        .run(reconcile::reconcile, kit::error_policy, ctx);
-    kit::report(reconcile::IDENTITY, results).await;
+        .run(reconcile::reconcile, flashsale_kit::error_policy, ctx);
+    flashsale_kit::report(reconcile::IDENTITY, results).await;
 }

@@ -12,26 +12,15 @@ use k8s_openapi::api::{
 use kube::{Api, ResourceExt, api::ListParams, runtime::controller::Action};
 
 use super::{
-    Ctx,
-    build::{self, Component, Input, Stage},
-    drain,
-    lifecycle::{self, Timeline},
-    pods,
-    probe::SaleAddress,
-    status::{self, Blocker, Drain, Observation, WorkloadView},
-    tokens,
+    Ctx, build, build::Input, build::Stage, drain, lifecycle, status, status::Blocker,
+    status::Drain, status::Observation, status::WorkloadView, tokens,
 };
-use crate::{
-    api::{
-        FlashSale,
-        conditions::{DRAINED, reasons},
-        flashsale::SalePhase,
-    },
-    apply::{self, Namespaced},
-    kit::Failure as Error,
-    kit::{self, Identity, Verb, key},
-    validate,
+use flashsale_api::{
+    FlashSale, children::Component, conditions::DRAINED, conditions::reasons, flashsale::SalePhase,
+    timeline::Timeline, validate,
 };
+use flashsale_kit::{Failure as Error, Identity, Verb, apply, apply::Namespaced, key};
+use flashsale_observe::{pods, probe::SaleAddress};
 
 /// The FlashSale controller.
 pub const IDENTITY: Identity = Identity {
@@ -43,7 +32,7 @@ pub const IDENTITY: Identity = Identity {
 
 /// Reconciles one sale; every error is also a Warning Event and a metric.
 pub async fn reconcile(sale: Arc<FlashSale>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    kit::reconcile(sale, ctx, |sale, ctx| async move {
+    flashsale_kit::reconcile(sale, ctx, |sale, ctx| async move {
         reconcile_sale(&sale, &ctx).await
     })
     .await
@@ -57,7 +46,7 @@ async fn reconcile_sale(sale: &FlashSale, ctx: &Ctx) -> Result<Action, Error> {
     }
     let namespace = sale
         .namespace()
-        .ok_or(kit::Error::MissingMetadata("metadata.namespace"))?;
+        .ok_or(flashsale_kit::Error::MissingMetadata("metadata.namespace"))?;
     let now = ctx.clock.now();
     let old = sale.status.as_ref();
     let generation = sale.metadata.generation;
@@ -96,7 +85,7 @@ async fn reconcile_sale(sale: &FlashSale, ctx: &Ctx) -> Result<Action, Error> {
     let stock = read_stock(ctx, sale, stage, &address, &token, &skus, now);
     let (workloads, stock) = tokio::join!(writes, stock);
     let workloads = match workloads {
-        Err(Error::Kit(err @ kit::Error::NotOwned { .. })) => {
+        Err(Error::Kit(err @ flashsale_kit::Error::NotOwned { .. })) => {
             let blocker = Blocker {
                 reason: reasons::OBJECT_NOT_OWNED,
                 message: err.to_string(),
@@ -140,7 +129,7 @@ async fn read_stock(
     token: &str,
     skus: &[String],
     now: Timestamp,
-) -> Option<Result<Vec<crate::api::flashsale::ItemStatus>, String>> {
+) -> Option<Result<Vec<flashsale_api::flashsale::ItemStatus>, String>> {
     let pace = &ctx.settings.stock_pace;
     let sale_key = key(sale);
     if stage == Stage::Drained {
@@ -161,7 +150,10 @@ async fn read_stock(
     let last = sale
         .status
         .as_ref()
-        .and_then(|s| s.observed.get(crate::api::conditions::INVENTORY_REACHABLE))
+        .and_then(|s| {
+            s.observed
+                .get(flashsale_api::conditions::INVENTORY_REACHABLE)
+        })
         .filter(|c| c.status == "False");
     if let Some(last) = last
         && !pace.due(&sale_key, now)
@@ -211,7 +203,7 @@ async fn failing_pods(
     let listed = api
         .list(&ListParams::default().labels(&selector))
         .await
-        .map_err(kit::Error::kube(Verb::List, "Pod", selector))?;
+        .map_err(flashsale_kit::Error::kube(Verb::List, "Pod", selector))?;
     Ok(pods::problems(&listed.items))
 }
 
@@ -225,7 +217,7 @@ async fn announce_pod_problem(ctx: &Ctx, sale: &FlashSale, seen: &Observation) {
     let was = sale
         .status
         .as_ref()
-        .and_then(|s| s.observed.get(crate::api::conditions::STALLED))
+        .and_then(|s| s.observed.get(flashsale_api::conditions::STALLED))
         .filter(|c| c.status == "True")
         .map(|c| c.reason.as_str());
     if was != Some(first.reason.as_str()) {
@@ -294,7 +286,11 @@ async fn missing_secret(
         let secret = api
             .get_opt(&reference.name)
             .await
-            .map_err(kit::Error::kube(Verb::Read, "Secret", &reference.name))?;
+            .map_err(flashsale_kit::Error::kube(
+                Verb::Read,
+                "Secret",
+                &reference.name,
+            ))?;
         let Some(secret) = secret else {
             return Ok(Some(Blocker {
                 reason: reasons::SECRET_MISSING,
@@ -359,7 +355,7 @@ async fn drain(
         Ok(list) => list.items,
         Err(err) => return Drain::Unknown(format!("listing the order-writer's pods: {err}")),
     };
-    let replicas = drain::ready_replicas(&listed, build::OPS_PORT_NUMBER);
+    let replicas = flashsale_observe::replicas::ready_replicas(&listed, build::OPS_PORT_NUMBER);
     drain::verdict(&ctx.settings.probe.writer_lags(&replicas).await)
 }
 
@@ -373,7 +369,7 @@ async fn apply_all(
 ) -> Result<Vec<WorkloadView>, Error> {
     let uid = sale
         .uid()
-        .ok_or(kit::Error::MissingMetadata("metadata.uid"))?;
+        .ok_or(flashsale_kit::Error::MissingMetadata("metadata.uid"))?;
     let owner = sale.name_any();
     tokio::try_join!(
         refuse_foreign(ctx, &uid, &desired.service_accounts),
@@ -448,9 +444,9 @@ async fn prune(
 ) -> Result<(), Error> {
     let uid = sale
         .uid()
-        .ok_or(kit::Error::MissingMetadata("metadata.uid"))?;
+        .ok_or(flashsale_kit::Error::MissingMetadata("metadata.uid"))?;
     let hpa = build::names::gateway_autoscaler(sale);
-    let watched = ctx.ledger.is_watched(&kit::ChildKey {
+    let watched = ctx.ledger.is_watched(&flashsale_kit::ChildKey {
         kind: apply::kind_of::<HorizontalPodAutoscaler>(),
         namespace: namespace.to_owned(),
         name: hpa.clone(),
@@ -466,19 +462,19 @@ async fn prune(
 async fn write_status(
     ctx: &Ctx,
     sale: &FlashSale,
-    new: &crate::api::FlashSaleStatus,
+    new: &flashsale_api::FlashSaleStatus,
     blocker: Option<&Blocker>,
 ) -> Result<(), Error> {
     let old = sale.status.clone().unwrap_or_default();
     if &old == new {
         return Ok(());
     }
-    let value = serde_json::to_value(new).map_err(kit::Error::from)?;
+    let value = serde_json::to_value(new).map_err(flashsale_kit::Error::from)?;
     apply::apply_status(ctx, sale, value).await?;
     if let Some(blocker) = blocker {
         let was = old
             .observed
-            .get(crate::api::conditions::STALLED)
+            .get(flashsale_api::conditions::STALLED)
             .map(|c| c.reason.as_str());
         if was != Some(blocker.reason) {
             ctx.event(sale, true, blocker.reason, blocker.message.clone())

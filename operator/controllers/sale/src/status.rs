@@ -9,14 +9,14 @@ use k8s_openapi::{api::apps::v1::Deployment, apimachinery::pkg::apis::meta::v1::
 
 use kube::ResourceExt;
 
-use super::{
-    build::{self, Component},
-    pods::PodProblem,
+use super::build;
+use flashsale_api::{
+    children::Component, conditions::DRAINED, conditions::INVENTORY_REACHABLE,
+    conditions::PROGRESSING, conditions::READY, conditions::STALLED, conditions::reasons,
+    flashsale::FlashSaleStatus, flashsale::ItemStatus, flashsale::SalePhase,
+    flashsale::WorkloadStatus,
 };
-use crate::api::{
-    conditions::{DRAINED, INVENTORY_REACHABLE, PROGRESSING, READY, STALLED, reasons},
-    flashsale::{FlashSaleStatus, ItemStatus, SalePhase, WorkloadStatus},
-};
+use flashsale_observe::pods::PodProblem;
 
 /// Why a sale cannot proceed.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,16 +9,11 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, ResourceExt};
 
 use super::{
-    Ctx,
-    build::{self, ADMIN_TOKEN_KEY, API_TOKEN_KEY, InternalTokens},
+    Ctx, build, build::ADMIN_TOKEN_KEY, build::API_TOKEN_KEY, build::InternalTokens,
     status::Blocker,
 };
-use crate::{
-    api::{FlashSale, conditions::reasons},
-    apply,
-    kit::Failure as Error,
-    kit::{self, Verb},
-};
+use flashsale_api::{FlashSale, conditions::reasons};
+use flashsale_kit::{Failure as Error, Verb, apply};
 
 /// Bytes of randomness per token (written as twice as many hex digits).
 const TOKEN_BYTES: usize = 32;
@@ -47,9 +42,9 @@ pub async fn ensure(
     let name = build::names::internal_secret(sale);
     let uid = sale
         .uid()
-        .ok_or(kit::Error::MissingMetadata("metadata.uid"))?;
+        .ok_or(flashsale_kit::Error::MissingMetadata("metadata.uid"))?;
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
-    let read = |source| kit::Error::kube(Verb::Read, "Secret", &name)(source);
+    let read = |source| flashsale_kit::Error::kube(Verb::Read, "Secret", &name)(source);
     let existing = match api.get_opt(&name).await.map_err(read)? {
         Some(secret) => secret,
         None => {
@@ -110,11 +105,11 @@ mod tests {
     use std::collections::BTreeSet;
 
     use super::*;
-    use crate::api::FlashSale;
+    use flashsale_api::FlashSale;
 
     fn sale() -> FlashSale {
         let mut sale: FlashSale = match serde_yaml_ng::from_str(include_str!(
-            "../../../crds/examples/flashsale-singles-day.yaml"
+            "../../../../crds/examples/flashsale-singles-day.yaml"
         )) {
             Ok(sale) => sale,
             Err(err) => panic!("example: {err}"),

@@ -43,11 +43,8 @@ use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
 use super::{Ctx, build, status::WorkloadView};
-use crate::{
-    api::FlashSale,
-    apply::{Namespaced, kind_of},
-    kit::{self, ChildKey, ledger::Seen},
-};
+use flashsale_api::FlashSale;
+use flashsale_kit::{ChildKey, apply::Namespaced, apply::kind_of, ledger::Seen};
 
 /// How long progress events of one sale are gathered into one reconcile.
 pub const STATUS_BATCH: Duration = Duration::from_millis(500);
@@ -251,34 +248,37 @@ where
 
 fn deployments(ctx: &Arc<Ctx>, namespace: Option<&str>) -> Requests {
     let ctx = ctx.clone();
-    watcher(kit::api::<Deployment>(&ctx.client, namespace), managed())
-        .default_backoff()
-        .filter_map(|r| std::future::ready(failed("Deployment", r)))
-        .flat_map(move |event: Event<Deployment>| {
-            let workloads = &ctx.settings.workloads;
-            let done = matches!(event, Event::InitDone);
-            let wakes = weigh(&ctx, event, |deployment, deleted| {
-                if deleted {
-                    workloads.forget(
-                        &deployment.namespace().unwrap_or_default(),
-                        &deployment.name_any(),
-                    );
-                    return None;
-                }
-                workloads.record(deployment).then_some(STATUS_BATCH)
-            });
-            if done {
-                workloads.retain(|namespace, name| {
-                    ctx.ledger.is_watched(&ChildKey {
-                        kind: "Deployment",
-                        namespace: namespace.to_owned(),
-                        name: name.to_owned(),
-                    })
-                });
+    watcher(
+        flashsale_kit::api::<Deployment>(&ctx.client, namespace),
+        managed(),
+    )
+    .default_backoff()
+    .filter_map(|r| std::future::ready(failed("Deployment", r)))
+    .flat_map(move |event: Event<Deployment>| {
+        let workloads = &ctx.settings.workloads;
+        let done = matches!(event, Event::InitDone);
+        let wakes = weigh(&ctx, event, |deployment, deleted| {
+            if deleted {
+                workloads.forget(
+                    &deployment.namespace().unwrap_or_default(),
+                    &deployment.name_any(),
+                );
+                return None;
             }
-            futures::stream::iter(wakes)
-        })
-        .boxed()
+            workloads.record(deployment).then_some(STATUS_BATCH)
+        });
+        if done {
+            workloads.retain(|namespace, name| {
+                ctx.ledger.is_watched(&ChildKey {
+                    kind: "Deployment",
+                    namespace: namespace.to_owned(),
+                    name: name.to_owned(),
+                })
+            });
+        }
+        futures::stream::iter(wakes)
+    })
+    .boxed()
 }
 
 /// Pods belong to ReplicaSets, not to the sale: a pod that starts, becomes

@@ -6,12 +6,12 @@ use flashsale_degradation::{
 };
 
 use super::{holder, switches_for};
-use crate::api::DegradationPolicy;
+use flashsale_api::DegradationPolicy;
 
 fn example() -> anyhow::Result<DegradationPolicy> {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../crds/examples/degradationpolicy-two-tier.yaml"
+        "/../../../crds/examples/degradationpolicy-two-tier.yaml"
     );
     Ok(serde_yaml_ng::from_str(&std::fs::read_to_string(path)?)?)
 }
@@ -64,7 +64,7 @@ fn the_oldest_policy_keeps_the_sale() -> anyhow::Result<()> {
     let mut holding = example()?;
     holding.metadata.name = Some("z-holding".into());
     holding.metadata.creation_timestamp = at("2026-11-10T10:00:00Z")?;
-    holding.status = Some(crate::api::degradation::DegradationPolicyStatus {
+    holding.status = Some(flashsale_api::degradation::DegradationPolicyStatus {
         tier: Some(0),
         ..Default::default()
     });

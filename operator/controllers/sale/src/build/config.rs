@@ -9,8 +9,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use super::{BuildError, meta::Owner, names, names::Component};
-use crate::api::FlashSale;
+use super::{BuildError, Owner, names, names::Component};
+use flashsale_api::FlashSale;
 
 /// Key of the gateway's configuration in its ConfigMap.
 pub const GATEWAY_CONFIG_KEY: &str = "gateway.json";
@@ -247,20 +247,4 @@ pub(super) fn inventory_config_map(owner: &Owner<'_>, rendered: &Rendered) -> Co
         )])),
         ..ConfigMap::default()
     }
-}
-
-/// The `<sale>-degradation` ConfigMap holding `state`, in the format of the
-/// `flashsale-degradation` contract, labelled and owned like the sale's
-/// other children so it goes with the sale. Only the DegradationPolicy
-/// controller writes it.
-pub fn degradation_config_map(
-    sale: &FlashSale,
-    state: &flashsale_degradation::Degradation,
-) -> Result<ConfigMap, BuildError> {
-    let owner = Owner::new(sale)?;
-    Ok(ConfigMap {
-        metadata: owner.object_meta(names::degradation(sale), Component::Gateway),
-        data: Some(state.to_data()),
-        ..ConfigMap::default()
-    })
 }

@@ -9,12 +9,11 @@ use k8s_openapi::{
 };
 
 use super::{
-    Stage, labels,
-    meta::Owner,
+    Owner, Stage, labels,
     names::{self, Component},
     workloads::workload_spec,
 };
-use crate::api::FlashSale;
+use flashsale_api::FlashSale;
 
 /// Replicas while warming up or live when the spec says nothing.
 const DEFAULT_REPLICAS: i32 = 2;

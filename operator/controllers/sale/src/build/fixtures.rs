@@ -1,7 +1,7 @@
 //! Test sales with fixed metadata, so snapshots are stable.
 
 use super::Images;
-use crate::api::FlashSale;
+use flashsale_api::FlashSale;
 
 /// Fixed default images.
 pub(super) fn images() -> Images {

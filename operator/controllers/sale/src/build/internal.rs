@@ -15,12 +15,11 @@ use k8s_openapi::{
 };
 
 use super::{
-    BuildError,
-    meta::Owner,
+    BuildError, Owner,
     names::{self, Component},
     pod,
 };
-use crate::api::FlashSale;
+use flashsale_api::FlashSale;
 
 /// Where the internal Secret's keys are mounted, one file per key.
 pub const INTERNAL_DIR: &str = "/etc/flashsale/internal";

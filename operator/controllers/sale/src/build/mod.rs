@@ -8,11 +8,7 @@
 
 mod config;
 mod deployments;
-mod error;
 mod internal;
-mod labels;
-mod meta;
-pub mod names;
 mod network;
 mod pod;
 mod policy;
@@ -38,20 +34,15 @@ use k8s_openapi::api::{
 };
 use kube::Resource;
 
-pub use config::{
-    CONFIG_HASH_ANNOTATION, GATEWAY_CONFIG_KEY, INVENTORY_CONFIG_KEY, degradation_config_map,
+pub use config::{CONFIG_HASH_ANNOTATION, GATEWAY_CONFIG_KEY, INVENTORY_CONFIG_KEY};
+pub use flashsale_api::children::{
+    BuildError, COMPONENT_KEY, Component, MANAGED_BY, MANAGED_BY_KEY, NAME_KEY, OPS_PORT_NUMBER,
+    Owner, PART_OF_KEY, degradation_config_map, labels, names, selector,
 };
-pub use error::BuildError;
 pub use internal::{ADMIN_TOKEN_KEY, API_TOKEN_KEY, InternalTokens, internal_secret};
-pub use labels::{
-    COMPONENT_KEY, MANAGED_BY, MANAGED_BY_KEY, NAME_KEY, PART_OF_KEY, labels, selector,
-};
-pub use names::Component;
-pub use pod::OPS_PORT_NUMBER;
 pub use secrets::secret_refs;
 
-use crate::api::FlashSale;
-use meta::Owner;
+use flashsale_api::FlashSale;
 
 /// Container images of the three workloads (the operator's flags give
 /// defaults; a workload's `image` in the spec overrides).

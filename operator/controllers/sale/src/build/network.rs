@@ -24,8 +24,7 @@ use k8s_openapi::{
 };
 
 use super::{
-    labels,
-    meta::Owner,
+    Owner, labels,
     names::{self, Component},
     pod::{HTTP_PORT_NAME, OPS_PORT_NAME},
 };

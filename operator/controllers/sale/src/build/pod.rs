@@ -16,14 +16,12 @@ use k8s_openapi::{
 };
 
 use super::names::Component;
-use crate::api::common::SecretKeyRef;
+use flashsale_api::common::SecretKeyRef;
 
 /// Port of the public API (gateway) or reservation API (inventory).
 pub(super) const HTTP_PORT: i32 = 8080;
 /// Port of `/healthz`, `/readyz` and `/metrics`, on every workload.
-pub(super) const OPS_PORT: i32 = OPS_PORT_NUMBER as i32;
-/// The same port as a socket port, for the operator's own calls.
-pub const OPS_PORT_NUMBER: u16 = 9090;
+pub(super) const OPS_PORT: i32 = super::OPS_PORT_NUMBER as i32;
 /// Name of the API port, referenced by probes and Services.
 pub(super) const HTTP_PORT_NAME: &str = "http";
 /// Name of the ops port.

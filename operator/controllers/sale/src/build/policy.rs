@@ -12,11 +12,10 @@ use k8s_openapi::{
 };
 
 use super::{
-    labels,
-    meta::Owner,
+    Owner, labels,
     names::{self, Component},
 };
-use crate::api::flashsale::Autoscaling;
+use flashsale_api::flashsale::Autoscaling;
 
 /// The PodDisruptionBudget `<sale>-<component>`: voluntary evictions (node
 /// drains) take one pod of a workload at a time.

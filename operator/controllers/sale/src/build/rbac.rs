@@ -7,7 +7,7 @@ use k8s_openapi::api::{
 };
 
 use super::{
-    meta::Owner,
+    Owner,
     names::{self, Component},
 };
 

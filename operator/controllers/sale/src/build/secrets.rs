@@ -1,7 +1,7 @@
 //! The Secrets the workloads read, so the controller can check they exist
 //! before it applies pods that would otherwise hang in ContainerCreating.
 
-use crate::api::{FlashSale, common::SecretKeyRef};
+use flashsale_api::{FlashSale, common::SecretKeyRef};
 
 /// The secrets the workloads mount, for the controller to check they exist
 /// before applying: every SecretKeyRef of the spec with the spec field path

@@ -6,8 +6,7 @@ use k8s_openapi::{
 };
 
 use super::{
-    labels,
-    meta::Owner,
+    Owner, labels,
     names::{self, Component},
     pod::{HTTP_PORT, HTTP_PORT_NAME, OPS_PORT, OPS_PORT_NAME},
 };

@@ -16,7 +16,7 @@ use super::{
     INVENTORY_CONFIG_KEY, Input, MANAGED_BY, Stage, build, degradation_config_map, fixtures, names,
     secret_refs,
 };
-use crate::api::{Duration, FlashSale};
+use flashsale_api::{Duration, FlashSale};
 
 fn build_at(sale: &FlashSale, stage: Stage) -> anyhow::Result<Desired> {
     let images = fixtures::images();
@@ -926,10 +926,10 @@ fn the_inventory_acknowledges_replicated_writes_by_default_where_redis_has_a_rep
         env(&sale)?,
         [Some("auto".into()), Some("1".into()), Some("50".into())]
     );
-    sale.spec.inventory.durability = crate::api::flashsale::InventoryDurability {
-        mode: crate::api::flashsale::DurabilityMode::Replicated,
+    sale.spec.inventory.durability = flashsale_api::flashsale::InventoryDurability {
+        mode: flashsale_api::flashsale::DurabilityMode::Replicated,
         replicas: 2,
-        timeout: crate::api::Duration::from_millis(120),
+        timeout: flashsale_api::Duration::from_millis(120),
     };
     assert_eq!(
         env(&sale)?,
@@ -1151,9 +1151,9 @@ fn the_gateway_logs_in_to_redis_as_itself_when_given_its_own_user() -> anyhow::R
         redis_source(&shared, "weekend-deal-inventory")?,
         "without its own, the gateway uses the inventory's"
     );
-    sale.spec.gateway.redis = Some(crate::api::flashsale::RedisSpec {
+    sale.spec.gateway.redis = Some(flashsale_api::flashsale::RedisSpec {
         url: None,
-        url_secret_ref: Some(crate::api::common::SecretKeyRef {
+        url_secret_ref: Some(flashsale_api::common::SecretKeyRef {
             name: "redis-gateway-user".into(),
             key: "url".into(),
         }),

@@ -8,18 +8,15 @@ use k8s_openapi::{
 };
 
 use super::{
-    BuildError, Images,
+    BuildError, Images, Owner,
     config::{GATEWAY_CONFIG_KEY, INVENTORY_CONFIG_KEY, Rendered},
     internal::{ADMIN_TOKEN_KEY, API_TOKEN_KEY, internal_file, internal_volume},
     labels,
-    meta::Owner,
     names::{self, Component},
     pod::{self, CONFIG_DIR, HTTP_PORT, SECRET_FILE, env, env_field, env_secret},
 };
-use crate::api::{
-    FlashSale,
-    common::WorkloadSpec,
-    flashsale::{GatewayAuth, RedisSpec},
+use flashsale_api::{
+    FlashSale, common::WorkloadSpec, flashsale::GatewayAuth, flashsale::RedisSpec,
 };
 
 /// Where the gateway's token key is mounted.
@@ -134,7 +131,7 @@ fn redis_url(field: &'static str, redis: &RedisSpec) -> Result<EnvVar, BuildErro
 /// The env variable naming the token key file, and the key's Secret.
 fn jwt_key(
     auth: &GatewayAuth,
-) -> Result<(&'static str, &crate::api::common::SecretKeyRef), BuildError> {
+) -> Result<(&'static str, &flashsale_api::common::SecretKeyRef), BuildError> {
     match (&auth.hs256_secret_ref, &auth.rs256_public_key_secret_ref) {
         (Some(secret), None) => Ok(("JWT_HS256_SECRET_FILE", secret)),
         (None, Some(secret)) => Ok(("JWT_RS256_PUBLIC_KEY_FILE", secret)),
