@@ -17,12 +17,22 @@ const CONTROLLERS: [&str; 3] = [
     "flashsale-controller-drill",
 ];
 
-/// Every workspace package with the names of its dependencies (normal, dev
-/// and build alike) and the features it asks of each.
-fn packages() -> anyhow::Result<Vec<(String, Vec<(String, Vec<String>)>)>> {
+/// A dependency's name and the features asked of it.
+type Dependency = (String, Vec<String>);
+/// A package's name and its dependencies (normal, dev and build alike).
+type Package = (String, Vec<Dependency>);
+
+/// Every workspace package with its dependencies.
+fn packages() -> anyhow::Result<Vec<Package>> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let output = Command::new(cargo)
-        .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .context("running cargo metadata")?;
@@ -52,18 +62,21 @@ fn packages() -> anyhow::Result<Vec<(String, Vec<(String, Vec<String>)>)>> {
                         .iter()
                         .filter_map(|f| f.as_str().map(str::to_owned))
                         .collect();
-                    (dep["name"].as_str().unwrap_or_default().to_owned(), features)
+                    (
+                        dep["name"].as_str().unwrap_or_default().to_owned(),
+                        features,
+                    )
                 })
                 .collect();
-            (package["name"].as_str().unwrap_or_default().to_owned(), deps)
+            (
+                package["name"].as_str().unwrap_or_default().to_owned(),
+                deps,
+            )
         })
         .collect())
 }
 
-fn deps_of<'a>(
-    packages: &'a [(String, Vec<(String, Vec<String>)>)],
-    name: &str,
-) -> anyhow::Result<&'a [(String, Vec<String>)]> {
+fn deps_of<'a>(packages: &'a [Package], name: &str) -> anyhow::Result<&'a [Dependency]> {
     packages
         .iter()
         .find(|(package, _)| package == name)

@@ -12,6 +12,11 @@ use kube::{
 };
 use serde::{Serialize, de::DeserializeOwned};
 
+use flashsale_api::{
+    ChaosDrill, ChaosDrillStatus, DegradationPolicy, DegradationPolicyStatus, FlashSale,
+    FlashSaleStatus,
+};
+
 use crate::{ChildKey, Context, Error, Verb, ledger::desired_hash};
 
 /// A namespaced built-in or custom kind the controllers write.
@@ -238,25 +243,56 @@ pub async fn delete_owned<K: Namespaced, S>(
     }
 }
 
-/// Server-side applies the status of `object` (the `status` subresource).
-pub async fn apply_status<K: Namespaced, S>(
+/// A kind whose status the operator writes whole, through the `status`
+/// subresource.
+pub trait WithStatus: Namespaced {
+    /// The kind's status.
+    type Status: Serialize + PartialEq;
+    /// The status as read.
+    fn status(&self) -> Option<&Self::Status>;
+}
+
+macro_rules! with_status {
+    ($($kind:ty => $status:ty),* $(,)?) => {$(
+        impl WithStatus for $kind {
+            type Status = $status;
+            fn status(&self) -> Option<&$status> {
+                self.status.as_ref()
+            }
+        }
+    )*};
+}
+
+with_status!(
+    FlashSale => FlashSaleStatus,
+    DegradationPolicy => DegradationPolicyStatus,
+    ChaosDrill => ChaosDrillStatus,
+);
+
+/// Server-side applies `new` as the status of `object` unless it is the
+/// status that was read, so an unchanged look costs no write. Whether it
+/// wrote.
+pub async fn write_status<K: WithStatus, S>(
     ctx: &Context<S>,
     object: &K,
-    status: serde_json::Value,
-) -> Result<(), Error> {
+    new: &K::Status,
+) -> Result<bool, Error> {
+    if object.status() == Some(new) {
+        return Ok(false);
+    }
     must_lead(ctx)?;
     let (api, namespace, name) = api_for(ctx, object)?;
     let patch = serde_json::json!({
         "apiVersion": K::api_version(&()),
         "kind": K::kind(&()),
-        "status": status,
+        "status": serde_json::to_value(new)?,
     });
     let params = PatchParams::apply(ctx.id.field_manager).force();
     api.patch_status(&name, &params, &Patch::Apply(&patch))
         .await
         .map_err(kube_error::<K>(Verb::Status, &name))?;
     wrote(ctx, Verb::Status, kind_of::<K>(), &namespace, &name);
-    Ok(())
+    Ok(true)
 }
 
 /// Sets `object`'s finalizers to `finalizers`, on the version read only

@@ -41,6 +41,16 @@ pub use context::{Context, Identity, Shared};
 pub use error::{Error, Failure, ReconcileError, Verb};
 pub use ledger::{ChildKey, Ledger};
 
+/// What stops an object before its controller acts on it; reported as a
+/// condition and, when it changes, a Warning Event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Blocker {
+    /// Condition reason (`InvalidSpec`, `SecretMissing`, `SaleNotFound`…).
+    pub reason: &'static str,
+    /// What is wrong and what to do, naming the object or field.
+    pub message: String,
+}
+
 /// An `Api` over one namespace, or over all of them when `namespace` is
 /// `None` (a controller's watch scope).
 pub fn api<K: Namespaced>(client: &Client, namespace: Option<&str>) -> Api<K> {

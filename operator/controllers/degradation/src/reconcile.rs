@@ -14,16 +14,13 @@ use kube::{
     runtime::controller::Action,
 };
 
-use super::{
-    Ctx, FINALIZER, decide, decide::Decision, propagation, status, status::Blocker,
-    status::Evaluation,
-};
+use super::{Ctx, FINALIZER, decide, decide::Decision, propagation, status, status::Evaluation};
 use flashsale_api::{
     DegradationPolicy, FlashSale, children, conditions::READY, conditions::reasons,
     degradation::ActiveOverride, degradation::DegradationPolicySpec,
     degradation::DegradationPolicyStatus, validate,
 };
-use flashsale_kit::{Failure as Error, Identity, Verb, apply};
+use flashsale_kit::{Blocker, Failure as Error, Identity, Verb, apply};
 use flashsale_observe::{signal::Loss, signal::LossCause, signal::Reading};
 
 /// The DegradationPolicy controller.
@@ -68,7 +65,7 @@ async fn reconcile_policy(policy: &DegradationPolicy, ctx: &Ctx) -> Result<Actio
         Ok(found) => found,
         Err(blocker) => {
             let new = status::blocked(old, generation, &blocker, now);
-            write_status(ctx, policy, &new).await?;
+            apply::write_status(ctx, policy, &new).await?;
             let was = old
                 .and_then(|s| s.observed.get(READY))
                 .map(|c| c.reason.as_str());
@@ -100,7 +97,7 @@ async fn reconcile_policy(policy: &DegradationPolicy, ctx: &Ctx) -> Result<Actio
         propagation,
     };
     let new = status::evaluated(old, generation, &seen, now);
-    write_status(ctx, policy, &new).await?;
+    apply::write_status(ctx, policy, &new).await?;
     ctx.metrics
         .set_tier(&namespace, &policy.name_any(), decision.memory.tier);
     announce(ctx, policy, old, &new, &decision, &reading).await;
@@ -535,19 +532,6 @@ async fn rival_exists(
             && p.spec.sale_ref.name == policy.spec.sale_ref.name
             && p.metadata.deletion_timestamp.is_none()
     }))
-}
-
-async fn write_status(
-    ctx: &Ctx,
-    policy: &DegradationPolicy,
-    new: &DegradationPolicyStatus,
-) -> Result<(), Error> {
-    if policy.status.as_ref() == Some(new) {
-        return Ok(());
-    }
-    let value = serde_json::to_value(new).map_err(flashsale_kit::Error::from)?;
-    apply::apply_status(ctx, policy, value).await?;
-    Ok(())
 }
 
 /// Events for what an on-call engineer reads in `kubectl describe`: every

@@ -14,19 +14,11 @@ use flashsale_api::{
     degradation::ActiveOverride, degradation::DegradationPolicy,
     degradation::DegradationPolicyStatus, degradation::Propagation, degradation::TierReason,
 };
+use flashsale_kit::Blocker;
 use flashsale_observe::signal::Reading;
 
 /// Most gateways named in the status as not having applied the switches.
 const MAX_LAGGARDS: usize = 10;
-
-/// What stops a policy before it evaluates anything.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Blocker {
-    /// Condition reason.
-    pub reason: &'static str,
-    /// What to do about it.
-    pub message: String,
-}
 
 /// The memory the decision continues from: the tier in force and its
 /// timers, as the last evaluation (by this replica or the previous leader)

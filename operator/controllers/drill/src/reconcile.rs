@@ -120,7 +120,7 @@ async fn reconcile_drill(drill: &ChaosDrill, ctx: &Arc<Ctx>) -> Result<Action, E
         status
             .observed
             .set(READY, false, "KillSwitch", why, &now_time);
-        write_status(ctx, drill, &status).await?;
+        apply::write_status(ctx, drill, &status).await?;
         return Ok(Action::await_change());
     }
     ctx.settings.budgets.open(&namespace).await;
@@ -137,7 +137,7 @@ async fn reconcile_drill(drill: &ChaosDrill, ctx: &Arc<Ctx>) -> Result<Action, E
         announce(ctx, drill, &ended).await;
         finish(&mut status, ended, drill.spec.history_limit);
         status.phase = Some(DrillPhase::Scheduled);
-        write_status(ctx, drill, &status).await?;
+        apply::write_status(ctx, drill, &status).await?;
         return Ok(Action::requeue(std::time::Duration::from_secs(1)));
     }
 
@@ -177,7 +177,7 @@ async fn reconcile_drill(drill: &ChaosDrill, ctx: &Arc<Ctx>) -> Result<Action, E
             status.phase = Some(DrillPhase::Failed);
             status.next_run_time = None;
         }
-        write_status(ctx, drill, &status).await?;
+        apply::write_status(ctx, drill, &status).await?;
         return Ok(Action::await_change());
     }
     let Ok(calendar) = calendar else {
@@ -205,7 +205,7 @@ async fn reconcile_drill(drill: &ChaosDrill, ctx: &Arc<Ctx>) -> Result<Action, E
             if let Some(request) = &request {
                 status.last_run_request = Some(request.clone());
             }
-            write_status(ctx, drill, &status).await?;
+            apply::write_status(ctx, drill, &status).await?;
             return Ok(next_look(&status, now));
         }
         if let Some(request) = request.as_ref().filter(|r| !guard.started(r)) {
@@ -224,7 +224,7 @@ async fn reconcile_drill(drill: &ChaosDrill, ctx: &Arc<Ctx>) -> Result<Action, E
         status
             .observed
             .set(READY, true, "Running", "a run is in progress", &now_time);
-        write_status(ctx, drill, &status).await?;
+        apply::write_status(ctx, drill, &status).await?;
         // The guard wakes the reconcile on every step; this is a backstop.
         return Ok(Action::requeue(std::time::Duration::from_secs(30)));
     }
@@ -246,7 +246,7 @@ async fn reconcile_drill(drill: &ChaosDrill, ctx: &Arc<Ctx>) -> Result<Action, E
         status
             .observed
             .set(READY, false, "Suspended", "spec.suspend is set", &now_time);
-        write_status(ctx, drill, &status).await?;
+        apply::write_status(ctx, drill, &status).await?;
         return Ok(Action::await_change());
     }
 
@@ -296,7 +296,7 @@ async fn reconcile_drill(drill: &ChaosDrill, ctx: &Arc<Ctx>) -> Result<Action, E
             status
                 .observed
                 .set(READY, true, "Running", "a run is in progress", &now_time);
-            write_status(ctx, drill, &status).await?;
+            apply::write_status(ctx, drill, &status).await?;
             return Ok(Action::requeue(std::time::Duration::from_secs(30)));
         }
     }
@@ -311,7 +311,7 @@ async fn reconcile_drill(drill: &ChaosDrill, ctx: &Arc<Ctx>) -> Result<Action, E
     } else {
         set_ready(&mut status, &now_time);
     }
-    write_status(ctx, drill, &status).await?;
+    apply::write_status(ctx, drill, &status).await?;
     Ok(next_look(&status, now))
 }
 
@@ -737,15 +737,6 @@ pub fn decide_start(facts: &Facts<'_>) -> Start {
 /// `YYYYMMDD-HHMMSS-mmm`, so a request right after a skip is another run.
 pub fn run_id(now: Timestamp) -> String {
     now.strftime("%Y%m%d-%H%M%S-%3f").to_string()
-}
-
-async fn write_status(ctx: &Ctx, drill: &ChaosDrill, new: &ChaosDrillStatus) -> Result<(), Error> {
-    if drill.status.as_ref() == Some(new) {
-        return Ok(());
-    }
-    tracing::debug!(phase = ?new.phase, "writing the status");
-    let value = serde_json::to_value(new)?;
-    apply::apply_status(ctx, drill, value).await
 }
 
 #[cfg(test)]

@@ -12,14 +12,14 @@ use k8s_openapi::api::{
 use kube::{Api, ResourceExt, api::ListParams, runtime::controller::Action};
 
 use super::{
-    Ctx, build, build::Input, build::Stage, drain, lifecycle, status, status::Blocker,
-    status::Drain, status::Observation, status::WorkloadView, tokens,
+    Ctx, build, build::Input, build::Stage, drain, lifecycle, status, status::Drain,
+    status::Observation, status::WorkloadView, tokens,
 };
 use flashsale_api::{
     FlashSale, children::Component, conditions::DRAINED, conditions::reasons, flashsale::SalePhase,
     timeline::Timeline, validate,
 };
-use flashsale_kit::{Failure as Error, Identity, Verb, apply, apply::Namespaced, key};
+use flashsale_kit::{Blocker, Failure as Error, Identity, Verb, apply, apply::Namespaced, key};
 use flashsale_observe::{pods, probe::SaleAddress};
 
 /// The FlashSale controller.
@@ -465,12 +465,10 @@ async fn write_status(
     new: &flashsale_api::FlashSaleStatus,
     blocker: Option<&Blocker>,
 ) -> Result<(), Error> {
-    let old = sale.status.clone().unwrap_or_default();
-    if &old == new {
+    if !apply::write_status(ctx, sale, new).await? {
         return Ok(());
     }
-    let value = serde_json::to_value(new).map_err(flashsale_kit::Error::from)?;
-    apply::apply_status(ctx, sale, value).await?;
+    let old = sale.status.clone().unwrap_or_default();
     if let Some(blocker) = blocker {
         let was = old
             .observed

@@ -16,16 +16,8 @@ use flashsale_api::{
     flashsale::FlashSaleStatus, flashsale::ItemStatus, flashsale::SalePhase,
     flashsale::WorkloadStatus,
 };
+use flashsale_kit::Blocker;
 use flashsale_observe::pods::PodProblem;
-
-/// Why a sale cannot proceed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Blocker {
-    /// Condition reason (`InvalidSpec`, `SecretMissing`, `SecretKeyMissing`).
-    pub reason: &'static str,
-    /// What is wrong and what to do, naming the object or field.
-    pub message: String,
-}
 
 /// What the status shows of one workload's Deployment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,12 +8,9 @@
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, ResourceExt};
 
-use super::{
-    Ctx, build, build::ADMIN_TOKEN_KEY, build::API_TOKEN_KEY, build::InternalTokens,
-    status::Blocker,
-};
+use super::{Ctx, build, build::ADMIN_TOKEN_KEY, build::API_TOKEN_KEY, build::InternalTokens};
 use flashsale_api::{FlashSale, conditions::reasons};
-use flashsale_kit::{Failure as Error, Verb, apply};
+use flashsale_kit::{Blocker, Failure as Error, Verb, apply};
 
 /// Bytes of randomness per token (written as twice as many hex digits).
 const TOKEN_BYTES: usize = 32;
