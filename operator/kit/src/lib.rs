@@ -16,10 +16,10 @@ pub mod apply;
 pub mod clock;
 pub mod context;
 pub mod error;
+pub mod guarded;
 pub mod health;
 pub mod leader;
 pub mod ledger;
-pub mod lenient;
 pub mod metrics;
 
 use std::{future::Future, sync::Arc, time::Instant};

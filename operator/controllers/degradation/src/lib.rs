@@ -21,7 +21,7 @@ use std::{future::Future, sync::Arc, time::Duration};
 use kube::runtime::{Controller, controller, watcher};
 
 use flashsale_api::DegradationPolicy;
-use flashsale_kit::{Context, health::WatchHealth, lenient};
+use flashsale_kit::{Context, guarded, health::WatchHealth};
 use flashsale_observe::probe::Probe;
 
 /// Held on every policy until its deletion has lifted the sale's
@@ -49,17 +49,17 @@ pub type Ctx = Context<Settings>;
 /// Runs the DegradationPolicy controller until `shutdown` resolves.
 /// `namespace` limits it to one namespace; `None` watches them all. A
 /// policy the operator cannot read is left out and named in a Warning Event
-/// ([`lenient`]) instead of stopping the watch of every other policy.
+/// ([`guarded`]) instead of stopping the watch of every other policy.
 pub async fn run(
     ctx: Arc<Ctx>,
     namespace: Option<&str>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let (policies, trigger) = lenient::watch::<DegradationPolicy>(
+    let (policies, trigger) = guarded::watch::<DegradationPolicy>(
         ctx.client.clone(),
         namespace,
         watcher::Config::default().any_semantic(),
-        lenient::Rejections::of(&ctx),
+        guarded::Rejections::of(&ctx),
     );
     let config = controller::Config::default().concurrency(ctx.concurrency);
     // A lapsed override is lifted even when its policy cannot be

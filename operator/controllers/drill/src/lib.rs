@@ -44,7 +44,7 @@ use kube::{
 use tokio::sync::broadcast;
 
 use flashsale_api::ChaosDrill;
-use flashsale_kit::{Context, Error, health::WatchHealth, lenient};
+use flashsale_kit::{Context, Error, guarded, health::WatchHealth};
 use flashsale_observe::signal::SignalReader;
 
 /// Annotation on a drill asking for a run now; its value names the
@@ -119,7 +119,7 @@ pub const KILL_SWITCH_POLL: Duration = Duration::from_secs(2);
 /// Runs the ChaosDrill controller until `shutdown` resolves. `namespace`
 /// limits it to one namespace; `None` watches them all. A drill the
 /// operator cannot read is left out and named in a Warning Event
-/// ([`lenient`]) instead of stopping the watch of every other drill; the
+/// ([`guarded`]) instead of stopping the watch of every other drill; the
 /// kill switch and a drill's deletion still reach its run, since they act
 /// on the operator's record of its runs and on the objects' labels.
 pub async fn run(
@@ -131,11 +131,11 @@ pub async fn run(
     // so their runs count as stale and are stopped first.
     ctx.settings.guards.clear();
     ctx.settings.budgets.clear();
-    let (drills, trigger) = lenient::watch::<ChaosDrill>(
+    let (drills, trigger) = guarded::watch::<ChaosDrill>(
         ctx.client.clone(),
         namespace,
         watcher::Config::default().any_semantic(),
-        lenient::Rejections::of(&ctx),
+        guarded::Rejections::of(&ctx),
     );
     let wake = ctx.settings.wake.subscribe();
     let woken = futures::stream::unfold(wake, |mut wake| async move {

@@ -51,11 +51,11 @@ pub async fn run(
 ) {
     // One sale the Rust type cannot read is named and left out, instead of
     // failing the watch of every other sale.
-    let (reader, trigger) = flashsale_kit::lenient::watch::<FlashSale>(
+    let (reader, trigger) = flashsale_kit::guarded::watch::<FlashSale>(
         ctx.client.clone(),
         namespace,
         watcher::Config::default().any_semantic(),
-        flashsale_kit::lenient::Rejections::of(&ctx),
+        flashsale_kit::guarded::Rejections::of(&ctx),
     );
     // A sale is reconciled when its spec changes (its generation), not when
     // its status does: the status is the operator's own write.
