@@ -300,65 +300,10 @@ async fn publish(
     let namespace = policy
         .namespace()
         .ok_or(flashsale_kit::Error::MissingMetadata("metadata.namespace"))?;
-    let tier = decision.memory.tier;
-    let wanted = switches_for(&policy.spec, tier);
-    // A generation beyond belief (a hand edit) is written over at once:
-    // the gateways refuse it, so it could never be what they apply.
-    // The override's expiry goes with the switches: a state that outlived
-    // its override is written again without it, even at the same tier.
-    let unchanged = current.as_ref().is_some_and(|c| {
-        i64::from(c.tier) == i64::from(tier)
-            && c.switches == wanted
-            && c.override_expires == decision.override_expires
-            && flashsale_degradation::plausible(c.generation, now)
-    });
-    let recorded = policy
-        .status
-        .as_ref()
-        .and_then(|s| s.propagation.as_ref())
-        .map_or(0, |p| u64::try_from(p.generation).unwrap_or(0));
-    let (generation, started) = if unchanged {
-        (current.map_or(0, |c| c.generation), None)
-    } else {
-        let previous = current.map_or(0, |c| c.generation).max(recorded);
-        let state = Degradation {
-            tier: u32::try_from(tier).unwrap_or(0),
-            generation: next_generation(previous, now),
-            switches: wanted,
-            reason: decision.message.clone(),
-            changed_at: Some(now),
-            override_expires: decision.override_expires,
-        };
-        let map = children::degradation_config_map(sale, &state)?;
-        apply::apply(ctx, &map).await?;
-        (state.generation, Some(Instant::now()))
-    };
+    let (generation, started) = write_switches(ctx, policy, sale, current, decision, now).await?;
     let replicas = gateways(ctx, &namespace, sale).await?;
-    let settled = policy
-        .status
-        .as_ref()
-        .and_then(|s| s.propagation.as_ref())
-        .is_some_and(|p| {
-            u64::try_from(p.generation).ok() == Some(generation)
-                && p.laggards.is_empty()
-                && p.applied_replicas == i32::try_from(replicas.len()).unwrap_or(i32::MAX)
-        });
-    if settled {
-        return Ok(policy
-            .status
-            .as_ref()
-            .and_then(|s| s.propagation.as_ref())
-            .map(|p| {
-                (
-                    p.generation,
-                    propagation::Progress {
-                        applied: p.applied_replicas,
-                        total: p.desired_replicas,
-                        laggards: Vec::new(),
-                    },
-                    None,
-                )
-            }));
+    if let Some(settled) = settled(policy, generation, replicas.len()) {
+        return Ok(Some(settled));
     }
     // After a write: wait for the gateways, up to the bound. Otherwise a
     // single look, for gateways that were behind or new.
@@ -385,6 +330,72 @@ async fn publish(
         outcome.progress,
         took,
     )))
+}
+
+/// Writes the switches of the decided tier unless the ConfigMap already
+/// holds them; the generation in force, and when it was written.
+async fn write_switches(
+    ctx: &Ctx,
+    policy: &DegradationPolicy,
+    sale: &FlashSale,
+    current: Option<Degradation>,
+    decision: &Decision,
+    now: Timestamp,
+) -> Result<(u64, Option<Instant>), Error> {
+    let tier = decision.memory.tier;
+    let wanted = switches_for(&policy.spec, tier);
+    // A generation beyond belief (a hand edit) is written over at once:
+    // the gateways refuse it, so it could never be what they apply.
+    // The override's expiry goes with the switches: a state that outlived
+    // its override is written again without it, even at the same tier.
+    let unchanged = current.as_ref().is_some_and(|c| {
+        i64::from(c.tier) == i64::from(tier)
+            && c.switches == wanted
+            && c.override_expires == decision.override_expires
+            && flashsale_degradation::plausible(c.generation, now)
+    });
+    let recorded = policy
+        .status
+        .as_ref()
+        .and_then(|s| s.propagation.as_ref())
+        .map_or(0, |p| u64::try_from(p.generation).unwrap_or(0));
+    Ok(if unchanged {
+        (current.map_or(0, |c| c.generation), None)
+    } else {
+        let previous = current.map_or(0, |c| c.generation).max(recorded);
+        let state = Degradation {
+            tier: u32::try_from(tier).unwrap_or(0),
+            generation: next_generation(previous, now),
+            switches: wanted,
+            reason: decision.message.clone(),
+            changed_at: Some(now),
+            override_expires: decision.override_expires,
+        };
+        let map = children::degradation_config_map(sale, &state)?;
+        apply::apply(ctx, &map).await?;
+        (state.generation, Some(Instant::now()))
+    })
+}
+
+/// The propagation the status already shows, when it is complete for
+/// `generation` over `replicas` gateways: nothing to wait for or measure.
+fn settled(
+    policy: &DegradationPolicy,
+    generation: u64,
+    replicas: usize,
+) -> Option<(i64, propagation::Progress, Option<std::time::Duration>)> {
+    let p = policy.status.as_ref()?.propagation.as_ref()?;
+    let complete = u64::try_from(p.generation).ok() == Some(generation)
+        && p.laggards.is_empty()
+        && p.applied_replicas == i32::try_from(replicas).unwrap_or(i32::MAX);
+    complete.then(|| {
+        let progress = propagation::Progress {
+            applied: p.applied_replicas,
+            total: p.desired_replicas,
+            laggards: Vec::new(),
+        };
+        (p.generation, progress, None)
+    })
 }
 
 /// How often the gateways are asked while a change propagates.

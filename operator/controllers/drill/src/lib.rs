@@ -20,6 +20,7 @@ pub mod chaos;
 pub mod execute;
 pub mod guard;
 pub mod reconcile;
+pub mod status;
 pub mod stop;
 pub mod verdict;
 

@@ -1,7 +1,8 @@
-//! One reconcile of a ChaosDrill: stop a run no live guard of this replica
-//! drives (first, before anything else) → check the spec → the kill switch
-//! → mirror the running guard's progress → decide whether a run starts
-//! (pure: [`decide_start`]) → status and Events.
+//! One reconcile of a ChaosDrill: the kill switch first, whatever the spec
+//! or the run → stop a run no live guard of this replica drives → check the
+//! spec → mirror the running guard's progress → decide whether a run starts
+//! (pure: [`decide_start`]) → the status (pure: [`status::status`]) and
+//! Events.
 
 use std::sync::Arc;
 
@@ -18,12 +19,19 @@ use kube::{
 
 use super::{
     Ctx, FORCE_ANNOTATION, KILL_SWITCH_ANNOTATION, RUN_NOW_ANNOTATION, chaos, execute,
-    execute::Plan, guard::Guard, guard::Progress, stop,
+    execute::Plan,
+    guard::{Guard, Progress},
+    status::{self, Look, State},
+    stop,
 };
 use flashsale_api::{
-    ChaosDrill, FlashSale, calendar::Allowance, calendar::Calendar, chaosdrill::ChaosDrillStatus,
-    chaosdrill::DrillPhase, chaosdrill::RunOutcome, chaosdrill::RunRecord, conditions::READY,
-    conditions::STALLED, conditions::reasons, flashsale::SalePhase, timeline::Timeline, validate,
+    ChaosDrill, FlashSale,
+    calendar::{Allowance, Calendar},
+    chaosdrill::{ChaosDrillStatus, DrillPhase, RunOutcome, RunRecord},
+    conditions::reasons,
+    flashsale::SalePhase,
+    timeline::Timeline,
+    validate,
 };
 use flashsale_kit::{Error, Identity, Verb, apply};
 
@@ -48,277 +56,320 @@ pub async fn reconcile(drill: Arc<ChaosDrill>, ctx: Arc<Ctx>) -> Result<Action, 
 }
 
 async fn reconcile_drill(drill: &ChaosDrill, ctx: &Arc<Ctx>) -> Result<Action, Error> {
-    let namespace = drill
-        .namespace()
-        .ok_or(Error::MissingMetadata("metadata.namespace"))?;
-    let uid = drill.uid().ok_or(Error::MissingMetadata("metadata.uid"))?;
-    let key = flashsale_kit::key(drill);
-    let now = ctx.clock.now();
+    let mut pass = Pass::new(drill, ctx)?;
+    pass.take_requests().await?;
+    let (state, after) = pass.look().await?;
     let old = drill.status.clone().unwrap_or_default();
-    let mut status = old.clone();
-    status.observed.observed_generation = drill.metadata.generation;
-    let mut guard = ctx
-        .settings
-        .guards
-        .get(&key)
-        .filter(|guard| guard.uid == uid);
-    // A finished run the status already holds needs its guard no more.
-    if let Some(done) = &guard
-        && done.progress().finished()
-        && old.current_run.as_ref().is_none_or(|c| c.id != done.run)
-        && old.history.iter().any(|h| h.id == done.run)
-    {
-        ctx.settings.guards.remove(&key);
-        guard = None;
-    }
-
-    let annotations = drill.annotations();
-    let request = annotations
-        .get(RUN_NOW_ANNOTATION)
-        .filter(|r| old.last_run_request.as_ref() != Some(*r))
-        .cloned();
-    // A force lifts the windows for the one request it came with, never a
-    // later one: it is taken off the drill whether it was used or not.
-    let force = annotations.get(FORCE_ANNOTATION).cloned();
-    if let Some(force) = &force {
-        consume_force(ctx, drill, force).await?;
-        if request.is_none() {
-            ctx.event(
-                drill,
-                true,
-                "ForceIgnored",
-                format!(
-                    "{FORCE_ANNOTATION} was set without a new {RUN_NOW_ANNOTATION} request; it applies only to the request it comes with, so it was removed"
-                ),
-            )
-            .await;
-        }
-    }
-    let now_time = Time(now);
-
-    // The kill switch comes first, whatever the spec or the run: every run
-    // of the namespace and every object the operator made there go.
-    if let Some(why) = kill_switch(ctx, &namespace).await? {
-        let stopped = super::sweep(ctx, &namespace).await?;
-        if let Some(current) = status.current_run.take() {
-            let ended = ended(
-                current,
-                RunOutcome::Aborted,
-                "KillSwitch",
-                format!("{why}: every experiment stopped"),
-                now,
-                &stopped,
-            );
-            announce(ctx, drill, &ended).await;
-            finish(&mut status, ended, drill.spec.history_limit);
-        }
-        if let Some(request) = &request {
-            refuse(ctx, drill, &mut status, request, "KillSwitch", &why).await;
-        }
-        status.phase = Some(DrillPhase::Suspended);
-        status.next_run_time = None;
-        status
-            .observed
-            .set(READY, false, "KillSwitch", why, &now_time);
-        apply::write_status(ctx, drill, &status).await?;
-        return Ok(Action::await_change());
-    }
-    ctx.settings.budgets.open(&namespace).await;
-
-    // A run in the status that no guard of this replica drives lost its
-    // guard (the operator restarted, or this replica just took the lease):
-    // stop its chaos before anything else.
-    if let Some(current) = &old.current_run
-        && !guard
-            .as_ref()
-            .is_some_and(|g| g.run == current.id && (g.running() || g.progress().finished()))
-    {
-        let ended = stop_stale(ctx, drill, &namespace, current.clone()).await?;
-        announce(ctx, drill, &ended).await;
-        finish(&mut status, ended, drill.spec.history_limit);
-        status.phase = Some(DrillPhase::Scheduled);
-        apply::write_status(ctx, drill, &status).await?;
-        return Ok(Action::requeue(std::time::Duration::from_secs(1)));
-    }
-
-    let problems = validate::chaos_drill(&drill.spec);
-    let calendar = Calendar::new(&drill.spec);
-    let mut messages: Vec<String> = problems.iter().map(ToString::to_string).collect();
-    if let (true, Err(err)) = (problems.is_empty(), &calendar) {
-        messages.push(err.to_string());
-    }
-    if !messages.is_empty() {
-        if let Some(request) = &request {
-            refuse(
-                ctx,
-                drill,
-                &mut status,
-                request,
-                reasons::INVALID_SPEC,
-                "the spec cannot be run; see Stalled",
-            )
-            .await;
-        }
-        status.observed.set(
-            STALLED,
-            true,
-            reasons::INVALID_SPEC,
-            messages.join("; "),
-            &now_time,
-        );
-        status.observed.set(
-            READY,
-            false,
-            reasons::INVALID_SPEC,
-            "the spec cannot be run; see Stalled",
-            &now_time,
-        );
-        if guard.is_none() {
-            status.phase = Some(DrillPhase::Failed);
-            status.next_run_time = None;
-        }
-        apply::write_status(ctx, drill, &status).await?;
-        return Ok(Action::await_change());
-    }
-    let Ok(calendar) = calendar else {
-        return Ok(Action::await_change());
-    };
-    status.observed.set(
-        STALLED,
-        false,
-        reasons::SPEC_VALID,
-        "the spec passed every check",
-        &now_time,
+    let new = status::status(
+        &old,
+        &Look {
+            generation: drill.metadata.generation,
+            now: pass.now,
+            ended: pass.ended,
+            handled_request: pass.handled,
+            history_limit: drill.spec.history_limit,
+            state,
+        },
     );
-    let sale = SaleView::read(ctx, &namespace, &drill.spec.sale_ref.name)
-        .await?
-        .state(now);
-
-    if let Some(guard) = guard {
-        let progress = guard.progress();
-        if progress.finished() {
-            announce(ctx, drill, &progress.record).await;
-            finish(&mut status, progress.record, drill.spec.history_limit);
-            status.phase = Some(DrillPhase::Scheduled);
-            status.next_run_time = calendar.next_run(now).map(Time);
-            set_ready(&mut status, &now_time);
-            if let Some(request) = &request {
-                status.last_run_request = Some(request.clone());
-            }
-            apply::write_status(ctx, drill, &status).await?;
-            return Ok(next_look(&status, now));
-        }
-        if let Some(request) = request.as_ref().filter(|r| !guard.started(r)) {
-            let message = format!("run {} is in progress", guard.run);
-            refuse(ctx, drill, &mut status, request, "RunInProgress", &message).await;
-        }
-        // The spec as it is now binds the run too: a blackout added, a
-        // window shortened or avoidLiveSale set end it.
-        let binding = progress.record.forced.is_none().then_some(&calendar);
-        if let Err(ending) = execute::still_allowed(binding, sale, drill.spec.avoid_live_sale, now)
-        {
-            guard.ask_to_end(ending.reason, ending.message);
-        }
-        status.current_run = Some(progress.record);
-        status.phase = Some(progress.phase);
-        status
-            .observed
-            .set(READY, true, "Running", "a run is in progress", &now_time);
-        apply::write_status(ctx, drill, &status).await?;
-        // The guard wakes the reconcile on every step; this is a backstop.
-        return Ok(Action::requeue(std::time::Duration::from_secs(30)));
-    }
-
-    if drill.spec.suspend {
-        if let Some(request) = &request {
-            refuse(
-                ctx,
-                drill,
-                &mut status,
-                request,
-                "Suspended",
-                "spec.suspend is set",
-            )
-            .await;
-        }
-        status.phase = Some(DrillPhase::Suspended);
-        status.next_run_time = None;
-        status
-            .observed
-            .set(READY, false, "Suspended", "spec.suspend is set", &now_time);
-        apply::write_status(ctx, drill, &status).await?;
-        return Ok(Action::await_change());
-    }
-
-    // A spec edit (or a first look) reschedules from now.
-    let next_run = match (&old.next_run_time, old.observed.observed_generation) {
-        (Some(next), seen) if seen == drill.metadata.generation => Some(next.0),
-        _ => calendar.next_run(now),
-    };
-    let decision = decide_start(&Facts {
-        now,
-        calendar: &calendar,
-        next_run,
-        request: request.as_deref(),
-        force: force.as_deref(),
-        sale,
-        avoid_live_sale: drill.spec.avoid_live_sale,
-    });
-    if let Some(request) = &request {
-        status.last_run_request = Some(request.clone());
-    }
-    match decision {
-        Start::Wait => {
-            status.phase = Some(DrillPhase::Scheduled);
-            status.next_run_time = next_run.map(Time);
-        }
-        Start::Skip { reason, message } => {
-            skip(ctx, drill, &mut status, reason, message).await;
-            status.phase = Some(DrillPhase::Scheduled);
-            status.next_run_time = calendar.next_run(now).map(Time);
-        }
-        Start::Run { forced } => {
-            let record = start(ctx, drill, &uid, &calendar, now, forced, request);
-            ctx.event_of(
-                drill,
-                false,
-                "RunStarted",
-                &record.id,
-                format!(
-                    "run {} started; injecting once every objective held for {}",
-                    record.id, drill.spec.slo_guard.steady_state
-                ),
-            )
-            .await;
-            status.current_run = Some(record);
-            status.phase = Some(DrillPhase::SteadyState);
-            status.next_run_time = calendar.next_run(now).map(Time);
-            status
-                .observed
-                .set(READY, true, "Running", "a run is in progress", &now_time);
-            apply::write_status(ctx, drill, &status).await?;
-            return Ok(Action::requeue(std::time::Duration::from_secs(30)));
-        }
-    }
-    if status.next_run_time.is_none() {
-        status.observed.set(
-            READY,
-            false,
-            "NoAllowedRun",
-            "no tick of the cron falls inside a window and outside every blackout in the years ahead",
-            &now_time,
-        );
-    } else {
-        set_ready(&mut status, &now_time);
-    }
-    apply::write_status(ctx, drill, &status).await?;
-    Ok(next_look(&status, now))
+    apply::write_status(ctx, drill, &new).await?;
+    Ok(match after {
+        After::Change => Action::await_change(),
+        After::Soon(wait) => Action::requeue(wait),
+        After::NextRun => next_look(&new, pass.now),
+    })
 }
 
-fn set_ready(status: &mut ChaosDrillStatus, now: &Time) {
-    status
-        .observed
-        .set(READY, true, "Scheduled", "waiting for the next run", now);
+/// When to look at the drill again.
+enum After {
+    /// On a change of the drill (or its namespace's kill switch).
+    Change,
+    /// After this long.
+    Soon(std::time::Duration),
+    /// When the next run is due, or after [`IDLE`].
+    NextRun,
+}
+
+/// The guard's steps wake the reconcile; this is a backstop.
+const RUNNING_LOOK: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// One look at a drill: what it reads, and what it did on the way.
+struct Pass<'a> {
+    ctx: &'a Arc<Ctx>,
+    drill: &'a ChaosDrill,
+    namespace: String,
+    uid: String,
+    now: Timestamp,
+    /// The drill's status as read.
+    old: ChaosDrillStatus,
+    /// The guard of this replica that drives the drill's run, if any.
+    guard: Option<Arc<Guard>>,
+    /// A run-now request not handled yet.
+    request: Option<String>,
+    /// The force annotation's reason, if any.
+    force: Option<String>,
+    /// Runs this look ended or skipped, oldest first.
+    ended: Vec<RunRecord>,
+    /// The request this look handled.
+    handled: Option<String>,
+}
+
+impl<'a> Pass<'a> {
+    fn new(drill: &'a ChaosDrill, ctx: &'a Arc<Ctx>) -> Result<Self, Error> {
+        let namespace = drill
+            .namespace()
+            .ok_or(Error::MissingMetadata("metadata.namespace"))?;
+        let uid = drill.uid().ok_or(Error::MissingMetadata("metadata.uid"))?;
+        let key = flashsale_kit::key(drill);
+        let old = drill.status.clone().unwrap_or_default();
+        let mut guard = ctx.settings.guards.get(&key).filter(|g| g.uid == uid);
+        // A finished run the status already holds needs its guard no more.
+        if let Some(done) = &guard
+            && done.progress().finished()
+            && old.current_run.as_ref().is_none_or(|c| c.id != done.run)
+            && old.history.iter().any(|h| h.id == done.run)
+        {
+            ctx.settings.guards.remove(&key);
+            guard = None;
+        }
+        Ok(Self {
+            ctx,
+            drill,
+            namespace,
+            uid,
+            now: ctx.clock.now(),
+            old,
+            guard,
+            request: None,
+            force: None,
+            ended: Vec::new(),
+            handled: None,
+        })
+    }
+
+    /// Reads the run-now request and the force. A force lifts the windows
+    /// for the one request it came with, never a later one: it is taken
+    /// off the drill whether it was used or not.
+    async fn take_requests(&mut self) -> Result<(), Error> {
+        let annotations = self.drill.annotations();
+        self.request = annotations
+            .get(RUN_NOW_ANNOTATION)
+            .filter(|r| self.old.last_run_request.as_ref() != Some(*r))
+            .cloned();
+        self.force = annotations.get(FORCE_ANNOTATION).cloned();
+        let Some(force) = &self.force else {
+            return Ok(());
+        };
+        consume_force(self.ctx, self.drill, force).await?;
+        if self.request.is_none() {
+            let note = format!(
+                "{FORCE_ANNOTATION} was set without a new {RUN_NOW_ANNOTATION} request; it applies only to the request it comes with, so it was removed"
+            );
+            self.ctx.event(self.drill, true, "ForceIgnored", note).await;
+        }
+        Ok(())
+    }
+
+    /// Where the drill stands, in the order the safety rules demand: the
+    /// kill switch first, whatever the spec or the run; then a run no
+    /// guard drives; then the spec; then the run in progress; then the
+    /// schedule.
+    async fn look(&mut self) -> Result<(State, After), Error> {
+        if let Some(why) = kill_switch(self.ctx, &self.namespace).await? {
+            return self.kill(why).await;
+        }
+        self.ctx.settings.budgets.open(&self.namespace).await;
+        if let Some(current) = self.unguarded_run() {
+            let ended = stop_stale(self.ctx, self.drill, &self.namespace, current).await?;
+            self.end(ended).await;
+            return Ok((
+                State::GuardLost,
+                After::Soon(std::time::Duration::from_secs(1)),
+            ));
+        }
+        let calendar = match self.check_spec() {
+            Ok(calendar) => calendar,
+            Err(problems) => return Ok(self.invalid(problems).await),
+        };
+        let spec = &self.drill.spec;
+        let sale = SaleView::read(self.ctx, &self.namespace, &spec.sale_ref.name)
+            .await?
+            .state(self.now);
+        if let Some(guard) = self.guard.clone() {
+            return Ok(self.follow(&guard, &calendar, sale).await);
+        }
+        if spec.suspend {
+            self.refuse_request("Suspended", "spec.suspend is set")
+                .await;
+            return Ok((State::Suspended, After::Change));
+        }
+        Ok(self.schedule(&calendar, sale).await)
+    }
+
+    /// Every run of the namespace and every object the operator made there
+    /// go.
+    async fn kill(&mut self, why: String) -> Result<(State, After), Error> {
+        let stopped = super::sweep(self.ctx, &self.namespace).await?;
+        if let Some(current) = self.old.current_run.clone() {
+            let message = format!("{why}: every experiment stopped");
+            let aborted = RunOutcome::Aborted;
+            self.end(ended(
+                current,
+                aborted,
+                "KillSwitch",
+                message,
+                self.now,
+                &stopped,
+            ))
+            .await;
+        }
+        self.refuse_request("KillSwitch", &why).await;
+        Ok((State::KillSwitched { why }, After::Change))
+    }
+
+    /// The run in the status that no guard of this replica drives: it lost
+    /// its guard (the operator restarted, or this replica just took the
+    /// lease), and its chaos is stopped before anything else.
+    fn unguarded_run(&self) -> Option<RunRecord> {
+        let current = self.old.current_run.as_ref()?;
+        let driven = self
+            .guard
+            .as_ref()
+            .is_some_and(|g| g.run == current.id && (g.running() || g.progress().finished()));
+        (!driven).then(|| current.clone())
+    }
+
+    /// The drill's calendar, or every problem of its spec.
+    fn check_spec(&self) -> Result<Calendar, String> {
+        let problems = validate::chaos_drill(&self.drill.spec);
+        if !problems.is_empty() {
+            let messages: Vec<String> = problems.iter().map(ToString::to_string).collect();
+            return Err(messages.join("; "));
+        }
+        Calendar::new(&self.drill.spec).map_err(|err| err.to_string())
+    }
+
+    async fn invalid(&mut self, problems: String) -> (State, After) {
+        self.refuse_request(reasons::INVALID_SPEC, status::CANNOT_RUN)
+            .await;
+        let running = self.guard.is_some();
+        (State::Invalid { problems, running }, After::Change)
+    }
+
+    /// Mirrors the guard's run; the spec as it is now binds the run too: a
+    /// blackout added, a window shortened or avoidLiveSale set end it.
+    async fn follow(
+        &mut self,
+        guard: &Guard,
+        calendar: &Calendar,
+        sale: SaleState,
+    ) -> (State, After) {
+        let progress = guard.progress();
+        if progress.finished() {
+            self.end(progress.record).await;
+            self.handled = self.request.clone();
+            let next_run = calendar.next_run(self.now);
+            return (State::Scheduled { next_run }, After::NextRun);
+        }
+        if self.request.as_deref().is_some_and(|r| !guard.started(r)) {
+            let message = format!("run {} is in progress", guard.run);
+            self.refuse_request("RunInProgress", &message).await;
+        }
+        let binding = progress.record.forced.is_none().then_some(calendar);
+        let avoid_live_sale = self.drill.spec.avoid_live_sale;
+        if let Err(ending) = execute::still_allowed(binding, sale, avoid_live_sale, self.now) {
+            guard.ask_to_end(ending.reason, ending.message);
+        }
+        let (record, phase) = (progress.record, progress.phase);
+        (State::Running { record, phase }, After::Soon(RUNNING_LOOK))
+    }
+
+    /// Decides whether a run starts now ([`decide_start`]) and acts on it.
+    async fn schedule(&mut self, calendar: &Calendar, sale: SaleState) -> (State, After) {
+        let spec = &self.drill.spec;
+        // A spec edit (or a first look) reschedules from now.
+        let next_run = match (
+            &self.old.next_run_time,
+            self.old.observed.observed_generation,
+        ) {
+            (Some(next), seen) if seen == self.drill.metadata.generation => Some(next.0),
+            _ => calendar.next_run(self.now),
+        };
+        let decision = decide_start(&Facts {
+            now: self.now,
+            calendar,
+            next_run,
+            request: self.request.as_deref(),
+            force: self.force.as_deref(),
+            sale,
+            avoid_live_sale: spec.avoid_live_sale,
+        });
+        self.handled = self.request.clone();
+        match decision {
+            Start::Wait => (State::Scheduled { next_run }, After::NextRun),
+            Start::Skip { reason, message } => {
+                self.skip(reason, message).await;
+                let next_run = calendar.next_run(self.now);
+                (State::Scheduled { next_run }, After::NextRun)
+            }
+            Start::Run { forced } => {
+                let request = self.request.clone();
+                let record = start(
+                    self.ctx, self.drill, &self.uid, calendar, self.now, forced, request,
+                );
+                let note = format!(
+                    "run {} started; injecting once every objective held for {}",
+                    record.id, spec.slo_guard.steady_state
+                );
+                self.ctx
+                    .event_of(self.drill, false, "RunStarted", &record.id, note)
+                    .await;
+                let next_run = calendar.next_run(self.now);
+                (
+                    State::Started { record, next_run },
+                    After::Soon(RUNNING_LOOK),
+                )
+            }
+        }
+    }
+
+    /// An ended run: its Event, and its place in the history.
+    async fn end(&mut self, record: RunRecord) {
+        announce(self.ctx, self.drill, &record).await;
+        self.ended.push(record);
+    }
+
+    /// Records a run that was due but did not start: a `Skipped` history
+    /// entry, its Event and its count.
+    async fn skip(&mut self, reason: &str, message: String) {
+        let now = self.ctx.clock.now();
+        let record = RunRecord {
+            id: run_id(now),
+            started_at: Some(Time(now)),
+            ended_at: Some(Time(now)),
+            outcome: Some(RunOutcome::Skipped),
+            reason: Some(reason.to_owned()),
+            message: Some(message),
+            ..RunRecord::default()
+        };
+        let skipped = RunOutcome::Skipped.name();
+        self.ctx
+            .metrics
+            .drill_run(&self.namespace, &self.drill.name_any(), skipped);
+        self.end(record).await;
+    }
+
+    /// Refuses the run-now request, if there is one, when it arrives (kill
+    /// switch, suspended, invalid spec, a run in progress): it is recorded
+    /// as skipped and handled, never kept to fire when the obstacle is
+    /// gone.
+    async fn refuse_request(&mut self, reason: &str, why: &str) {
+        let Some(request) = self.request.clone() else {
+            return;
+        };
+        self.skip(reason, format!("run-now request {request} refused: {why}"))
+            .await;
+        self.handled = Some(request);
+    }
 }
 
 /// Sleep until the next run is due, looking again at least every
@@ -441,70 +492,6 @@ fn ended(
     record.recovered_at = stopped.recovered_at.map(MicroTime).or(record.recovered_at);
     record.gone_at = stopped.gone_at.map(MicroTime).or(record.gone_at);
     record
-}
-
-/// Moves an ended run into the history (newest first, bounded).
-fn finish(status: &mut ChaosDrillStatus, record: RunRecord, limit: i32) {
-    if status
-        .current_run
-        .as_ref()
-        .is_some_and(|current| current.id == record.id)
-    {
-        status.current_run = None;
-    }
-    status.last_outcome = record.outcome;
-    if record.outcome == Some(RunOutcome::Aborted) {
-        status.last_abort_latency = record.abort_latency;
-    }
-    status.history.retain(|old| old.id != record.id);
-    status.history.insert(0, record);
-    status
-        .history
-        .truncate(usize::try_from(limit.max(1)).unwrap_or(1));
-}
-
-/// Records a run that was due but did not start: a `Skipped` history
-/// entry, its Event and its count.
-async fn skip(
-    ctx: &Ctx,
-    drill: &ChaosDrill,
-    status: &mut ChaosDrillStatus,
-    reason: &str,
-    message: String,
-) {
-    let now = ctx.clock.now();
-    let record = RunRecord {
-        id: run_id(now),
-        started_at: Some(Time(now)),
-        ended_at: Some(Time(now)),
-        outcome: Some(RunOutcome::Skipped),
-        reason: Some(reason.to_owned()),
-        message: Some(message),
-        ..RunRecord::default()
-    };
-    ctx.metrics.drill_run(
-        &drill.namespace().unwrap_or_default(),
-        &drill.name_any(),
-        RunOutcome::Skipped.name(),
-    );
-    announce(ctx, drill, &record).await;
-    finish(status, record, drill.spec.history_limit);
-}
-
-/// Refuses a run-now request when it arrives (kill switch, suspended,
-/// invalid spec, a run in progress): it is recorded as skipped and handled,
-/// never kept to fire when the obstacle is gone.
-async fn refuse(
-    ctx: &Ctx,
-    drill: &ChaosDrill,
-    status: &mut ChaosDrillStatus,
-    request: &str,
-    reason: &str,
-    why: &str,
-) {
-    let message = format!("run-now request {request} refused: {why}");
-    skip(ctx, drill, status, reason, message).await;
-    status.last_run_request = Some(request.to_owned());
 }
 
 /// Takes the force annotation off the drill, if it still has the value
@@ -895,38 +882,6 @@ pub(crate) mod tests {
         f.sale = SaleState::Missing;
         assert_eq!(reason(&decide_start(&f)), reasons::SALE_NOT_FOUND);
         Ok(())
-    }
-
-    #[test]
-    fn finished_runs_go_first_into_a_bounded_history() {
-        let mut status = ChaosDrillStatus {
-            current_run: Some(RunRecord {
-                id: "r3".into(),
-                ..RunRecord::default()
-            }),
-            ..ChaosDrillStatus::default()
-        };
-        for id in ["r1", "r2", "r3"] {
-            let record = RunRecord {
-                id: id.into(),
-                outcome: Some(RunOutcome::Aborted),
-                abort_latency: Some(flashsale_api::Duration(std::time::Duration::from_millis(
-                    40,
-                ))),
-                ..RunRecord::default()
-            };
-            finish(&mut status, record, 2);
-        }
-        let ids: Vec<&str> = status.history.iter().map(|r| r.id.as_str()).collect();
-        assert_eq!(ids, ["r3", "r2"]);
-        assert_eq!(status.current_run, None);
-        assert_eq!(status.last_outcome, Some(RunOutcome::Aborted));
-        assert_eq!(
-            status.last_abort_latency,
-            Some(flashsale_api::Duration(std::time::Duration::from_millis(
-                40
-            )))
-        );
     }
 
     #[test]
