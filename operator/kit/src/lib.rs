@@ -21,6 +21,8 @@ pub mod health;
 pub mod leader;
 pub mod ledger;
 pub mod metrics;
+#[cfg(feature = "mock")]
+pub mod mock;
 
 use std::{future::Future, sync::Arc, time::Instant};
 

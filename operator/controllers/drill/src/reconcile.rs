@@ -892,4 +892,51 @@ pub(crate) mod tests {
         );
         Ok(())
     }
+
+    /// The request sequence on a scripted apiserver: the namespace's kill
+    /// switch is read first, then an invalid spec is a status, not a run:
+    /// nothing else is asked or written.
+    #[tokio::test]
+    async fn an_invalid_spec_reads_the_kill_switch_then_writes_only_its_status()
+    -> anyhow::Result<()> {
+        use flashsale_kit::mock::{Scripted, Step};
+        use http::{Method, StatusCode};
+        use serde_json::json;
+
+        let mut drill: ChaosDrill = serde_yaml_ng::from_str(include_str!(
+            "../../../../crds/examples/chaosdrill-pod-kill.yaml"
+        ))?;
+        drill.metadata.namespace = Some("shop".to_owned());
+        drill.metadata.uid = Some("uid-1".to_owned());
+        drill.spec.schedule.cron = "every tuesday".to_owned();
+        let name = drill.name_any();
+        let settings = crate::Settings::new(
+            None,
+            flashsale_observe::signal::SignalReader::new()?,
+            "http://127.0.0.1:9".to_owned(),
+            false,
+            crate::guard::Guards::default(),
+        );
+        let script = vec![
+            Step::expect(Method::GET, "/api/v1/namespaces/shop").answer(
+                StatusCode::OK,
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}}),
+            ),
+            Step::expect(
+                Method::PATCH,
+                format!("/apis/flashsale.dev/v1alpha1/namespaces/shop/chaosdrills/{name}/status"),
+            )
+            .holding("/status/phase", json!("Failed"))
+            .answer(StatusCode::OK, serde_json::to_value(&drill)?),
+        ];
+        let scripted = Scripted::new(IDENTITY, settings, script);
+        let outcome = reconcile_drill(&drill, &scripted.ctx).await;
+        let action = scripted.check(outcome).await.map_err(anyhow::Error::msg)?;
+        assert_eq!(
+            action,
+            Action::await_change(),
+            "an invalid spec waits for an edit"
+        );
+        Ok(())
+    }
 }

@@ -493,3 +493,6 @@ async fn write_status(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

@@ -74,3 +74,71 @@ fn the_oldest_policy_keeps_the_sale() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// The request sequence on a scripted apiserver: the finalizer goes on
+/// first, alone; the next look finds the sale missing and says so in the
+/// status and an Event, and nothing else is written.
+#[tokio::test]
+async fn a_first_look_adds_the_finalizer_and_a_missing_sale_is_reported() -> anyhow::Result<()> {
+    use flashsale_kit::mock::{Scripted, Step};
+    use http::{Method, StatusCode};
+    use serde_json::json;
+
+    let mut policy = example()?;
+    policy.metadata.namespace = Some("shop".to_owned());
+    policy.metadata.uid = Some("uid-1".to_owned());
+    policy.metadata.resource_version = Some("7".to_owned());
+    let name = policy.metadata.name.clone().unwrap_or_default();
+    let sale = policy.spec.sale_ref.name.clone();
+    let object = format!("/apis/flashsale.dev/v1alpha1/namespaces/shop/degradationpolicies/{name}");
+    let settings = || -> anyhow::Result<crate::Settings> {
+        Ok(crate::Settings {
+            prometheus_url: None,
+            signal: flashsale_observe::signal::SignalReader::new()?,
+            probe: flashsale_observe::probe::Probe::new(
+                "http://{name}.{namespace}:8080",
+                std::time::Duration::from_secs(1),
+            )?,
+            propagation_bound: std::time::Duration::from_secs(1),
+            pace: crate::pace::Pace::default(),
+        })
+    };
+
+    let script = vec![
+        Step::expect(Method::PATCH, object.clone())
+            .holding("/metadata/finalizers", json!([crate::FINALIZER]))
+            .holding("/metadata/resourceVersion", json!("7"))
+            .answer(StatusCode::OK, serde_json::to_value(&policy)?),
+    ];
+    let scripted = Scripted::new(super::IDENTITY, settings()?, script);
+    let outcome = super::reconcile_policy(&policy, &scripted.ctx).await;
+    scripted.check(outcome).await.map_err(anyhow::Error::msg)?;
+
+    policy.metadata.finalizers = Some(vec![crate::FINALIZER.to_owned()]);
+    let script = vec![
+        Step::expect(
+            Method::GET,
+            format!("/apis/flashsale.dev/v1alpha1/namespaces/shop/flashsales/{sale}"),
+        )
+        .not_found(),
+        Step::expect(Method::PATCH, format!("{object}/status"))
+            .holding("/status/conditions/0/type", json!("Ready"))
+            .holding("/status/conditions/0/reason", json!("SaleNotFound"))
+            .answer(StatusCode::OK, serde_json::to_value(&policy)?),
+        Step::expect(
+            Method::POST,
+            "/apis/events.k8s.io/v1/namespaces/shop/events",
+        )
+        .holding("/reason", json!("SaleNotFound"))
+        .holding("/type", json!("Warning"))
+        .answer(StatusCode::CREATED, json!({})),
+    ];
+    let scripted = Scripted::new(super::IDENTITY, settings()?, script);
+    let outcome = super::reconcile_policy(&policy, &scripted.ctx).await;
+    let action = scripted.check(outcome).await.map_err(anyhow::Error::msg)?;
+    assert_eq!(
+        action,
+        kube::runtime::controller::Action::requeue(policy.spec.signal.interval.0)
+    );
+    Ok(())
+}
