@@ -71,6 +71,33 @@ pub async fn create_topic(
     Ok(())
 }
 
+/// Creates `topics` (name, partitions) on the brokers of `brokers`, every
+/// partition on `replicas` brokers and a write (acks=all) acknowledged only
+/// once `min_insync` of them hold it.
+pub async fn create_replicated_topics(
+    brokers: &str,
+    topics: &[(&str, i32)],
+    replicas: i32,
+    min_insync: i32,
+) -> Result<(), KafkaHelperError> {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()?;
+    let min_insync = min_insync.to_string();
+    let new: Vec<NewTopic<'_>> = topics
+        .iter()
+        .map(|(name, partitions)| {
+            NewTopic::new(name, *partitions, TopicReplication::Fixed(replicas))
+                .set("min.insync.replicas", &min_insync)
+        })
+        .collect();
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    for result in admin.create_topics(&new, &options).await? {
+        result.map_err(|(name, code)| KafkaHelperError::Create(name, code.to_string()))?;
+    }
+    Ok(())
+}
+
 /// Every order event in `topic`, each partition read to the end it had when
 /// the call began, in partition then offset order.
 pub async fn events(brokers: &str, topic: &str) -> Result<Vec<OrderEvent>, KafkaHelperError> {

@@ -1,13 +1,21 @@
-//! Helpers for tests that run against the local stack (`e2e/local/stack`):
-//! where each component is, and how to wait for a condition with a deadline
-//! instead of sleeping.
+//! The test kit of the project, for tests, benchmarks and the play that run
+//! against the local stack (`e2e/local/stack`): where each component is, how
+//! to wait for a condition with a deadline instead of sleeping, the operator
+//! process, and the worlds tests build (a drill's scene, an exporter the
+//! test sets, the chart's rights, the gateway's funnel, order topics).
 
 pub mod browser;
+pub mod chart;
 pub mod clusters;
+pub mod drill;
+pub mod exporter;
 pub mod faults;
+pub mod funnel;
 pub mod kafka;
 pub mod kube;
+pub mod metrics;
 pub mod operator;
+pub mod orders;
 pub mod private_redis;
 pub mod redis_keys;
 pub mod sales;

@@ -1,14 +1,13 @@
 //! Buyers against a real gateway: the gateway and the inventory in this
-//! process, on the local stack's Redis and Kafka (the gateway's own test
-//! funnel). What the buyers' ledger says was acknowledged and paid must be
-//! exactly what the gateway published, and the stock must add up.
-
-#[path = "../../../workloads/gateway/tests/common/mod.rs"]
-mod common;
+//! process, on the local stack's Redis and Kafka (the funnel the gateway's
+//! benchmark runs against). What the buyers' ledger says was acknowledged
+//! and paid must be exactly what the gateway published, and the stock must
+//! add up.
 
 use std::{collections::BTreeSet, time::Duration};
 
-use common::{Funnel, JWT_SECRET, Options, PAYMENT_SECRET, events};
+use flashsale_bench::funnel::{Funnel, Options};
+use flashsale_e2e::funnel::{JWT_SECRET, PAYMENT_SECRET, events};
 use flashsale_orders::EventKind;
 use flashsale_play::buyers::{self, Config, Counters, Outcome, Profile, Progress, SkuLimit};
 use serde_json::json;
@@ -16,7 +15,7 @@ use serde_json::json;
 /// Plays `users` buyers against `funnel` for `play`.
 async fn play(funnel: &Funnel, users: usize, play: Duration) -> anyhow::Result<Outcome> {
     let config = Config {
-        gateway: funnel.gateway.url.clone(),
+        gateway: funnel.gateway_url.clone(),
         jwt_secret: JWT_SECRET.to_vec(),
         payment_secret: PAYMENT_SECRET.to_vec(),
         skus: ["A", "B"]

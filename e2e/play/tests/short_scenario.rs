@@ -3,19 +3,19 @@
 //! then every check it reports and the report rendered in headless
 //! Chromium.
 
-use std::{collections::BTreeMap, path::Path, time::Duration};
+use std::{collections::BTreeMap, time::Duration};
 
 use flashsale_e2e::{
     browser,
     kube::{TestNamespace, client, install_crds},
-    operator::OperatorProcess,
+    operator::{Launcher, Operator},
     stack,
 };
 
 use serde_json::Value;
 
 /// The operator for `namespace`, from the binary of the stack's images.
-fn operator(namespace: &str) -> anyhow::Result<OperatorProcess> {
+fn operator(namespace: &str) -> anyhow::Result<Operator> {
     let bin = std::env::var("FLASHSALE_OPERATOR_BIN").map_err(|_| {
         anyhow::anyhow!("FLASHSALE_OPERATOR_BIN is not set: run through `e2e/local/stack test`")
     })?;
@@ -28,13 +28,7 @@ fn operator(namespace: &str) -> anyhow::Result<OperatorProcess> {
         "--log-format",
         "json",
     ];
-    Ok(OperatorProcess::start(
-        Path::new(&bin),
-        namespace,
-        "operator",
-        &args,
-        &[],
-    )?)
+    Launcher::new(bin).start(namespace, "operator", &args, &[])
 }
 
 const CHECKS: [&str; 6] = [

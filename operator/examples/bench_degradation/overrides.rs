@@ -16,13 +16,19 @@
 //! waiting for them after each write.
 
 use std::{
-    path::{Path, PathBuf},
+    path::Path,
     time::{Duration, Instant},
 };
 
-use anyhow::Context as _;
 use flashsale_api::{DegradationPolicy, FlashSale};
-use flashsale_e2e::{kube::create_secret, operator::OperatorProcess, stack, wait::poll_until};
+use flashsale_bench::{Recorder, ms};
+use flashsale_e2e::{
+    kube::create_secret,
+    metrics::sum_samples,
+    operator::{Launcher, Operator},
+    stack,
+    wait::poll_until,
+};
 use flashsale_observe::probe::Probe;
 use futures::future::join_all;
 use jiff::{SignedDuration, Timestamp};
@@ -33,7 +39,7 @@ use kube::{
 };
 use serde_json::json;
 
-use super::{Cpu, CpuMark, MANAGER, SALE, fleet::Fleet, follow::Follower, ms, observe, percentile};
+use super::{Cpu, CpuMark, MANAGER, SALE, fleet::Fleet, follow::Follower};
 
 /// The gauge of the tier each gateway has in force.
 const TIER_GAUGE: &str = "gateway_degradation_tier";
@@ -59,13 +65,14 @@ pub struct Measured {
 impl Measured {
     /// A progress line.
     pub fn line(&self) -> String {
+        let steps = Recorder::of_ms(self.steps.iter().copied());
         format!(
             "{} gateways: override p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms | ConfigMap changed p50 {:.1} ms",
             self.gateways,
-            percentile(&self.steps, 0.5),
-            percentile(&self.steps, 0.99),
-            percentile(&self.steps, 1.0),
-            percentile(&self.written, 0.5)
+            steps.quantile_ms(0.5),
+            steps.quantile_ms(0.99),
+            steps.quantile_ms(1.0),
+            Recorder::of_ms(self.written.iter().copied()).quantile_ms(0.5)
         )
     }
 }
@@ -104,83 +111,27 @@ impl Counters {
     }
 }
 
-/// The operator process, killed when dropped.
-struct Operator {
-    process: OperatorProcess,
-    ops: String,
-    log: PathBuf,
+/// The DegradationPolicy controller's counters in `operator`'s metrics
+/// (zero while it does not answer).
+async fn counters(operator: &Operator) -> Counters {
+    let text = operator.metrics().await.unwrap_or_default();
+    let of = |name: &str| sum_samples(&text, name, CONTROLLER);
+    Counters {
+        reconciles: of("flashsale_operator_reconcile_duration_seconds_count"),
+        seconds: of("flashsale_operator_reconcile_duration_seconds_sum"),
+        writes: of("flashsale_operator_writes_total"),
+    }
 }
 
-impl Operator {
-    fn start(bin: &Path, namespace: &str, prometheus: &str) -> anyhow::Result<Self> {
-        let args = [
-            "--prometheus-url",
-            prometheus,
-            "--leader-elect",
-            "false",
-            "--log-filter",
-            "info",
-        ];
-        let process = OperatorProcess::start(bin, namespace, "operator", &args, &[])
-            .with_context(|| format!("starting {}", bin.display()))?;
-        eprintln!(
-            "operator pid {} (log {})",
-            process.pid(),
-            process.log.display()
+/// Fails when `operator` has exited.
+fn ensure_running(operator: &Operator) -> anyhow::Result<()> {
+    if let Some(status) = operator.exited()? {
+        anyhow::bail!(
+            "the operator exited with {status}; see {}",
+            operator.log.display()
         );
-        Ok(Self {
-            ops: process.ops.clone(),
-            log: process.log.clone(),
-            process,
-        })
     }
-
-    /// Fails when the operator has exited.
-    fn ensure_running(&mut self) -> anyhow::Result<()> {
-        if let Some(status) = self.process.exited()? {
-            anyhow::bail!(
-                "the operator exited with {status}; see {}",
-                self.log.display()
-            );
-        }
-        Ok(())
-    }
-
-    /// Its `/metrics` text; empty when it does not answer.
-    async fn metrics(&self) -> String {
-        match reqwest::get(format!("http://{}/metrics", self.ops)).await {
-            Ok(answer) => answer.text().await.unwrap_or_default(),
-            Err(_) => String::new(),
-        }
-    }
-
-    /// The DegradationPolicy controller's counters.
-    async fn counters(&self) -> Counters {
-        let text = self.metrics().await;
-        let of = |name: &str| observe::sum_samples(&text, name, CONTROLLER);
-        Counters {
-            reconciles: of("flashsale_operator_reconcile_duration_seconds_count"),
-            seconds: of("flashsale_operator_reconcile_duration_seconds_sum"),
-            writes: of("flashsale_operator_writes_total"),
-        }
-    }
-
-    /// Waits until the operator runs its controllers.
-    async fn await_leading(&mut self, bound: Duration) -> anyhow::Result<()> {
-        let started = Instant::now();
-        loop {
-            self.ensure_running()?;
-            if observe::sum_samples(&self.metrics().await, "flashsale_operator_leader", "") >= 1.0 {
-                return Ok(());
-            }
-            anyhow::ensure!(
-                started.elapsed() < bound,
-                "the operator did not start its controllers within {bound:?}; see {}",
-                self.log.display()
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
+    Ok(())
 }
 
 /// Lets go of the policy when the benchmark ends before [`Scene::finish`]:
@@ -272,8 +223,26 @@ impl Scene {
         Api::<FlashSale>::namespaced(client.clone(), namespace)
             .create(&PostParams::default(), &sale)
             .await?;
-        let mut operator = Operator::start(operator_bin, namespace, &stack::prometheus_url()?)?;
-        operator.await_leading(bound).await?;
+        let prometheus = stack::prometheus_url()?;
+        let operator = Launcher::new(operator_bin).start(
+            namespace,
+            "operator",
+            &[
+                "--prometheus-url",
+                &prometheus,
+                "--leader-elect",
+                "false",
+                "--log-filter",
+                "info",
+            ],
+            &[],
+        )?;
+        eprintln!(
+            "operator pid {} (log {})",
+            operator.pid(),
+            operator.log.display()
+        );
+        operator.until_leads().await?;
         let policies: Api<DegradationPolicy> = Api::namespaced(client.clone(), namespace);
         let release = Release {
             namespace: namespace.to_owned(),
@@ -333,9 +302,9 @@ impl Scene {
         // Every gateway holds the policy's tier 0 before the first step.
         all_at_tier(probe, fleet, 0, Instant::now(), bound, poll).await?;
         let pids = fleet.pids();
-        let operator = Some(self.operator.process.pid());
+        let operator = Some(self.operator.pid());
         let mut cpu = Cpu::default();
-        let counted = self.operator.counters().await;
+        let counted = counters(&self.operator).await;
         let mut measured = Vec::with_capacity(steps);
         let mut written = Vec::with_capacity(steps);
         for step in 0..steps {
@@ -373,14 +342,14 @@ impl Scene {
             steps: measured,
             written,
             cpu,
-            counters: self.operator.counters().await.since(counted),
+            counters: counters(&self.operator).await.since(counted),
         })
     }
 
     /// Deletes the policy while the operator still runs, so its finalizer
     /// lifts the degradation and lets go; then stops the operator.
     pub async fn finish(mut self) -> anyhow::Result<()> {
-        self.operator.ensure_running()?;
+        ensure_running(&self.operator)?;
         self.policies
             .delete(POLICY, &DeleteParams::default())
             .await?;

@@ -16,7 +16,9 @@ use kube::{
     api::{ObjectMeta, Patch, PatchParams},
 };
 
-use super::{Cpu, CpuMark, MANAGER, fleet::Fleet, follow::Follower, ms, percentile};
+use flashsale_bench::{Recorder, ms};
+
+use super::{Cpu, CpuMark, MANAGER, fleet::Fleet, follow::Follower};
 
 /// How often the gateways are asked after an untimed change.
 const CATCH_UP_POLL: Duration = Duration::from_millis(10);
@@ -50,29 +52,27 @@ pub struct Measured {
 impl Measured {
     /// Median time until every gateway had a change.
     pub fn p50(&self) -> f64 {
-        let times: Vec<f64> = self.changes.iter().map(|c| c.gateways).collect();
-        percentile(&times, 0.5)
+        Recorder::of_ms(self.changes.iter().map(|c| c.gateways)).quantile_ms(0.5)
     }
 
     /// Median gateways over median bare watch, in this run.
     pub fn ratio(&self) -> f64 {
-        let raw: Vec<f64> = self.changes.iter().map(|c| c.raw).collect();
-        self.p50() / percentile(&raw, 0.5)
+        self.p50() / Recorder::of_ms(self.changes.iter().map(|c| c.raw)).quantile_ms(0.5)
     }
 
     /// A progress line.
     pub fn line(&self) -> String {
-        let times: Vec<f64> = self.changes.iter().map(|c| c.gateways).collect();
-        let raw: Vec<f64> = self.changes.iter().map(|c| c.raw).collect();
+        let times = Recorder::of_ms(self.changes.iter().map(|c| c.gateways));
+        let raw = Recorder::of_ms(self.changes.iter().map(|c| c.raw));
         format!(
             "{} gateways: p50 {:.1} ms, p99 {:.1} ms | raw-watch p50 {:.1} ms ({:.1} ms without polls) | ratio {:.2} | one poll of all {:.2} ms",
             self.gateways,
             self.p50(),
-            percentile(&times, 0.99),
-            percentile(&raw, 0.5),
-            percentile(&self.quiet, 0.5),
+            times.quantile_ms(0.99),
+            raw.quantile_ms(0.5),
+            Recorder::of_ms(self.quiet.iter().copied()).quantile_ms(0.5),
             self.ratio(),
-            percentile(&self.idle_polls, 0.5)
+            Recorder::of_ms(self.idle_polls.iter().copied()).quantile_ms(0.5)
         )
     }
 }

@@ -1,5 +1,5 @@
 //! Parts 2–4: whole runs of a drill through the release operator, the
-//! tests' drill scene (a pod-failure on one of four gateway pods, the guard
+//! test kit's drill scene (a pod-failure on one of four gateway pods, the guard
 //! reading a gauge through the real Prometheus every 250 ms, staleAfter 2 s,
 //! steadyState 1 s). Each run is requested with the run-now annotation and
 //! measured once Chaos Mesh reports the fault injected; the next starts once
@@ -16,18 +16,17 @@
 use std::time::{Duration, Instant};
 
 use flashsale_api::chaosdrill::RunRecord;
+use flashsale_bench::ms;
 use flashsale_controller_drill::{chaos, chaos::Kind};
-use flashsale_e2e::{faults::Outage, wait::poll_until};
+use flashsale_e2e::{
+    drill::{DrillScene, THRESHOLD, drill, first_target, image, pod_failure, until_scraped},
+    faults::Outage,
+    wait::poll_until,
+};
 use flashsale_observe::{pods::is_ready, signal::Reading, signal::SignalReader};
 use jiff::Timestamp;
 
-use super::{
-    chaos::{pod_chaos, until_gone, until_injected},
-    common::drill::{
-        DrillScene, THRESHOLD, drill, first_target, image, pod_failure, until_scraped,
-    },
-    ms,
-};
+use super::chaos::{pod_chaos, until_gone, until_injected};
 
 /// The drill's name.
 const DRILL: &str = "guarded";
@@ -132,7 +131,10 @@ async fn settle(
 ) -> anyhow::Result<RunRecord> {
     let ended = scene.until_ended(DRILL, Some(run), bound).await?;
     anyhow::ensure!(
-        scene.chaos_objects(Kind::Workflow, run).await?.is_empty(),
+        scene
+            .objects(&Kind::Workflow.resource(), &chaos::run_selector(DRILL, run))
+            .await?
+            .is_empty(),
         "the run's Workflow outlived it"
     );
     let pods = scene.pods();

@@ -9,6 +9,7 @@
 
 use std::time::{Duration, Instant};
 
+use flashsale_bench::ms;
 use flashsale_controller_drill::{chaos, stop};
 use flashsale_e2e::wait::poll_until;
 use flashsale_kit::{clock::Clock, clock::SystemClock, leader::Leadership};
@@ -21,10 +22,7 @@ use kube::{
 };
 use serde_json::json;
 
-use super::{
-    chaos::{pod_chaos, until_gone, until_injected},
-    ms,
-};
+use super::chaos::{pod_chaos, until_gone, until_injected};
 
 /// The drill label of the benchmark's own experiments.
 const DRILL: &str = "bench";

@@ -20,7 +20,7 @@ use kube::{
     api::{ListParams, Patch, PatchParams, PostParams},
 };
 
-use crate::{CpuSnapshot, POLL, observe, observe::ApiserverCounters};
+use crate::{CpuSnapshot, POLL, observe::ApiserverCounters};
 
 /// Field manager of the floor's applies.
 pub const MANAGER: &str = "bench-floor";
@@ -67,7 +67,7 @@ pub async fn run(
     objects: Vec<FlashSale>,
 ) -> anyhow::Result<FloorResult> {
     let count = objects.len();
-    let processes = observe::stack_pids();
+    let processes = flashsale_bench::system::stack_pids();
     let apiserver_before = ApiserverCounters::scrape();
     let cpu_before = CpuSnapshot::take(&processes);
     let sales: Api<FlashSale> = Api::namespaced(client.clone(), ns);

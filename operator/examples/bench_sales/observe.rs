@@ -3,7 +3,10 @@
 //! operator, the controller-manager and the scheduler, and the timestamps of
 //! the objects each stage of the pipeline creates.
 
-use std::{path::PathBuf, process::Command};
+use std::{process::Command, time::Duration};
+
+use flashsale_bench::Recorder;
+use flashsale_e2e::metrics::sum_samples;
 
 use jiff::Timestamp;
 use k8s_openapi::{
@@ -43,45 +46,6 @@ pub fn ticks_per_second() -> f64 {
         .and_then(|o| String::from_utf8(o.stdout).ok())
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(100.0)
-}
-
-/// Busy and total jiffies of all CPUs, from the first line of /proc/stat.
-pub fn machine_ticks() -> Option<(u64, u64)> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let line = stat.lines().next()?;
-    let values: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .take(8)
-        .filter_map(|v| v.parse().ok())
-        .collect();
-    let total: u64 = values.iter().sum();
-    // idle and iowait
-    let idle = values.get(3)? + values.get(4)?;
-    Some((total - idle, total))
-}
-
-/// The stack's control-plane processes, by the PID files `e2e/local/stack`
-/// keeps in its state folder.
-pub fn stack_pids() -> Vec<(&'static str, u32)> {
-    let Some(state) = std::env::var_os("FLASHSALE_STATE_DIR") else {
-        return Vec::new();
-    };
-    let run = PathBuf::from(state).join("run");
-    [
-        "etcd",
-        "apiserver",
-        "controller-manager",
-        "scheduler",
-        "kwok",
-    ]
-    .into_iter()
-    .filter_map(|name| {
-        let text = std::fs::read_to_string(run.join(format!("{name}.pid"))).ok()?;
-        let pid = text.split_whitespace().next()?.parse().ok()?;
-        Some((name, pid))
-    })
-    .collect()
 }
 
 /// Open sockets of `pid` (its connections, mostly to the apiserver).
@@ -175,30 +139,6 @@ pub fn scrape_https(url: &str) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// Sum of every sample of `name` whose labels contain `label` (any labels
-/// when empty); 0 when absent.
-pub fn sum_samples(text: &str, name: &str, label: &str) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let rest = l.strip_prefix(name)?;
-            let value = if let Some(labelled) = rest.strip_prefix('{') {
-                let (labels, value) = labelled.split_once("} ")?;
-                if !labels.contains(label) {
-                    return None;
-                }
-                value
-            } else if label.is_empty() {
-                rest.strip_prefix(' ')?
-            } else {
-                return None;
-            };
-            value.split_whitespace().next()?.parse::<f64>().ok()
-        })
-        // An empty sum of floats is -0.0.
-        .fold(0.0, |sum, v| sum + v)
-}
-
 /// The operator's counters at one moment.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct OperatorCounters {
@@ -282,21 +222,15 @@ pub struct Stage {
 
 impl Stage {
     fn of(name: &'static str, since: Timestamp, times: impl Iterator<Item = Timestamp>) -> Self {
-        let mut offsets: Vec<f64> = times
-            .map(|t| t.duration_since(since).as_secs_f64())
+        // Timestamps have whole seconds, so one may fall before `since`:
+        // it counts as at once.
+        let offsets: Recorder = times
+            .map(|t| Duration::try_from(t.duration_since(since)).unwrap_or_default())
             .collect();
-        offsets.sort_by(f64::total_cmp);
-        let at = |q: f64| {
-            if offsets.is_empty() {
-                f64::NAN
-            } else {
-                let i = ((offsets.len() - 1) as f64 * q).round() as usize;
-                offsets[i]
-            }
-        };
+        let at = |q: f64| offsets.quantile(q).map_or(f64::NAN, |d| d.as_secs_f64());
         Self {
             name,
-            count: offsets.len(),
+            count: usize::try_from(offsets.len()).unwrap_or(usize::MAX),
             p50: at(0.5),
             p90: at(0.9),
             last: at(1.0),

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use flashsale_api::FlashSale;
 use kube::{Api, api::ListParams};
 
-use crate::{Operator, observe, observe::OperatorCounters, writes::Writes};
+use crate::{Operator, log_len, observe, observe::OperatorCounters, writes::Writes};
 
 /// Progress lines at most this far apart.
 const PROGRESS: Duration = Duration::from_secs(15);
@@ -39,7 +39,7 @@ pub async fn hold(
 ) -> anyhow::Result<Steady> {
     let pid = operator.pid();
     let before = OperatorCounters::parse(&operator.metrics().await?);
-    let from = operator.log_len();
+    let from = log_len(operator);
     let started = Instant::now();
     let window = Duration::from_secs(secs);
     println!("  steady state: leaving everything as is for {secs} s");
@@ -56,7 +56,7 @@ pub async fn hold(
         );
     }
     let after = OperatorCounters::parse(&operator.metrics().await?);
-    let to = operator.log_len();
+    let to = log_len(operator);
     let list = sales.list(&ListParams::default()).await?;
     let ready_at_end = list
         .items

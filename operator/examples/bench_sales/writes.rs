@@ -8,6 +8,7 @@
 use std::{collections::BTreeMap, path::Path};
 
 use anyhow::Context as _;
+use flashsale_bench::Recorder;
 use serde_json::Value;
 
 /// The log target of the operator's write lines.
@@ -54,13 +55,8 @@ pub struct Writes {
 impl Writes {
     /// Per-sale distribution: min, p50, p90, max (NaN without sales).
     pub fn distribution(&self) -> [f64; 4] {
-        let values: Vec<f64> = self.per_sale.iter().map(|&n| n as f64).collect();
-        [
-            percentile(&values, 0.0),
-            percentile(&values, 0.5),
-            percentile(&values, 0.9),
-            percentile(&values, 1.0),
-        ]
+        let counts: Recorder<u64> = self.per_sale.iter().copied().collect();
+        [0.0, 0.5, 0.9, 1.0].map(|q| counts.quantile(q).map_or(f64::NAN, |n| n as f64))
     }
 
     /// Writes per sale in the window, on average.
@@ -148,14 +144,6 @@ fn parse_line(line: &str) -> Option<(String, String, String)> {
     let fields = value.get("fields").unwrap_or(&value);
     let text = |key: &str| Some(fields.get(key)?.as_str()?.to_owned());
     Some((text("verb")?, text("kind")?, text("object")?))
-}
-
-/// Nearest-rank percentile `q` (0–1) of `values`; NaN when there are none.
-pub fn percentile(values: &[f64], q: f64) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let rank = (q * sorted.len() as f64).ceil() as usize;
-    sorted.get(rank.max(1) - 1).copied().unwrap_or(f64::NAN)
 }
 
 #[cfg(test)]

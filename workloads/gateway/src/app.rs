@@ -220,9 +220,9 @@ async fn observe(
     let started = Instant::now();
     metrics.inflight().inc();
     // Decrements even when the client goes away mid-request.
-    let _inflight = scopeguard(|| {
+    scopeguard::defer! {
         metrics.inflight().dec();
-    });
+    }
     let response = next.run(request).await;
     metrics.request(
         &route,
@@ -230,16 +230,4 @@ async fn observe(
         started.elapsed().as_secs_f64(),
     );
     response
-}
-
-fn scopeguard(f: impl FnOnce()) -> impl Drop {
-    struct Guard<F: FnOnce()>(Option<F>);
-    impl<F: FnOnce()> Drop for Guard<F> {
-        fn drop(&mut self) {
-            if let Some(f) = self.0.take() {
-                f();
-            }
-        }
-    }
-    Guard(Some(f))
 }

@@ -1,20 +1,27 @@
-//! The inventory's reservation API as the gateway calls it: every call runs
-//! within the caller's deadline, and only failures that cannot have changed
-//! anything twice (the inventory's calls are idempotent by request id or
-//! reservation id) or that were never answered are retried, with jittered
-//! exponential backoff, until the deadline.
+//! The inventory's reservation API as the gateway calls it (the contract is
+//! `flashsale-inventory-api`): every call runs within the caller's deadline,
+//! and only failures that cannot have changed anything twice (the
+//! inventory's calls are idempotent by request id or reservation id) or that
+//! were never answered are retried, with jittered exponential backoff, until
+//! the deadline.
 
 use std::time::Duration;
 
+use backon::{ExponentialBuilder, Retryable};
+use flashsale_inventory_api::{ErrorBody, Reservation, ReserveBody, StockLevel, paths};
 use rand::Rng;
 use reqwest::{Method, StatusCode};
-use serde::{Deserialize, de::DeserializeOwned};
-use serde_json::json;
+use serde::de::{DeserializeOwned, IgnoredAny};
 use tokio::time::Instant;
 
-/// First backoff; doubles per retry up to [`MAX_BACKOFF`], full jitter.
-const FIRST_BACKOFF: Duration = Duration::from_millis(10);
-const MAX_BACKOFF: Duration = Duration::from_millis(200);
+/// Caps of the pauses between attempts: 10 ms, doubling up to 200 ms, for
+/// as long as the deadline allows. Each pause is drawn below its cap (full
+/// jitter, in [`InventoryClient::call`]).
+const BACKOFF: ExponentialBuilder = ExponentialBuilder::new()
+    .with_min_delay(Duration::from_millis(10))
+    .with_factor(2.0)
+    .with_max_delay(Duration::from_millis(200))
+    .without_max_times();
 
 /// What went wrong calling the inventory.
 #[derive(Debug, thiserror::Error)]
@@ -50,39 +57,6 @@ pub enum ClientError {
     Token,
 }
 
-/// A reservation record as the inventory keeps it: what an order is made
-/// of, whatever a client's request said.
-#[derive(Debug, Clone, Deserialize)]
-pub struct Reservation {
-    /// Reservation id.
-    pub id: String,
-    /// Where it is in its life.
-    pub state: ReservationState,
-    /// When it lapses unless confirmed (Unix ms).
-    pub expires_at_ms: u64,
-    /// Buyer.
-    pub user: String,
-    /// SKU.
-    pub sku: String,
-    /// Units.
-    pub quantity: u64,
-    /// Price of the units in minor units, as priced when reserved.
-    pub amount_minor: u64,
-    /// The request id it was made under.
-    pub request_id: String,
-}
-
-impl Reservation {
-    /// Whether the reservation is still `reserved` at `now_ms` (Unix ms)
-    /// although its deadline has passed: lapsed, with its units not yet
-    /// returned by the inventory's sweeper. The inventory refuses to confirm
-    /// it from the same deadline on (by Redis's clock; the two differ by the
-    /// hosts' clock skew).
-    pub fn lapsed_at(&self, now_ms: u64) -> bool {
-        self.state == ReservationState::Reserved && now_ms >= self.expires_at_ms
-    }
-}
-
 /// The answer to a reservation request.
 #[derive(Debug, Clone)]
 pub struct Reserved {
@@ -90,37 +64,6 @@ pub struct Reserved {
     pub record: Reservation,
     /// Whether this call made it (not a retry of an earlier one).
     pub fresh: bool,
-}
-
-/// Lifecycle of a reservation (the inventory's states).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ReservationState {
-    /// A sharded claim between its steps: not yet holding stock for sure.
-    Pending,
-    /// Units held, payment awaited.
-    Reserved,
-    /// Paid.
-    Confirmed,
-    /// Units being returned.
-    Releasing,
-    /// Units returned (cancelled, expired or sold out).
-    Released,
-}
-
-/// Stock of one SKU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-pub struct StockLevel {
-    /// Units for sale in total.
-    pub stock: u64,
-    /// Units that can still be reserved.
-    pub available: u64,
-}
-
-#[derive(Deserialize)]
-struct ErrorBody {
-    error: String,
-    message: String,
 }
 
 /// A client of one sale's reservation API.
@@ -170,15 +113,16 @@ impl InventoryClient {
         request_id: &str,
         deadline: Instant,
     ) -> Result<Reserved, InventoryError> {
-        let body = json!({
-            "sku": sku,
-            "user": user,
-            "quantity": quantity,
-            "amountMinor": amount_minor,
-            "requestId": request_id,
-        });
+        let body = ReserveBody {
+            amount_minor,
+            quantity,
+            request_id: request_id.to_owned(),
+            sku: sku.to_owned(),
+            user: user.to_owned(),
+        };
+        let path = paths::reservations(&self.sale);
         let (status, record) = self
-            .call(Method::POST, "reservations", Some(body), deadline)
+            .call(Method::POST, &path, Some(&body), deadline)
             .await?;
         Ok(Reserved {
             record,
@@ -192,80 +136,99 @@ impl InventoryClient {
         id: &str,
         deadline: Instant,
     ) -> Result<Reservation, InventoryError> {
-        self.call(Method::GET, &format!("reservations/{id}"), None, deadline)
+        let path = paths::reservation(&self.sale, id);
+        self.call(Method::GET, &path, None, deadline)
             .await
             .map(|(_, record)| record)
     }
 
     /// Marks a reservation paid (idempotent).
     pub async fn confirm(&self, id: &str, deadline: Instant) -> Result<(), InventoryError> {
-        let path = format!("reservations/{id}/confirm");
-        self.call::<serde_json::Value>(Method::POST, &path, None, deadline)
+        let path = paths::confirm(&self.sale, id);
+        // Any JSON answer will do: success is the news.
+        self.call::<IgnoredAny>(Method::POST, &path, None, deadline)
             .await
             .map(drop)
     }
 
     /// Returns a reservation's units (idempotent).
     pub async fn cancel(&self, id: &str, deadline: Instant) -> Result<(), InventoryError> {
-        let path = format!("reservations/{id}/cancel");
-        self.call::<serde_json::Value>(Method::POST, &path, None, deadline)
+        let path = paths::cancel(&self.sale, id);
+        self.call::<IgnoredAny>(Method::POST, &path, None, deadline)
             .await
             .map(drop)
     }
 
     /// Stock of `sku`.
     pub async fn stock(&self, sku: &str, deadline: Instant) -> Result<StockLevel, InventoryError> {
-        self.call(Method::GET, &format!("items/{sku}/stock"), None, deadline)
+        let path = paths::stock(&self.sale, sku);
+        self.call(Method::GET, &path, None, deadline)
             .await
             .map(|(_, level)| level)
     }
 
+    /// Calls `path` until an answer, a refusal, or the deadline.
     async fn call<T: DeserializeOwned>(
         &self,
         method: Method,
         path: &str,
-        body: Option<serde_json::Value>,
+        body: Option<&ReserveBody<u64>>,
         deadline: Instant,
     ) -> Result<(StatusCode, T), InventoryError> {
-        let url = format!("{}/v1/sales/{}/{path}", self.base, self.sale);
+        let (method, url) = (&method, &format!("{}{path}", self.base));
         let mut attempts = 0;
-        let mut backoff = FIRST_BACKOFF;
-        loop {
+        (|| {
             attempts += 1;
-            let left = deadline.saturating_duration_since(Instant::now());
-            let last = if left.is_zero() {
-                "deadline reached".to_owned()
-            } else {
-                let mut request = self.http.request(method.clone(), &url).timeout(left);
-                if let Some(authorization) = &self.authorization {
-                    request = request.header(reqwest::header::AUTHORIZATION, authorization.clone());
-                }
-                if let Some(body) = &body {
-                    request = request.json(body);
-                }
-                match self.attempt(request).await {
-                    Ok(value) => return Ok(value),
-                    Err(Attempt::Final(err)) => return Err(err),
-                    Err(Attempt::Retry(reason)) => reason,
-                }
-            };
-            // Full jitter: retries of many requests spread out instead of
-            // hitting a recovering inventory together.
-            let pause =
-                Duration::from_micros(rand::rng().random_range(0..=backoff.as_micros() as u64));
-            if Instant::now() + pause >= deadline {
-                return Err(InventoryError::Unavailable { attempts, last });
+            let attempt = attempts;
+            async move {
+                self.attempt(method, url, body, deadline)
+                    .await
+                    .map_err(|failure| (attempt, failure))
             }
-            tracing::debug!(%url, attempts, reason = %last, "retrying inventory call");
-            tokio::time::sleep(pause).await;
-            backoff = (backoff * 2).min(MAX_BACKOFF);
-        }
+        })
+        .retry(BACKOFF)
+        .when(|(_, failure)| matches!(failure, Attempt::Retry(_)))
+        // Full jitter: retries of many requests spread out instead of
+        // hitting a recovering inventory together. No pause that would end
+        // past the deadline: the caller has better use for the time.
+        .adjust(|_, cap| {
+            // backon doubles the cap in f32, which leaves it nanoseconds off
+            // the millisecond; to the nearest microsecond it is exact.
+            let cap = (cap? + Duration::from_nanos(500)).as_micros() as u64;
+            let pause = Duration::from_micros(rand::rng().random_range(0..=cap));
+            (Instant::now() + pause < deadline).then_some(pause)
+        })
+        .notify(|(attempts, failure), _| {
+            if let Attempt::Retry(reason) = failure {
+                tracing::debug!(%url, attempts, %reason, "retrying inventory call");
+            }
+        })
+        .await
+        .map_err(|(attempts, failure)| match failure {
+            Attempt::Final(err) => err,
+            Attempt::Retry(last) => InventoryError::Unavailable { attempts, last },
+        })
     }
 
+    /// One request, given what is left of the deadline.
     async fn attempt<T: DeserializeOwned>(
         &self,
-        request: reqwest::RequestBuilder,
+        method: &Method,
+        url: &str,
+        body: Option<&ReserveBody<u64>>,
+        deadline: Instant,
     ) -> Result<(StatusCode, T), Attempt> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Attempt::Retry("deadline reached".to_owned()));
+        }
+        let mut request = self.http.request(method.clone(), url).timeout(left);
+        if let Some(authorization) = &self.authorization {
+            request = request.header(reqwest::header::AUTHORIZATION, authorization.clone());
+        }
+        if let Some(body) = body {
+            request = request.json(body);
+        }
         let response = request
             .send()
             .await
@@ -282,7 +245,7 @@ impl InventoryClient {
             return Err(Attempt::Retry(format!("HTTP {status}")));
         }
         let (code, message) = match response.json::<ErrorBody>().await {
-            Ok(body) => (body.error, body.message),
+            Ok(ErrorBody { error, message }) => (error, message),
             Err(_) => ("unexpected".to_owned(), format!("HTTP {status}")),
         };
         Err(Attempt::Final(InventoryError::Refused {
@@ -293,40 +256,106 @@ impl InventoryClient {
     }
 }
 
+/// How one attempt failed.
 enum Attempt {
+    /// Unanswered, a 5xx or an unreadable answer: worth another try.
     Retry(String),
+    /// A refusal: the same request gets the same answer.
     Final(InventoryError),
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::{
+        Arc,
+        atomic::{AtomicU32, Ordering},
+    };
+
+    use axum::{Json, Router, extract::State, http::StatusCode as Status, routing::get};
+    use backon::BackoffBuilder;
+
     use super::*;
 
     #[test]
-    fn only_a_reserved_record_past_its_deadline_has_lapsed_unswept() {
-        let record = |state| Reservation {
-            id: "r1".into(),
-            state,
-            expires_at_ms: 1_000,
-            user: "u1".into(),
-            sku: "A".into(),
-            quantity: 1,
-            amount_minor: 1999,
-            request_id: "req".into(),
-        };
-        let reserved = record(ReservationState::Reserved);
-        assert!(!reserved.lapsed_at(999));
-        // The deadline itself is past, as in the inventory's confirm.
-        assert!(reserved.lapsed_at(1_000));
-        assert!(reserved.lapsed_at(5_000));
-        // Paid, returned or not settled: each has its own answer.
-        for state in [
-            ReservationState::Pending,
-            ReservationState::Confirmed,
-            ReservationState::Releasing,
-            ReservationState::Released,
-        ] {
-            assert!(!record(state).lapsed_at(5_000), "{state:?}");
+    fn the_pause_caps_double_from_10_ms_to_200_ms_without_end() {
+        let caps: Vec<Duration> = BACKOFF.build().take(8).collect();
+        let wanted = [10, 20, 40, 80, 160, 200, 200, 200].map(Duration::from_millis);
+        for (cap, wanted) in caps.iter().zip(wanted) {
+            assert!(cap.abs_diff(wanted) < Duration::from_nanos(500), "{caps:?}");
         }
+    }
+
+    /// A client of an inventory that answers the `n`th stock read (from 1)
+    /// with `answer(n)`, and the count of reads.
+    async fn inventory(
+        answer: fn(u32) -> (Status, serde_json::Value),
+    ) -> anyhow::Result<(InventoryClient, Arc<AtomicU32>)> {
+        let reads = Arc::new(AtomicU32::new(0));
+        let router = Router::new()
+            .route(
+                paths::STOCK,
+                get(move |State(reads): State<Arc<AtomicU32>>| async move {
+                    let (status, body) = answer(reads.fetch_add(1, Ordering::SeqCst) + 1);
+                    (status, Json(body))
+                }),
+            )
+            .with_state(reads.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("http://{}", listener.local_addr()?);
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        Ok((InventoryClient::new(&url, "s1", None)?, reads))
+    }
+
+    #[tokio::test]
+    async fn failures_are_retried_until_an_answer() -> anyhow::Result<()> {
+        let (client, reads) = inventory(|n| match n {
+            1..=3 => (Status::BAD_GATEWAY, serde_json::json!({})),
+            _ => (
+                Status::OK,
+                serde_json::json!({"stock": 10, "available": 7, "reserved": 2, "sold": 1}),
+            ),
+        })
+        .await?;
+        let level = client
+            .stock("A", Instant::now() + Duration::from_secs(5))
+            .await?;
+        assert_eq!((level.stock, level.available), (10, 7));
+        assert_eq!(reads.load(Ordering::SeqCst), 4);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_refusal_is_final() -> anyhow::Result<()> {
+        let (client, reads) = inventory(|_| {
+            let body = serde_json::json!({"error": "unknown_sku", "message": "no SKU A"});
+            (Status::NOT_FOUND, body)
+        })
+        .await?;
+        let refused = client
+            .stock("A", Instant::now() + Duration::from_secs(5))
+            .await;
+        let Err(InventoryError::Refused { status, code, .. }) = refused else {
+            anyhow::bail!("not refused: {refused:?}");
+        };
+        assert_eq!((status, code.as_str()), (Status::NOT_FOUND, "unknown_sku"));
+        assert_eq!(reads.load(Ordering::SeqCst), 1);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_failing_inventory_is_given_up_at_the_deadline() -> anyhow::Result<()> {
+        let (client, reads) =
+            inventory(|_| (Status::SERVICE_UNAVAILABLE, serde_json::json!({}))).await?;
+        let failed = client
+            .stock("A", Instant::now() + Duration::from_secs(1))
+            .await;
+        let Err(InventoryError::Unavailable { attempts, last }) = failed else {
+            anyhow::bail!("not unavailable: {failed:?}");
+        };
+        // Every attempt was a request, the last one answered 503.
+        assert_eq!(attempts, reads.load(Ordering::SeqCst));
+        assert!(attempts >= 2, "{attempts}");
+        assert_eq!(last, "HTTP 503 Service Unavailable");
+        Ok(())
     }
 }

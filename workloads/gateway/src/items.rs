@@ -13,9 +13,10 @@ use std::{
     time::Duration,
 };
 
+use flashsale_inventory_api::StockLevel;
 use tokio::time::Instant;
 
-use crate::inventory_client::{InventoryClient, InventoryError, StockLevel};
+use crate::inventory_client::{InventoryClient, InventoryError};
 
 /// Longest a refresh may take before the request is answered from what is
 /// known (or refused).

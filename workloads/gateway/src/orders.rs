@@ -37,6 +37,7 @@ use axum::{
     http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
+use flashsale_inventory_api::{Reservation, ReservationState, codes};
 use flashsale_orders::{EventKind, OrderEvent, ReservedFacts, order_id, reservation_id};
 use flashsale_runtime::ApiError;
 use serde::Deserialize;
@@ -48,7 +49,7 @@ use crate::{
     app::{AppState, MAX_BODY_BYTES, RateScope},
     auth::User,
     concurrency::Partition,
-    inventory_client::{InventoryError, Reservation, ReservationState, Reserved},
+    inventory_client::{InventoryError, Reserved},
     queue,
     waiting_room::PassLease,
 };
@@ -433,13 +434,13 @@ pub(crate) fn inventory_refusal(err: InventoryError) -> ApiError {
             message,
         } => {
             let code: &'static str = match code.as_str() {
-                "sold_out" => "sold_out",
-                "user_limit" => "user_limit",
-                "unknown_sku" => "unknown_sku",
-                "unknown_reservation" => "unknown_order",
-                "not_reserved" => "order_lapsed",
-                "confirmed" => "already_paid",
-                "idempotency_mismatch" => "idempotency_key_reused",
+                codes::SOLD_OUT => "sold_out",
+                codes::USER_LIMIT => "user_limit",
+                codes::UNKNOWN_SKU => "unknown_sku",
+                codes::UNKNOWN_RESERVATION => "unknown_order",
+                codes::NOT_RESERVED => "order_lapsed",
+                codes::CONFIRMED => "already_paid",
+                codes::IDEMPOTENCY_MISMATCH => "idempotency_key_reused",
                 _ => "refused",
             };
             let status = StatusCode::from_u16(status.as_u16()).unwrap_or(StatusCode::CONFLICT);

@@ -39,6 +39,7 @@ use axum::{
     http::{HeaderMap, StatusCode},
     response::{IntoResponse, Response},
 };
+use flashsale_inventory_api::{Reservation, ReservationState, codes};
 use flashsale_orders::{EventKind, OrderEvent};
 use flashsale_runtime::ApiError;
 use hmac::{Hmac, KeyInit, Mac};
@@ -50,7 +51,7 @@ use tokio::time::Instant;
 use crate::{
     app::{AppState, MAX_BODY_BYTES, RateScope},
     concurrency::Partition,
-    inventory_client::{InventoryError, Reservation, ReservationState},
+    inventory_client::InventoryError,
     metrics::RefundReason,
     orders::{
         facts, inventory_refusal, now_ms, order_lapsed, publish, reservation_of, unavailable,
@@ -362,7 +363,7 @@ async fn settle(state: &AppState, callback: &Callback) -> Result<Response, ApiEr
         Ok(()) => {}
         // Lapsed (swept or not) or cancelled before the money came: the
         // inventory's clock decides, and the payment must go back.
-        Err(InventoryError::Refused { code, .. }) if code == "not_reserved" => {
+        Err(InventoryError::Refused { code, .. }) if code == codes::NOT_RESERVED => {
             refund_needed(state, callback, RefundReason::Lapsed);
             return Err(ApiError::new(
                 StatusCode::CONFLICT,

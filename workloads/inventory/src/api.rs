@@ -1,5 +1,7 @@
-//! The inventory's HTTP API (JSON). Every refusal is a 4xx with a JSON body
-//! `{"error": <code>, "message": <text>}`; nothing a client sends can panic it.
+//! The inventory's HTTP API (JSON), serving the contract of
+//! `flashsale-inventory-api` (routes, bodies, answers, error codes). Every
+//! refusal is a 4xx with a JSON body `{"error": <code>, "message": <text>}`;
+//! nothing a client sends can panic it.
 
 use std::{
     collections::HashMap,
@@ -17,9 +19,10 @@ use axum::{
     response::{IntoResponse, Response},
     routing::{get, post},
 };
+use flashsale_inventory_api::{
+    AdjustBody, LoadedSale, ReservationState, ReserveBody, StateChange, codes, paths,
+};
 use flashsale_runtime::ApiError;
-use serde::Deserialize;
-use serde_json::json;
 
 use crate::{
     auth::{self, Tokens},
@@ -104,18 +107,18 @@ impl AppState {
 pub fn router(state: AppState) -> Router {
     let tokens = state.tokens.clone();
     let admin = Router::new()
-        .route("/v1/sales", post(load_sale))
-        .route("/v1/sales/{sale}/items/{sku}/adjustments", post(adjust))
+        .route(paths::SALES, post(load_sale))
+        .route(paths::ADJUSTMENTS, post(adjust))
         .route_layer(axum::middleware::from_fn_with_state(
             tokens.clone(),
             auth::require_admin,
         ));
     Router::new()
-        .route("/v1/sales/{sale}/reservations", post(reserve))
-        .route("/v1/sales/{sale}/reservations/{id}", get(reservation))
-        .route("/v1/sales/{sale}/reservations/{id}/confirm", post(confirm))
-        .route("/v1/sales/{sale}/reservations/{id}/cancel", post(cancel))
-        .route("/v1/sales/{sale}/items/{sku}/stock", get(stock))
+        .route(paths::RESERVATIONS, post(reserve))
+        .route(paths::RESERVATION, get(reservation))
+        .route(paths::CONFIRM, post(confirm))
+        .route(paths::CANCEL, post(cancel))
+        .route(paths::STOCK, get(stock))
         .route_layer(axum::middleware::from_fn_with_state(
             tokens,
             auth::require_api,
@@ -131,17 +134,19 @@ impl From<StoreError> for ApiError {
         match err {
             StoreError::UnknownSale(sale) => Self::new(
                 StatusCode::NOT_FOUND,
-                "unknown_sale",
+                codes::UNKNOWN_SALE,
                 format!("sale {sale:?} is not loaded"),
             ),
-            StoreError::ClaimExpired(_) | StoreError::NotDurable { .. } => {
-                Self::new(StatusCode::SERVICE_UNAVAILABLE, "retry", err.to_string())
-            }
+            StoreError::ClaimExpired(_) | StoreError::NotDurable { .. } => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                codes::RETRY,
+                err.to_string(),
+            ),
             StoreError::StockLost { .. } => {
                 tracing::error!(error = %err, "refusing to sell");
                 Self::new(
                     StatusCode::SERVICE_UNAVAILABLE,
-                    "stock_lost",
+                    codes::STOCK_LOST,
                     err.to_string(),
                 )
             }
@@ -149,7 +154,7 @@ impl From<StoreError> for ApiError {
                 tracing::warn!(error = %other, "store error");
                 Self::new(
                     StatusCode::SERVICE_UNAVAILABLE,
-                    "unavailable",
+                    codes::UNAVAILABLE,
                     "stock store unavailable; retry later",
                 )
             }
@@ -199,21 +204,12 @@ async fn load_sale(
             )));
         }
     }
-    let loaded = state.store.load(&def).await?;
-    Ok(Json(json!({"sale": def.sale, "items": loaded})).into_response())
-}
-
-/// Body of a reservation request.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct ReserveBody {
-    sku: String,
-    user: String,
-    quantity: i64,
-    request_id: String,
-    /// The price of the units as the caller computed it; kept on the record.
-    #[serde(default)]
-    amount_minor: i64,
+    let items = state.store.load(&def).await?;
+    Ok(Json(LoadedSale {
+        items,
+        sale: def.sale,
+    })
+    .into_response())
 }
 
 async fn reserve(
@@ -239,7 +235,7 @@ async fn reserve(
         state.metrics.reservation("sold_out");
         return Err(ApiError::new(
             StatusCode::CONFLICT,
-            "sold_out",
+            codes::SOLD_OUT,
             format!("{} is sold out", body.sku),
         ));
     }
@@ -269,7 +265,7 @@ async fn reserve(
         tracing::warn!(error = %err, "reservation task failed");
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "unavailable",
+            codes::UNAVAILABLE,
             "the reservation did not finish; retry with the same request id",
         )
     })?
@@ -282,7 +278,7 @@ async fn reserve(
         ReserveOutcome::Existing(existing) => Ok((StatusCode::OK, Json(existing)).into_response()),
         ReserveOutcome::Mismatch { id } => Err(ApiError::new(
             StatusCode::CONFLICT,
-            "idempotency_mismatch",
+            codes::IDEMPOTENCY_MISMATCH,
             format!(
                 "request id {:?} was used for another SKU or quantity (reservation {id})",
                 body.request_id
@@ -293,7 +289,7 @@ async fn reserve(
             state.set_sold_out(&sale, &body.sku, true);
             Err(ApiError::new(
                 StatusCode::CONFLICT,
-                "sold_out",
+                codes::SOLD_OUT,
                 format!("{} is sold out", body.sku),
             ))
         }
@@ -301,7 +297,7 @@ async fn reserve(
             state.metrics.reservation("user_limit");
             Err(ApiError::new(
                 StatusCode::CONFLICT,
-                "user_limit",
+                codes::USER_LIMIT,
                 format!(
                     "user already holds {held} of {}; the per-user limit allows no more",
                     body.sku
@@ -310,7 +306,7 @@ async fn reserve(
         }
         ReserveOutcome::UnknownSku => Err(ApiError::new(
             StatusCode::NOT_FOUND,
-            "unknown_sku",
+            codes::UNKNOWN_SKU,
             format!("sale {sale:?} has no SKU {:?}", body.sku),
         )),
     }
@@ -325,7 +321,7 @@ async fn reservation(
         Some(r) => Ok(Json(r).into_response()),
         None => Err(ApiError::new(
             StatusCode::NOT_FOUND,
-            "unknown_reservation",
+            codes::UNKNOWN_RESERVATION,
             format!("no reservation {id:?}"),
         )),
     }
@@ -337,17 +333,19 @@ async fn confirm(
 ) -> Result<Response, ApiError> {
     let Path((sale, id)) = path?;
     match state.store.confirm(&sale, &id).await? {
-        ConfirmOutcome::Confirmed | ConfirmOutcome::AlreadyConfirmed => {
-            Ok(Json(json!({"id": id, "state": "confirmed"})).into_response())
-        }
+        ConfirmOutcome::Confirmed | ConfirmOutcome::AlreadyConfirmed => Ok(Json(StateChange {
+            id,
+            state: ReservationState::Confirmed,
+        })
+        .into_response()),
         ConfirmOutcome::NotReserved => Err(ApiError::new(
             StatusCode::CONFLICT,
-            "not_reserved",
+            codes::NOT_RESERVED,
             "the reservation lapsed or was cancelled before payment",
         )),
         ConfirmOutcome::Missing => Err(ApiError::new(
             StatusCode::NOT_FOUND,
-            "unknown_reservation",
+            codes::UNKNOWN_RESERVATION,
             format!("no reservation {id:?}"),
         )),
     }
@@ -361,22 +359,29 @@ async fn cancel(
     match state.store.cancel(&sale, &id).await? {
         CancelOutcome::Cancelled => {
             state.clear_sold_out(&sale);
-            Ok(Json(json!({"id": id, "state": "released"})).into_response())
+            Ok(released(id))
         }
-        CancelOutcome::AlreadyReleased => {
-            Ok(Json(json!({"id": id, "state": "released"})).into_response())
-        }
+        CancelOutcome::AlreadyReleased => Ok(released(id)),
         CancelOutcome::Confirmed => Err(ApiError::new(
             StatusCode::CONFLICT,
-            "confirmed",
+            codes::CONFIRMED,
             "a paid reservation is refunded, not cancelled",
         )),
         CancelOutcome::Missing => Err(ApiError::new(
             StatusCode::NOT_FOUND,
-            "unknown_reservation",
+            codes::UNKNOWN_RESERVATION,
             format!("no reservation {id:?}"),
         )),
     }
+}
+
+/// The answer to a cancel, whether it released the units now or before.
+fn released(id: String) -> Response {
+    Json(StateChange {
+        id,
+        state: ReservationState::Released,
+    })
+    .into_response()
 }
 
 async fn stock(
@@ -391,18 +396,10 @@ async fn stock(
         }
         None => Err(ApiError::new(
             StatusCode::NOT_FOUND,
-            "unknown_sku",
+            codes::UNKNOWN_SKU,
             format!("sale {sale:?} has no SKU {sku:?}"),
         )),
     }
-}
-
-/// Body of a stock adjustment.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AdjustBody {
-    delta: i64,
-    reason: String,
 }
 
 async fn adjust(
@@ -436,7 +433,7 @@ async fn adjust(
         }
         None => Err(ApiError::new(
             StatusCode::NOT_FOUND,
-            "unknown_sku",
+            codes::UNKNOWN_SKU,
             format!("sale {sale:?} has no SKU {sku:?}"),
         )),
     }

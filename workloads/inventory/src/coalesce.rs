@@ -28,6 +28,7 @@ use std::{
 
 use flashsale_runtime::RedisConnection;
 use redis::{ErrorKind, RedisError, Script, ScriptInvocation};
+use scopeguard::ScopeGuard;
 use tokio::sync::oneshot;
 
 use crate::{
@@ -242,22 +243,15 @@ impl Coalescer {
         // Ends the drain if this task is dropped or panics mid-way, so the
         // SKU does not stay "in flight" forever: the queued waiters' senders
         // drop (they see `Abandoned`) and the next request starts afresh.
-        struct Guard<'a>(&'a Coalescer, &'a SkuKey, bool);
-        impl Drop for Guard<'_> {
-            fn drop(&mut self) {
-                if self.2 {
-                    drop(self.0.queues().abandon(self.1));
-                }
-            }
-        }
-        let mut guard = Guard(&self, &key, true);
+        let abandon = scopeguard::guard((), |()| drop(self.queues().abandon(&key)));
         if !self.settings.window.is_zero() {
             tokio::time::sleep(self.settings.window).await;
         }
         loop {
             let batch = self.queues().take(&key, self.settings.max_batch);
             if batch.is_empty() {
-                guard.2 = false;
+                // The empty take ended the drain.
+                ScopeGuard::into_inner(abandon);
                 return;
             }
             // A waiter that went away before its call is not sent at all.

@@ -17,7 +17,7 @@
 
 use std::time::Duration;
 
-use flashsale_orders::{EventKind, OrderEvent, OrderProducer};
+use flashsale_orders::{EventKind, OrderEvent, OrderProducer, ReservedFacts};
 use flashsale_runtime::RedisConnection;
 use flashsale_runtime::Shutdown;
 use redis::Value;
@@ -151,11 +151,16 @@ async fn publish(
 
 /// The `expired` event of a lapsed or cancelled reservation, from its record.
 fn expired_event(sale: &str, record: &Reservation) -> OrderEvent {
-    OrderEvent::of_reservation(
-        EventKind::Expired,
-        record.facts(sale),
-        jiff::Timestamp::now(),
-    )
+    let facts = ReservedFacts {
+        sale,
+        reservation_id: &record.id,
+        user_id: &record.user,
+        sku: &record.sku,
+        quantity: record.quantity,
+        amount_minor: record.amount_minor,
+        request_id: &record.request_id,
+    };
+    OrderEvent::of_reservation(EventKind::Expired, facts, jiff::Timestamp::now())
 }
 
 async fn ensure_group(conn: &mut RedisConnection, stream: &str) -> Result<(), StoreError> {

@@ -11,9 +11,14 @@ use std::{
     time::Duration,
 };
 
+// The store takes and answers the API's own types: what Redis holds is
+// what the inventory serves.
+pub use flashsale_inventory_api::{
+    Adjustment, ItemDefinition, LoadedItem, Reservation, ReservationState, SaleDefinition,
+    StockLevel,
+};
 use flashsale_runtime::{RedisConnection, RedisTarget, RedisTimeouts};
 use redis::Script;
-use serde::{Deserialize, Serialize};
 use tokio::sync::RwLock;
 
 use crate::{
@@ -139,44 +144,6 @@ fn connected_replicas(info: &str) -> Option<u64> {
         .and_then(|n| n.trim().parse().ok())
 }
 
-/// A sale as the inventory needs it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SaleDefinition {
-    /// Sale name.
-    pub sale: String,
-    /// How long a reservation may stay unpaid, in milliseconds.
-    pub reservation_ttl_ms: u64,
-    /// When the sale opens (Unix ms). Stock is created only before then:
-    /// stock missing after the opening was lost, not new. Without it any
-    /// load may create stock.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub opens_at_ms: Option<u64>,
-    /// Items on sale.
-    pub items: Vec<ItemDefinition>,
-}
-
-/// One SKU of a sale.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ItemDefinition {
-    /// The SKU.
-    pub sku: String,
-    /// Units for sale.
-    pub stock: u64,
-    /// Most units one user may hold.
-    pub per_user_limit: u64,
-    /// Redis keys (slots) the stock is split over.
-    pub shards: u32,
-}
-
-impl SaleDefinition {
-    /// When the sale opens, Unix ms, if the definition says (`opensAtMs`).
-    pub fn opening(&self) -> u64 {
-        self.opens_at_ms.unwrap_or(0)
-    }
-}
-
 /// A reservation request.
 #[derive(Debug, Clone)]
 pub struct ReserveRequest<'a> {
@@ -220,60 +187,6 @@ pub enum ReserveOutcome {
     UnknownSku,
 }
 
-/// Lifecycle of a reservation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ReservationState {
-    /// A sharded claim between its steps.
-    Pending,
-    /// Units held, payment awaited.
-    Reserved,
-    /// Paid.
-    Confirmed,
-    /// Units being returned.
-    Releasing,
-    /// Units returned (cancelled, expired or sold out).
-    Released,
-}
-
-/// A reservation as stored.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Reservation {
-    /// Id.
-    pub id: String,
-    /// SKU.
-    pub sku: String,
-    /// Buyer.
-    pub user: String,
-    /// Units.
-    pub quantity: u64,
-    /// Price of the units in minor units, as given when reserved.
-    pub amount_minor: u64,
-    /// The request id it was made under.
-    pub request_id: String,
-    /// Where it is in its life.
-    pub state: ReservationState,
-    /// Why it was released, if it was.
-    pub reason: Option<String>,
-    /// When it lapses (or lapsed), Unix ms.
-    pub expires_at_ms: u64,
-}
-
-impl Reservation {
-    /// What the order events of this reservation in `sale` say.
-    pub fn facts<'a>(&'a self, sale: &'a str) -> flashsale_orders::ReservedFacts<'a> {
-        flashsale_orders::ReservedFacts {
-            sale,
-            reservation_id: &self.id,
-            user_id: &self.user,
-            sku: &self.sku,
-            quantity: self.quantity,
-            amount_minor: self.amount_minor,
-            request_id: &self.request_id,
-        }
-    }
-}
-
 /// The answer to a confirm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConfirmOutcome {
@@ -298,19 +211,6 @@ pub enum CancelOutcome {
     Confirmed,
     /// No such reservation.
     Missing,
-}
-
-/// Stock of one SKU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct StockLevel {
-    /// Units for sale in total.
-    pub stock: u64,
-    /// Units that can still be reserved.
-    pub available: u64,
-    /// Units reserved, not yet paid.
-    pub reserved: u64,
-    /// Units paid.
-    pub sold: u64,
 }
 
 /// Source of the one-shard reserve script (admission + reserve of a batch of
@@ -375,15 +275,6 @@ pub struct Store {
     durability: Durability,
     // One-shard reservations of a SKU share script calls (`coalesce`).
     pub(crate) coalescer: Arc<Coalescer>,
-}
-
-/// Whether a load created a SKU or found it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct LoadedItem {
-    /// The SKU.
-    pub sku: String,
-    /// `true` if this load created it; `false` if its counts were kept.
-    pub created: bool,
 }
 
 impl Store {
@@ -1114,24 +1005,6 @@ impl Store {
             .await?;
         Ok(held.unwrap_or(0))
     }
-}
-
-/// What a stock adjustment did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Adjustment {
-    /// The SKU.
-    pub sku: String,
-    /// Units asked for (negative removes).
-    pub requested: i64,
-    /// Units actually moved.
-    pub applied: i64,
-    /// Why, as given.
-    pub reason: String,
-    /// Stock before.
-    pub before: StockLevel,
-    /// Stock after.
-    pub after: StockLevel,
 }
 
 /// The keys and arguments `admit.lua` and the scripts it prefixes share;

@@ -12,14 +12,14 @@
 //! Needs the local stack (`eval "$(e2e/local/stack env)"`). Run:
 //! `cargo run --release -p order-writer --example bench_writer -- --events 100000 --runs 3`
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use common::Topics;
-use flashsale_e2e::stack;
+use flashsale_bench::{Recorder, median, ms};
+use flashsale_e2e::{
+    orders::{Topics, event, produce},
+    stack,
+};
 use flashsale_orders::{OrderProducer, ProducerSettings};
 use flashsale_runtime::{Shutdown, metrics::render};
 use order_writer::{
@@ -52,51 +52,42 @@ struct Options {
     databases: Vec<String>,
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied().unwrap_or(0.0)
-}
-
 /// The value of an unlabelled sample line `name value` in the registry's text.
 fn sample(registry: &Registry, name: &str) -> anyhow::Result<f64> {
-    let text = render(registry)?;
-    Ok(text
-        .lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0.0))
+    Ok(flashsale_e2e::metrics::sample(&render(registry)?, name).unwrap_or(0.0))
 }
 
-/// `histogram_quantile` over the commit-latency buckets, as Prometheus
-/// computes it (linear within the bucket).
-fn commit_latency_quantile(registry: &Registry, q: f64) -> anyhow::Result<f64> {
+/// The `q` quantile of created → committed, from the writer's
+/// `order_writer_commit_latency_seconds` histogram: each commit is known
+/// only to its bucket, so it is recorded at the bucket's upper bound (the
+/// last finite bound for the overflow bucket), and the quantile is the
+/// recorder's. An upper bound of the quantile, at the buckets' resolution.
+fn commit_latency_quantile(registry: &Registry, q: f64) -> anyhow::Result<Option<Duration>> {
     let text = render(registry)?;
-    let buckets: Vec<(f64, f64)> = text
-        .lines()
-        .filter_map(|l| {
-            let rest = l.strip_prefix("order_writer_commit_latency_seconds_bucket{le=\"")?;
-            let (le, count) = rest.split_once("\"} ")?;
-            Some((le.parse().unwrap_or(f64::INFINITY), count.parse().ok()?))
-        })
-        .collect();
-    let total = buckets.last().map(|b| b.1).unwrap_or(0.0);
-    let rank = q * total;
-    let (mut lower, mut below) = (0.0, 0.0);
-    for (le, count) in buckets {
-        if count >= rank {
-            if le.is_infinite() {
-                return Ok(lower);
-            }
-            let within = (rank - below) / (count - below).max(1.0);
-            return Ok(lower + (le - lower) * within);
+    let mut recorder = Recorder::new();
+    let (mut bound, mut below) = (Duration::ZERO, 0_u64);
+    for line in text.lines() {
+        let Some((le, count)) = line
+            .strip_prefix("order_writer_commit_latency_seconds_bucket{le=\"")
+            .and_then(|rest| rest.split_once("\"} "))
+        else {
+            continue;
+        };
+        let count: u64 = count.parse()?;
+        if let Ok(le) = le.parse::<f64>()
+            && le.is_finite()
+        {
+            bound = Duration::from_secs_f64(le);
         }
-        (lower, below) = (le, count);
+        recorder.record_n(bound, count.saturating_sub(below));
+        below = count;
     }
-    Ok(lower)
+    Ok(recorder.quantile(q))
 }
 
 /// The ceiling: the same rows straight into a table shaped like `orders`.
 async fn raw_rows_per_second(sink: &Sink, sale: &str, events: usize) -> anyhow::Result<f64> {
-    let rows: Vec<_> = (0..events).map(|n| common::event(sale, n)).collect();
+    let rows: Vec<_> = (0..events).map(|n| event(sale, n)).collect();
     let started;
     match sink {
         Sink::Postgres(pool) => {
@@ -273,7 +264,7 @@ async fn writer_rows_per_second(
 ) -> anyhow::Result<f64> {
     let topics = Topics::create(6).await?;
     let producer = producer_for(&topics)?;
-    let (acked, failed) = common::produce(&producer, sale, 0..events, 10_000).await;
+    let (acked, failed) = produce(&producer, sale, 0..events, 10_000).await;
     anyhow::ensure!(failed.is_empty() && acked.len() == events, "produce failed");
     let bench = start_writer(&topics, sink, batch_size, write_concurrency)?;
     let rate = bench.steady_rate(events).await?;
@@ -284,20 +275,20 @@ async fn writer_rows_per_second(
 }
 
 /// Produces at `rate` events/s for `seconds` with a running writer, then
-/// reads the p99 of created → committed.
-async fn p99_at(
+/// reads the p99 of created → committed (`None` when nothing committed).
+async fn commit_p99_at(
     sink: &Sink,
     producer_for: impl Fn(&Topics) -> anyhow::Result<OrderProducer>,
     sale: &str,
     rate: f64,
     seconds: u64,
     write_concurrency: usize,
-) -> anyhow::Result<f64> {
+) -> anyhow::Result<Option<Duration>> {
     let topics = Topics::create(6).await?;
     let producer = producer_for(&topics)?;
     let bench = start_writer(&topics, sink, 200, write_concurrency)?;
     // Warm up: the group has joined once the first event is stored.
-    let (acked, _) = common::produce(&producer, sale, 0..1, 1).await;
+    let (acked, _) = produce(&producer, sale, 0..1, 1).await;
     anyhow::ensure!(acked.len() == 1, "warm-up event not acknowledged");
     bench.steady_rate(1).await?;
 
@@ -312,7 +303,7 @@ async fn p99_at(
         let (producer, sale, range) = (producer.clone(), sale.to_owned(), next..next + per_tick);
         next += per_tick;
         sends.push(tokio::spawn(async move {
-            common::produce(&producer, &sale, range, usize::MAX).await
+            produce(&producer, &sale, range, usize::MAX).await
         }));
     }
     for send in sends {
@@ -369,7 +360,7 @@ async fn main() -> anyhow::Result<()> {
                 opts.write_concurrency,
             )
             .await?;
-            let p99 = p99_at(
+            let p99 = commit_p99_at(
                 &sink,
                 producer_for,
                 &sale,
@@ -378,10 +369,10 @@ async fn main() -> anyhow::Result<()> {
                 opts.write_concurrency,
             )
             .await?;
+            let p99 = p99.map_or(f64::NAN, ms);
             eprintln!(
                 "{database} run {run}: raw {r:.0}/s, writer {w:.0}/s, batch-1 {b:.0}/s, \
-                 p99 {:.1} ms at {:.0}/s",
-                p99 * 1000.0,
+                 p99 {p99:.1} ms at {:.0}/s",
                 w / 2.0
             );
             latency.push(p99);
@@ -391,15 +382,16 @@ async fn main() -> anyhow::Result<()> {
             ratio.push(w / r);
             ratio_one.push(b / r);
         }
-        let writer_rate = median(writer.clone());
+        let of = |values: Vec<f64>| median(values).unwrap_or(f64::NAN);
+        let writer_rate = of(writer);
         println!(
             "| {database} | {:.0} | {:.0} | {:.2} | {:.0} | {:.3} | {:.1} ms at about {:.0}/s |",
-            median(raw),
+            of(raw),
             writer_rate,
-            median(ratio),
-            median(one),
-            median(ratio_one),
-            median(latency) * 1000.0,
+            of(ratio),
+            of(one),
+            of(ratio_one),
+            of(latency),
             writer_rate / 2.0
         );
         match &sink {

@@ -1,13 +1,22 @@
 //! A whole funnel for one test: a real inventory (in this process, on the
 //! stack's Redis) with a freshly loaded sale, a fresh Kafka topic, and a
-//! gateway in front of them, all on loopback.
+//! gateway in front of them, all on loopback. What does not need the
+//! gateway's or the inventory's types (the sale's plan, the secrets, what
+//! a client does) is the test kit's funnel (`flashsale_e2e::funnel`), which
+//! the benchmarks and the play share; what builds the two services in this
+//! process is here, where the tests can read the gateway's state.
 
 #![allow(dead_code)] // each test binary uses its own subset
 
 use std::{net::SocketAddr, time::Duration};
 
-use flashsale_e2e::{redis_keys, stack, wait::poll_until};
-use flashsale_orders::{OrderEvent, ProducerSettings};
+#[allow(unused_imports)] // each test binary uses its own subset
+pub use flashsale_e2e::funnel::{
+    INVENTORY_TOKEN, ITEMS, JWT_SECRET, PAYMENT_SECRET, ROOM_KEY, TopicSpec, create_topic, events,
+    http, now_s, order, ticket_user, token, wait_for_pass, wait_past,
+};
+use flashsale_e2e::{funnel::Plan, stack};
+use flashsale_orders::ProducerSettings;
 use flashsale_runtime::Shutdown;
 use gateway::{
     app::AppState,
@@ -19,21 +28,12 @@ use inventory::{
     keys::{SaleKeys, Workload},
     store::{ItemDefinition, SaleDefinition, Store},
 };
-use jsonwebtoken::{EncodingKey, Header};
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 
-/// The bearer-token secret of the tests.
-pub const JWT_SECRET: &[u8] = b"test-secret-test-secret-test-secret!";
-/// The waiting-room key of the tests.
-pub const ROOM_KEY: &[u8] = b"room-key-room-key-room-key-room-key!";
-/// The token the tests' inventory requires of the gateway.
-pub const INVENTORY_TOKEN: &str = "inventory-token-of-the-tests";
-/// The secret the tests' payment provider signs callbacks with.
-pub const PAYMENT_SECRET: &[u8] = b"payment-secret-of-the-tests-0123456789";
-
 /// A running inventory over the stack's Redis.
 pub struct Inventory {
+    /// Its base URL.
     pub url: String,
     task: tokio::task::JoinHandle<()>,
 }
@@ -73,10 +73,15 @@ impl Drop for Inventory {
 
 /// What a test changes from the defaults.
 pub struct Options {
+    /// Units of each SKU.
     pub stock: u64,
+    /// Units of each SKU one user may hold.
     pub per_user_limit: u64,
+    /// Gateway configuration over the funnel's.
     pub config: Value,
+    /// The brokers the gateway's producer sends to, when not the topic's.
     pub brokers: Option<String>,
+    /// Where the gateway takes its degradation switches from.
     pub switches: SwitchSource,
     /// The gateway's Redis, when not the stack's (the inventory keeps the stack's).
     pub redis_url: Option<String>,
@@ -92,17 +97,6 @@ pub struct Options {
     /// runs no sweeper, so a lapsed reservation stays `reserved` until
     /// a test sweeps it.
     pub reservation_ttl: Duration,
-}
-
-/// An order topic on brokers of the caller's choice (one partition).
-#[derive(Debug, Clone)]
-pub struct TopicSpec {
-    /// Bootstrap servers.
-    pub brokers: String,
-    /// Replicas of the partition.
-    pub replication: i32,
-    /// The topic's `min.insync.replicas`.
-    pub min_insync_replicas: u32,
 }
 
 impl Default for Options {
@@ -124,11 +118,17 @@ impl Default for Options {
 
 /// One sale's funnel.
 pub struct Funnel {
+    /// The sale.
     pub sale: String,
+    /// Its order topic.
     pub topic: String,
+    /// The brokers holding the topic.
     pub brokers: String,
+    /// The inventory.
     pub inventory: Inventory,
+    /// The gateway.
     pub gateway: Running,
+    /// The gateway's configuration.
     pub config: GatewayConfig,
 }
 
@@ -213,9 +213,7 @@ impl Running {
 
     /// The value of one sample line (`name{labels}`), if present.
     pub fn metric(&self, series: &str) -> Option<f64> {
-        self.metrics()
-            .lines()
-            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        flashsale_e2e::metrics::sample(&self.metrics(), series)
     }
 }
 
@@ -227,18 +225,24 @@ impl Drop for Running {
 }
 
 impl Funnel {
-    /// Loads a sale with SKUs `A` (price 1999) and `B` (price 500), creates
-    /// its topic and starts the inventory and the gateway.
+    /// Loads a sale with the funnel's SKUs, creates its topic and starts
+    /// the inventory and the gateway.
     pub async fn start(options: Options) -> anyhow::Result<Self> {
-        let sale = stack::unique_name("gw");
+        let plan = Plan::prepare(
+            &options.config,
+            options.topic.as_ref(),
+            options.brokers,
+            options.linger,
+        )
+        .await?;
         let definition = SaleDefinition {
-            sale: sale.clone(),
+            sale: plan.sale.clone(),
             opens_at_ms: None,
             reservation_ttl_ms: u64::try_from(options.reservation_ttl.as_millis())?,
-            items: ["A", "B"]
-                .into_iter()
-                .map(|sku| ItemDefinition {
-                    sku: sku.to_owned(),
+            items: ITEMS
+                .iter()
+                .map(|(sku, _)| ItemDefinition {
+                    sku: (*sku).to_owned(),
                     stock: options.stock,
                     per_user_limit: options.per_user_limit,
                     shards: 1,
@@ -247,60 +251,28 @@ impl Funnel {
         };
         let (inventory_redis, gateway_redis) = if options.acl {
             (
-                acl_user(&sale, Workload::Inventory).await?,
-                Some(acl_user(&sale, Workload::Gateway).await?),
+                acl_user(&plan.sale, Workload::Inventory).await?,
+                acl_user(&plan.sale, Workload::Gateway).await?,
             )
         } else {
-            (stack::redis_url()?, options.redis_url)
+            let stack = stack::redis_url()?;
+            (stack.clone(), options.redis_url.unwrap_or(stack))
         };
         let inventory = Inventory::start_on(&inventory_redis, &definition).await?;
-        let topic = stack::unique_name("gw-orders");
-        let brokers = match &options.topic {
-            Some(spec) => {
-                create_replicated_topic(spec, &topic).await?;
-                spec.brokers.clone()
-            }
-            None => {
-                let brokers = stack::kafka_brokers()?;
-                create_topic(&brokers, &topic).await?;
-                brokers
-            }
-        };
-        let mut config = json!({
-            "sale": sale,
-            "currency": "CNY",
-            "items": [{"sku": "A", "priceMinor": 1999}, {"sku": "B", "priceMinor": 500}],
-            "rateLimit": {"perUserPerSecond": 1000, "burst": 1000},
-            "requestTimeoutMs": 1500,
-            "itemCacheMs": 300,
-        });
-        if let (Some(base), Some(extra)) = (config.as_object_mut(), options.config.as_object()) {
-            base.extend(extra.clone());
-        }
-        let config: GatewayConfig = serde_json::from_value(config)?;
+        let config: GatewayConfig = serde_json::from_value(plan.config)?;
         config.check()?;
-        let producer_brokers = options.brokers.unwrap_or_else(|| brokers.clone());
-        let redis_url = match gateway_redis {
-            Some(url) => url,
-            None => stack::redis_url()?,
-        };
-        let mut producer = ProducerSettings::new(producer_brokers);
-        producer.topic = topic.clone();
-        if let Some(linger) = options.linger {
-            producer.linger = linger;
-        }
         let gateway = Running::start_producing(
-            &redis_url,
+            &gateway_redis,
             config.clone(),
             &inventory.url,
-            producer,
+            plan.producer,
             options.switches,
         )
         .await?;
         Ok(Self {
-            sale,
-            topic,
-            brokers,
+            sale: plan.sale,
+            topic: plan.topic,
+            brokers: plan.brokers,
             inventory,
             gateway,
             config,
@@ -321,27 +293,12 @@ impl Funnel {
 
     /// The sale's stock of `sku` straight from the inventory.
     pub async fn available(&self, sku: &str) -> anyhow::Result<u64> {
-        let url = format!(
-            "{}/v1/sales/{}/items/{sku}/stock",
-            self.inventory.url, self.sale
-        );
-        let level: Value = http()
-            .get(url)
-            .bearer_auth(INVENTORY_TOKEN)
-            .send()
-            .await?
-            .json()
-            .await?;
-        level["available"]
-            .as_u64()
-            .ok_or_else(|| anyhow::anyhow!("no available in {level}"))
+        flashsale_e2e::funnel::available(&self.inventory.url, &self.sale, sku).await
     }
 
     /// Removes the sale's Redis keys.
     pub async fn cleanup(self) -> anyhow::Result<()> {
-        redis_keys::unlink_matching(&stack::redis_url()?, &format!("fs:{{{}}}:*", self.sale))
-            .await?;
-        Ok(())
+        flashsale_e2e::funnel::cleanup(&self.sale).await
     }
 }
 
@@ -374,24 +331,6 @@ pub async fn acl_user(sale: &str, workload: Workload) -> anyhow::Result<String> 
     Ok(format!("redis://{name}:{password}@{rest}"))
 }
 
-/// A bearer token for `user`, valid for an hour.
-pub fn token(user: &str) -> String {
-    let exp = jiff::Timestamp::now().as_second() + 3600;
-    EncodingKey::from_secret(JWT_SECRET)
-        .and_then(|key| {
-            jsonwebtoken::encode(&Header::default(), &json!({"sub": user, "exp": exp}), &key)
-        })
-        .unwrap_or_default()
-}
-
-/// An HTTP client for the tests.
-pub fn http() -> reqwest::Client {
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .unwrap_or_default()
-}
-
 /// The test payment provider: posts a signed callback saying `order_id`
 /// was paid `amount_minor` in `currency`, signed at `signed_at` (Unix s).
 pub async fn provider_pays(
@@ -412,119 +351,4 @@ pub async fn provider_pays(
         .await?;
     let status = response.status().as_u16();
     Ok((status, response.json().await.unwrap_or(Value::Null)))
-}
-
-/// Now, in Unix seconds.
-pub fn now_s() -> i64 {
-    jiff::Timestamp::now().as_second()
-}
-
-/// Waits, within `within`, until this machine's clock (the gateway's and
-/// Redis's) is past `deadline_ms` (Unix ms), such as an order's `payBeforeMs`.
-pub async fn wait_past(deadline_ms: i64, within: Duration) -> anyhow::Result<()> {
-    poll_until(
-        "the deadline to pass",
-        within,
-        Duration::from_millis(20),
-        || async {
-            let to_go = deadline_ms - jiff::Timestamp::now().as_millisecond();
-            if to_go < 0 {
-                Ok(())
-            } else {
-                Err(format!("{to_go} ms to go"))
-            }
-        },
-    )
-    .await?;
-    Ok(())
-}
-
-/// Places an order; returns status and body.
-pub async fn order(
-    gateway: &str,
-    user: &str,
-    sku: &str,
-    key: &str,
-    pass: Option<&str>,
-) -> anyhow::Result<(u16, Value, reqwest::header::HeaderMap)> {
-    let mut request = http()
-        .post(format!("{gateway}/api/v1/orders"))
-        .bearer_auth(token(user))
-        .json(&json!({"sku": sku, "quantity": 1, "idempotencyKey": key}));
-    if let Some(pass) = pass {
-        request = request.header("x-queue-pass", pass);
-    }
-    let response = request.send().await?;
-    let status = response.status().as_u16();
-    let headers = response.headers().clone();
-    let body = response.json().await.unwrap_or(Value::Null);
-    Ok((status, body, headers))
-}
-
-/// A fresh one-partition topic.
-pub async fn create_topic(brokers: &str, topic: &str) -> anyhow::Result<()> {
-    Ok(flashsale_e2e::kafka::create_topic(brokers, topic, 1).await?)
-}
-
-/// A fresh one-partition topic with `spec`'s replication, on its brokers.
-pub async fn create_replicated_topic(spec: &TopicSpec, topic: &str) -> anyhow::Result<()> {
-    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-    let admin: AdminClient<rdkafka::client::DefaultClientContext> = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", &spec.brokers)
-        .create()?;
-    let min_isr = spec.min_insync_replicas.to_string();
-    let new = NewTopic::new(topic, 1, TopicReplication::Fixed(spec.replication))
-        .set("min.insync.replicas", &min_isr);
-    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    for result in admin.create_topics(&[new], &options).await? {
-        result.map_err(|(name, code)| anyhow::anyhow!("creating topic {name}: {code}"))?;
-    }
-    Ok(())
-}
-
-/// Every event in the topic.
-pub async fn events(brokers: &str, topic: &str) -> anyhow::Result<Vec<OrderEvent>> {
-    Ok(flashsale_e2e::kafka::events(brokers, topic).await?)
-}
-
-/// The user a queue ticket was issued to: its payload is readable JSON
-/// (only the MAC is secret).
-pub fn ticket_user(ticket: &str) -> anyhow::Result<String> {
-    use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
-    let payload = ticket
-        .split_once('.')
-        .ok_or_else(|| anyhow::anyhow!("not a ticket: {ticket}"))?
-        .0;
-    let claims: Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload)?)?;
-    claims["u"]
-        .as_str()
-        .map(str::to_owned)
-        .ok_or_else(|| anyhow::anyhow!("no user in {claims}"))
-}
-
-/// Polls `GET /api/v1/queue/status` with `ticket` (and its user's token)
-/// until admitted; returns the pass.
-pub async fn wait_for_pass(
-    gateway: &str,
-    ticket: &str,
-    within: Duration,
-) -> anyhow::Result<String> {
-    let url = format!("{gateway}/api/v1/queue/status");
-    let bearer = token(&ticket_user(ticket)?);
-    let pass = poll_until("admission", within, Duration::from_millis(50), || async {
-        let response = http()
-            .get(&url)
-            .header("x-queue-ticket", ticket)
-            .bearer_auth(&bearer)
-            .send()
-            .await
-            .map_err(|e| e.to_string())?;
-        let body: Value = response.json().await.map_err(|e| e.to_string())?;
-        match body["pass"].as_str() {
-            Some(pass) => Ok(pass.to_owned()),
-            None => Err(body.to_string()),
-        }
-    })
-    .await?;
-    Ok(pass)
 }

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use backon::BackoffBuilder;
 use flashsale_runtime::Shutdown;
 use rdkafka::{
     message::{Header, OwnedHeaders},
@@ -9,7 +10,7 @@ use rdkafka::{
     util::Timeout,
 };
 
-use super::{MAX_BACKOFF, Received, Writer, WriterError};
+use super::{MAX_BACKOFF, Received, UNREACHABLE_BACKOFF, Writer, WriterError};
 
 impl Writer {
     /// Sends one message to the DLQ with its reason and origin, and waits
@@ -44,7 +45,10 @@ impl Writer {
                 value: Some(offset.as_str()),
             });
         self.metrics.dead_letter(reason);
-        let mut backoff = Duration::from_millis(100);
+        // A loop rather than backon's retry: a pause that shutdown cuts short
+        // ends with the error of the send before it, and backon's retry would
+        // send once more instead.
+        let mut pauses = UNREACHABLE_BACKOFF.build();
         loop {
             let mut record = FutureRecord::to(&self.settings.dlq_topic)
                 .payload(&message.payload)
@@ -60,11 +64,11 @@ impl Writer {
                 Ok(_) => return Ok(()),
                 Err((err, _)) => {
                     tracing::warn!(error = %err, "DLQ send failed; retrying");
+                    let pause = pauses.next().unwrap_or(MAX_BACKOFF);
                     tokio::select! {
                         _ = shutdown.wait() => return Err(WriterError::Kafka(err)),
-                        _ = tokio::time::sleep(backoff) => {}
+                        _ = tokio::time::sleep(pause) => {}
                     }
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
                 }
             }
         }

@@ -19,6 +19,7 @@ use std::{
     time::Duration,
 };
 
+use backon::ExponentialBuilder;
 use flashsale_orders::{EventKind, OrderEvent};
 use flashsale_runtime::{Readiness, Shutdown};
 use rdkafka::{
@@ -38,6 +39,14 @@ use ledger::{Ledger, Verdict};
 /// Longest pause between retries of an unreachable database or DLQ: also
 /// the longest the writer idles after the dependency is back.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// Pauses while the database or the DLQ is unreachable: 100 ms, doubling up
+/// to [`MAX_BACKOFF`], for as long as it takes.
+const UNREACHABLE_BACKOFF: ExponentialBuilder = ExponentialBuilder::new()
+    .with_min_delay(Duration::from_millis(100))
+    .with_factor(2.0)
+    .with_max_delay(MAX_BACKOFF)
+    .without_max_times();
 
 /// How often the consumer-lag gauge is refreshed.
 const LAG_INTERVAL: Duration = Duration::from_secs(2);

@@ -2,15 +2,45 @@
 //! rejected rows isolated and dead-lettered, clashes dead-lettered, status
 //! events without their order handed back for parking.
 
-use std::{collections::HashSet, time::Duration};
+use std::{collections::HashSet, future, time::Duration};
 
+use backon::{ConstantBuilder, Retryable};
 use flashsale_runtime::Shutdown;
 
-use super::{MAX_BACKOFF, Pending, Writer, WriterError};
+use super::{Pending, UNREACHABLE_BACKOFF, Writer, WriterError};
 use crate::sink::{BatchOutcome, SinkError, SourcedEvent};
 
 /// Attempts at a row the database rejects before it goes to the DLQ.
-const MAX_ATTEMPTS: u32 = 3;
+const MAX_ATTEMPTS: usize = 3;
+
+/// The tries of a rejected row, one right after the other.
+const ROW_RETRIES: ConstantBuilder = ConstantBuilder::new()
+    .with_delay(Duration::ZERO)
+    .with_max_times(MAX_ATTEMPTS - 1);
+
+/// Why a write stored nothing.
+#[derive(Debug, thiserror::Error)]
+enum Unwritten {
+    /// The database refused the data: writing the same rows again cannot help.
+    #[error(transparent)]
+    Rejected(SinkError),
+    /// The database could not be reached: waiting can help.
+    #[error(transparent)]
+    Unreachable(SinkError),
+    /// Shutdown came while the database was unreachable.
+    #[error("shutdown while the database was unreachable")]
+    Shutdown,
+}
+
+impl From<SinkError> for Unwritten {
+    fn from(err: SinkError) -> Self {
+        if is_rejection(&err) {
+            Self::Rejected(err)
+        } else {
+            Self::Unreachable(err)
+        }
+    }
+}
 
 /// What the transactions of one lane, or of a whole round, did.
 #[derive(Debug, Default)]
@@ -78,45 +108,41 @@ impl Writer {
         }
         let events: Vec<SourcedEvent> = lane.iter().map(|&i| round[i].event.clone()).collect();
         match self.write_until_reachable(&events, shutdown).await {
-            None => return Ok(None),
-            Some(Ok(outcome)) => {
+            Ok(outcome) => {
                 self.settle(round, lane, outcome, &mut done, shutdown)
                     .await?;
                 return Ok(Some(done));
             }
-            Some(Err(err)) => {
+            Err(Unwritten::Rejected(err)) => {
                 tracing::warn!(error = %err, size = events.len(), "batch rejected; isolating the bad rows")
             }
+            // Shutdown while the database was unreachable.
+            Err(_) => return Ok(None),
         }
         for (&i, event) in lane.iter().zip(&events) {
-            let mut attempt = 1;
-            loop {
-                match self
-                    .write_until_reachable(std::slice::from_ref(event), shutdown)
-                    .await
-                {
-                    None => return Ok(None),
-                    Some(Ok(outcome)) => {
-                        self.settle(round, &[i], outcome, &mut done, shutdown)
-                            .await?;
-                        break;
-                    }
-                    Some(Err(err)) if attempt < MAX_ATTEMPTS => {
-                        tracing::warn!(error = %err, attempt, order = event.event.order_id, "row rejected; retrying");
-                        attempt += 1;
-                    }
-                    Some(Err(err)) => {
-                        self.dead_letter(
-                            &round[i].message,
-                            "db_rejected",
-                            &err.to_string(),
-                            shutdown,
-                        )
+            let mut attempt = 0_u32;
+            let written = (|| self.write_until_reachable(std::slice::from_ref(event), shutdown))
+                .retry(ROW_RETRIES)
+                // No pause to wait out, not even a timer tick.
+                .sleep(|_: Duration| future::ready(()))
+                .when(|err| matches!(err, Unwritten::Rejected(_)))
+                .notify(|err, _| {
+                    attempt += 1;
+                    tracing::warn!(error = %err, attempt, order = event.event.order_id, "row rejected; retrying");
+                })
+                .await;
+            match written {
+                Ok(outcome) => {
+                    self.settle(round, &[i], outcome, &mut done, shutdown)
                         .await?;
-                        done.dead_lettered += 1;
-                        break;
-                    }
                 }
+                Err(Unwritten::Rejected(err)) => {
+                    self.dead_letter(&round[i].message, "db_rejected", &err.to_string(), shutdown)
+                        .await?;
+                    done.dead_lettered += 1;
+                }
+                // Shutdown while the database was unreachable.
+                Err(_) => return Ok(None),
             }
         }
         Ok(Some(done))
@@ -158,28 +184,43 @@ impl Writer {
         Ok(())
     }
 
-    /// `Some(Ok)` stored, `Some(Err)` the database refused the data, `None`
-    /// shutdown while it was unreachable.
+    /// Writes `events` in one transaction, waiting with backoff while the
+    /// database is unreachable: fails only as [`Unwritten::Rejected`], or as
+    /// [`Unwritten::Shutdown`] once shutdown came during a wait.
     async fn write_until_reachable(
         &self,
         events: &[SourcedEvent],
         shutdown: &Shutdown,
-    ) -> Option<Result<BatchOutcome, SinkError>> {
-        let mut backoff = Duration::from_millis(100);
-        loop {
-            match self.sink.write_batch(events).await {
-                Ok(outcome) => return Some(Ok(outcome)),
-                Err(err) if is_rejection(&err) => return Some(Err(err)),
-                Err(err) => {
-                    tracing::warn!(error = %err, retry_in_ms = backoff.as_millis() as u64, "database unavailable; holding the batch");
-                    tokio::select! {
-                        _ = shutdown.wait() => return None,
-                        _ = tokio::time::sleep(backoff) => {}
-                    }
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
+    ) -> Result<BatchOutcome, Unwritten> {
+        let mut writes = 0_u32;
+        let interrupt = shutdown.clone();
+        (|| {
+            writes += 1;
+            // Nothing is written again once shutdown came: the batch is left
+            // to the next owner of its partitions.
+            let stopped = writes > 1 && shutdown.is_triggered();
+            async move {
+                if stopped {
+                    return Err(Unwritten::Shutdown);
                 }
+                Ok(self.sink.write_batch(events).await?)
             }
-        }
+        })
+        .retry(UNREACHABLE_BACKOFF)
+        .sleep(move |pause| pause_until_shutdown(interrupt.clone(), pause))
+        .when(|err| matches!(err, Unwritten::Unreachable(_)))
+        .notify(|err, pause| {
+            tracing::warn!(error = %err, retry_in_ms = pause.as_millis() as u64, "database unavailable; holding the batch");
+        })
+        .await
+    }
+}
+
+/// Sleeps for `pause`, or until shutdown if that comes first.
+async fn pause_until_shutdown(shutdown: Shutdown, pause: Duration) {
+    tokio::select! {
+        _ = shutdown.wait() => {}
+        _ = tokio::time::sleep(pause) => {}
     }
 }
 
@@ -192,5 +233,29 @@ fn is_rejection(err: &SinkError) -> bool {
                 || db.code().is_some_and(|c| c.starts_with("22"))
         }
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use backon::BackoffBuilder;
+
+    use super::*;
+
+    #[test]
+    fn an_unreachable_database_is_waited_for_from_100_ms_doubling_to_2_s() {
+        // As logged (`retry_in_ms`).
+        let pauses: Vec<u128> = UNREACHABLE_BACKOFF
+            .build()
+            .take(8)
+            .map(|pause| pause.as_millis())
+            .collect();
+        assert_eq!(pauses, [100, 200, 400, 800, 1600, 2000, 2000, 2000]);
+    }
+
+    #[test]
+    fn a_rejected_row_is_tried_three_times_in_a_row() {
+        let pauses: Vec<Duration> = ROW_RETRIES.build().collect();
+        assert_eq!(pauses, [Duration::ZERO; MAX_ATTEMPTS - 1]);
     }
 }

@@ -1,170 +1,16 @@
-//! What the order-writer tests share: a database of their own, topics,
-//! events, and the two checks every run ends with (exactly the orders the
-//! test produced are stored, offsets committed to the end).
+//! What the order-writer tests share: a database of their own, the
+//! writer's settings and what the database holds; topics and events come
+//! from the test kit (`flashsale_e2e::orders`), which the benchmark shares.
 
 #![allow(dead_code)] // each test binary uses its own subset
 
 use std::{collections::BTreeSet, time::Duration};
 
+#[allow(unused_imports)] // each test binary uses its own subset
+pub use flashsale_e2e::orders::{Topics, difference, event, order_id, order_ids, produce};
 use flashsale_e2e::{stack, wait::poll_until};
-use flashsale_orders::{EventKind, OrderEvent, OrderProducer, ProduceError, SCHEMA_VERSION};
 use order_writer::{sink::Sink, writer::WriterSettings};
-use rdkafka::{
-    ClientConfig, Offset, TopicPartitionList,
-    admin::{AdminClient, AdminOptions, NewTopic, TopicReplication},
-    client::DefaultClientContext,
-    consumer::{Consumer, StreamConsumer},
-};
 use sqlx::Connection;
-
-/// An order topic and its DLQ, deleted by [`Topics::delete`].
-pub struct Topics {
-    pub brokers: String,
-    pub topic: String,
-    pub dlq: String,
-    pub partitions: i32,
-    admin: AdminClient<DefaultClientContext>,
-}
-
-fn admin_options() -> AdminOptions {
-    AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)))
-}
-
-impl Topics {
-    /// Creates a fresh order topic with `partitions` and a one-partition DLQ
-    /// on the stack's single broker.
-    pub async fn create(partitions: i32) -> anyhow::Result<Self> {
-        Self::create_on(&stack::kafka_brokers()?, partitions, 1, 1).await
-    }
-
-    /// Creates them on the cluster of `brokers`, every partition on
-    /// `replicas` brokers, and a write (acks=all) acknowledged only once
-    /// `min_insync` of them hold it.
-    pub async fn create_on(
-        brokers: &str,
-        partitions: i32,
-        replicas: i32,
-        min_insync: i32,
-    ) -> anyhow::Result<Self> {
-        let (topic, dlq) = (
-            stack::unique_name("orders"),
-            stack::unique_name("orders-dlq"),
-        );
-        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-            .set("bootstrap.servers", brokers)
-            .create()?;
-        let min_insync = min_insync.to_string();
-        let topics = [
-            NewTopic::new(&topic, partitions, TopicReplication::Fixed(replicas))
-                .set("min.insync.replicas", &min_insync),
-            NewTopic::new(&dlq, 1, TopicReplication::Fixed(replicas))
-                .set("min.insync.replicas", &min_insync),
-        ];
-        for result in admin.create_topics(&topics, &admin_options()).await? {
-            result.map_err(|(name, code)| anyhow::anyhow!("creating {name}: {code}"))?;
-        }
-        Ok(Self {
-            brokers: brokers.to_owned(),
-            topic,
-            dlq,
-            partitions,
-            admin,
-        })
-    }
-
-    /// Deletes both topics.
-    pub async fn delete(self) -> anyhow::Result<()> {
-        self.admin
-            .delete_topics(&[&self.topic, &self.dlq], &admin_options())
-            .await?;
-        Ok(())
-    }
-
-    /// Polls until `group` has committed the end of every partition, and
-    /// returns the total number of messages.
-    pub async fn wait_committed_to_end(
-        &self,
-        group: &str,
-        within: Duration,
-    ) -> anyhow::Result<i64> {
-        let probe: StreamConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &self.brokers)
-            .set("group.id", group)
-            .create()?;
-        let probe = std::sync::Arc::new(probe);
-        let (topic, partitions) = (self.topic.clone(), self.partitions);
-        poll_until(
-            "offsets committed to the end of every partition",
-            within,
-            Duration::from_millis(250),
-            || {
-                let (probe, topic) = (probe.clone(), topic.clone());
-                async move {
-                    tokio::task::spawn_blocking(move || {
-                        let (mut committed, mut end) = (0, 0);
-                        let mut list = TopicPartitionList::new();
-                        for p in 0..partitions {
-                            list.add_partition(&topic, p);
-                            let (_, high) = probe
-                                .fetch_watermarks(&topic, p, Duration::from_secs(5))
-                                .map_err(|e| e.to_string())?;
-                            end += high;
-                        }
-                        let offsets = probe
-                            .committed_offsets(list, Duration::from_secs(5))
-                            .map_err(|e| e.to_string())?;
-                        for e in offsets.elements() {
-                            if let Offset::Offset(n) = e.offset() {
-                                committed += n;
-                            }
-                        }
-                        if committed == end {
-                            Ok(end)
-                        } else {
-                            Err(format!("{committed} of {end} committed"))
-                        }
-                    })
-                    .await
-                    .map_err(|e| e.to_string())?
-                }
-            },
-        )
-        .await
-        .map_err(Into::into)
-    }
-}
-
-impl Topics {
-    /// Deletes the order topic's messages of `partition` before `offset`,
-    /// which moves its low watermark there (retention, by hand).
-    pub async fn delete_records_before(&self, partition: i32, offset: i64) -> anyhow::Result<()> {
-        let mut list = TopicPartitionList::new();
-        list.add_partition_offset(&self.topic, partition, Offset::Offset(offset))?;
-        let done = self.admin.delete_records(&list, &admin_options()).await?;
-        for element in done.elements() {
-            element.error()?;
-        }
-        Ok(())
-    }
-
-    /// Messages in `topic` (high minus low watermark over its partitions).
-    pub async fn message_count(&self, topic: &str, partitions: i32) -> anyhow::Result<i64> {
-        let probe: StreamConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &self.brokers)
-            .set("group.id", stack::unique_name("count"))
-            .create()?;
-        let topic = topic.to_owned();
-        tokio::task::spawn_blocking(move || {
-            let mut total = 0;
-            for p in 0..partitions {
-                let (low, high) = probe.fetch_watermarks(&topic, p, Duration::from_secs(5))?;
-                total += high - low;
-            }
-            Ok(total)
-        })
-        .await?
-    }
-}
 
 /// A database of one test's own on the stack's PostgreSQL or MariaDB server:
 /// the writer migrates it from scratch, and no other test, branch or
@@ -219,58 +65,6 @@ async fn run(url: &str, statement: String) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The order id of the `n`th order of `sale`.
-pub fn order_id(sale: &str, n: usize) -> String {
-    format!("{sale}-o{n}")
-}
-
-/// The order ids of orders `numbers` of `sale`.
-pub fn order_ids(sale: &str, numbers: impl IntoIterator<Item = usize>) -> BTreeSet<String> {
-    numbers.into_iter().map(|n| order_id(sale, n)).collect()
-}
-
-/// The `n`th created event of `sale`; 97 users so every partition gets some.
-pub fn event(sale: &str, n: usize) -> OrderEvent {
-    OrderEvent {
-        schema_version: SCHEMA_VERSION,
-        kind: EventKind::Created,
-        order_id: order_id(sale, n),
-        sale: sale.to_owned(),
-        user_id: format!("u{}", n % 97),
-        sku: "PHONE".into(),
-        quantity: 1,
-        amount_minor: 100,
-        idempotency_key: format!("{sale}-k{n}"),
-        reservation_id: format!("r{n}"),
-        created_at: jiff::Timestamp::now(),
-    }
-}
-
-/// Sends events `range` of `sale`, `window` at a time, and returns the
-/// numbers whose send returned `Ok` (acknowledged by the broker).
-pub async fn produce(
-    producer: &OrderProducer,
-    sale: &str,
-    range: std::ops::Range<usize>,
-    window: usize,
-) -> (Vec<usize>, Vec<ProduceError>) {
-    let (mut acked, mut failed) = (Vec::new(), Vec::new());
-    let numbers: Vec<usize> = range.collect();
-    for chunk in numbers.chunks(window.max(1)) {
-        let sends = chunk.iter().map(|&n| async move {
-            let result = producer.send(&event(sale, n)).await;
-            (n, result)
-        });
-        for (n, result) in futures::future::join_all(sends).await {
-            match result {
-                Ok(_) => acked.push(n),
-                Err(err) => failed.push(err),
-            }
-        }
-    }
-    (acked, failed)
-}
-
 /// Rows stored for `sale`: a progress measure only. Whether the right
 /// orders are stored, each once, is [`stored_ids`] against what was produced.
 pub async fn count_rows(sink: &Sink, sale: &str) -> Result<i64, String> {
@@ -320,24 +114,6 @@ pub async fn stored_ids(sink: &Sink, sale: &str) -> Result<BTreeSet<String>, Str
     }
 }
 
-/// How `stored` differs from `expected`, or `None` when it is the same set.
-pub fn difference(stored: &BTreeSet<String>, expected: &BTreeSet<String>) -> Option<String> {
-    let missing: Vec<&String> = expected.difference(stored).collect();
-    let extra: Vec<&String> = stored.difference(expected).collect();
-    if missing.is_empty() && extra.is_empty() {
-        return None;
-    }
-    Some(format!(
-        "{} of {} orders stored; {} missing (first {:?}), {} not produced by this test (first {:?})",
-        stored.len(),
-        expected.len(),
-        missing.len(),
-        missing.first(),
-        extra.len(),
-        extra.first()
-    ))
-}
-
 /// Polls until `sale` holds exactly the orders `expected`: none missing,
 /// none the test did not produce.
 pub async fn wait_stored_exactly(
@@ -374,11 +150,7 @@ pub fn sample(
     name: &str,
 ) -> anyhow::Result<Option<i64>> {
     let text = flashsale_runtime::metrics::render(registry)?;
-    let prefix = format!("{name} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .map(|v| v.parse().map_err(Into::into))
-        .transpose()
+    Ok(flashsale_e2e::metrics::sample(&text, name).map(|value| value as i64))
 }
 
 /// The writer settings the tests run with, for `group` on these topics.

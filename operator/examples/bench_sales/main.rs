@@ -37,28 +37,23 @@
 //! own nodes and other users' pods are left alone; all of it is removed at
 //! the end unless `--keep`.
 
-#[path = "bench_sales/cluster.rs"]
 mod cluster;
-#[path = "bench_sales/floor.rs"]
 mod floor;
-#[path = "bench_sales/observe.rs"]
 mod observe;
-#[path = "bench_sales/steady.rs"]
 mod steady;
-#[path = "bench_sales/writes.rs"]
 mod writes;
 
 use std::{
-    net::TcpListener,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
 
 use anyhow::Context as _;
 use clap::Parser;
 use flashsale_api::FlashSale;
+use flashsale_bench::{median, release_binary};
 use flashsale_controller_sale::build::Images;
+use flashsale_e2e::operator::{Launcher, Operator};
 use flashsale_operator::run::RunArgs;
 use futures::{StreamExt, TryStreamExt, stream};
 use jiff::{SignedDuration, Timestamp};
@@ -185,8 +180,15 @@ async fn main() -> anyhow::Result<()> {
         args.bench_nodes,
         args.pods_per_node
     );
-    let operator_bin = operator_binary(args.operator_bin.as_deref())?;
-    let floor = args.floor.then(|| floor_settings(&args)).transpose()?;
+    let launcher = Launcher::new(release_binary(
+        "flashsale-operator",
+        args.operator_bin.as_deref(),
+    )?)
+    .with(&OPERATOR_FLAGS);
+    let floor = args
+        .floor
+        .then(|| floor_settings(&args, &launcher))
+        .transpose()?;
     let client = flashsale_e2e::kube::client().await?;
     let bench_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
 
@@ -195,7 +197,7 @@ async fn main() -> anyhow::Result<()> {
         args.runs,
         args.sales,
         pods,
-        operator_bin.display(),
+        launcher.binary().display(),
         args.operator_args.join(" ")
     );
     if let Some(floor) = &floor {
@@ -212,7 +214,7 @@ async fn main() -> anyhow::Result<()> {
         outcome = async {
             cluster::install_policy(&client).await?;
             cluster::create_nodes(&client, args.bench_nodes, args.pods_per_node).await?;
-            run_all(&client, &args, &operator_bin, floor.as_ref(), &bench_id).await
+            run_all(&client, &args, &launcher, floor.as_ref(), &bench_id).await
         } => outcome,
         signal = tokio::signal::ctrl_c() => {
             signal?;
@@ -248,48 +250,17 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The operator binary next to this example's folder (`<target>/<profile>/`).
-fn operator_binary(given: Option<&Path>) -> anyhow::Result<PathBuf> {
-    let path = match given {
-        Some(path) => path.to_owned(),
-        None => {
-            let exe = std::env::current_exe()?;
-            let profile_dir = exe
-                .parent()
-                .and_then(Path::parent)
-                .context("cannot locate the target folder from this example's path")?;
-            profile_dir.join("flashsale-operator")
-        }
-    };
-    anyhow::ensure!(
-        path.is_file(),
-        "{} not found: build it first with `cargo build --release -p flashsale-operator --bin flashsale-operator` \
-         (same CARGO_TARGET_DIR), or pass --operator-bin",
-        path.display()
-    );
-    Ok(path)
-}
-
-/// The operator's `run` flags of every run, after `run` and before the
-/// extra ones.
-fn operator_flags(ns: &str, ops: &str) -> Vec<String> {
-    [
-        "--namespace",
-        ns,
-        "--lease-namespace",
-        ns,
-        "--ops-addr",
-        ops,
-        "--leader-elect",
-        "false",
-        "--log-format",
-        "json",
-        "--log-filter",
-        writes::LOG_FILTER,
-    ]
-    .map(str::to_owned)
-    .to_vec()
-}
+/// The operator's `run` flags of every run, besides its namespace and
+/// ops address, before the extra ones: no election, and JSON logs holding
+/// every write.
+const OPERATOR_FLAGS: [&str; 6] = [
+    "--leader-elect",
+    "false",
+    "--log-format",
+    "json",
+    "--log-filter",
+    writes::LOG_FILTER,
+];
 
 /// The operator's own flag parser, to read what a run's operator uses.
 #[derive(Debug, Parser)]
@@ -301,10 +272,14 @@ struct OperatorCli {
 /// What the floor writes with: the images, operator namespace and
 /// concurrency the operator of a run gets from its flags (and environment,
 /// which it inherits).
-fn floor_settings(args: &Args) -> anyhow::Result<floor::Settings> {
-    let argv = std::iter::once("flashsale-operator-run".to_owned())
-        .chain(operator_flags("bench", "127.0.0.1:0"))
-        .chain(args.operator_args.iter().cloned());
+fn floor_settings(args: &Args, launcher: &Launcher) -> anyhow::Result<floor::Settings> {
+    let extra: Vec<&str> = args.operator_args.iter().map(String::as_str).collect();
+    let argv = std::iter::once("flashsale-operator-run".to_owned()).chain(launcher.flags(
+        "bench",
+        "operator",
+        "127.0.0.1:0",
+        &extra,
+    ));
     let run = OperatorCli::try_parse_from(argv)
         .context("the operator's flags (with --operator-arg) do not parse")?
         .run;
@@ -330,7 +305,7 @@ fn floor_settings(args: &Args) -> anyhow::Result<floor::Settings> {
 async fn run_all(
     client: &Client,
     args: &Args,
-    operator_bin: &Path,
+    launcher: &Launcher,
     floor: Option<&floor::Settings>,
     bench_id: &str,
 ) -> anyhow::Result<Vec<RunResult>> {
@@ -339,7 +314,7 @@ async fn run_all(
     for run in 1..=args.runs {
         let ns = format!("{}-{run}-{bench_id}", args.namespace_prefix);
         println!("\n== run {run}/{}: namespace {ns}", args.runs);
-        let mut result = run_once(client, args, operator_bin, &ns, bench_id).await?;
+        let mut result = run_once(client, args, launcher, &ns, bench_id).await?;
         report(&result, args.sales);
         if !args.keep {
             cluster::delete_namespace(client, &ns, delete_timeout).await?;
@@ -371,72 +346,10 @@ async fn run_all(
     Ok(results)
 }
 
-/// The operator process of one run, killed when dropped.
-struct Operator {
-    child: Child,
-    ops: String,
-    log: PathBuf,
-}
-
-impl Operator {
-    fn start(bin: &Path, ns: &str, extra: &[String]) -> anyhow::Result<Self> {
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let ops = format!("127.0.0.1:{port}");
-        let log = std::env::temp_dir().join(format!("{ns}-operator.log"));
-        let file = std::fs::File::create(&log)?;
-        let child = Command::new(bin)
-            .arg("run")
-            .args(operator_flags(ns, &ops))
-            .args(extra)
-            .stdout(Stdio::from(file.try_clone()?))
-            .stderr(Stdio::from(file))
-            .spawn()
-            .with_context(|| format!("starting {}", bin.display()))?;
-        println!("  operator pid {} (log {})", child.id(), log.display());
-        Ok(Self { child, ops, log })
-    }
-
-    /// Bytes in the operator's log so far. Lines are written whole (one
-    /// write each), so this marks what was logged before now.
-    fn log_len(&self) -> u64 {
-        std::fs::metadata(&self.log).map_or(0, |m| m.len())
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    async fn metrics(&self) -> anyhow::Result<String> {
-        let url = format!("http://{}/metrics", self.ops);
-        Ok(reqwest::get(&url).await?.error_for_status()?.text().await?)
-    }
-
-    /// Waits until the operator serves metrics and runs its controllers.
-    async fn await_leading(&mut self) -> anyhow::Result<()> {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                anyhow::bail!("the operator exited with {status} before it was ready");
-            }
-            if let Ok(text) = self.metrics().await
-                && observe::sum_samples(&text, "flashsale_operator_leader", "") >= 1.0
-            {
-                return Ok(());
-            }
-            anyhow::ensure!(
-                Instant::now() < deadline,
-                "the operator did not start its controllers within 60 s"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Bytes in the operator's log so far. Lines are written whole (one write
+/// each), so this marks what was logged before now.
+fn log_len(operator: &Operator) -> u64 {
+    std::fs::metadata(&operator.log).map_or(0, |m| m.len())
 }
 
 /// The `count` sales of a run.
@@ -487,7 +400,7 @@ impl CpuSnapshot {
                 .iter()
                 .map(|&(name, pid)| (name, observe::cpu_ticks(pid)))
                 .collect(),
-            machine: observe::machine_ticks(),
+            machine: flashsale_bench::system::machine_ticks(),
         }
     }
 
@@ -515,17 +428,23 @@ impl CpuSnapshot {
 async fn run_once(
     client: &Client,
     args: &Args,
-    operator_bin: &Path,
+    launcher: &Launcher,
     ns: &str,
     bench_id: &str,
 ) -> anyhow::Result<RunResult> {
     cluster::create_namespace(client, ns, bench_id).await?;
     cluster::await_policy(client, ns).await?;
     cluster::create_secrets(client, ns).await?;
-    let mut operator = Operator::start(operator_bin, ns, &args.operator_args)?;
-    operator.await_leading().await?;
+    let extra: Vec<&str> = args.operator_args.iter().map(String::as_str).collect();
+    let operator = launcher.start(ns, "operator", &extra, &[])?;
+    println!(
+        "  operator pid {} (log {})",
+        operator.pid(),
+        operator.log.display()
+    );
+    operator.until_leads().await?;
     let pid = operator.pid();
-    let mut processes = observe::stack_pids();
+    let mut processes = flashsale_bench::system::stack_pids();
     processes.push(("operator", pid));
     let objects = sales(args.sales)?;
 
@@ -602,7 +521,7 @@ async fn run_once(
             last_print = (applied, ready, Instant::now());
         }
         if done {
-            log_cut = Some(operator.log_len());
+            log_cut = Some(log_len(&operator));
             result.ready_s = Some(elapsed);
             break;
         }
@@ -628,7 +547,7 @@ async fn run_once(
         .zip(apiserver_before)
         .map(|(after, before)| after.since(before));
     (result.cpu, result.machine_busy) = cpu_after.since(&cpu_before);
-    let log_cut = log_cut.unwrap_or_else(|| operator.log_len());
+    let log_cut = log_cut.unwrap_or_else(|| log_len(&operator));
     if args.steady_secs > 0 {
         if result.ready_s.is_some() {
             result.steady = Some(steady::hold(&operator, &sales, args.steady_secs).await?);
@@ -738,20 +657,6 @@ fn report(r: &RunResult, sales: usize) {
     }
 }
 
-fn median(mut values: Vec<f64>) -> Option<f64> {
-    values.retain(|v| v.is_finite());
-    if values.is_empty() {
-        return None;
-    }
-    values.sort_by(f64::total_cmp);
-    let mid = values.len() / 2;
-    Some(if values.len().is_multiple_of(2) {
-        f64::midpoint(values[mid - 1], values[mid])
-    } else {
-        values[mid]
-    })
-}
-
 /// One column of the summary table: its header, decimals, and value.
 struct Column {
     header: &'static str,
@@ -849,9 +754,9 @@ fn summary(args: &Args, results: &[RunResult]) {
         );
     }
     let medians: Vec<Option<f64>> = (0..columns.len())
-        .map(|c| median(all.iter().filter_map(|r| r[c]).collect()))
+        .map(|c| median(all.iter().filter_map(|r| r[c])))
         .collect();
-    let ready = median(results.iter().map(|r| r.ready_at_end as f64).collect());
+    let ready = median(results.iter().map(|r| r.ready_at_end as f64));
     row(
         "median".to_owned(),
         format!("{:.0}/{}", ready.unwrap_or(0.0), args.sales),

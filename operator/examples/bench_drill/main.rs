@@ -29,30 +29,20 @@
 //!
 //! Everything lives in a fresh namespace, deleted at the end; the operator
 //! processes it starts are killed, and a stopped Prometheus is started
-//! again, on every way out.
+//! again, on every way out. Percentiles and medians are `flashsale-bench`'s.
 
-#[path = "bench_drill/chaos.rs"]
 mod chaos;
-#[path = "bench_drill/common.rs"]
-mod common;
-#[allow(dead_code)] // bench_sales' readings; this benchmark takes one
-#[path = "bench_sales/observe.rs"]
-mod observe;
-#[path = "bench_drill/operator.rs"]
-mod operator;
-#[path = "bench_drill/runs.rs"]
 mod runs;
-#[path = "bench_drill/stop_path.rs"]
 mod stop_path;
 
-#[path = "shared/bench.rs"]
-mod bench;
-
-use bench::{ms, percentile, release_binary};
 use std::{path::PathBuf, time::Duration};
 
 use clap::Parser;
-use common::drill::DrillScene;
+use flashsale_bench::{Recorder, median, ms, release_binary};
+use flashsale_e2e::{
+    drill::DrillScene,
+    operator::{FAST_LEASE, Launcher},
+};
 
 #[derive(Debug, Parser)]
 #[command(about = "Time how fast a ChaosDrill's chaos ends: stop path, breach, dead man, backstop")]
@@ -86,14 +76,17 @@ async fn main() -> anyhow::Result<()> {
         args.aborts + args.detections + args.outages + args.backstops > 0,
         "every count is 0: nothing to measure"
     );
-    operator::use_binary(release_binary(
+    // The tests' short lease timings and status refresh, quieter logs.
+    let launcher = Launcher::new(release_binary(
         "flashsale-operator",
         args.operator_bin.as_deref(),
-    )?);
+    )?)
+    .with(&FAST_LEASE)
+    .with(&["--status-refresh", "2s", "--log-filter", "info"]);
     // The scene (namespace, operator, Prometheus outage) lives inside the
     // future, so an interrupt drops it and its cleanup runs.
     let report = tokio::select! {
-        report = run(&args) => report,
+        report = run(&args, &launcher) => report,
         signal = tokio::signal::ctrl_c() => {
             signal?;
             Err(anyhow::anyhow!("interrupted"))
@@ -116,9 +109,15 @@ struct Report {
     backstops: Vec<runs::Backstop>,
 }
 
-async fn run(args: &Args) -> anyhow::Result<Report> {
+async fn run(args: &Args, launcher: &Launcher) -> anyhow::Result<Report> {
     let bound = Duration::from_secs(args.deadline_seconds);
-    let mut scene = DrillScene::start("bench-drill", 0.0).await?;
+    let mut scene = DrillScene::start(launcher, "bench-drill", 0.0, &[]).await?;
+    eprintln!(
+        "operator {}: pid {} (log {})",
+        scene.operator.identity,
+        scene.operator.pid(),
+        scene.operator.log.display()
+    );
     eprintln!(
         "namespace {}: {} aborts, {} breaches, {} outages, {} backstops",
         scene.ns.name, args.aborts, args.detections, args.outages, args.backstops
@@ -151,18 +150,24 @@ async fn run(args: &Args) -> anyhow::Result<Report> {
     Ok(report)
 }
 
-/// A row of the summary: n, p50, p99, max.
+/// A row of the summary: n, p50, p99, max of `values` (ms).
 fn row(part: &str, what: &str, values: &[f64]) {
-    if values.is_empty() {
+    let recorded = Recorder::of_ms(values.iter().copied());
+    if recorded.is_empty() {
         return;
     }
     println!(
         "| {part} | {what} | {} | {:.1} | {:.1} | {:.1} |",
-        values.len(),
-        percentile(values, 0.5),
-        percentile(values, 0.99),
-        percentile(values, 1.0)
+        recorded.len(),
+        recorded.quantile_ms(0.5),
+        recorded.quantile_ms(0.99),
+        recorded.quantile_ms(1.0)
     );
+}
+
+/// The median of `values` (ms), as the summary's p50.
+fn p50(values: &[f64]) -> f64 {
+    Recorder::of_ms(values.iter().copied()).quantile_ms(0.5)
 }
 
 impl Report {
@@ -219,20 +224,21 @@ impl Report {
             );
             println!("| ratio | of medians | median of pair ratios |");
             println!("|---|---|---|");
+            let median_of = |values: Vec<f64>| median(values).unwrap_or(f64::NAN);
             println!(
                 "| stop decision → gone / plain delete → gone | {:.2} | {:.2} |",
-                percentile(&stops.gone, 0.5) / percentile(&stops.deleted, 0.5),
-                percentile(&pairs(&stops.gone), 0.5)
+                p50(&stops.gone) / p50(&stops.deleted),
+                median_of(pairs(&stops.gone))
             );
             println!(
                 "| stop decision → recovered / plain delete → gone | {:.2} | {:.2} |",
-                percentile(&stops.recovered, 0.5) / percentile(&stops.deleted, 0.5),
-                percentile(&pairs(&stops.recovered), 0.5)
+                p50(&stops.recovered) / p50(&stops.deleted),
+                median_of(pairs(&stops.recovered))
             );
             if !self.breaches.is_empty() {
                 println!(
                     "| operator abortLatency / in-process decision → gone | {:.2} | – |",
-                    percentile(&pick(|b| b.abort), 0.5) / percentile(&stops.gone, 0.5)
+                    p50(&pick(|b| b.abort)) / p50(&stops.gone)
                 );
             }
         }

@@ -11,7 +11,7 @@ use std::{
     },
 };
 
-use flashsale_e2e::stack;
+use crate::stack;
 use jiff::Timestamp;
 
 /// Removes the target file when dropped, passed or not.
@@ -97,6 +97,7 @@ impl Exporter {
         })
     }
 
+    /// Serves `value` from now on.
     pub fn set(&self, value: f64) {
         self.value.store(value.to_bits(), Ordering::SeqCst);
     }

@@ -17,13 +17,8 @@
 //!   reserve and one Kafka send.
 //!
 //! Needs the local stack (`eval "$(e2e/local/stack env)"`). Run:
-//! `cargo run --release -p gateway --example bench_gateway -- --runs 3`
-//! `cargo run --release -p gateway --example bench_gateway -- --paths order --kafka single,cluster --runs 5`
-
-#[path = "../tests/common/mod.rs"]
-mod common;
-#[path = "load/mod.rs"]
-mod load;
+//! `cargo run --release -p flashsale-bench --example bench_gateway -- --runs 3`
+//! `cargo run --release -p flashsale-bench --example bench_gateway -- --paths order --kafka single,cluster --runs 5`
 
 use std::{
     collections::BTreeSet,
@@ -36,10 +31,16 @@ use std::{
 
 use axum::{Json, Router, routing::get};
 use clap::{Parser, ValueEnum};
-use common::{Funnel, INVENTORY_TOKEN, Options as FunnelOptions, TopicSpec, token};
-use flashsale_e2e::clusters::KafkaCluster;
+use flashsale_bench::{
+    funnel::{Funnel, Options as FunnelOptions},
+    load::{Measured, closed_loop, open_loop},
+    median,
+};
+use flashsale_e2e::{
+    clusters::KafkaCluster,
+    funnel::{INVENTORY_TOKEN, TopicSpec, token},
+};
 use flashsale_orders::{EventKind, OrderEvent, OrderProducer, ProducerSettings, ReservedFacts};
-use load::{Sample, drive, drive_open, median};
 use serde_json::json;
 
 /// A measured path.
@@ -108,17 +109,17 @@ fn client() -> reqwest::Client {
 
 /// GETs `url` as each user (token and `X-User` header), counting 200 and 429
 /// alike as answers.
-async fn get_as_users(opts: &Options, url: String, users: usize) -> anyhow::Result<Sample> {
+async fn get_as_users(opts: &Options, url: String, users: usize) -> anyhow::Result<Measured> {
     let http = client();
     let tokens: Arc<Vec<String>> = Arc::new((0..users).map(|u| token(&format!("u{u}"))).collect());
-    drive(opts.concurrency, opts.seconds, users, move |user| {
+    closed_loop(opts.concurrency, seconds(opts), move |n| {
         let (http, url, tokens) = (http.clone(), url.clone(), tokens.clone());
         async move {
-            let index: usize = user.trim_start_matches('u').parse().unwrap_or(0);
+            let index = usize::try_from(n)? % tokens.len();
             let response = http
                 .get(&url)
-                .bearer_auth(&tokens[index % tokens.len()])
-                .header("x-user", &user)
+                .bearer_auth(&tokens[index])
+                .header("x-user", format!("u{index}"))
                 .send()
                 .await?;
             let status = response.status().as_u16();
@@ -127,7 +128,13 @@ async fn get_as_users(opts: &Options, url: String, users: usize) -> anyhow::Resu
             Ok(())
         }
     })
-    .await
+    .await?
+    .check()
+}
+
+/// How long each measurement lasts.
+fn seconds(opts: &Options) -> Duration {
+    Duration::from_secs(opts.seconds)
 }
 
 async fn bare_axum() -> anyhow::Result<String> {
@@ -212,24 +219,26 @@ impl Drop for Nginx {
 static UNAVAILABLE: AtomicU64 = AtomicU64::new(0);
 
 /// Orders as fast as `concurrency` clients can, each a new user.
-async fn order_saturated(opts: &Options, gateway: &str) -> anyhow::Result<Sample> {
+async fn order_saturated(opts: &Options, gateway: &str) -> anyhow::Result<Measured> {
     let (http, url) = (client(), format!("{gateway}/api/v1/orders"));
-    drive(opts.concurrency, opts.seconds, 1, move |_| {
+    closed_loop(opts.concurrency, seconds(opts), move |_| {
         let (http, url) = (http.clone(), url.clone());
         async move { place(&http, &url).await }
     })
-    .await
+    .await?
+    .check()
 }
 
 /// Orders arriving at `rate` per second regardless of answers (open loop),
 /// so queueing shows in the latency.
-async fn order_open_loop(opts: &Options, gateway: &str, rate: f64) -> anyhow::Result<Sample> {
+async fn order_open_loop(opts: &Options, gateway: &str, rate: f64) -> anyhow::Result<Measured> {
     let (http, url) = (client(), format!("{gateway}/api/v1/orders"));
-    drive_open(opts.concurrency, rate, opts.seconds, move |_| {
+    open_loop(opts.concurrency, rate, seconds(opts), move |_| {
         let (http, url) = (http.clone(), url.clone());
         async move { place(&http, &url).await }
     })
-    .await
+    .await?
+    .check()
 }
 
 /// A number not used before in this process. Every order is a new user
@@ -262,13 +271,13 @@ async fn place(http: &reqwest::Client, url: &str) -> anyhow::Result<()> {
 
 /// The inventory's reserve alone (what the gateway asks it for an order),
 /// at `rate` per second.
-async fn reserve_open_loop(opts: &Options, funnel: &Funnel, rate: f64) -> anyhow::Result<Sample> {
+async fn reserve_open_loop(opts: &Options, funnel: &Funnel, rate: f64) -> anyhow::Result<Measured> {
     let http = client();
     let url = format!(
         "{}/v1/sales/{}/reservations",
-        funnel.inventory.url, funnel.sale
+        funnel.inventory_url, funnel.sale
     );
-    drive_open(opts.concurrency, rate, opts.seconds, move |_| {
+    open_loop(opts.concurrency, rate, seconds(opts), move |_| {
         let (http, url) = (http.clone(), url.clone());
         async move {
             let id = format!("alone-{}-{}", unique(), std::process::id());
@@ -285,7 +294,8 @@ async fn reserve_open_loop(opts: &Options, funnel: &Funnel, rate: f64) -> anyhow
             Ok(())
         }
     })
-    .await
+    .await?
+    .check()
 }
 
 /// One Kafka send alone (the event an order publishes, to the funnel's
@@ -295,7 +305,7 @@ async fn send_open_loop(
     funnel: &Funnel,
     linger: Option<Duration>,
     rate: f64,
-) -> anyhow::Result<Sample> {
+) -> anyhow::Result<Measured> {
     let mut settings = ProducerSettings::new(funnel.brokers.clone());
     settings.topic = funnel.topic.clone();
     if let Some(linger) = linger {
@@ -306,11 +316,12 @@ async fn send_open_loop(
     // not measured.
     send_one(&producer, &funnel.sale).await?;
     let sale = funnel.sale.clone();
-    drive_open(opts.concurrency, rate, opts.seconds, move |_| {
+    open_loop(opts.concurrency, rate, seconds(opts), move |_| {
         let (producer, sale) = (producer.clone(), sale.clone());
         async move { send_one(&producer, &sale).await }
     })
-    .await
+    .await?
+    .check()
 }
 
 /// Sends one order event of `sale` and waits for its acknowledgement.
@@ -339,10 +350,10 @@ struct OrderSetup {
     kafka: Kafka,
     linger: Option<Duration>,
     funnel: Funnel,
-    saturated: Vec<Sample>,
-    half: Vec<Sample>,
-    reserve_alone: Vec<Sample>,
-    send_alone: Vec<Sample>,
+    saturated: Vec<Measured>,
+    half: Vec<Measured>,
+    reserve_alone: Vec<Measured>,
+    send_alone: Vec<Measured>,
     unavailable: u64,
 }
 
@@ -385,17 +396,17 @@ impl OrderSetup {
     /// One run: saturated, then half that rate (and the dependencies alone).
     async fn run(&mut self, opts: &Options) -> anyhow::Result<()> {
         let before = UNAVAILABLE.load(Ordering::Relaxed);
-        let gateway = self.funnel.gateway.url.clone();
+        let gateway = self.funnel.gateway_url.clone();
         let saturated = order_saturated(opts, &gateway).await?;
-        let rate = saturated.per_second / 2.0;
+        let rate = saturated.per_second() / 2.0;
         let half = order_open_loop(opts, &gateway, rate).await?;
         eprintln!(
             "  order, {}: saturated {:.0}/s; at {rate:.0}/s p50 {:.2} ms, p99 {:.2} ms (late start p99 {:.2} ms)",
             self.label,
-            saturated.per_second,
-            half.p50_us / 1000.0,
-            half.p99_us / 1000.0,
-            half.late_p99_us / 1000.0
+            saturated.per_second(),
+            half.p50_us() / 1000.0,
+            half.p99_us() / 1000.0,
+            half.late_p99_us() / 1000.0
         );
         self.saturated.push(saturated);
         self.half.push(half);
@@ -404,10 +415,10 @@ impl OrderSetup {
             let send = send_open_loop(opts, &self.funnel, self.linger, rate).await?;
             eprintln!(
                 "    alone at {rate:.0}/s: reserve p50 {:.2} / p99 {:.2} ms, Kafka send p50 {:.2} / p99 {:.2} ms",
-                reserve.p50_us / 1000.0,
-                reserve.p99_us / 1000.0,
-                send.p50_us / 1000.0,
-                send.p99_us / 1000.0
+                reserve.p50_us() / 1000.0,
+                reserve.p99_us() / 1000.0,
+                send.p50_us() / 1000.0,
+                send.p99_us() / 1000.0
             );
             self.reserve_alone.push(reserve);
             self.send_alone.push(send);
@@ -421,13 +432,13 @@ impl OrderSetup {
             &format!("order (saturated, {})", self.label),
             &self.saturated,
         );
-        let half_p99 = median(self.half.iter().map(|s| s.p99_us).collect());
-        let half_p50 = median(self.half.iter().map(|s| s.p50_us).collect());
-        let late = median(self.half.iter().map(|s| s.late_p99_us).collect());
+        let half_p99 = of(self.half.iter().map(Measured::p99_us));
+        let half_p50 = of(self.half.iter().map(Measured::p50_us));
+        let late = of(self.half.iter().map(Measured::late_p99_us));
         let runs: Vec<f64> = self
             .half
             .iter()
-            .map(|s| (s.p99_us / 100.0).round() / 10.0)
+            .map(|s| (s.p99_us() / 100.0).round() / 10.0)
             .collect();
         println!(
             "order at half load ({}) {:>8.0} req/s   p50 {half_p50:>8.0} µs   p99 {half_p99:>8.0} µs (runs, ms: {runs:?}; late start p99 {late:.0} µs)",
@@ -491,28 +502,33 @@ async fn kafka_healthy(cluster: &KafkaCluster, topic: &str, run: usize) -> anyho
     Ok(())
 }
 
+/// The median of per-run figures; NaN without any.
+fn of(values: impl IntoIterator<Item = f64>) -> f64 {
+    median(values).unwrap_or(f64::NAN)
+}
+
 /// Prints the medians of one measurement and returns its throughput.
-fn row(name: &str, samples: &[Sample]) -> f64 {
-    let rps = median(samples.iter().map(|s| s.per_second).collect());
-    let p99 = median(samples.iter().map(|s| s.p99_us).collect());
+fn row(name: &str, samples: &[Measured]) -> f64 {
+    let rps = of(samples.iter().map(Measured::per_second));
+    let p99 = of(samples.iter().map(Measured::p99_us));
     println!(
         "{name:<22} {rps:>10.0} req/s   p50 {:>8.0} µs   p99 {p99:>8.0} µs",
-        median(samples.iter().map(|s| s.p50_us).collect())
+        of(samples.iter().map(Measured::p50_us))
     );
     rps
 }
 
 /// Per-run ratios (each run's pair measured back to back), their median and spread.
-fn ratios(name: &str, ours: &[Sample], peer: &[Sample]) {
+fn ratios(name: &str, ours: &[Measured], peer: &[Measured]) {
     let throughput: Vec<f64> = ours
         .iter()
         .zip(peer)
-        .map(|(a, b)| a.per_second / b.per_second)
+        .map(|(a, b)| a.per_second() / b.per_second())
         .collect();
     let p99: Vec<f64> = ours
         .iter()
         .zip(peer)
-        .map(|(a, b)| a.p99_us / b.p99_us)
+        .map(|(a, b)| a.p99_us() / b.p99_us())
         .collect();
     let spread = |v: &[f64]| {
         v.iter()
@@ -522,9 +538,9 @@ fn ratios(name: &str, ours: &[Sample], peer: &[Sample]) {
     };
     println!(
         "{name}: throughput {:.2}× (runs: {}), p99 {:.2}× (runs: {})",
-        median(throughput.clone()),
+        of(throughput.iter().copied()),
         spread(&throughput),
-        median(p99.clone()),
+        of(p99.iter().copied()),
         spread(&p99)
     );
 }
@@ -564,7 +580,7 @@ async fn main() -> anyhow::Result<()> {
         .first()
         .map(|o| &o.funnel)
         .or(own_funnel.as_ref())
-        .map(|f| format!("{}/api/v1/items/A", f.gateway.url));
+        .map(|f| format!("{}/api/v1/items/A", f.gateway_url));
     let limited = match wants(Path::Limited) {
         true => Some(
             Funnel::start(FunnelOptions {
@@ -596,7 +612,7 @@ async fn main() -> anyhow::Result<()> {
         get_as_users(&warm, url.clone(), 1_000).await?;
     }
     for setup in &orders {
-        order_saturated(&warm, &setup.funnel.gateway.url).await?;
+        order_saturated(&warm, &setup.funnel.gateway_url).await?;
     }
 
     let (mut gw, mut axum_only, mut gw_lim, mut nginx_lim) = (vec![], vec![], vec![], vec![]);
@@ -607,7 +623,7 @@ async fn main() -> anyhow::Result<()> {
             axum_only.push(get_as_users(&opts, bare.clone(), 10_000).await?);
         }
         if let (Some(limited), Some(nginx)) = (&limited, &nginx) {
-            let url = format!("{}/api/v1/items/A", limited.gateway.url);
+            let url = format!("{}/api/v1/items/A", limited.gateway_url);
             gw_lim.push(get_as_users(&opts, url, 8).await?);
             nginx_lim.push(get_as_users(&opts, nginx.url.clone(), 8).await?);
         }

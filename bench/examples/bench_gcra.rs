@@ -9,16 +9,17 @@
 //!   gateway's fallback).
 //!
 //! Needs Redis (`eval "$(e2e/local/stack env)"`). Run:
-//! `cargo run --release -p gateway --example bench_gcra -- --concurrency 16 --seconds 3 --runs 5`
+//! `cargo run --release -p flashsale-bench --example bench_gcra -- --concurrency 16 --seconds 3 --runs 5`
 
 use std::{num::NonZeroU32, sync::Arc, time::Duration};
 
 use clap::Parser;
-#[path = "load/mod.rs"]
-mod load;
+use flashsale_bench::{
+    load::{Measured, closed_loop},
+    median,
+};
 use gateway::ratelimit::{GCRA_LUA, Policy, RateLimiter, Settings, Source};
 use governor::Quota;
-use load::{Sample, drive, median};
 
 /// Rate-limit decisions: the gateway's Redis GCRA vs raw EVALSHA vs governor.
 #[derive(Debug, Parser)]
@@ -58,7 +59,9 @@ async fn main() -> anyhow::Result<()> {
         Quota::per_second(policy.rate).allow_burst(policy.burst),
     ));
 
-    let mut rows: Vec<(&str, Vec<Sample>)> = vec![
+    let duration = Duration::from_secs(opts.seconds);
+    let users = opts.users as u64;
+    let mut rows: Vec<(&str, Vec<Measured>)> = vec![
         ("raw-evalsha", vec![]),
         ("gateway", vec![]),
         ("governor", vec![]),
@@ -69,11 +72,11 @@ async fn main() -> anyhow::Result<()> {
     }
     for run in 0..opts.runs {
         let (raw_sale, conn, script) = (format!("{sale}-raw"), conn.clone(), script.clone());
-        let raw = drive(opts.concurrency, opts.seconds, opts.users, move |user| {
+        let raw = closed_loop(opts.concurrency, duration, move |n| {
             let (mut conn, script, key) = (
                 conn.clone(),
                 script.clone(),
-                RateLimiter::key(&raw_sale, &user),
+                RateLimiter::key(&raw_sale, &format!("u{}", n % users)),
             );
             async move {
                 let _: (i64, i64, i64, i64) = script
@@ -85,31 +88,34 @@ async fn main() -> anyhow::Result<()> {
                 Ok(())
             }
         })
-        .await?;
+        .await?
+        .check()?;
         let (limiter_sale, limiter) = (sale.clone(), limiter.clone());
-        let gateway = drive(opts.concurrency, opts.seconds, opts.users, move |user| {
+        let gateway = closed_loop(opts.concurrency, duration, move |n| {
             let (limiter, sale) = (limiter.clone(), limiter_sale.clone());
             async move {
-                let decision = limiter.check(&sale, &user).await;
+                let decision = limiter.check(&sale, &format!("u{}", n % users)).await;
                 anyhow::ensure!(decision.source == Source::Redis, "fell back to local");
                 Ok(())
             }
         })
-        .await?;
+        .await?
+        .check()?;
         let governor = governor.clone();
-        let local = drive(opts.concurrency, opts.seconds, opts.users, move |user| {
-            let _ = governor.check_key(&user);
+        let local = closed_loop(opts.concurrency, duration, move |n| {
+            let _ = governor.check_key(&format!("u{}", n % users));
             async { Ok(()) }
         })
-        .await?;
+        .await?
+        .check()?;
         eprintln!(
             "run {run}: raw {:.0}/s p99 {:.0} µs, gateway {:.0}/s p99 {:.0} µs, governor {:.0}/s p99 {:.1} µs",
-            raw.per_second,
-            raw.p99_us,
-            gateway.per_second,
-            gateway.p99_us,
-            local.per_second,
-            local.p99_us
+            raw.per_second(),
+            raw.p99_us(),
+            gateway.per_second(),
+            gateway.p99_us(),
+            local.per_second(),
+            local.p99_us()
         );
         rows[0].1.push(raw);
         rows[1].1.push(gateway);
@@ -118,28 +124,27 @@ async fn main() -> anyhow::Result<()> {
 
     println!("| mode | decisions/s | p50 µs | p99 µs |");
     println!("|---|---|---|---|");
+    let of = |values: Vec<f64>| median(values).unwrap_or(f64::NAN);
     for (name, samples) in &rows {
         println!(
             "| {name} | {:.0} | {:.2} | {:.2} |",
-            median(samples.iter().map(|s| s.per_second).collect()),
-            median(samples.iter().map(|s| s.p50_us).collect()),
-            median(samples.iter().map(|s| s.p99_us).collect()),
+            of(samples.iter().map(Measured::per_second).collect()),
+            of(samples.iter().map(Measured::p50_us).collect()),
+            of(samples.iter().map(Measured::p99_us).collect()),
         );
     }
-    let ratio = |a: usize, b: usize, f: fn(&Sample) -> f64| {
-        median(
-            rows[a]
-                .1
-                .iter()
-                .zip(&rows[b].1)
-                .map(|(x, y)| f(x) / f(y))
-                .collect(),
-        )
+    let ratio = |a: usize, b: usize, f: fn(&Measured) -> f64| {
+        of(rows[a]
+            .1
+            .iter()
+            .zip(&rows[b].1)
+            .map(|(x, y)| f(x) / f(y))
+            .collect())
     };
     println!(
         "gateway / raw-evalsha: p99 {:.2}×, throughput {:.2}× (same-run ratios, median)",
-        ratio(1, 0, |s| s.p99_us),
-        ratio(1, 0, |s| s.per_second)
+        ratio(1, 0, Measured::p99_us),
+        ratio(1, 0, Measured::per_second)
     );
 
     // Leave Redis as found.

@@ -14,11 +14,12 @@
 //! runs and the per-run ratio are printed.
 //!
 //! Needs the stack (`eval "$(e2e/local/stack env)"`). Run:
-//! `cargo run --release -p gateway --example bench_propagation -- --replicas 3 --changes 20 --runs 5`
+//! `cargo run --release -p flashsale-bench --example bench_propagation -- --replicas 3 --changes 20 --runs 5`
 
 use std::{collections::BTreeMap, time::Duration};
 
 use clap::Parser;
+use flashsale_bench::{Recorder, median};
 use flashsale_e2e::kube::{TestNamespace, client};
 use futures::StreamExt;
 use gateway::degradation::{Switchboard, watch_config_map};
@@ -32,10 +33,6 @@ use tokio::{
     sync::{oneshot, watch},
     time::Instant,
 };
-
-#[path = "load/mod.rs"]
-mod load;
-use load::median;
 
 /// Degradation propagation: the gateway's ConfigMap watch vs a raw watch.
 #[derive(Debug, Parser)]
@@ -110,15 +107,6 @@ async fn all_reached(
             })??;
     }
     Ok(since.elapsed())
-}
-
-fn p99(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let index = ((values.len() as f64) * 0.99).ceil() as usize;
-    values
-        .get(index.saturating_sub(1).min(values.len().saturating_sub(1)))
-        .copied()
-        .unwrap_or(f64::NAN)
 }
 
 /// One run: per change, (gateway, raw) times until the last replica had it, in ms.
@@ -213,11 +201,15 @@ async fn main() -> anyhow::Result<()> {
     let mut all_gateway = Vec::new();
     for run_index in 1..=opts.runs {
         let (gateway, raw) = run(&opts, &api, &client, &ns.name).await?;
-        let (g, r) = (median(gateway.clone()), median(raw.clone()));
+        let (gateways, raws) = (
+            Recorder::of_ms(gateway.iter().copied()),
+            Recorder::of_ms(raw.iter().copied()),
+        );
+        let (g, r) = (gateways.quantile_ms(0.5), raws.quantile_ms(0.5));
         println!(
             "run {run_index}: gateway median {g:.1} p99 {:.1} | raw-watch median {r:.1} p99 {:.1} | ratio {:.2}",
-            p99(gateway.clone()),
-            p99(raw),
+            gateways.quantile_ms(0.99),
+            raws.quantile_ms(0.99),
             g / r
         );
         medians.push(g);
@@ -226,8 +218,8 @@ async fn main() -> anyhow::Result<()> {
     }
     println!(
         "median of runs: gateway {:.1} ms, gateway/raw-watch {:.2}; worst change {:.1} ms (budget 500 ms)",
-        median(medians),
-        median(ratios),
+        median(medians).unwrap_or(f64::NAN),
+        median(ratios).unwrap_or(f64::NAN),
         all_gateway.iter().copied().fold(0.0, f64::max)
     );
     Ok(())

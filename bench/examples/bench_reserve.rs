@@ -18,19 +18,19 @@
 //! half of the fast policy's saturated rate of the same run).
 //!
 //! Needs the local stack (`eval "$(e2e/local/stack env)"`). Run:
-//! `cargo run --release -p inventory --example bench_reserve -- --concurrency 64 --seconds 4 --runs 5`
+//! `cargo run --release -p flashsale-bench --example bench_reserve -- --concurrency 64 --seconds 4 --runs 5`
 
 use std::{
     collections::BTreeSet,
-    future::Future,
-    sync::{
-        Arc,
-        atomic::{AtomicU64, Ordering},
-    },
+    sync::Arc,
     time::{Duration, Instant},
 };
 
 use clap::{Parser, ValueEnum};
+use flashsale_bench::{
+    load::{Measured, closed_loop, open_loop},
+    median,
+};
 use flashsale_e2e::clusters::{RedisCluster, RedisRole};
 use flashsale_runtime::redis::{RedisConnection, RedisTarget, RedisTimeouts};
 use inventory::{
@@ -86,153 +86,28 @@ struct Options {
     durability_cost: bool,
 }
 
-/// Throughput and latency of one measurement.
-#[derive(Debug, Clone, Copy)]
-struct Sample {
-    /// Successful calls per second.
-    per_second: f64,
-    p50_us: f64,
-    p99_us: f64,
-    /// Failed calls (not in the latencies).
-    errors: u64,
-    /// Open loop: the p99 of how late calls started after their scheduled
-    /// time (every worker busy, or the client itself slow); 0 for a closed
-    /// loop.
-    lag_p99_us: f64,
-}
-
-/// One call's outcome: its latency, or why it failed.
-type Outcome = Result<Duration, anyhow::Error>;
-
-fn summarize(outcomes: Vec<Outcome>, lags: &mut [u64], elapsed: Duration) -> Sample {
-    let mut errors = 0;
-    let mut first_error = None;
-    let mut latencies: Vec<u64> = Vec::with_capacity(outcomes.len());
-    for outcome in outcomes {
-        match outcome {
-            Ok(latency) => latencies.push(latency.as_micros() as u64),
-            Err(error) => {
-                errors += 1;
-                first_error.get_or_insert(error);
-            }
-        }
+/// Says when calls of a measurement failed: they are not in its figures.
+fn noted(measured: Measured) -> Measured {
+    if let Some(error) = &measured.first_error {
+        eprintln!("  {} calls failed, the first: {error}", measured.errors);
     }
-    if let Some(error) = first_error {
-        eprintln!("  {errors} calls failed, the first: {error:#}");
-    }
-    latencies.sort_unstable();
-    lags.sort_unstable();
-    Sample {
-        per_second: latencies.len() as f64 / elapsed.as_secs_f64(),
-        p50_us: percentile(&latencies, 0.50),
-        p99_us: percentile(&latencies, 0.99),
-        errors,
-        lag_p99_us: percentile(lags, 0.99),
-    }
+    measured
 }
 
-fn percentile(sorted: &[u64], p: f64) -> f64 {
-    sorted
-        .get(((sorted.len() as f64 * p) as usize).min(sorted.len().saturating_sub(1)))
-        .copied()
-        .unwrap_or(0) as f64
-}
-
-/// Closed loop: `concurrency` workers call `op` back to back for `seconds`;
-/// each call gets a unique sequence number.
-async fn closed_loop<F, Fut>(concurrency: usize, seconds: u64, op: F) -> anyhow::Result<Sample>
-where
-    F: Fn(u64) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = anyhow::Result<()>> + Send,
-{
-    let op = Arc::new(op);
-    let counter = Arc::new(AtomicU64::new(0));
-    let started = Instant::now();
-    let deadline = started + Duration::from_secs(seconds);
-    let workers: Vec<_> = (0..concurrency)
-        .map(|_| {
-            let (op, counter) = (op.clone(), counter.clone());
-            tokio::spawn(async move {
-                let mut outcomes = Vec::with_capacity(16_384);
-                while Instant::now() < deadline {
-                    let n = counter.fetch_add(1, Ordering::Relaxed);
-                    let t = Instant::now();
-                    outcomes.push(op(n).await.map(|()| t.elapsed()));
-                }
-                outcomes
-            })
-        })
-        .collect();
-    let mut all = Vec::new();
-    for worker in workers {
-        all.extend(worker.await?);
-    }
-    Ok(summarize(all, &mut [], started.elapsed()))
-}
-
-/// Open loop: calls `op` `rate` times a second for `seconds` on a fixed
-/// schedule, whatever the answers. `workers` tasks take the scheduled slots
-/// in order, each waiting for its slot's time; a call's latency runs from
-/// that time, so a call that starts late (every worker busy, or the client
-/// itself slow) counts its wait. The workers bound the calls in flight (and
-/// the connections) as the closed loop's do.
-async fn open_loop<F, Fut>(workers: usize, rate: f64, seconds: u64, op: F) -> anyhow::Result<Sample>
-where
-    F: Fn(u64) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = anyhow::Result<()>> + Send,
-{
-    anyhow::ensure!(rate > 0.0, "open loop at rate {rate}");
-    let op = Arc::new(op);
-    let total = (rate * seconds as f64).round() as u64;
-    let next = Arc::new(AtomicU64::new(0));
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..workers)
-        .map(|_| {
-            let (op, next) = (op.clone(), next.clone());
-            tokio::spawn(async move {
-                let (mut outcomes, mut lags) = (Vec::new(), Vec::new());
-                loop {
-                    let n = next.fetch_add(1, Ordering::Relaxed);
-                    if n >= total {
-                        break;
-                    }
-                    let due = started + Duration::from_secs_f64(n as f64 / rate);
-                    tokio::time::sleep_until(due.into()).await;
-                    lags.push(due.elapsed().as_micros() as u64);
-                    outcomes.push(op(n).await.map(|()| due.elapsed()));
-                }
-                (outcomes, lags)
-            })
-        })
-        .collect();
-    let (mut outcomes, mut lags) = (Vec::new(), Vec::new());
-    for task in tasks {
-        let (o, l) = task.await?;
-        outcomes.extend(o);
-        lags.extend(l);
-    }
-    Ok(summarize(outcomes, &mut lags, started.elapsed()))
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(|a, b| a.total_cmp(b));
-    values.get(values.len() / 2).copied().unwrap_or(0.0)
-}
-
-/// The median of `f` over the samples.
-fn median_of(samples: &[Sample], f: impl Fn(&Sample) -> f64) -> f64 {
-    median(&mut samples.iter().map(f).collect::<Vec<_>>())
+/// The median of `f` over the runs.
+fn median_of(samples: &[Measured], f: impl Fn(&Measured) -> f64) -> f64 {
+    median(samples.iter().map(f)).unwrap_or(f64::NAN)
 }
 
 /// The median of the same-run ratios `f(a) / f(b)`, and each run's ratio.
-fn ratio(a: &[Sample], b: &[Sample], f: impl Fn(&Sample) -> f64) -> (f64, String) {
-    let mut runs: Vec<f64> = a.iter().zip(b).map(|(x, y)| f(x) / f(y)).collect();
+fn ratio(a: &[Measured], b: &[Measured], f: impl Fn(&Measured) -> f64) -> (f64, String) {
+    let runs: Vec<f64> = a.iter().zip(b).map(|(x, y)| f(x) / f(y)).collect();
     let listed = runs
         .iter()
         .map(|r| format!("{r:.2}"))
         .collect::<Vec<_>>()
         .join(", ");
-    (median(&mut runs), listed)
+    (median(runs).unwrap_or(f64::NAN), listed)
 }
 
 /// The inventory's API in this process on loopback, over `store`; returns
@@ -558,37 +433,44 @@ async fn against_baselines(
     // Warm-up, not measured: connections, the script cache, the pools.
     closed_loop(
         opts.concurrency,
-        1,
+        Duration::from_secs(1),
         via_script(&raw_conn, &raw_sale, "rw".into()),
     )
     .await?;
-    closed_loop(opts.concurrency, 1, via_service(http, &url, "sw".into())).await?;
+    closed_loop(
+        opts.concurrency,
+        Duration::from_secs(1),
+        via_service(http, &url, "sw".into()),
+    )
+    .await?;
 
-    let mut rows: Vec<(&str, Vec<Sample>)> = vec![
+    let duration = Duration::from_secs(opts.seconds);
+    let mut rows: Vec<(&str, Vec<Measured>)> = vec![
         ("raw-lua", vec![]),
         ("service", vec![]),
         ("naive-sql", vec![]),
     ];
     for run in 1..=opts.runs {
         let watch = RunWatch::begin(redis_url, cluster, run).await?;
-        let raw = closed_loop(
-            opts.concurrency,
-            opts.seconds,
-            via_script(&raw_conn, &raw_sale, format!("r{run}")),
-        )
-        .await?;
-        rows[0].1.push(raw);
-
-        let service = closed_loop(
-            opts.concurrency,
-            opts.seconds,
-            via_service(http, &url, format!("s{run}")),
-        )
-        .await?;
-        rows[1].1.push(service);
+        let raw = noted(
+            closed_loop(
+                opts.concurrency,
+                duration,
+                via_script(&raw_conn, &raw_sale, format!("r{run}")),
+            )
+            .await?,
+        );
+        let service = noted(
+            closed_loop(
+                opts.concurrency,
+                duration,
+                via_service(http, &url, format!("s{run}")),
+            )
+            .await?,
+        );
 
         let pool2 = pool.clone();
-        let sql = closed_loop(opts.concurrency, opts.seconds, move |_| {
+        let sql = closed_loop(opts.concurrency, duration, move |_| {
             let pool = pool2.clone();
             async move {
                 let done = sqlx::query("UPDATE bench_stock SET available = available - 1 WHERE sku = $1 AND available > 0")
@@ -600,11 +482,17 @@ async fn against_baselines(
             }
         })
         .await?;
-        rows[2].1.push(sql);
+        let sql = noted(sql);
         eprintln!(
             "run {run}/{}: raw {:.0}/s, service {:.0}/s, sql {:.0}/s",
-            opts.runs, raw.per_second, service.per_second, sql.per_second
+            opts.runs,
+            raw.per_second(),
+            service.per_second(),
+            sql.per_second()
         );
+        rows[0].1.push(raw);
+        rows[1].1.push(service);
+        rows[2].1.push(sql);
         watch.end(redis_url, cluster, run).await;
     }
 
@@ -620,13 +508,13 @@ async fn against_baselines(
     for (name, samples) in &rows {
         println!(
             "| {name} | {:.0} | {:.2} | {:.2} |",
-            median_of(samples, |s| s.per_second),
-            median_of(samples, |s| s.p50_us) / 1000.0,
-            median_of(samples, |s| s.p99_us) / 1000.0
+            median_of(samples, Measured::per_second),
+            median_of(samples, Measured::p50_us) / 1000.0,
+            median_of(samples, Measured::p99_us) / 1000.0
         );
     }
-    let (to_raw, raw_runs) = ratio(&rows[1].1, &rows[0].1, |s| s.per_second);
-    let (to_sql, sql_runs) = ratio(&rows[1].1, &rows[2].1, |s| s.per_second);
+    let (to_raw, raw_runs) = ratio(&rows[1].1, &rows[0].1, Measured::per_second);
+    let (to_sql, sql_runs) = ratio(&rows[1].1, &rows[2].1, Measured::per_second);
     println!(
         "service / raw-lua = {to_raw:.2} (same-run ratios, median); service / naive-sql = {to_sql:.1}"
     );
@@ -673,10 +561,16 @@ async fn durability_cost(
     let (replicated_url, _) = serve(replicated_store, sale).await?;
     let names = ["fast", "replicated (1 replica, 100 ms)"];
     let urls = [fast_url, replicated_url];
-    let (mut saturated, mut half): ([Vec<Sample>; 2], [Vec<Sample>; 2]) = Default::default();
+    let duration = Duration::from_secs(opts.seconds);
+    let (mut saturated, mut half): ([Vec<Measured>; 2], [Vec<Measured>; 2]) = Default::default();
     for (i, url) in urls.iter().enumerate() {
         // Warm-up, not measured.
-        closed_loop(opts.concurrency, 1, via_service(http, url, format!("w{i}"))).await?;
+        closed_loop(
+            opts.concurrency,
+            Duration::from_secs(1),
+            via_service(http, url, format!("w{i}")),
+        )
+        .await?;
     }
     let mut rates = Vec::new();
     for run in 1..=opts.runs {
@@ -686,21 +580,23 @@ async fn durability_cost(
         let order = if run % 2 == 1 { [0, 1] } else { [1, 0] };
         for i in order {
             let op = via_service(http, &urls[i], format!("c{run}p{i}"));
-            saturated[i].push(closed_loop(opts.concurrency, opts.seconds, op).await?);
+            saturated[i].push(noted(closed_loop(opts.concurrency, duration, op).await?));
         }
-        let rate = saturated[0][run - 1].per_second / 2.0;
+        let rate = saturated[0][run - 1].per_second() / 2.0;
         rates.push(rate);
         for i in order {
             let op = via_service(http, &urls[i], format!("o{run}p{i}"));
-            half[i].push(open_loop(opts.concurrency, rate, opts.seconds, op).await?);
+            half[i].push(noted(
+                open_loop(opts.concurrency, rate, duration, op).await?,
+            ));
         }
         eprintln!(
             "run {run}/{}: saturated fast {:.0}/s, replicated {:.0}/s; at {rate:.0}/s p99 fast {:.2} ms, replicated {:.2} ms",
             opts.runs,
-            saturated[0][run - 1].per_second,
-            saturated[1][run - 1].per_second,
-            half[0][run - 1].p99_us / 1000.0,
-            half[1][run - 1].p99_us / 1000.0
+            saturated[0][run - 1].per_second(),
+            saturated[1][run - 1].per_second(),
+            half[0][run - 1].p99_us() / 1000.0,
+            half[1][run - 1].p99_us() / 1000.0
         );
         watch.end(redis_url, cluster, run).await;
     }
@@ -715,21 +611,21 @@ async fn durability_cost(
         "| policy | saturated reservations/s | p50 ms | p99 ms | half load /s | p50 ms | p99 ms | late start p99 ms |"
     );
     println!("|---|---|---|---|---|---|---|---|");
-    let half_rate = median(&mut rates);
+    let half_rate = median(rates).unwrap_or(f64::NAN);
     for (i, name) in names.iter().enumerate() {
         let (s, h) = (&saturated[i], &half[i]);
         println!(
             "| {name} | {:.0} | {:.2} | {:.2} | {half_rate:.0} | {:.2} | {:.2} | {:.2} |",
-            median_of(s, |x| x.per_second),
-            median_of(s, |x| x.p50_us) / 1000.0,
-            median_of(s, |x| x.p99_us) / 1000.0,
-            median_of(h, |x| x.p50_us) / 1000.0,
-            median_of(h, |x| x.p99_us) / 1000.0,
-            median_of(h, |x| x.lag_p99_us) / 1000.0,
+            median_of(s, Measured::per_second),
+            median_of(s, Measured::p50_us) / 1000.0,
+            median_of(s, Measured::p99_us) / 1000.0,
+            median_of(h, Measured::p50_us) / 1000.0,
+            median_of(h, Measured::p99_us) / 1000.0,
+            median_of(h, Measured::late_p99_us) / 1000.0,
         );
     }
-    let (throughput, throughput_runs) = ratio(&saturated[1], &saturated[0], |s| s.per_second);
-    let (p99, p99_runs) = ratio(&half[1], &half[0], |s| s.p99_us);
+    let (throughput, throughput_runs) = ratio(&saturated[1], &saturated[0], Measured::per_second);
+    let (p99, p99_runs) = ratio(&half[1], &half[0], Measured::p99_us);
     println!(
         "replicated / fast (same-run ratios, median): throughput {throughput:.2} (runs: {throughput_runs}), p99 at half load {p99:.2} (runs: {p99_runs})"
     );
@@ -829,7 +725,7 @@ async fn forks(redis_url: &str) -> u64 {
 }
 
 /// Prints failed calls per mode, if any.
-fn report_errors(rows: &[(&str, Vec<Sample>)]) {
+fn report_errors(rows: &[(&str, Vec<Measured>)]) {
     for (name, samples) in rows {
         let errors: u64 = samples.iter().map(|s| s.errors).sum();
         if errors > 0 {

@@ -33,30 +33,21 @@
 //! ```
 //!
 //! Everything lives in a fresh namespace, deleted at the end; the processes
-//! it starts are killed on every way out.
+//! it starts are killed on every way out. Percentiles and medians are
+//! `flashsale-bench`'s.
 
-#[path = "bench_degradation/fleet.rs"]
 mod fleet;
-#[path = "bench_degradation/follow.rs"]
 mod follow;
-#[allow(dead_code)] // bench_sales' readings; this benchmark takes a few
-#[path = "bench_sales/observe.rs"]
-mod observe;
-#[path = "bench_degradation/overrides.rs"]
 mod overrides;
-#[path = "bench_degradation/switches.rs"]
 mod switches;
 
-#[path = "shared/bench.rs"]
-mod bench;
-
-use bench::{ms, percentile, release_binary};
 use std::{
     path::{Path, PathBuf},
     time::Duration,
 };
 
 use clap::Parser;
+use flashsale_bench::{Recorder, median, release_binary, system};
 use flashsale_e2e::{kube::TestNamespace, stack};
 use flashsale_observe::probe::Probe;
 use fleet::{Fleet, Setup};
@@ -215,24 +206,27 @@ impl Report {
                     .flat_map(|m| m.changes.iter().map(pick))
                     .collect()
             };
-            let (gateways, raw) = (all(|c| c.gateways), all(|c| c.raw));
-            let run_p50s: Vec<f64> = runs.iter().map(|m| m.p50()).collect();
-            let run_ratios: Vec<f64> = runs.iter().map(|m| m.ratio()).collect();
-            let polls: Vec<f64> = runs.iter().flat_map(|m| m.idle_polls.clone()).collect();
-            let quiet: Vec<f64> = runs.iter().flat_map(|m| m.quiet.clone()).collect();
+            let (gateways, raw) = (
+                Recorder::of_ms(all(|c| c.gateways)),
+                Recorder::of_ms(all(|c| c.raw)),
+            );
+            let run_p50s = median(runs.iter().map(|m| m.p50()));
+            let run_ratios = median(runs.iter().map(|m| m.ratio()));
+            let polls = Recorder::of_ms(runs.iter().flat_map(|m| m.idle_polls.clone()));
+            let quiet = Recorder::of_ms(runs.iter().flat_map(|m| m.quiet.clone()));
             println!(
                 "| {count} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {:.1} | {:.1} | {:.2} |",
-                percentile(&gateways, 0.5),
-                percentile(&gateways, 0.99),
-                percentile(&gateways, 1.0),
-                percentile(&run_p50s, 0.5),
-                percentile(&raw, 0.5),
-                percentile(&raw, 0.99),
-                percentile(&gateways, 0.5) / percentile(&raw, 0.5),
-                percentile(&run_ratios, 0.5),
-                percentile(&quiet, 0.5),
-                percentile(&all(|c| c.write), 0.5),
-                percentile(&polls, 0.5),
+                gateways.quantile_ms(0.5),
+                gateways.quantile_ms(0.99),
+                gateways.quantile_ms(1.0),
+                run_p50s.unwrap_or(f64::NAN),
+                raw.quantile_ms(0.5),
+                raw.quantile_ms(0.99),
+                gateways.quantile_ms(0.5) / raw.quantile_ms(0.5),
+                run_ratios.unwrap_or(f64::NAN),
+                quiet.quantile_ms(0.5),
+                Recorder::of_ms(all(|c| c.write)).quantile_ms(0.5),
+                polls.quantile_ms(0.5),
             );
         }
         println!("\nCPU while the changes ran (ms per change; machine busy share):");
@@ -265,18 +259,22 @@ impl Report {
             }
             let all: Vec<f64> = runs.iter().flat_map(|m| m.steps.clone()).collect();
             let written: Vec<f64> = runs.iter().flat_map(|m| m.written.clone()).collect();
-            let fan_out: Vec<f64> = all.iter().zip(&written).map(|(t, w)| t - w).collect();
-            let run_p50s: Vec<f64> = runs.iter().map(|m| percentile(&m.steps, 0.5)).collect();
+            let fan_out = Recorder::of_ms(all.iter().zip(&written).map(|(t, w)| t - w));
+            let run_p50s = median(
+                runs.iter()
+                    .map(|m| Recorder::of_ms(m.steps.clone()).quantile_ms(0.5)),
+            );
+            let (all, written) = (Recorder::of_ms(all), Recorder::of_ms(written));
             println!(
                 "| {count} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
-                percentile(&all, 0.5),
-                percentile(&all, 0.99),
-                percentile(&all, 1.0),
-                percentile(&run_p50s, 0.5),
-                percentile(&written, 0.5),
-                percentile(&written, 0.99),
-                percentile(&fan_out, 0.5),
-                percentile(&fan_out, 0.99),
+                all.quantile_ms(0.5),
+                all.quantile_ms(0.99),
+                all.quantile_ms(1.0),
+                run_p50s.unwrap_or(f64::NAN),
+                written.quantile_ms(0.5),
+                written.quantile_ms(0.99),
+                fan_out.quantile_ms(0.5),
+                fan_out.quantile_ms(0.99),
             );
         }
         println!("\nCPU while the steps ran (ms per step; machine busy share):");
@@ -346,7 +344,7 @@ struct CpuMark {
 
 impl CpuMark {
     fn take(gateway_pids: &[u32], operator_pid: Option<u32>) -> Self {
-        let stack = observe::stack_pids();
+        let stack = system::stack_pids();
         let of = |name: &str| {
             stack
                 .iter()
@@ -361,7 +359,7 @@ impl CpuMark {
                 gateway_pids.iter().map(|pid| cpu_ns(*pid)).sum(),
                 cpu_ns(std::process::id()),
             ],
-            machine: observe::machine_ticks().unwrap_or_default(),
+            machine: system::machine_ticks().unwrap_or_default(),
         }
     }
 }

@@ -1,0 +1,17 @@
+//! The inventory's HTTP contract in one place: the routes ([`paths`]), the
+//! JSON bodies and answers, and the error answer with its codes
+//! ([`ErrorBody`], [`codes`]). The inventory serves it; the gateway (and
+//! any other caller) uses the same types, so the two cannot drift apart.
+//! The JSON of each type is the wire format, pinned by the tests beside it.
+
+pub mod codes;
+mod error;
+pub mod paths;
+mod reservations;
+mod sales;
+mod stock;
+
+pub use error::ErrorBody;
+pub use reservations::{Reservation, ReservationState, ReserveBody, StateChange};
+pub use sales::{ItemDefinition, LoadedItem, LoadedSale, SaleDefinition};
+pub use stock::{AdjustBody, Adjustment, StockLevel};
