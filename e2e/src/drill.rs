@@ -138,14 +138,6 @@ impl DrillScene {
         names: &[String],
         owned: bool,
     ) -> anyhow::Result<BTreeSet<String>> {
-        let nodes: Vec<String> = Api::<Node>::all(self.client.clone())
-            .list(&ListParams::default().labels("type=kwok"))
-            .await?
-            .items
-            .iter()
-            .map(ResourceExt::name_any)
-            .collect();
-        anyhow::ensure!(!nodes.is_empty(), "no kwok node");
         // A drill targets only pods whose owners lead to the sale.
         let sale = Api::<FlashSale>::namespaced(self.client.clone(), &self.ns.name)
             .get(SALE)
@@ -161,38 +153,15 @@ impl DrillScene {
         } else {
             json!([])
         };
-        let pods = self.pods();
-        stream::iter(names.iter().enumerate())
-            .map(|(i, name)| {
-                let pod: Result<Pod, _> = serde_json::from_value(json!({
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {
-                        "name": name,
-                        "labels": {
-                            "app.kubernetes.io/part-of": SALE,
-                            "app.kubernetes.io/component": "gateway",
-                            "app.kubernetes.io/managed-by": "flashsale-operator",
-                        },
-                        "ownerReferences": owners,
-                    },
-                    "spec": {
-                        // Bound directly: a thousand pods need no scheduler.
-                        "nodeName": nodes[i % nodes.len()],
-                        "tolerations": [{"operator": "Exists"}],
-                        "containers": [{"name": "gateway", "image": "gateway:drill"}],
-                    },
-                }));
-                let pods = pods.clone();
-                async move {
-                    pods.create(&PostParams::default(), &pod?)
-                        .await
-                        .map_err(anyhow::Error::from)
-                }
-            })
-            .buffer_unordered(32)
-            .try_collect::<Vec<_>>()
-            .await?;
+        let metadata = json!({
+            "labels": {
+                "app.kubernetes.io/part-of": SALE,
+                "app.kubernetes.io/component": "gateway",
+                "app.kubernetes.io/managed-by": "flashsale-operator",
+            },
+            "ownerReferences": owners,
+        });
+        create_kwok_pods(&self.pods(), names, &metadata, ("gateway", "gateway:drill")).await?;
         let wanted: BTreeSet<String> = names.iter().cloned().collect();
         poll_until(
             &format!("{} gateway pods Ready", names.len()),
@@ -528,4 +497,49 @@ pub async fn image(pods: &Api<Pod>, name: &str) -> anyhow::Result<String> {
         .and_then(|s| s.containers.into_iter().next())
         .and_then(|c| c.image)
         .unwrap_or_default())
+}
+
+/// Creates bare pods named `names` in the namespace of `pods`, bound
+/// round-robin to the stack's kwok nodes (a thousand pods need no
+/// scheduler), each with `metadata` (labels, owners; the name is set here)
+/// and one container `(name, image)`; 32 creates in flight.
+pub async fn create_kwok_pods(
+    pods: &Api<Pod>,
+    names: &[String],
+    metadata: &Value,
+    (container, image): (&str, &str),
+) -> anyhow::Result<()> {
+    let nodes: Vec<String> = Api::<Node>::all(pods.clone().into_client())
+        .list(&ListParams::default().labels("type=kwok"))
+        .await?
+        .items
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    anyhow::ensure!(!nodes.is_empty(), "no kwok node");
+    stream::iter(names.iter().enumerate())
+        .map(|(i, name)| {
+            let mut metadata = metadata.clone();
+            metadata["name"] = json!(name);
+            let pod: Result<Pod, _> = serde_json::from_value(json!({
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": metadata,
+                "spec": {
+                    "nodeName": nodes[i % nodes.len()],
+                    "tolerations": [{"operator": "Exists"}],
+                    "containers": [{"name": container, "image": image}],
+                },
+            }));
+            let pods = pods.clone();
+            async move {
+                pods.create(&PostParams::default(), &pod?)
+                    .await
+                    .map_err(anyhow::Error::from)
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect::<Vec<_>>()
+        .await?;
+    Ok(())
 }

@@ -32,42 +32,11 @@ use serde_json::{Value, json};
 const WAIT: Duration = Duration::from_secs(60);
 const TICK: Duration = Duration::from_millis(200);
 
-fn rfc3339(at: Timestamp) -> String {
-    at.to_string()
-}
-
 /// A sale that is warming up now (start in 1 h, warm-up 2 h), so workloads
 /// run at their spec's size.
 fn sale(name: &str) -> Value {
     let start = Timestamp::now() + SignedDuration::from_hours(1);
-    sale_at(name, start, start + SignedDuration::from_hours(2), "2h")
-}
-
-fn sale_at(name: &str, start: Timestamp, end: Timestamp, warm_up: &str) -> Value {
-    json!({
-        "apiVersion": "flashsale.dev/v1alpha1",
-        "kind": "FlashSale",
-        "metadata": {"name": name},
-        "spec": {
-            "schedule": {"start": rfc3339(start), "end": rfc3339(end), "warmUp": warm_up},
-            "region": "local",
-            "reservationTTL": "1s",
-            "items": [
-                {"sku": "PHONE", "stock": 100, "perUserLimit": 1, "priceMinor": 100},
-                {"sku": "CASE", "stock": 500, "perUserLimit": 3, "priceMinor": 10}
-            ],
-            "gateway": {
-                "replicas": 2,
-                "auth": {"hs256SecretRef": {"name": "jwt", "key": "hs256"}}
-            },
-            "inventory": {"replicas": 1, "redis": {"url": "redis://redis:6379"}},
-            "orderWriter": {
-                "replicas": 1,
-                "kafka": {"brokers": ["kafka:9092"]},
-                "database": {"driver": "postgres", "urlSecretRef": {"name": "db", "key": "url"}}
-            }
-        }
-    })
+    flashsale_e2e::sales::scheduled(name, start, start + SignedDuration::from_hours(2), "2h")
 }
 
 async fn create_sale(client: &Client, ns: &str, object: Value) -> anyhow::Result<FlashSale> {
@@ -455,7 +424,12 @@ async fn the_phases_change_at_their_exact_times() -> anyhow::Result<()> {
     let start = Timestamp::from_second(Timestamp::now().as_second() + 8)?;
     let end = start + SignedDuration::from_secs(2);
     let warm_up_at = start - SignedDuration::from_secs(2);
-    create_sale(&client, &ns.name, sale_at("tick", start, end, "2s")).await?;
+    create_sale(
+        &client,
+        &ns.name,
+        flashsale_e2e::sales::scheduled("tick", start, end, "2s"),
+    )
+    .await?;
 
     let mut seen: Vec<(SalePhase, Timestamp)> = Vec::new();
     let mut gateway_replicas: BTreeMap<String, Option<i32>> = BTreeMap::new();

@@ -11,13 +11,12 @@ use std::time::{Duration, Instant};
 
 use flashsale_bench::ms;
 use flashsale_controller_drill::{chaos, stop};
-use flashsale_e2e::wait::poll_until;
+use flashsale_e2e::{drill::create_kwok_pods, wait::poll_until};
 use flashsale_kit::{clock::Clock, clock::SystemClock, leader::Leadership};
-use futures::{StreamExt, TryStreamExt, stream};
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::{
-    Api, Client, ResourceExt,
+    Api, Client,
     api::{DeleteParams, DynamicObject, ListParams, PostParams},
 };
 use serde_json::json;
@@ -155,36 +154,11 @@ async fn create_pods(
     names: &[&str],
     bound: Duration,
 ) -> anyhow::Result<()> {
-    let nodes: Vec<String> = Api::<Node>::all(client.clone())
-        .list(&ListParams::default().labels("type=kwok"))
-        .await?
-        .items
-        .iter()
-        .map(ResourceExt::name_any)
-        .collect();
-    anyhow::ensure!(!nodes.is_empty(), "no kwok node");
     let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let count = names.len();
-    stream::iter(names.iter().enumerate())
-        .map(|(i, name)| {
-            let pod: Result<Pod, _> = serde_json::from_value(json!({
-                "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": PART_OF}},
-                "spec": {
-                    "nodeName": nodes[i % nodes.len()],
-                    "tolerations": [{"operator": "Exists"}],
-                    "containers": [{"name": "app", "image": "app:bench"}],
-                },
-            }));
-            let api = api.clone();
-            async move {
-                api.create(&PostParams::default(), &pod?)
-                    .await
-                    .map_err(anyhow::Error::from)
-            }
-        })
-        .buffer_unordered(32)
-        .try_collect::<Vec<_>>()
-        .await?;
+    let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+    let metadata = json!({"labels": {"app.kubernetes.io/part-of": PART_OF}});
+    create_kwok_pods(&api, &names, &metadata, ("app", "app:bench")).await?;
     let params = ListParams::default().labels(&format!("app.kubernetes.io/part-of={PART_OF}"));
     poll_until(
         &format!("{count} pods Ready"),

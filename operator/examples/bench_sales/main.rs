@@ -62,7 +62,6 @@ use kube::{
     api::{ListParams, PostParams},
 };
 use observe::{ApiserverCounters, OperatorCounters, Stage, Throttle};
-use serde_json::json;
 use writes::Writes;
 
 #[derive(Debug, Parser)]
@@ -361,30 +360,9 @@ fn sales(count: usize) -> anyhow::Result<Vec<FlashSale>> {
 fn sale(name: &str) -> anyhow::Result<FlashSale> {
     let start = Timestamp::now() + SignedDuration::from_hours(24 * 30);
     let end = start + SignedDuration::from_hours(2);
-    Ok(serde_json::from_value(json!({
-        "apiVersion": "flashsale.dev/v1alpha1",
-        "kind": "FlashSale",
-        "metadata": {"name": name},
-        "spec": {
-            "schedule": {"start": start.to_string(), "end": end.to_string(), "warmUp": "2h"},
-            "region": "local",
-            "reservationTTL": "1s",
-            "items": [
-                {"sku": "PHONE", "stock": 100, "perUserLimit": 1, "priceMinor": 100},
-                {"sku": "CASE", "stock": 500, "perUserLimit": 3, "priceMinor": 10}
-            ],
-            "gateway": {
-                "replicas": 2,
-                "auth": {"hs256SecretRef": {"name": "jwt", "key": "hs256"}}
-            },
-            "inventory": {"replicas": 1, "redis": {"url": "redis://redis:6379"}},
-            "orderWriter": {
-                "replicas": 1,
-                "kafka": {"brokers": ["kafka:9092"]},
-                "database": {"driver": "postgres", "urlSecretRef": {"name": "db", "key": "url"}}
-            }
-        }
-    }))?)
+    Ok(serde_json::from_value(flashsale_e2e::sales::scheduled(
+        name, start, end, "2h",
+    ))?)
 }
 
 /// CPU ticks of the operator and the stack's processes, and of the machine.
