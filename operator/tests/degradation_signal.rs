@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::exporter::{Exporter, NOW, SCRAPE_TIME};
 use flashsale_e2e::{stack, wait::poll_until};
-use flashsale_observe::{signal::LossCause, signal::Reading, signal::SignalReader};
+use flashsale_observe::{signal::Reading, signal::SignalLoss, signal::SignalReader};
 use jiff::Timestamp;
 
 /// Bound of every query.
@@ -48,7 +48,7 @@ fn value_is(expected: f64) -> impl Fn(&Reading) -> bool {
     move |reading| matches!(reading, Reading::Value(sample) if sample.value == expected)
 }
 
-fn lost_as(causes: &'static [LossCause]) -> impl Fn(&Reading) -> bool {
+fn lost_as(causes: &'static [SignalLoss]) -> impl Fn(&Reading) -> bool {
     move |reading| matches!(reading, Reading::Lost(loss) if causes.contains(&loss.cause))
 }
 
@@ -75,7 +75,7 @@ async fn a_nan_value_is_not_a_number() -> anyhow::Result<()> {
     let url = stack::prometheus_url()?;
     let reader = SignalReader::new()?;
     let exporter = Exporter::start(f64::NAN, SCRAPE_TIME).await?;
-    let wanted = lost_as(&[LossCause::NotANumber]);
+    let wanted = lost_as(&[SignalLoss::NotANumber]);
     read_until(&reader, &url, &exporter.query(), FRESH, "NaN", wanted).await?;
     Ok(())
 }
@@ -90,7 +90,7 @@ async fn two_series_are_ambiguous() -> anyhow::Result<()> {
         r#"{{__name__=~"up|{}",exporter="{}"}}"#,
         exporter.metric, exporter.label
     );
-    let wanted = lost_as(&[LossCause::Ambiguous]);
+    let wanted = lost_as(&[SignalLoss::AmbiguousResult]);
     let reading = read_until(&reader, &url, &query, FRESH, "two series", wanted).await?;
     let Reading::Lost(loss) = reading else {
         anyhow::bail!("not lost: {reading:?}");
@@ -108,7 +108,7 @@ async fn nothing_selected_is_empty_and_bad_promql_is_invalid() -> anyhow::Result
     let empty = reader
         .read(&url, &nothing, TIMEOUT, FRESH, Timestamp::now())
         .await;
-    assert!(lost_as(&[LossCause::Empty])(&empty), "{empty:?}");
+    assert!(lost_as(&[SignalLoss::EmptyResult])(&empty), "{empty:?}");
 
     let malformed = reader
         .read(&url, "sum(rate(x[5m]", TIMEOUT, FRESH, Timestamp::now())
@@ -116,8 +116,8 @@ async fn nothing_selected_is_empty_and_bad_promql_is_invalid() -> anyhow::Result
     let Reading::Lost(loss) = malformed else {
         anyhow::bail!("malformed PromQL read as {malformed:?}");
     };
-    assert_eq!(loss.cause, LossCause::InvalidQuery);
-    assert_eq!(loss.cause.reason(), "InvalidQuery");
+    assert_eq!(loss.cause, SignalLoss::InvalidQuery);
+    assert_eq!(loss.cause.as_str(), "InvalidQuery");
     // Prometheus's own words, so the author can fix the query.
     assert!(loss.detail.contains("parse error"), "{}", loss.detail);
     Ok(())
@@ -141,7 +141,7 @@ async fn a_closed_port_is_unreachable_at_once() -> anyhow::Result<()> {
     let Reading::Lost(loss) = reading else {
         anyhow::bail!("a closed port answered: {reading:?}");
     };
-    assert_eq!(loss.cause.reason(), "PrometheusUnreachable");
+    assert_eq!(loss.cause.as_str(), "PrometheusUnreachable");
     assert!(loss.detail.contains(&closed.to_string()), "{}", loss.detail);
     Ok(())
 }
@@ -178,7 +178,7 @@ async fn a_silent_server_is_unreachable_within_the_timeout() -> anyhow::Result<(
     let Reading::Lost(loss) = reading else {
         anyhow::bail!("a silent server answered: {reading:?}");
     };
-    assert_eq!(loss.cause, LossCause::Unreachable);
+    assert_eq!(loss.cause, SignalLoss::PrometheusUnreachable);
     assert!(loss.detail.contains("within 500ms"), "{}", loss.detail);
     Ok(())
 }
@@ -193,7 +193,7 @@ async fn a_removed_target_loses_the_signal() -> anyhow::Result<()> {
     read_until(&reader, &url, &query, stale_after, "0.6", value_is(0.6)).await?;
     exporter.unregister();
     let gone = Instant::now();
-    let wanted = lost_as(&[LossCause::Empty, LossCause::Stale]);
+    let wanted = lost_as(&[SignalLoss::EmptyResult, SignalLoss::StaleSample]);
     read_until(&reader, &url, &query, stale_after, "the loss", wanted).await?;
     // File_sd's refresh, one scrape and the bound itself, with room for a
     // loaded machine: what it tells apart is a loss seen within seconds
@@ -215,7 +215,7 @@ async fn a_sample_older_than_stale_after_drops_out() -> anyhow::Result<()> {
     // staleness marker for it: only the bound makes it drop out.
     exporter.freeze();
     let frozen = Instant::now();
-    let wanted = lost_as(&[LossCause::Empty, LossCause::Stale]);
+    let wanted = lost_as(&[SignalLoss::EmptyResult, SignalLoss::StaleSample]);
     read_until(&reader, &url, &query, stale_after, "the loss", wanted).await?;
     let waited = frozen.elapsed();
     assert!(

@@ -21,7 +21,10 @@ use jiff::{
     tz::{AmbiguousOffset, TimeZone},
 };
 
-use crate::{ChaosDrillSpec, chaosdrill::Blackout, chaosdrill::Weekday, chaosdrill::Window};
+use crate::{
+    ChaosDrillSpec, chaosdrill::Blackout, chaosdrill::Weekday, chaosdrill::Window,
+    reasons::DrillReason,
+};
 
 /// How far past `after` a search looks, in days: beyond the longest wait of
 /// any cron that matches at all (29 February, eight years apart across 2100).
@@ -106,13 +109,13 @@ pub enum Allowance {
 }
 
 impl Allowance {
-    /// The reason word for conditions and events: `Allowed`, `OutsideWindow`
+    /// The reason for conditions and events: `Allowed`, `OutsideWindow`
     /// or `InBlackout`.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> DrillReason {
         match self {
-            Self::Allowed => "Allowed",
-            Self::OutsideWindows => "OutsideWindow",
-            Self::InBlackout { .. } => "InBlackout",
+            Self::Allowed => DrillReason::Allowed,
+            Self::OutsideWindows => DrillReason::OutsideWindow,
+            Self::InBlackout { .. } => DrillReason::InBlackout,
         }
     }
 }
@@ -811,9 +814,9 @@ mod tests {
         assert_eq!(calendar.allowed_until(tuesday), None);
         assert_eq!(
             [
-                Allowance::Allowed.reason(),
-                Allowance::OutsideWindows.reason(),
-                blocked.reason()
+                Allowance::Allowed.reason().as_str(),
+                Allowance::OutsideWindows.reason().as_str(),
+                blocked.reason().as_str()
             ],
             ["Allowed", "OutsideWindow", "InBlackout"]
         );
@@ -1143,11 +1146,11 @@ mod tests {
         }
     }
 
-    #[test]
-    fn time_zones_windows_and_blackouts_are_checked() {
+    /// Calendars with one bad field each, and the message naming it.
+    fn bad_calendars() -> Vec<(&'static str, Vec<Window>, Vec<Blackout>, &'static str)> {
         let tue = [Weekday::Tue];
         let good = window(&tue, "14:00", "16:00");
-        for (time_zone, windows, blackouts, message) in [
+        vec![
             (
                 "Mars/Olympus",
                 vec![],
@@ -1217,13 +1220,21 @@ mod tests {
                 ],
                 "spec.blackouts[1].end: 2026-01-01T00:00:00Z is not after start 2026-01-02T00:00:00Z",
             ),
-        ] {
+        ]
+    }
+
+    #[test]
+    fn time_zones_windows_and_blackouts_are_checked() {
+        for (time_zone, windows, blackouts, message) in bad_calendars() {
             let found = Calendar::new(&spec("0 * * * *", time_zone, windows, blackouts))
                 .map(|_| ())
                 .map_err(|e| e.to_string());
             assert_eq!(found, Err(message.to_owned()));
         }
-        // The cron is checked first, as the spec reads.
+    }
+
+    #[test]
+    fn the_cron_is_checked_first_as_the_spec_reads() {
         assert_eq!(
             Calendar::new(&spec("* * *", "Mars/Olympus", vec![], vec![])).map(|_| ()),
             Err(CalendarError::Cron {
@@ -1233,7 +1244,11 @@ mod tests {
                         .to_owned(),
             })
         );
-        // `24:00` is the end of the day.
+    }
+
+    #[test]
+    fn twenty_four_hundred_is_the_end_of_the_day() {
+        let tue = [Weekday::Tue];
         let late = drill(
             "0 * * * *",
             "UTC",

@@ -9,6 +9,8 @@ use k8s_openapi::{
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::reasons::Reason;
+
 /// A key of a Secret in the object's own namespace.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -84,23 +86,23 @@ impl ObservedConditions {
         &mut self,
         type_: &str,
         status: bool,
-        reason: &str,
+        reason: impl Reason,
         message: impl Into<String>,
         now: &Time,
     ) {
         let status = if status { "True" } else { "False" };
-        self.set_raw(type_, status, reason, message.into(), now);
+        self.set_raw(type_, status, reason.as_str(), message.into(), now);
     }
 
     /// Sets the condition of `type_` to `Unknown`.
     pub fn set_unknown(
         &mut self,
         type_: &str,
-        reason: &str,
+        reason: impl Reason,
         message: impl Into<String>,
         now: &Time,
     ) {
-        self.set_raw(type_, "Unknown", reason, message.into(), now);
+        self.set_raw(type_, "Unknown", reason.as_str(), message.into(), now);
     }
 
     fn set_raw(&mut self, type_: &str, status: &str, reason: &str, message: String, now: &Time) {

@@ -18,6 +18,7 @@ pub mod conditions;
 pub mod degradation;
 pub mod duration;
 pub mod flashsale;
+pub mod reasons;
 pub mod timeline;
 pub mod validate;
 

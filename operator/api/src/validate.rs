@@ -5,11 +5,7 @@
 
 use std::fmt;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-
-use crate::{
-    ChaosDrillSpec, DegradationPolicySpec, FlashSaleSpec, conditions::STALLED, conditions::reasons,
-};
+use crate::{ChaosDrillSpec, DegradationPolicySpec, FlashSaleSpec};
 
 /// One problem in a spec, with the field it is in.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -130,33 +126,6 @@ pub fn chaos_drill(spec: &ChaosDrillSpec) -> Vec<SpecProblem> {
     problems
 }
 
-/// The `Stalled` condition for a spec's problems: `True` with reason
-/// `InvalidSpec` and every problem in the message, or `False` when none.
-pub fn stalled_condition(
-    problems: &[SpecProblem],
-    observed_generation: Option<i64>,
-    now: Time,
-) -> Condition {
-    let (status, reason, message) = if problems.is_empty() {
-        (
-            "False",
-            reasons::SPEC_VALID,
-            "the spec passed every check".to_owned(),
-        )
-    } else {
-        let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
-        ("True", reasons::INVALID_SPEC, list.join("; "))
-    };
-    Condition {
-        type_: STALLED.to_owned(),
-        status: status.to_owned(),
-        reason: reason.to_owned(),
-        message,
-        observed_generation,
-        last_transition_time: now,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -256,7 +225,7 @@ mod tests {
     }
 
     #[test]
-    fn drill_problems_name_each_field_and_become_a_stalled_condition() {
+    fn drill_problems_name_each_field() {
         let mut drill: ChaosDrill = match serde_yaml_ng::from_str(include_str!(
             "../../../crds/examples/chaosdrill-pod-kill.yaml"
         )) {
@@ -264,12 +233,6 @@ mod tests {
             Err(e) => panic!("example: {e}"),
         };
         assert!(chaos_drill(&drill.spec).is_empty());
-        let now = Time(jiff::Timestamp::UNIX_EPOCH);
-        let ok = stalled_condition(&[], Some(3), now.clone());
-        assert_eq!(
-            (ok.status.as_str(), ok.reason.as_str()),
-            ("False", "SpecValid")
-        );
 
         drill.spec.schedule.cron = "61 14 * * *".to_owned();
         drill.spec.schedule.time_zone = "Asia/Atlantis".to_owned();
@@ -284,22 +247,10 @@ mod tests {
                 "spec.sloGuard.objectives[1].query"
             ]
         );
-        let stalled = stalled_condition(&problems, Some(4), now);
-        assert_eq!(
-            (
-                stalled.type_.as_str(),
-                stalled.status.as_str(),
-                stalled.reason.as_str()
-            ),
-            ("Stalled", "True", "InvalidSpec")
-        );
+        let zone = problems[1].to_string();
         assert!(
-            stalled
-                .message
-                .contains("spec.schedule.timeZone: unknown time zone \"Asia/Atlantis\""),
-            "{}",
-            stalled.message
+            zone.starts_with("spec.schedule.timeZone: unknown time zone \"Asia/Atlantis\""),
+            "{zone}"
         );
-        assert_eq!(stalled.observed_generation, Some(4));
     }
 }

@@ -11,6 +11,8 @@ use kube::{
     runtime::events::{Event, EventType, Recorder, Reporter},
 };
 
+use flashsale_api::reasons::Reason;
+
 use crate::{clock::Clock, leader::Leadership, metrics::OperatorMetrics};
 
 /// Who a controller is.
@@ -91,7 +93,7 @@ impl<S> Context<S> {
         &self,
         object: &K,
         warning: bool,
-        reason: &str,
+        reason: impl Reason,
         note: String,
     ) {
         self.event_of(object, warning, reason, "Reconcile", note)
@@ -107,10 +109,11 @@ impl<S> Context<S> {
         &self,
         object: &K,
         warning: bool,
-        reason: &str,
+        reason: impl Reason,
         action: &str,
         note: String,
     ) {
+        let reason = reason.as_str();
         if !self.leadership.is_leader() {
             tracing::debug!(object = object.name_any(), reason, "not leading: no Event");
             return;
@@ -177,6 +180,7 @@ impl Backoff {
 pub(crate) mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
+    use flashsale_api::reasons::ErrorReason;
     use k8s_openapi::api::core::v1::ConfigMap;
 
     use super::*;
@@ -223,7 +227,12 @@ pub(crate) mod tests {
     async fn only_the_leader_publishes_events() {
         let (standby, requests) = counted(false);
         standby
-            .event(&object(), true, "RunAborted", "a note".to_owned())
+            .event(
+                &object(),
+                true,
+                ErrorReason::RunStopped,
+                "a note".to_owned(),
+            )
             .await;
         assert_eq!(
             requests.load(Ordering::SeqCst),
@@ -232,7 +241,12 @@ pub(crate) mod tests {
         );
         let (leader, requests) = counted(true);
         leader
-            .event(&object(), true, "RunAborted", "a note".to_owned())
+            .event(
+                &object(),
+                true,
+                ErrorReason::RunStopped,
+                "a note".to_owned(),
+            )
             .await;
         assert!(
             requests.load(Ordering::SeqCst) > 0,

@@ -1,6 +1,8 @@
 //! Errors of the shared read and write path, what a controller's error type
 //! must say about itself, and the one the controllers that build objects share.
 
+use flashsale_api::reasons::ErrorReason;
+
 /// What a failed apiserver call was doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verb {
@@ -32,13 +34,13 @@ impl Verb {
     }
 
     /// The stable reason of a failure of this verb.
-    pub fn reason(self) -> &'static str {
+    pub fn reason(self) -> ErrorReason {
         match self {
-            Self::Apply => "ApplyFailed",
-            Self::Create => "CreateFailed",
-            Self::Delete => "DeleteFailed",
-            Self::Status => "StatusUpdateFailed",
-            Self::Read | Self::List => "ReadFailed",
+            Self::Apply => ErrorReason::ApplyFailed,
+            Self::Create => ErrorReason::CreateFailed,
+            Self::Delete => ErrorReason::DeleteFailed,
+            Self::Status => ErrorReason::StatusUpdateFailed,
+            Self::Read | Self::List => ErrorReason::ReadFailed,
         }
     }
 }
@@ -118,7 +120,7 @@ impl Error {
 pub trait ReconcileError: std::error::Error + Send + Sync + 'static {
     /// A stable CamelCase category: the Warning Event's reason and the
     /// failure metric's label.
-    fn reason(&self) -> &'static str;
+    fn reason(&self) -> ErrorReason;
 
     /// Whether it only says this replica stopped leading, which is neither
     /// logged as a failure nor published as an Event.
@@ -126,15 +128,15 @@ pub trait ReconcileError: std::error::Error + Send + Sync + 'static {
 }
 
 impl ReconcileError for Error {
-    fn reason(&self) -> &'static str {
+    fn reason(&self) -> ErrorReason {
         match self {
-            Self::NotLeader => "NotLeader",
+            Self::NotLeader => ErrorReason::NotLeader,
             Self::Kube { verb, .. } => verb.reason(),
-            Self::NotOwned { .. } => "ObjectNotOwned",
-            Self::MissingMetadata(_) => "InvalidObject",
-            Self::Encode(_) => "EncodeFailed",
-            Self::KillSwitch(_) => "KillSwitch",
-            Self::RunStopped => "RunStopped",
+            Self::NotOwned { .. } => ErrorReason::ObjectNotOwned,
+            Self::MissingMetadata(_) => ErrorReason::InvalidObject,
+            Self::Encode(_) => ErrorReason::EncodeFailed,
+            Self::KillSwitch(_) => ErrorReason::KillSwitch,
+            Self::RunStopped => ErrorReason::RunStopped,
         }
     }
 
@@ -158,10 +160,10 @@ pub enum Failure {
 }
 
 impl ReconcileError for Failure {
-    fn reason(&self) -> &'static str {
+    fn reason(&self) -> ErrorReason {
         match self {
             Self::Kit(err) => err.reason(),
-            Self::Build(_) => "BuildFailed",
+            Self::Build(_) => ErrorReason::BuildFailed,
         }
     }
 
@@ -178,11 +180,11 @@ mod tests {
     fn reasons_are_typed_not_parsed() {
         let not_leader = Failure::from(Error::NotLeader);
         assert!(not_leader.not_leader());
-        assert_eq!(not_leader.reason(), "NotLeader");
+        assert_eq!(not_leader.reason().as_str(), "NotLeader");
         let missing = Failure::from(Error::MissingMetadata("metadata.uid"));
         assert!(!missing.not_leader());
-        assert_eq!(missing.reason(), "InvalidObject");
+        assert_eq!(missing.reason().as_str(), "InvalidObject");
         let encode = serde_json::from_str::<u8>("x").map_err(Error::from);
-        assert!(matches!(encode, Err(ref e) if e.reason() == "EncodeFailed"));
+        assert!(matches!(encode, Err(ref e) if e.reason().as_str() == "EncodeFailed"));
     }
 }

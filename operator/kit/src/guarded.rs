@@ -45,11 +45,10 @@ use kube::{
 };
 use serde::{Deserialize, Deserializer, de::DeserializeOwned, de::Error as _};
 
+use flashsale_api::reasons::ErrorReason;
+
 use super::{Context, Identity, health::truncate};
 use crate::{leader::Leadership, metrics::OperatorMetrics};
-
-/// The reason of the Warning Event on an object left out.
-pub const INVALID_OBJECT: &str = "InvalidObject";
 
 /// The longest Event note the apiserver takes is 1 kB.
 const MAX_NOTE_LEN: usize = 1000;
@@ -121,7 +120,7 @@ impl Rejections {
         truncate(&mut note, MAX_NOTE_LEN);
         let event = Event {
             type_: EventType::Warning,
-            reason: INVALID_OBJECT.to_owned(),
+            reason: ErrorReason::InvalidObject.as_str().to_owned(),
             note: Some(note),
             action: "Read".to_owned(),
             secondary: None,

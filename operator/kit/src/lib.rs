@@ -44,11 +44,12 @@ pub use error::{Error, Failure, ReconcileError, Verb};
 pub use ledger::{ChildKey, Ledger};
 
 /// What stops an object before its controller acts on it; reported as a
-/// condition and, when it changes, a Warning Event.
+/// condition and, when it changes, a Warning Event, with a reason of the
+/// object's kind (`R`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Blocker {
+pub struct Blocker<R> {
     /// Condition reason (`InvalidSpec`, `SecretMissing`, `SaleNotFound`…).
-    pub reason: &'static str,
+    pub reason: R,
     /// What is wrong and what to do, naming the object or field.
     pub message: String,
 }
@@ -101,9 +102,9 @@ where
             ctx.reset_backoff(&key);
         }
         if let Err(err) = &result {
-            ctx.metrics.failed(name, err.reason());
+            ctx.metrics.failed(name, err.reason().as_str());
             if !err.not_leader() {
-                tracing::warn!(reason = err.reason(), %err, "reconcile failed");
+                tracing::warn!(reason = err.reason().as_str(), %err, "reconcile failed");
                 ctx.event(object.as_ref(), true, err.reason(), err.to_string())
                     .await;
             }

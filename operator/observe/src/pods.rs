@@ -4,7 +4,7 @@
 
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 
-use flashsale_api::children::COMPONENT_KEY;
+use flashsale_api::{children::COMPONENT_KEY, reasons::PodFailure};
 
 /// Whether `pod` has its `Ready` condition `True`.
 pub fn is_ready(pod: &Pod) -> bool {
@@ -13,20 +13,6 @@ pub fn is_ready(pod: &Pod) -> bool {
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
-
-/// Container waiting reasons that mean "this will not start by itself":
-/// the kubelet's own reason strings.
-const FAILING_WAITING_REASONS: [&str; 9] = [
-    "ImagePullBackOff",
-    "ErrImagePull",
-    "ErrImageNeverPull",
-    "InvalidImageName",
-    "CrashLoopBackOff",
-    "CreateContainerConfigError",
-    "CreateContainerError",
-    "RunContainerError",
-    "PreStartHookError",
-];
 
 /// Longest message kept from a pod, so a status stays readable.
 const MESSAGE_LIMIT: usize = 300;
@@ -40,7 +26,7 @@ pub struct PodProblem {
     pub pod: String,
     /// The Kubernetes reason (`ImagePullBackOff`, `CrashLoopBackOff`,
     /// `Unschedulable`, …), usable as a condition and Event reason.
-    pub reason: String,
+    pub reason: PodFailure,
     /// What the kubelet or scheduler said, with the last exit of a crashing
     /// container.
     pub message: String,
@@ -78,10 +64,10 @@ fn problem(pod: &Pod) -> Option<PodProblem> {
         .cloned()
         .unwrap_or_default();
     let pod_name = pod.metadata.name.clone().unwrap_or_default();
-    let make = |reason: &str, message: String| PodProblem {
+    let make = |reason: PodFailure, message: String| PodProblem {
         component: component.clone(),
         pod: pod_name.clone(),
-        reason: reason.to_owned(),
+        reason,
         message: truncate(message),
     };
     let unschedulable = status.conditions.iter().flatten().find(|c| {
@@ -91,7 +77,7 @@ fn problem(pod: &Pod) -> Option<PodProblem> {
     });
     if let Some(condition) = unschedulable {
         return Some(make(
-            "Unschedulable",
+            PodFailure::Unschedulable,
             condition.message.clone().unwrap_or_default(),
         ));
     }
@@ -107,11 +93,14 @@ fn problem(pod: &Pod) -> Option<PodProblem> {
 
 /// The failing waiting reason of a container and a message saying what
 /// happened, naming the container and its last exit.
-fn failing(container: &ContainerStatus) -> Option<(&'static str, String)> {
+fn failing(container: &ContainerStatus) -> Option<(PodFailure, String)> {
     let waiting = container.state.as_ref()?.waiting.as_ref()?;
-    let reason = FAILING_WAITING_REASONS
+    // Only the kubelet's failing waiting reasons: `ContainerCreating` and
+    // the like end by themselves.
+    let reason = PodFailure::all()
         .into_iter()
-        .find(|r| waiting.reason.as_deref() == Some(*r))?;
+        .filter(|r| *r != PodFailure::Unschedulable)
+        .find(|r| waiting.reason.as_deref() == Some(r.as_str()))?;
     let mut message = format!("container {}", container.name);
     if let Some(text) = waiting.message.as_deref().filter(|m| !m.is_empty()) {
         message.push_str(": ");
@@ -204,7 +193,7 @@ mod tests {
             vec![PodProblem {
                 component: "gateway".into(),
                 pod: "s-gateway-1".into(),
-                reason: "ImagePullBackOff".into(),
+                reason: PodFailure::ImagePullBackOff,
                 message: "container gateway: Back-off pulling image \"nope:1\"".into(),
             }]
         );
@@ -231,7 +220,7 @@ mod tests {
             with_containers(vec![crashing]),
         )]);
         assert_eq!(found.len(), 1);
-        assert_eq!(found[0].reason, "CrashLoopBackOff");
+        assert_eq!(found[0].reason, PodFailure::CrashLoopBackOff);
         assert!(
             found[0]
                 .message
@@ -270,7 +259,7 @@ mod tests {
             ..PodStatus::default()
         };
         let found = problems(&[pod("s-order-writer-1", "order-writer", status)]);
-        assert_eq!(found[0].reason, "Unschedulable");
+        assert_eq!(found[0].reason, PodFailure::Unschedulable);
         assert_eq!(
             found[0].message,
             "0/4 nodes are available: 4 Insufficient cpu."

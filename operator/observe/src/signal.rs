@@ -21,6 +21,8 @@ use prometheus_http_query::{
 
 use crate::probe::causes;
 
+pub use flashsale_api::reasons::SignalLoss;
+
 /// One value of the signal.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Sample {
@@ -43,45 +45,13 @@ pub enum Reading {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Loss {
     /// The category, for the condition's reason.
-    pub cause: LossCause,
+    pub cause: SignalLoss,
     /// A short human explanation, with Prometheus's own message if any.
     pub detail: String,
 }
 
-/// Categories of a lost signal.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LossCause {
-    /// Prometheus could not be asked, or did not answer in time.
-    Unreachable,
-    /// Prometheus rejects the query (syntax, evaluation), or it returns a
-    /// range vector: asking again will not help until the query changes.
-    InvalidQuery,
-    /// The query selects no sample.
-    Empty,
-    /// The value is NaN or infinite.
-    NotANumber,
-    /// The value is older than `staleAfter`.
-    Stale,
-    /// The query returns more than one series.
-    Ambiguous,
-}
-
-impl LossCause {
-    /// A stable CamelCase reason for conditions and Events.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            Self::Unreachable => "PrometheusUnreachable",
-            Self::InvalidQuery => "InvalidQuery",
-            Self::Empty => "EmptyResult",
-            Self::NotANumber => "NotANumber",
-            Self::Stale => "StaleSample",
-            Self::Ambiguous => "AmbiguousResult",
-        }
-    }
-}
-
 impl Reading {
-    fn lost(cause: LossCause, detail: impl Into<String>) -> Self {
+    fn lost(cause: SignalLoss, detail: impl Into<String>) -> Self {
         Self::Lost(Loss {
             cause,
             detail: detail.into(),
@@ -124,7 +94,7 @@ impl SignalReader {
             Ok(client) => client,
             Err(err) => {
                 return Reading::lost(
-                    LossCause::Unreachable,
+                    SignalLoss::PrometheusUnreachable,
                     format!(
                         "{base_url:?} is not a usable Prometheus URL: {}",
                         causes(&err)
@@ -140,7 +110,7 @@ impl SignalReader {
             .post();
         match tokio::time::timeout(timeout, ask).await {
             Err(_) => Reading::lost(
-                LossCause::Unreachable,
+                SignalLoss::PrometheusUnreachable,
                 format!(
                     "{base_url} did not answer within {}",
                     flashsale_api::Duration(timeout)
@@ -164,21 +134,21 @@ fn failure(base_url: &str, err: &QueryError) -> Loss {
     let (cause, detail) = match err {
         QueryError::Prometheus(err) => match err.error_type() {
             PrometheusErrorType::BadData => (
-                LossCause::InvalidQuery,
+                SignalLoss::InvalidQuery,
                 format!("Prometheus rejects the query: {}", err.message()),
             ),
             PrometheusErrorType::Execution => (
-                LossCause::InvalidQuery,
+                SignalLoss::InvalidQuery,
                 format!("Prometheus cannot evaluate the query: {}", err.message()),
             ),
             // Timeout, overload, internal: Prometheus is there but not usable.
             _ => (
-                LossCause::Unreachable,
+                SignalLoss::PrometheusUnreachable,
                 format!("{base_url} answers {}: {}", err.error_type(), err.message()),
             ),
         },
         other => (
-            LossCause::Unreachable,
+            SignalLoss::PrometheusUnreachable,
             format!("{base_url}: {}", causes(other)),
         ),
     };
@@ -194,7 +164,7 @@ fn answer(data: Data, now: Timestamp, stale_after: Duration) -> Reading {
         Data::Scalar(sample) => sampled(sample, now, stale_after),
         Data::Vector(series) => match series.as_slice() {
             [] => Reading::lost(
-                LossCause::Empty,
+                SignalLoss::EmptyResult,
                 format!(
                     "the query selects no sample (none within staleAfter {})",
                     flashsale_api::Duration(stale_after)
@@ -209,7 +179,7 @@ fn answer(data: Data, now: Timestamp, stale_after: Duration) -> Reading {
                     ""
                 };
                 Reading::lost(
-                    LossCause::Ambiguous,
+                    SignalLoss::AmbiguousResult,
                     format!(
                         "the query returns {} series ({}{more}); it must aggregate to one \
                          sample, e.g. with sum() or max()",
@@ -220,7 +190,7 @@ fn answer(data: Data, now: Timestamp, stale_after: Duration) -> Reading {
             }
         },
         Data::Matrix(_) => Reading::lost(
-            LossCause::InvalidQuery,
+            SignalLoss::InvalidQuery,
             "the query returns a range vector; it must return one instant sample, e.g. \
              with rate() around the range",
         ),
@@ -246,7 +216,7 @@ fn sampled(sample: PromSample, now: Timestamp, stale_after: Duration) -> Reading
         .and_then(|since_epoch| Timestamp::from_duration(since_epoch).ok());
     let Some(at) = at else {
         return Reading::lost(
-            LossCause::Stale,
+            SignalLoss::StaleSample,
             format!(
                 "the sample's timestamp {} is not a time",
                 sample.timestamp()
@@ -256,7 +226,7 @@ fn sampled(sample: PromSample, now: Timestamp, stale_after: Duration) -> Reading
     let age = now.duration_since(at);
     if age > SignedDuration::try_from(stale_after).unwrap_or(SignedDuration::MAX) {
         return Reading::lost(
-            LossCause::Stale,
+            SignalLoss::StaleSample,
             format!(
                 "the sample is from {at}, older than staleAfter {}",
                 flashsale_api::Duration(stale_after)
@@ -265,7 +235,7 @@ fn sampled(sample: PromSample, now: Timestamp, stale_after: Duration) -> Reading
     }
     if !value.is_finite() {
         return Reading::lost(
-            LossCause::NotANumber,
+            SignalLoss::NotANumber,
             format!("the query's value is {value}, not a load ratio"),
         );
     }
@@ -311,7 +281,7 @@ mod tests {
         answer(data, at("2026-11-11T00:00:01Z"), Duration::from_secs(3))
     }
 
-    fn cause(reading: &Reading) -> Option<LossCause> {
+    fn cause(reading: &Reading) -> Option<SignalLoss> {
         match reading {
             Reading::Lost(loss) => Some(loss.cause),
             Reading::Value(_) => None,
@@ -333,16 +303,16 @@ mod tests {
 
     #[test]
     fn every_unusable_answer_has_its_cause() {
-        assert_eq!(cause(&classify(vector(&[]))), Some(LossCause::Empty));
+        assert_eq!(cause(&classify(vector(&[]))), Some(SignalLoss::EmptyResult));
         for bad in ["NaN", "+Inf", "-Inf"] {
             let reading = classify(vector(&[("a", bad)]));
-            assert_eq!(cause(&reading), Some(LossCause::NotANumber), "{bad}");
+            assert_eq!(cause(&reading), Some(SignalLoss::NotANumber), "{bad}");
         }
         let two = classify(vector(&[("b", "1"), ("a", "2")]));
         let Reading::Lost(loss) = two else {
             panic!("two series read as one: {two:?}");
         };
-        assert_eq!(loss.cause, LossCause::Ambiguous);
+        assert_eq!(loss.cause, SignalLoss::AmbiguousResult);
         assert!(loss.detail.contains("2 series"), "{}", loss.detail);
         assert!(loss.detail.contains(r#"{exporter="b"}"#), "{}", loss.detail);
         assert!(loss.detail.contains("sum()"), "{}", loss.detail);
@@ -350,7 +320,7 @@ mod tests {
             "resultType": "matrix",
             "result": [{"metric": {}, "values": [[EVALUATED, "1"]]}],
         }));
-        assert_eq!(cause(&classify(matrix)), Some(LossCause::InvalidQuery));
+        assert_eq!(cause(&classify(matrix)), Some(SignalLoss::InvalidQuery));
     }
 
     #[test]
@@ -366,7 +336,7 @@ mod tests {
         let Reading::Lost(loss) = stale else {
             panic!("a stale sample was used: {stale:?}");
         };
-        assert_eq!(loss.cause, LossCause::Stale);
+        assert_eq!(loss.cause, SignalLoss::StaleSample);
         assert!(loss.detail.contains("staleAfter 3s"), "{}", loss.detail);
     }
 
@@ -382,13 +352,13 @@ mod tests {
     fn prometheus_errors_tell_a_bad_query_from_an_unusable_server() {
         let parse = "1:14: parse error: unclosed left parenthesis";
         let loss = failure("http://p", &prometheus_error("bad_data", parse));
-        assert_eq!(loss.cause, LossCause::InvalidQuery);
+        assert_eq!(loss.cause, SignalLoss::InvalidQuery);
         assert!(loss.detail.contains(parse), "{}", loss.detail);
         let loss = failure("http://p", &prometheus_error("execution", "many-to-many"));
-        assert_eq!(loss.cause, LossCause::InvalidQuery);
+        assert_eq!(loss.cause, SignalLoss::InvalidQuery);
         for busy in ["timeout", "unavailable", "internal", "canceled"] {
             let loss = failure("http://p", &prometheus_error(busy, "query timed out"));
-            assert_eq!(loss.cause, LossCause::Unreachable, "{busy}");
+            assert_eq!(loss.cause, SignalLoss::PrometheusUnreachable, "{busy}");
             assert!(loss.detail.contains("query timed out"), "{}", loss.detail);
         }
     }
@@ -396,15 +366,15 @@ mod tests {
     #[test]
     fn reasons_are_stable() {
         let reasons: Vec<&str> = [
-            LossCause::Unreachable,
-            LossCause::InvalidQuery,
-            LossCause::Empty,
-            LossCause::NotANumber,
-            LossCause::Stale,
-            LossCause::Ambiguous,
+            SignalLoss::PrometheusUnreachable,
+            SignalLoss::InvalidQuery,
+            SignalLoss::EmptyResult,
+            SignalLoss::NotANumber,
+            SignalLoss::StaleSample,
+            SignalLoss::AmbiguousResult,
         ]
         .iter()
-        .map(LossCause::reason)
+        .map(|cause| cause.as_str())
         .collect();
         assert_eq!(
             reasons,

@@ -354,7 +354,7 @@ fn by_loss(
 
 /// A loss as the messages name it.
 fn lost(loss: &Loss) -> String {
-    format!("signal lost ({}: {})", loss.cause.reason(), loss.detail)
+    format!("signal lost ({}: {})", loss.cause, loss.detail)
 }
 
 /// A signal value for a message: at most three decimals, no trailing zeros.
@@ -381,7 +381,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     use super::*;
-    use flashsale_observe::{signal::LossCause, signal::Sample};
+    use flashsale_observe::{signal::Sample, signal::SignalLoss};
 
     /// Two tiers as in the example policy; loss enters tier 1 after 30 s.
     fn spec() -> DegradationPolicySpec {
@@ -436,7 +436,7 @@ mod tests {
         match input {
             In::V(value) => Reading::Value(Sample { value, at: now }),
             In::Lost => Reading::Lost(Loss {
-                cause: LossCause::Unreachable,
+                cause: SignalLoss::PrometheusUnreachable,
                 detail: "connection refused".to_owned(),
             }),
         }

@@ -25,7 +25,7 @@ use kube::{
 };
 
 use super::{Ctx, reconcile::IDENTITY};
-use flashsale_api::{FlashSale, children, conditions::reasons};
+use flashsale_api::{FlashSale, children, reasons::PolicyReason};
 use flashsale_kit::{Verb, apply, health::WatchHealth};
 
 /// How long after an override lapsed its policy has to take the switches
@@ -194,8 +194,13 @@ async fn lift(ctx: &Ctx, namespace: &str, name: &str) -> Result<(), flashsale_ki
     }
     tracing::warn!(sale = %flashsale_kit::key(&sale), tier = state.tier, generation = next.generation,
         "a lapsed override no policy took back was lifted");
-    ctx.event(&sale, true, reasons::OVERRIDE_EXPIRED, next.reason.clone())
-        .await;
+    ctx.event(
+        &sale,
+        true,
+        PolicyReason::OverrideExpired,
+        next.reason.clone(),
+    )
+    .await;
     Ok(())
 }
 

@@ -15,13 +15,13 @@ use kube::{
 };
 
 use super::{Ctx, FINALIZER, decide, decide::Decision, propagation, status, status::Evaluation};
+use flashsale_api::reasons::PolicyReason;
 use flashsale_api::{
-    DegradationPolicy, FlashSale, children, conditions::READY, conditions::reasons,
-    degradation::ActiveOverride, degradation::DegradationPolicySpec,
-    degradation::DegradationPolicyStatus, validate,
+    DegradationPolicy, FlashSale, children, conditions::READY, degradation::ActiveOverride,
+    degradation::DegradationPolicySpec, degradation::DegradationPolicyStatus, validate,
 };
 use flashsale_kit::{Blocker, Failure as Error, Identity, Verb, apply};
-use flashsale_observe::{signal::Loss, signal::LossCause, signal::Reading};
+use flashsale_observe::{signal::Loss, signal::Reading, signal::SignalLoss};
 
 /// The DegradationPolicy controller.
 pub const IDENTITY: Identity = Identity {
@@ -69,13 +69,13 @@ async fn reconcile_policy(policy: &DegradationPolicy, ctx: &Ctx) -> Result<Actio
             let was = old
                 .and_then(|s| s.observed.get(READY))
                 .map(|c| c.reason.as_str());
-            if was != Some(blocker.reason) {
+            if was != Some(blocker.reason.as_str()) {
                 ctx.event(policy, true, blocker.reason, blocker.message.clone())
                     .await;
             }
             // An invalid spec waits for an edit; a missing sale or a rival
             // policy is looked at again every interval.
-            if blocker.reason == reasons::INVALID_SPEC {
+            if blocker.reason == PolicyReason::InvalidSpec {
                 ctx.settings.pace.forget(&key);
                 return Ok(Action::await_change());
             }
@@ -120,12 +120,12 @@ async fn gather(
     ctx: &Ctx,
     policy: &DegradationPolicy,
     namespace: &str,
-) -> Result<Result<(FlashSale, Option<Degradation>), Blocker>, Error> {
+) -> Result<Result<(FlashSale, Option<Degradation>), Blocker<PolicyReason>>, Error> {
     let problems = validate::degradation_policy(&policy.spec);
     if !problems.is_empty() {
         let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
         return Ok(Err(Blocker {
-            reason: reasons::INVALID_SPEC,
+            reason: PolicyReason::InvalidSpec,
             message: list.join("; "),
         }));
     }
@@ -141,7 +141,7 @@ async fn gather(
         ))?
     else {
         return Ok(Err(Blocker {
-            reason: reasons::SALE_NOT_FOUND,
+            reason: PolicyReason::SaleNotFound,
             message: format!(
                 "FlashSale {namespace}/{sale_name} does not exist; nothing is switched until it does"
             ),
@@ -156,7 +156,7 @@ async fn gather(
         && holder.uid() != policy.uid()
     {
         return Ok(Err(Blocker {
-            reason: reasons::CONFLICTING_POLICY,
+            reason: PolicyReason::ConflictingPolicy,
             message: format!(
                 "DegradationPolicy {} already switches FlashSale {sale_name}; this one writes nothing \
                  while it exists (one policy per sale)",
@@ -195,7 +195,7 @@ async fn switches_in_force(
     ctx: &Ctx,
     namespace: &str,
     sale: &FlashSale,
-) -> Result<Result<InForce, Blocker>, Error> {
+) -> Result<Result<InForce, Blocker<PolicyReason>>, Error> {
     let name = children::names::degradation(sale);
     let uid = sale
         .uid()
@@ -215,7 +215,7 @@ async fn switches_in_force(
             name,
         };
         return Ok(Err(Blocker {
-            reason: reasons::OBJECT_NOT_OWNED,
+            reason: PolicyReason::ObjectNotOwned,
             message: refused.to_string(),
         }));
     }
@@ -239,7 +239,7 @@ fn holder<'a>(policies: &[&'a DegradationPolicy]) -> Option<&'a DegradationPolic
                 s.tier.is_some()
                     && s.observed
                         .get(READY)
-                        .is_none_or(|c| c.reason != reasons::CONFLICTING_POLICY)
+                        .is_none_or(|c| c.reason != PolicyReason::ConflictingPolicy)
             });
             (
                 !holds,
@@ -259,7 +259,7 @@ async fn read_signal(ctx: &Ctx, spec: &DegradationPolicySpec, now: Timestamp) ->
         .or(ctx.settings.prometheus_url.as_deref())
     else {
         return Reading::Lost(Loss {
-            cause: LossCause::Unreachable,
+            cause: SignalLoss::PrometheusUnreachable,
             detail: "no Prometheus to ask: set spec.signal.prometheusURL or the operator's \
                      --prometheus-url"
                 .to_owned(),
@@ -471,7 +471,7 @@ async fn release(
         ctx.event_of(
             policy,
             false,
-            reasons::TIER_CHANGED,
+            PolicyReason::TierChanged,
             &format!("Tier{}To0", previous.tier),
             format!("tier {} → 0: the policy is being deleted", previous.tier),
         )
@@ -561,7 +561,7 @@ async fn announce(
         (before, Some(now)) if before != Some(now) => {
             let action = format!("OverrideTier{}", now.tier);
             let note = override_note(now);
-            ctx.event_of(policy, false, reasons::OVERRIDE_STARTED, &action, note)
+            ctx.event_of(policy, false, PolicyReason::OverrideStarted, &action, note)
                 .await;
         }
         (Some(before), None) => {
@@ -570,7 +570,7 @@ async fn announce(
                 before.tier, before.set_by, before.reason
             );
             let action = format!("OverrideTier{}", before.tier);
-            ctx.event_of(policy, false, reasons::OVERRIDE_ENDED, &action, note)
+            ctx.event_of(policy, false, PolicyReason::OverrideEnded, &action, note)
                 .await;
         }
         _ => {}
@@ -582,25 +582,25 @@ async fn announce(
             decision.memory.tier, decision.memory.source, decision.message
         );
         let action = format!("Tier{from}To{}", decision.memory.tier);
-        ctx.event_of(policy, false, reasons::TIER_CHANGED, &action, note)
+        ctx.event_of(policy, false, PolicyReason::TierChanged, &action, note)
             .await;
     }
     let was_refused = old
         .and_then(|s| s.observed.get(READY))
-        .is_some_and(|c| c.reason == reasons::OVERRIDE_REFUSED);
+        .is_some_and(|c| c.reason == PolicyReason::OverrideRefused);
     if let (Some(why), false) = (&decision.refused_override, was_refused) {
-        ctx.event(policy, true, reasons::OVERRIDE_REFUSED, why.clone())
+        ctx.event(policy, true, PolicyReason::OverrideRefused, why.clone())
             .await;
     }
     let was_lost = old.is_some_and(|s| s.signal_lost_since.is_some());
     match reading {
         Reading::Lost(loss) if !was_lost => {
-            ctx.event(policy, true, loss.cause.reason(), loss.detail.clone())
+            ctx.event(policy, true, loss.cause, loss.detail.clone())
                 .await;
         }
         Reading::Value(sample) if was_lost => {
             let note = format!("signal back: {:.3}", sample.value);
-            ctx.event(policy, false, reasons::SIGNAL_OK, note).await;
+            ctx.event(policy, false, PolicyReason::SignalOk, note).await;
         }
         _ => {}
     }

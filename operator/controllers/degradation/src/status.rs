@@ -9,8 +9,9 @@ use super::{
     decide::Decision, decide::Memory, decide::OverrideAt, decide::override_at,
     propagation::Progress,
 };
+use flashsale_api::reasons::PolicyReason;
 use flashsale_api::{
-    conditions::PROPAGATED, conditions::READY, conditions::SIGNAL_AVAILABLE, conditions::reasons,
+    conditions::PROPAGATED, conditions::READY, conditions::SIGNAL_AVAILABLE,
     degradation::ActiveOverride, degradation::DegradationPolicy,
     degradation::DegradationPolicyStatus, degradation::Propagation, degradation::TierReason,
 };
@@ -49,7 +50,7 @@ fn start(
 pub fn blocked(
     old: Option<&DegradationPolicyStatus>,
     generation: Option<i64>,
-    blocker: &Blocker,
+    blocker: &Blocker<PolicyReason>,
     now: Timestamp,
 ) -> DegradationPolicyStatus {
     let mut status = start(old, generation);
@@ -97,7 +98,7 @@ pub fn evaluated(
             conditions.set(
                 SIGNAL_AVAILABLE,
                 true,
-                reasons::SIGNAL_OK,
+                PolicyReason::SignalOk,
                 format!("signal {:.3} at {}", sample.value, sample.at),
                 &when,
             );
@@ -105,76 +106,88 @@ pub fn evaluated(
         Reading::Lost(loss) => conditions.set(
             SIGNAL_AVAILABLE,
             false,
-            loss.cause.reason(),
+            PolicyReason::Signal(loss.cause),
             &loss.detail,
             &when,
         ),
     }
-    if let Some((switches, progress, took)) = &seen.propagation {
-        let laggards: Vec<String> = progress
-            .laggards
-            .iter()
-            .take(MAX_LAGGARDS)
-            .cloned()
-            .collect();
-        let kept = old
-            .and_then(|s| s.propagation.as_ref())
-            .filter(|p| p.generation == *switches)
-            .and_then(|p| p.seconds);
-        status.propagation = Some(Propagation {
-            generation: *switches,
-            applied_replicas: progress.applied,
-            desired_replicas: progress.total,
-            // A measurement belongs to its generation: a later re-check that
-            // finds everyone applied keeps the time first measured.
-            seconds: took.map(|d| d.as_secs_f64()).or(kept),
-            laggards: laggards.clone(),
-        });
-        let (ok, reason, message) = if progress.total == 0 {
-            (
-                false,
-                reasons::NO_GATEWAYS,
-                "no ready gateway pod of the sale to apply the switches".to_owned(),
-            )
-        } else if progress.laggards.is_empty() {
-            let took = took
-                .map(|d| format!(" in {} ms", d.as_millis()))
-                .unwrap_or_default();
-            (
-                true,
-                reasons::APPLIED,
-                format!(
-                    "all {} ready gateways applied generation {switches}{took}",
-                    progress.total
-                ),
-            )
-        } else {
-            (
-                false,
-                reasons::NOT_APPLIED,
-                format!(
-                    "{}/{} gateways applied generation {switches}; not yet: {}",
-                    progress.applied,
-                    progress.total,
-                    laggards.join("; ")
-                ),
-            )
-        };
-        conditions.set(PROPAGATED, ok, reason, message, &when);
+    if let Some(propagation) = &seen.propagation {
+        propagated(&mut status, old, propagation, &when);
     }
+    let conditions = &mut status.observed;
     let ready_message = format!("tier {}: {}", memory.tier, seen.decision.message);
     match &seen.decision.refused_override {
         // The signal still decides, but what on-call asked for is not done.
         Some(why) => conditions.set(
             READY,
             false,
-            reasons::OVERRIDE_REFUSED,
+            PolicyReason::OverrideRefused,
             format!("{why}; {ready_message}"),
             &when,
         ),
-        None => conditions.set(READY, true, reasons::AS_EXPECTED, ready_message, &when),
+        None => conditions.set(READY, true, PolicyReason::AsExpected, ready_message, &when),
     }
     status
+}
+
+/// Records how far generation `switches` reached the gateways, and the
+/// `Propagated` condition.
+fn propagated(
+    status: &mut DegradationPolicyStatus,
+    old: Option<&DegradationPolicyStatus>,
+    (switches, progress, took): &(i64, Progress, Option<std::time::Duration>),
+    when: &Time,
+) {
+    let laggards: Vec<String> = progress
+        .laggards
+        .iter()
+        .take(MAX_LAGGARDS)
+        .cloned()
+        .collect();
+    let kept = old
+        .and_then(|s| s.propagation.as_ref())
+        .filter(|p| p.generation == *switches)
+        .and_then(|p| p.seconds);
+    status.propagation = Some(Propagation {
+        generation: *switches,
+        applied_replicas: progress.applied,
+        desired_replicas: progress.total,
+        // A measurement belongs to its generation: a later re-check that
+        // finds everyone applied keeps the time first measured.
+        seconds: took.map(|d| d.as_secs_f64()).or(kept),
+        laggards: laggards.clone(),
+    });
+    let (ok, reason, message) = if progress.total == 0 {
+        (
+            false,
+            PolicyReason::NoGateways,
+            "no ready gateway pod of the sale to apply the switches".to_owned(),
+        )
+    } else if progress.laggards.is_empty() {
+        let took = took
+            .map(|d| format!(" in {} ms", d.as_millis()))
+            .unwrap_or_default();
+        (
+            true,
+            PolicyReason::Applied,
+            format!(
+                "all {} ready gateways applied generation {switches}{took}",
+                progress.total
+            ),
+        )
+    } else {
+        (
+            false,
+            PolicyReason::NotApplied,
+            format!(
+                "{}/{} gateways applied generation {switches}; not yet: {}",
+                progress.applied,
+                progress.total,
+                laggards.join("; ")
+            ),
+        )
+    };
+    status.observed.set(PROPAGATED, ok, reason, message, when);
 }
 
 /// The override in force at `now`, with the field manager that last wrote

@@ -21,6 +21,7 @@
 use std::collections::BTreeSet;
 
 use flashsale_api::chaosdrill::BlastRadius;
+use flashsale_api::reasons::DrillReason;
 
 /// A pod of the target workload as the controller sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -121,11 +122,11 @@ pub enum Selection {
 
 impl Selection {
     /// A stable CamelCase reason for conditions and Events.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> DrillReason {
         match self {
-            Self::Chosen { .. } => "Chosen",
-            Self::TooSmall { .. } => "FleetTooSmall",
-            Self::BudgetExhausted { .. } => "BudgetExhausted",
+            Self::Chosen { .. } => DrillReason::Chosen,
+            Self::TooSmall { .. } => DrillReason::FleetTooSmall,
+            Self::BudgetExhausted { .. } => DrillReason::BudgetExhausted,
         }
     }
 
@@ -375,7 +376,7 @@ mod tests {
     fn a_cap_of_zero_is_a_fleet_too_small() {
         let got = select(&fleet(3), &BTreeSet::new(), 0, &radius(10.0, 5), 7);
         assert_eq!(got, Selection::TooSmall { live: 3, cap: 0 });
-        assert_eq!(got.reason(), "FleetTooSmall");
+        assert_eq!(got.reason().as_str(), "FleetTooSmall");
         assert_eq!(
             got.message(),
             "3 live pods allow a blast-radius cap of 0 (maxPercent of the live pods rounded \
@@ -419,7 +420,7 @@ mod tests {
         for (held, more) in cases {
             let got = select(&pods, &held, 0, &radius(10.0, 100), 42);
             let Some(more) = more else {
-                assert_eq!(got.reason(), "BudgetExhausted", "{held:?}");
+                assert_eq!(got.reason().as_str(), "BudgetExhausted", "{held:?}");
                 continue;
             };
             let chosen = chosen(&got);
@@ -500,7 +501,7 @@ mod tests {
         // replacement does not serve yet.
         let pods = fleet(9);
         let got = select(&pods, &BTreeSet::new(), 1, &radius(10.0, 100), 3);
-        assert_eq!(got.reason(), "BudgetExhausted", "{got:?}");
+        assert_eq!(got.reason().as_str(), "BudgetExhausted", "{got:?}");
         // Without the pending victim nine pods at 10 % allow none at all,
         // and with it the fleet is still ten pods.
         let wider = select(&pods, &BTreeSet::new(), 1, &radius(20.0, 100), 3);
@@ -561,7 +562,7 @@ mod tests {
             live: 50,
             cap: 5,
         };
-        assert_eq!(got.reason(), "Chosen");
+        assert_eq!(got.reason().as_str(), "Chosen");
         assert_eq!(
             got.message(),
             "2 of 50 live pods chosen (gateway-004, gateway-031): with 3 already under chaos, \

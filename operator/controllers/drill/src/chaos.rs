@@ -20,9 +20,10 @@ use kube::{
 use serde_json::{Value, json};
 
 use flashsale_api::{
-    ChaosDrill, chaosdrill::Experiment, chaosdrill::NetworkChaosKind, chaosdrill::PodChaosKind,
-    chaosdrill::TargetWorkload, children::Component, children::MANAGED_BY,
-    children::MANAGED_BY_KEY,
+    ChaosDrill, chaosdrill::Experiment, chaosdrill::NetworkChaosAction,
+    chaosdrill::NetworkChaosKind, chaosdrill::PodChaosAction, chaosdrill::PodChaosKind,
+    chaosdrill::StressChaosAction, chaosdrill::TargetWorkload, children::Component,
+    children::MANAGED_BY, children::MANAGED_BY_KEY,
 };
 
 /// Chaos Mesh's API group and version.
@@ -260,59 +261,13 @@ pub fn experiment(
     let mut spec = json!({"mode": "all", "selector": selector});
     let duration = go_duration(experiment.duration.0);
     if let Some(pod) = &experiment.pod_chaos {
-        spec["action"] = json!(pod_action(pod.action));
-        if pod.action != PodChaosKind::PodKill {
-            // pod-kill is one-shot: Chaos Mesh ignores a duration.
-            spec["duration"] = json!(duration);
-        }
-        if let Some(container) = &pod.container {
-            spec["containerNames"] = json!([container]);
-        }
+        pod_spec(&mut spec, pod, duration);
     } else if let Some(net) = &experiment.network_chaos {
         spec["duration"] = json!(duration);
-        spec["action"] = json!(network_action(net.action));
-        match net.action {
-            NetworkChaosKind::Delay => {
-                let mut delay = json!({});
-                if let Some(latency) = &net.latency {
-                    delay["latency"] = json!(go_duration(latency.0));
-                }
-                if let Some(jitter) = &net.jitter {
-                    delay["jitter"] = json!(go_duration(jitter.0));
-                }
-                spec["delay"] = delay;
-            }
-            NetworkChaosKind::Loss => {
-                spec["loss"] = json!({"loss": net.loss_percent.unwrap_or(0.0).to_string()});
-            }
-            NetworkChaosKind::Partition => {}
-        }
-        if let Some(to) = net.to {
-            let sale = &drill.spec.sale_ref.name;
-            spec["direction"] = json!("to");
-            spec["target"] = json!({
-                "mode": "all",
-                "selector": {
-                    "namespaces": [namespace],
-                    "labelSelectors": flashsale_api::children::selector(sale, component(to)),
-                },
-            });
-        }
+        network_spec(&mut spec, net, &drill.spec.sale_ref.name, &namespace);
     } else if let Some(stress) = &experiment.stress_chaos {
         spec["duration"] = json!(duration);
-        let mut stressors = json!({});
-        if let Some(workers) = stress.cpu_workers {
-            stressors["cpu"] =
-                json!({"workers": workers, "load": stress.cpu_load_percent.unwrap_or(100)});
-        }
-        if let Some(workers) = stress.memory_workers {
-            let mut memory = json!({"workers": workers});
-            if let Some(size) = &stress.memory_size {
-                memory["size"] = json!(size);
-            }
-            stressors["memory"] = memory;
-        }
-        spec["stressors"] = stressors;
+        spec["stressors"] = stressors(stress);
     }
     json!({
         "apiVersion": CHAOS_MESH_API_VERSION,
@@ -331,6 +286,67 @@ pub fn experiment(
         },
         "spec": spec,
     })
+}
+
+/// A PodChaos's action, duration and containers.
+fn pod_spec(spec: &mut Value, pod: &PodChaosAction, duration: String) {
+    spec["action"] = json!(pod_action(pod.action));
+    if pod.action != PodChaosKind::PodKill {
+        // pod-kill is one-shot: Chaos Mesh ignores a duration.
+        spec["duration"] = json!(duration);
+    }
+    if let Some(container) = &pod.container {
+        spec["containerNames"] = json!([container]);
+    }
+}
+
+/// A NetworkChaos's action, its parameters and, for traffic towards another
+/// component of `sale`, the target side.
+fn network_spec(spec: &mut Value, net: &NetworkChaosAction, sale: &str, namespace: &str) {
+    spec["action"] = json!(network_action(net.action));
+    match net.action {
+        NetworkChaosKind::Delay => {
+            let mut delay = json!({});
+            if let Some(latency) = &net.latency {
+                delay["latency"] = json!(go_duration(latency.0));
+            }
+            if let Some(jitter) = &net.jitter {
+                delay["jitter"] = json!(go_duration(jitter.0));
+            }
+            spec["delay"] = delay;
+        }
+        NetworkChaosKind::Loss => {
+            spec["loss"] = json!({"loss": net.loss_percent.unwrap_or(0.0).to_string()});
+        }
+        NetworkChaosKind::Partition => {}
+    }
+    if let Some(to) = net.to {
+        spec["direction"] = json!("to");
+        spec["target"] = json!({
+            "mode": "all",
+            "selector": {
+                "namespaces": [namespace],
+                "labelSelectors": flashsale_api::children::selector(sale, component(to)),
+            },
+        });
+    }
+}
+
+/// A StressChaos's stressors.
+fn stressors(stress: &StressChaosAction) -> Value {
+    let mut stressors = json!({});
+    if let Some(workers) = stress.cpu_workers {
+        stressors["cpu"] =
+            json!({"workers": workers, "load": stress.cpu_load_percent.unwrap_or(100)});
+    }
+    if let Some(workers) = stress.memory_workers {
+        let mut memory = json!({"workers": workers});
+        if let Some(size) = &stress.memory_size {
+            memory["size"] = json!(size);
+        }
+        stressors["memory"] = memory;
+    }
+    stressors
 }
 
 fn pod_action(kind: PodChaosKind) -> &'static str {

@@ -28,7 +28,8 @@ use super::{
 };
 use flashsale_api::{
     ChaosDrill, calendar::Allowance, calendar::Calendar, chaosdrill::DrillPhase,
-    chaosdrill::RunOutcome, children::MANAGED_BY, children::MANAGED_BY_KEY, children::selector,
+    chaosdrill::Experiment, chaosdrill::RunOutcome, children::MANAGED_BY, children::MANAGED_BY_KEY,
+    children::selector, reasons::DrillReason,
 };
 use flashsale_kit::clock::Moment;
 use flashsale_observe::signal::Reading;
@@ -81,7 +82,7 @@ pub fn still_allowed(
     if avoid_live_sale && sale == SaleState::Live {
         return Err(Ending::new(
             RunOutcome::Aborted,
-            "SaleWentLive",
+            DrillReason::SaleWentLive,
             "the sale went Live and spec.avoidLiveSale is set",
         ));
     }
@@ -89,12 +90,12 @@ pub fn still_allowed(
         None | Some(Allowance::Allowed) => Ok(()),
         Some(Allowance::OutsideWindows) => Err(Ending::new(
             RunOutcome::Aborted,
-            "WindowClosed",
+            DrillReason::WindowClosed,
             "the allowed window of spec.windows closed",
         )),
         Some(Allowance::InBlackout { reason, until }) => Err(Ending::new(
             RunOutcome::Aborted,
-            "BlackoutStarted",
+            DrillReason::BlackoutStarted,
             format!(
                 "a blackout started, until {until}{}",
                 reason.map(|r| format!(" ({r})")).unwrap_or_default()
@@ -109,18 +110,28 @@ pub struct Ending {
     /// The outcome.
     pub outcome: RunOutcome,
     /// A CamelCase reason.
-    pub reason: &'static str,
+    pub reason: DrillReason,
     /// The reason in a sentence.
     pub message: String,
 }
 
 impl Ending {
-    fn new(outcome: RunOutcome, reason: &'static str, message: impl Into<String>) -> Self {
+    fn new(outcome: RunOutcome, reason: DrillReason, message: impl Into<String>) -> Self {
         Self {
             outcome,
             reason,
             message: message.into(),
         }
+    }
+
+    /// The run failed: the operator could not do its part.
+    fn failed(reason: DrillReason, err: &dyn std::fmt::Display) -> Self {
+        Self::new(RunOutcome::Failed, reason, err.to_string())
+    }
+
+    /// The run was skipped before anything was injected.
+    fn skipped(reason: DrillReason, message: impl Into<String>) -> Self {
+        Self::new(RunOutcome::Skipped, reason, message)
     }
 }
 
@@ -131,11 +142,11 @@ pub async fn execute(ctx: Arc<Ctx>, plan: Plan, guard: Arc<Guard>) {
     let ending = tokio::select! {
         ending = drive(&ctx, &plan, &guard) => ending,
         () = leadership.lost() => {
-            guard.silence("NotLeader");
+            guard.silence(DrillReason::NotLeader);
             return;
         }
     };
-    guard.silence("Ended");
+    guard.silence(DrillReason::Ended);
     let now = ctx.clock.now();
     let drill = &plan.drill;
     let namespace = drill.namespace().unwrap_or_default();
@@ -144,13 +155,13 @@ pub async fn execute(ctx: Arc<Ctx>, plan: Plan, guard: Arc<Guard>) {
         .drill_run(&namespace, &drill.name_any(), ending.outcome.name());
     guard.update(|progress| {
         progress.record.outcome = Some(ending.outcome);
-        progress.record.reason = Some(ending.reason.to_owned());
+        progress.record.reason = Some(ending.reason.to_string());
         progress.record.message = Some(ending.message.clone());
         progress.record.ended_at = Some(Time(now));
     });
     tracing::info!(
         drill = %flashsale_kit::key(drill.as_ref()), run = plan.run, outcome = ending.outcome.name(),
-        reason = ending.reason, message = ending.message, "run ended"
+        reason = ending.reason.as_str(), message = ending.message, "run ended"
     );
     ctx.settings.wake(drill);
 }
@@ -161,7 +172,7 @@ async fn drive(ctx: &Ctx, plan: &Plan, guard: &Guard) -> Ending {
     let mut sampler = Sampler::new(ctx, plan);
     let mut mandate = match Mandate::new(ctx, plan).await {
         Ok(mandate) => mandate,
-        Err(err) => return Ending::new(RunOutcome::Failed, "ReadFailed", err.to_string()),
+        Err(err) => return Ending::failed(DrillReason::ReadFailed, &err),
     };
     if let Err(mut ending) = hold(
         ctx,
@@ -169,7 +180,7 @@ async fn drive(ctx: &Ctx, plan: &Plan, guard: &Guard) -> Ending {
         guard,
         Some(&mut mandate),
         steady,
-        "SteadyStateNotReached",
+        DrillReason::SteadyStateNotReached,
     )
     .await
     {
@@ -194,24 +205,30 @@ async fn drive(ctx: &Ctx, plan: &Plan, guard: &Guard) -> Ending {
     if let Some(ending) = watch(ctx, plan, guard, &mut sampler, &mut mandate, injected).await {
         return ending;
     }
+    finish(ctx, plan, guard, steady).await
+}
+
+/// After the experiments' time: stops them, tells whether Chaos Mesh's
+/// backstop ended them first, and verifies the SLO recovers for `steady`.
+async fn finish(ctx: &Ctx, plan: &Plan, guard: &Guard, steady: Duration) -> Ending {
     // The experiments ran their course, unless Chaos Mesh's backstop
     // already ended them: then that is what ended the run.
     let backstop = backstop_fired(ctx, plan).await;
     let stopped = match stop_run(ctx, plan, guard).await {
         Ok(stopped) => stopped,
-        Err(err) => return Ending::new(RunOutcome::Failed, "StopFailed", err.to_string()),
+        Err(err) => return Ending::failed(DrillReason::StopFailed, &err),
     };
     if backstop {
         return Ending::new(
             RunOutcome::Aborted,
-            "BackstopFired",
+            DrillReason::BackstopFired,
             "Chaos Mesh's StatusCheck found the guard silent and aborted the run's Workflow before its time was up",
         );
     }
     if !stopped.remaining.is_empty() {
         return Ending::new(
             RunOutcome::Failed,
-            "ExperimentsNotRemoved",
+            DrillReason::ExperimentsNotRemoved,
             format!(
                 "Chaos Mesh did not remove {} within {}",
                 stopped.remaining.join(", "),
@@ -221,10 +238,19 @@ async fn drive(ctx: &Ctx, plan: &Plan, guard: &Guard) -> Ending {
     }
     set_phase(ctx, plan, guard, DrillPhase::Verifying);
     let mut sampler = Sampler::new(ctx, plan);
-    match hold(ctx, &mut sampler, guard, None, steady, "SloNotRecovered").await {
+    match hold(
+        ctx,
+        &mut sampler,
+        guard,
+        None,
+        steady,
+        DrillReason::SloNotRecovered,
+    )
+    .await
+    {
         Ok(()) => Ending::new(
             RunOutcome::Succeeded,
-            "SloHeld",
+            DrillReason::SloHeld,
             format!(
                 "every objective held through the run and again for {} after it",
                 flashsale_api::Duration(steady)
@@ -300,7 +326,7 @@ async fn hold(
     guard: &Guard,
     mut mandate: Option<&mut Mandate<'_>>,
     period: Duration,
-    reason: &'static str,
+    reason: DrillReason,
 ) -> Result<(), Ending> {
     let guard_spec = &sampler.plan.drill.spec.slo_guard;
     let limit = period * 2 + guard_spec.stale_after.0;
@@ -382,7 +408,7 @@ async fn look(
 /// Why a run is aborted, and when the cause was first seen (Prometheus's
 /// evaluation time for a breach).
 struct Cause {
-    reason: &'static str,
+    reason: DrillReason,
     message: String,
     detected: Timestamp,
 }
@@ -397,36 +423,78 @@ struct Injected {
 /// waits for its StatusCheck and creates the experiments under it, each
 /// experiment cut to the time left in the window.
 async fn inject(ctx: &Ctx, plan: &Plan, guard: &Guard, sale_uid: &str) -> Result<Injected, Ending> {
-    let drill = &plan.drill;
-    let namespace = drill.namespace().unwrap_or_default();
-    let failed = |reason: &'static str, err: &dyn std::fmt::Display| {
-        Ending::new(RunOutcome::Failed, reason, err.to_string())
-    };
-    let skipped =
-        |reason: &'static str, message: String| Ending::new(RunOutcome::Skipped, reason, message);
-    // The experiments end with the window they start in.
-    let left = match &plan.calendar {
-        None => None,
-        Some(calendar) => {
-            let now = ctx.clock.now();
-            let Some(until) = calendar.allowed_until(now) else {
-                return Err(skipped(
-                    "OutsideWindow",
-                    "the allowed window closed while the SLOs were settling".to_owned(),
-                ));
-            };
-            Some(unsigned(until.duration_since(now)))
+    let left = time_left(ctx, plan)?;
+    let choices = choose(ctx, plan, sale_uid, left).await?;
+    let longest = choices
+        .iter()
+        .map(|(e, _)| e.duration.0)
+        .max()
+        .unwrap_or_default();
+    let (mut objects, status_check) = start_workflow(ctx, plan, guard, longest).await?;
+    let mut targets = Vec::new();
+    for (experiment, pods) in &choices {
+        match create_experiment(ctx, plan, guard, experiment, pods, &status_check).await {
+            Ok(created) => {
+                objects.push(created);
+                let namespace = plan.drill.namespace().unwrap_or_default();
+                targets.extend(pods.iter().map(|p| format!("{namespace}/{p}")));
+                guard.update(|progress| progress.record.objects = objects.clone());
+            }
+            Err(err) => {
+                let _ = stop_run(ctx, plan, guard).await;
+                return Err(Ending::failed(DrillReason::CreateFailed, &err));
+            }
         }
+    }
+    let now = ctx.clock.moment();
+    guard.update(|progress| {
+        progress.record.injected_at = Some(MicroTime(now.wall));
+        progress.record.targeted_pods = i32::try_from(targets.len()).ok();
+        progress.record.targets = targets;
+        progress.record.objects = objects;
+    });
+    Ok(Injected {
+        until: now.mono + longest,
+    })
+}
+
+/// How long the experiments may last: the experiments end with the window
+/// they start in (`None` without windows); a window too nearly closed skips
+/// the run.
+fn time_left(ctx: &Ctx, plan: &Plan) -> Result<Option<Duration>, Ending> {
+    let Some(calendar) = &plan.calendar else {
+        return Ok(None);
     };
-    if left.is_some_and(|left| left < SHORTEST) {
-        return Err(skipped(
-            "OutsideWindow",
+    let now = ctx.clock.now();
+    let Some(until) = calendar.allowed_until(now) else {
+        return Err(Ending::skipped(
+            DrillReason::OutsideWindow,
+            "the allowed window closed while the SLOs were settling",
+        ));
+    };
+    let left = unsigned(until.duration_since(now));
+    if left < SHORTEST {
+        return Err(Ending::skipped(
+            DrillReason::OutsideWindow,
             format!(
                 "less than {} of the window was left",
                 flashsale_api::Duration(SHORTEST)
             ),
         ));
     }
+    Ok(Some(left))
+}
+
+/// Each experiment with the pods chosen for it under the namespace's
+/// budget, its duration cut to `left`.
+async fn choose(
+    ctx: &Ctx,
+    plan: &Plan,
+    sale_uid: &str,
+    left: Option<Duration>,
+) -> Result<Vec<(Experiment, Vec<String>)>, Ending> {
+    let drill = &plan.drill;
+    let namespace = drill.namespace().unwrap_or_default();
     // Pods any Chaos Mesh object of the namespace names: what earlier
     // leaders' runs hold, which this replica's budget does not know.
     let others = stop::list_all(
@@ -436,7 +504,7 @@ async fn inject(ctx: &Ctx, plan: &Plan, guard: &Guard, sale_uid: &str) -> Result
         &Kind::EXPERIMENTS,
     )
     .await
-    .map_err(|err| failed("ReadFailed", &err))?;
+    .map_err(|err| Ending::failed(DrillReason::ReadFailed, &err))?;
     let mut gathered = Vec::new();
     for experiment in &drill.spec.experiments {
         let component = chaos::component(experiment.target).label();
@@ -448,16 +516,8 @@ async fn inject(ctx: &Ctx, plan: &Plan, guard: &Guard, sale_uid: &str) -> Result
             experiment,
         )
         .await
-        .map_err(|err| failed("ReadFailed", &err))?;
-        let listed: BTreeSet<String> = others
-            .iter()
-            .filter(|(_, o)| o.labels().get(TARGET_LABEL).map(String::as_str) == Some(component))
-            .flat_map(|(_, o)| chaos::selected_pods(o))
-            .filter_map(|pod| {
-                pod.strip_prefix(&format!("{namespace}/"))
-                    .map(str::to_owned)
-            })
-            .collect();
+        .map_err(|err| Ending::failed(DrillReason::ReadFailed, &err))?;
+        let listed = held_pods(&others, &namespace, component);
         let kills = experiment
             .pod_chaos
             .as_ref()
@@ -481,7 +541,7 @@ async fn inject(ctx: &Ctx, plan: &Plan, guard: &Guard, sale_uid: &str) -> Result
         .budgets
         .reserve(&namespace, &plan.key(), &asks)
         .map_err(|(i, refused)| {
-            skipped(
+            Ending::skipped(
                 refused.reason(),
                 format!(
                     "experiment {}: {}",
@@ -490,7 +550,7 @@ async fn inject(ctx: &Ctx, plan: &Plan, guard: &Guard, sale_uid: &str) -> Result
                 ),
             )
         })?;
-    let choices: Vec<(flashsale_api::chaosdrill::Experiment, Vec<String>)> = drill
+    Ok(drill
         .spec
         .experiments
         .iter()
@@ -502,12 +562,38 @@ async fn inject(ctx: &Ctx, plan: &Plan, guard: &Guard, sale_uid: &str) -> Result
             }
             (experiment, pods)
         })
-        .collect();
-    let longest = choices
+        .collect())
+}
+
+/// The pods of `component` that the namespace's Chaos Mesh objects
+/// (`others`) name.
+fn held_pods(
+    others: &[(Kind, DynamicObject)],
+    namespace: &str,
+    component: &str,
+) -> BTreeSet<String> {
+    others
         .iter()
-        .map(|(e, _)| e.duration.0)
-        .max()
-        .unwrap_or_default();
+        .filter(|(_, o)| o.labels().get(TARGET_LABEL).map(String::as_str) == Some(component))
+        .flat_map(|(_, o)| chaos::selected_pods(o))
+        .filter_map(|pod| {
+            pod.strip_prefix(&format!("{namespace}/"))
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
+/// Creates the run's Workflow with its StatusCheck backstop and waits for
+/// Chaos Mesh to start the check: the objects created so far, and the
+/// check's name and uid the experiments are owned by.
+async fn start_workflow(
+    ctx: &Ctx,
+    plan: &Plan,
+    guard: &Guard,
+    longest: Duration,
+) -> Result<(Vec<String>, (String, String)), Ending> {
+    let drill = &plan.drill;
+    let namespace = drill.namespace().unwrap_or_default();
     let stale_after = drill.spec.slo_guard.stale_after.0;
     let backstop = Backstop {
         url: plan.guard_url.clone(),
@@ -515,74 +601,61 @@ async fn inject(ctx: &Ctx, plan: &Plan, guard: &Guard, sale_uid: &str) -> Result
         // Past the experiments, so the check outlives them, but bounded.
         deadline: longest + stale_after + Duration::from_secs(30),
     };
+    let invalid = |err: &dyn std::fmt::Display| Ending::failed(DrillReason::InvalidObject, err);
     let workflow = chaos::workflow(drill, &plan.run, &backstop)
-        .map_err(|err| failed("InvalidObject", &err))
-        .and_then(|w| chaos::dynamic(w).map_err(|err| failed("InvalidObject", &err)))?;
+        .map_err(|err| invalid(&err))
+        .and_then(|w| chaos::dynamic(w).map_err(|err| invalid(&err)))?;
     create(ctx, guard, &namespace, Kind::Workflow, &workflow)
         .await
-        .map_err(|err| failed("CreateFailed", &err))?;
-    let mut objects = vec![format!("Workflow/{}", workflow.name_any())];
+        .map_err(|err| Ending::failed(DrillReason::CreateFailed, &err))?;
+    let objects = vec![format!("Workflow/{}", workflow.name_any())];
     guard.update(|progress| progress.record.objects = objects.clone());
-    let status_check = match await_status_check(ctx, &namespace, &workflow.name_any()).await {
-        Ok(Some(found)) => found,
+    match await_status_check(ctx, &namespace, &workflow.name_any()).await {
+        Ok(Some(found)) => Ok((objects, found)),
         Ok(None) => {
             let _ = stop_run(ctx, plan, guard).await;
-            return Err(Ending::new(
+            Err(Ending::new(
                 RunOutcome::Failed,
-                "ChaosMeshNotResponding",
+                DrillReason::ChaosMeshNotResponding,
                 format!(
                     "Chaos Mesh did not start the Workflow {}'s StatusCheck within {}; is chaos-controller-manager running?",
                     workflow.name_any(),
                     flashsale_api::Duration(STATUS_CHECK_BOUND)
                 ),
-            ));
+            ))
         }
         Err(err) => {
             let _ = stop_run(ctx, plan, guard).await;
-            return Err(failed("ReadFailed", &err));
-        }
-    };
-    let mut targets = Vec::new();
-    for (experiment, pods) in &choices {
-        let object = chaos::experiment(
-            drill,
-            &plan.run,
-            experiment,
-            pods,
-            (&status_check.0, &status_check.1),
-        );
-        let created = match chaos::dynamic(object) {
-            Ok(object) => create(ctx, guard, &namespace, Kind::of(experiment), &object)
-                .await
-                .map(|()| object),
-            Err(err) => Err(flashsale_kit::Error::Encode(err)),
-        };
-        match created {
-            Ok(object) => {
-                objects.push(format!(
-                    "{}/{}",
-                    Kind::of(experiment).name(),
-                    object.name_any()
-                ));
-                targets.extend(pods.iter().map(|p| format!("{namespace}/{p}")));
-                guard.update(|progress| progress.record.objects = objects.clone());
-            }
-            Err(err) => {
-                let _ = stop_run(ctx, plan, guard).await;
-                return Err(failed("CreateFailed", &err));
-            }
+            Err(Ending::failed(DrillReason::ReadFailed, &err))
         }
     }
-    let now = ctx.clock.moment();
-    guard.update(|progress| {
-        progress.record.injected_at = Some(MicroTime(now.wall));
-        progress.record.targeted_pods = i32::try_from(targets.len()).ok();
-        progress.record.targets = targets;
-        progress.record.objects = objects;
-    });
-    Ok(Injected {
-        until: now.mono + longest,
-    })
+}
+
+/// Creates one experiment on `pods` under the StatusCheck; its
+/// `Kind/name` for the run record.
+async fn create_experiment(
+    ctx: &Ctx,
+    plan: &Plan,
+    guard: &Guard,
+    experiment: &Experiment,
+    pods: &[String],
+    status_check: &(String, String),
+) -> Result<String, flashsale_kit::Error> {
+    let namespace = plan.drill.namespace().unwrap_or_default();
+    let object = chaos::experiment(
+        &plan.drill,
+        &plan.run,
+        experiment,
+        pods,
+        (&status_check.0, &status_check.1),
+    );
+    let object = chaos::dynamic(object).map_err(flashsale_kit::Error::Encode)?;
+    create(ctx, guard, &namespace, Kind::of(experiment), &object).await?;
+    Ok(format!(
+        "{}/{}",
+        Kind::of(experiment).name(),
+        object.name_any()
+    ))
 }
 
 /// Whether Chaos Mesh's StatusCheck aborted the run's Workflow (or it is
@@ -885,7 +958,7 @@ pub fn describe(verdict: &Verdict) -> String {
             objective,
             cause,
             detail,
-        } => format!("{objective} is blind ({}): {detail}", cause.reason()),
+        } => format!("{objective} is blind ({}): {detail}", cause),
     }
 }
 
@@ -1000,7 +1073,9 @@ mod tests {
     use crate::{reconcile::tests::at, reconcile::tests::calendar};
 
     fn reason(result: Result<(), Ending>) -> &'static str {
-        result.err().map_or("Allowed", |ending| ending.reason)
+        result
+            .err()
+            .map_or("Allowed", |ending| ending.reason.as_str())
     }
 
     #[test]

@@ -30,6 +30,7 @@ use tokio::{
     task::AbortHandle,
 };
 
+use flashsale_api::reasons::DrillReason;
 use flashsale_api::{chaosdrill::DrillPhase, chaosdrill::RunRecord};
 
 /// Where a run is, as its guard reports it to the reconcile.
@@ -71,9 +72,9 @@ pub struct Guard {
 
 struct State_ {
     healthy_at: Option<Instant>,
-    verdict: &'static str,
+    verdict: DrillReason,
     progress: Progress,
-    end: Option<(&'static str, String)>,
+    end: Option<(DrillReason, String)>,
 }
 
 impl Guard {
@@ -85,7 +86,7 @@ impl Guard {
             stale_after,
             state: Mutex::new(State_ {
                 healthy_at: None,
-                verdict: "Waiting",
+                verdict: DrillReason::Waiting,
                 progress,
                 end: None,
             }),
@@ -124,7 +125,7 @@ impl Guard {
     }
 
     /// Records the latest verdict; `healthy` renews the endpoint's 200.
-    pub fn verdict(&self, reason: &'static str, healthy: bool) {
+    pub fn verdict(&self, reason: DrillReason, healthy: bool) {
         let mut state = self.state();
         state.verdict = reason;
         if healthy {
@@ -133,7 +134,7 @@ impl Guard {
     }
 
     /// Silences the endpoint at once (an abort, or the end of the run).
-    pub fn silence(&self, reason: &'static str) {
+    pub fn silence(&self, reason: DrillReason) {
         let mut state = self.state();
         state.verdict = reason;
         state.healthy_at = None;
@@ -141,7 +142,7 @@ impl Guard {
 
     /// Whether a healthy verdict is younger than `staleAfter`, and the
     /// latest verdict's reason.
-    pub fn fresh(&self) -> (bool, &'static str) {
+    pub fn fresh(&self) -> (bool, DrillReason) {
         let state = self.state();
         let fresh = state
             .healthy_at
@@ -151,12 +152,12 @@ impl Guard {
 
     /// Asks the run to end at its next look (the drill's current spec no
     /// longer allows it); the first ask wins.
-    pub fn ask_to_end(&self, reason: &'static str, message: String) {
+    pub fn ask_to_end(&self, reason: DrillReason, message: String) {
         self.state().end.get_or_insert((reason, message));
     }
 
     /// Why the run was asked to end, if it was.
-    pub fn end_asked(&self) -> Option<(&'static str, String)> {
+    pub fn end_asked(&self) -> Option<(DrillReason, String)> {
         self.state().end.clone()
     }
 
@@ -288,7 +289,7 @@ async fn answer(
             StatusCode::SERVICE_UNAVAILABLE,
             Json(json!({
                 "healthy": false,
-                "verdict": "NoGuard",
+                "verdict": DrillReason::NoGuard,
                 "message": format!("this replica guards no run {run} of {namespace}/{drill}"),
             })),
         )
@@ -321,13 +322,17 @@ mod tests {
     #[test]
     fn the_guard_is_fresh_only_after_a_healthy_verdict_and_until_silenced() {
         let guard = Guard::new("u".into(), "r".into(), Duration::from_secs(5), progress());
-        assert_eq!(guard.fresh(), (false, "Waiting"));
-        guard.verdict("Healthy", true);
-        assert_eq!(guard.fresh(), (true, "Healthy"));
-        guard.verdict("Waiting", false);
-        assert_eq!(guard.fresh(), (true, "Waiting"), "still within staleAfter");
-        guard.silence("SloBreached");
-        assert_eq!(guard.fresh(), (false, "SloBreached"));
+        assert_eq!(guard.fresh(), (false, DrillReason::Waiting));
+        guard.verdict(DrillReason::Healthy, true);
+        assert_eq!(guard.fresh(), (true, DrillReason::Healthy));
+        guard.verdict(DrillReason::Waiting, false);
+        assert_eq!(
+            guard.fresh(),
+            (true, DrillReason::Waiting),
+            "still within staleAfter"
+        );
+        guard.silence(DrillReason::SloBreached);
+        assert_eq!(guard.fresh(), (false, DrillReason::SloBreached));
     }
 
     #[tokio::test]
@@ -357,7 +362,7 @@ mod tests {
     #[test]
     fn a_healthy_verdict_goes_stale_after_stale_after() {
         let guard = Guard::new("u".into(), "r".into(), Duration::ZERO, progress());
-        guard.verdict("Healthy", true);
+        guard.verdict(DrillReason::Healthy, true);
         std::thread::sleep(Duration::from_millis(2));
         assert!(!guard.fresh().0);
     }

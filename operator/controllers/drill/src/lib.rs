@@ -45,6 +45,7 @@ use kube::{
 use tokio::sync::broadcast;
 
 use flashsale_api::ChaosDrill;
+use flashsale_api::reasons::DrillReason;
 use flashsale_kit::{Context, Error, guarded, health::WatchHealth};
 use flashsale_observe::signal::SignalReader;
 
@@ -193,7 +194,7 @@ fn in_namespace(drills: &Store<ChaosDrill>, namespace: &str) -> Vec<ObjectRef<Ch
 pub async fn sweep(ctx: &Ctx, namespace: &str) -> Result<stop::Stopped, Error> {
     ctx.settings.budgets.close(namespace).await;
     for (key, guard) in ctx.settings.guards.remove_namespace(namespace) {
-        guard.silence("KillSwitch");
+        guard.silence(DrillReason::KillSwitch);
         tracing::info!(
             drill = key,
             run = guard.run,
@@ -369,7 +370,7 @@ fn end_deleted(ctx: &Arc<Ctx>, key: &str, uid: &str) {
     let Some(guard) = ctx.settings.guards.remove_drill(key, uid) else {
         return;
     };
-    guard.silence("DrillDeleted");
+    guard.silence(DrillReason::DrillDeleted);
     let (namespace, drill) = key.split_once('/').unwrap_or_default();
     let (namespace, drill) = (namespace.to_owned(), drill.to_owned());
     let objects = chaos::parse_objects(&guard.progress().record.objects);

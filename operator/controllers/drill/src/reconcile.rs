@@ -24,11 +24,11 @@ use super::{
     status::{self, Look, State},
     stop,
 };
+use flashsale_api::reasons::DrillReason;
 use flashsale_api::{
     ChaosDrill, FlashSale,
     calendar::{Allowance, Calendar},
     chaosdrill::{ChaosDrillStatus, DrillPhase, RunOutcome, RunRecord},
-    conditions::reasons,
     flashsale::SalePhase,
     timeline::Timeline,
     validate,
@@ -164,7 +164,9 @@ impl<'a> Pass<'a> {
             let note = format!(
                 "{FORCE_ANNOTATION} was set without a new {RUN_NOW_ANNOTATION} request; it applies only to the request it comes with, so it was removed"
             );
-            self.ctx.event(self.drill, true, "ForceIgnored", note).await;
+            self.ctx
+                .event(self.drill, true, DrillReason::ForceIgnored, note)
+                .await;
         }
         Ok(())
     }
@@ -198,7 +200,7 @@ impl<'a> Pass<'a> {
             return Ok(self.follow(&guard, &calendar, sale).await);
         }
         if spec.suspend {
-            self.refuse_request("Suspended", "spec.suspend is set")
+            self.refuse_request(DrillReason::Suspended, "spec.suspend is set")
                 .await;
             return Ok((State::Suspended, After::Change));
         }
@@ -215,14 +217,14 @@ impl<'a> Pass<'a> {
             self.end(ended(
                 current,
                 aborted,
-                "KillSwitch",
+                DrillReason::KillSwitch,
                 message,
                 self.now,
                 &stopped,
             ))
             .await;
         }
-        self.refuse_request("KillSwitch", &why).await;
+        self.refuse_request(DrillReason::KillSwitch, &why).await;
         Ok((State::KillSwitched { why }, After::Change))
     }
 
@@ -249,7 +251,7 @@ impl<'a> Pass<'a> {
     }
 
     async fn invalid(&mut self, problems: String) -> (State, After) {
-        self.refuse_request(reasons::INVALID_SPEC, status::CANNOT_RUN)
+        self.refuse_request(DrillReason::InvalidSpec, status::CANNOT_RUN)
             .await;
         let running = self.guard.is_some();
         (State::Invalid { problems, running }, After::Change)
@@ -272,7 +274,8 @@ impl<'a> Pass<'a> {
         }
         if self.request.as_deref().is_some_and(|r| !guard.started(r)) {
             let message = format!("run {} is in progress", guard.run);
-            self.refuse_request("RunInProgress", &message).await;
+            self.refuse_request(DrillReason::RunInProgress, &message)
+                .await;
         }
         let binding = progress.record.forced.is_none().then_some(calendar);
         let avoid_live_sale = self.drill.spec.avoid_live_sale;
@@ -321,7 +324,7 @@ impl<'a> Pass<'a> {
                     record.id, spec.slo_guard.steady_state
                 );
                 self.ctx
-                    .event_of(self.drill, false, "RunStarted", &record.id, note)
+                    .event_of(self.drill, false, DrillReason::RunStarted, &record.id, note)
                     .await;
                 let next_run = calendar.next_run(self.now);
                 (
@@ -340,14 +343,14 @@ impl<'a> Pass<'a> {
 
     /// Records a run that was due but did not start: a `Skipped` history
     /// entry, its Event and its count.
-    async fn skip(&mut self, reason: &str, message: String) {
+    async fn skip(&mut self, reason: DrillReason, message: String) {
         let now = self.ctx.clock.now();
         let record = RunRecord {
             id: run_id(now),
             started_at: Some(Time(now)),
             ended_at: Some(Time(now)),
             outcome: Some(RunOutcome::Skipped),
-            reason: Some(reason.to_owned()),
+            reason: Some(reason.to_string()),
             message: Some(message),
             ..RunRecord::default()
         };
@@ -362,7 +365,7 @@ impl<'a> Pass<'a> {
     /// switch, suspended, invalid spec, a run in progress): it is recorded
     /// as skipped and handled, never kept to fire when the obstacle is
     /// gone.
-    async fn refuse_request(&mut self, reason: &str, why: &str) {
+    async fn refuse_request(&mut self, reason: DrillReason, why: &str) {
         let Some(request) = self.request.clone() else {
             return;
         };
@@ -459,7 +462,7 @@ async fn stop_stale(
     let mut record = ended(
         current,
         RunOutcome::Aborted,
-        "GuardLost",
+        DrillReason::GuardLost,
         "no guard of this replica drives the run (the operator restarted or the lease changed hands): its chaos was stopped".to_owned(),
         decided.wall,
         &stopped,
@@ -480,13 +483,13 @@ async fn stop_stale(
 fn ended(
     mut record: RunRecord,
     outcome: RunOutcome,
-    reason: &str,
+    reason: DrillReason,
     message: String,
     now: Timestamp,
     stopped: &stop::Stopped,
 ) -> RunRecord {
     record.outcome = Some(outcome);
-    record.reason = Some(reason.to_owned());
+    record.reason = Some(reason.to_string());
     record.message = Some(message);
     record.ended_at = Some(Time(now));
     record.recovered_at = stopped.recovered_at.map(MicroTime).or(record.recovered_at);
@@ -544,7 +547,7 @@ async fn announce(ctx: &Ctx, drill: &ChaosDrill, record: &RunRecord) {
     ctx.event_of(
         drill,
         warning,
-        &format!("Run{}", outcome.name()),
+        DrillReason::run_ended(outcome),
         &record.id,
         note,
     )
@@ -649,7 +652,7 @@ pub enum Start {
     /// A run is due but may not start: recorded as skipped.
     Skip {
         /// CamelCase reason.
-        reason: &'static str,
+        reason: DrillReason,
         /// The reason in a sentence.
         message: String,
     },
@@ -669,12 +672,12 @@ pub fn decide_start(facts: &Facts<'_>) -> Start {
     if facts.request.is_none() && scheduled.is_none() {
         return Start::Wait;
     }
-    let skip = |reason: &'static str, message: String| Start::Skip { reason, message };
+    let skip = |reason: DrillReason, message: String| Start::Skip { reason, message };
     if let (None, Some(next)) = (facts.request, scheduled)
         && facts.now.duration_since(next) > MISSED_BOUND
     {
         return skip(
-            "MissedSchedule",
+            DrillReason::MissedSchedule,
             format!(
                 "the run due at {next} was missed by more than {}; the next one is scheduled",
                 flashsale_api::Duration(
@@ -686,13 +689,13 @@ pub fn decide_start(facts: &Facts<'_>) -> Start {
     match facts.sale {
         SaleState::Missing => {
             return skip(
-                reasons::SALE_NOT_FOUND,
+                DrillReason::SaleNotFound,
                 "the FlashSale of spec.saleRef does not exist".to_owned(),
             );
         }
         SaleState::Live if facts.avoid_live_sale => {
             return skip(
-                "SaleLive",
+                DrillReason::SaleLive,
                 "the sale is Live and spec.avoidLiveSale is set".to_owned(),
             );
         }
@@ -799,7 +802,7 @@ pub(crate) mod tests {
     fn reason(start: &Start) -> &'static str {
         match start {
             Start::Wait => "Wait",
-            Start::Skip { reason, .. } => reason,
+            Start::Skip { reason, .. } => reason.as_str(),
             Start::Run { .. } => "Run",
         }
     }
@@ -880,7 +883,7 @@ pub(crate) mod tests {
         f.avoid_live_sale = false;
         assert_eq!(reason(&decide_start(&f)), "Run");
         f.sale = SaleState::Missing;
-        assert_eq!(reason(&decide_start(&f)), reasons::SALE_NOT_FOUND);
+        assert_eq!(reason(&decide_start(&f)), "SaleNotFound");
         Ok(())
     }
 

@@ -7,9 +7,10 @@
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use flashsale_api::reasons::DrillReason;
 use flashsale_api::{
     chaosdrill::{ChaosDrillStatus, DrillPhase, RunOutcome, RunRecord},
-    conditions::{READY, STALLED, reasons},
+    conditions::{READY, STALLED},
 };
 
 /// The message of `Ready` while the spec cannot run.
@@ -94,7 +95,7 @@ pub fn status(old: &ChaosDrillStatus, look: &Look) -> ChaosDrillStatus {
     );
     if spec_checked {
         let checked = "the spec passed every check";
-        let valid = reasons::SPEC_VALID;
+        let valid = DrillReason::SpecValid;
         status.observed.set(STALLED, false, valid, checked, &now);
     }
     let running = "a run is in progress";
@@ -102,11 +103,13 @@ pub fn status(old: &ChaosDrillStatus, look: &Look) -> ChaosDrillStatus {
         State::KillSwitched { why } => {
             status.phase = Some(DrillPhase::Suspended);
             status.next_run_time = None;
-            status.observed.set(READY, false, "KillSwitch", why, &now);
+            status
+                .observed
+                .set(READY, false, DrillReason::KillSwitch, why, &now);
         }
         State::GuardLost => status.phase = Some(DrillPhase::Scheduled),
         State::Invalid { problems, running } => {
-            let invalid = reasons::INVALID_SPEC;
+            let invalid = DrillReason::InvalidSpec;
             status.observed.set(STALLED, true, invalid, problems, &now);
             status.observed.set(READY, false, invalid, CANNOT_RUN, &now);
             if !running {
@@ -117,7 +120,9 @@ pub fn status(old: &ChaosDrillStatus, look: &Look) -> ChaosDrillStatus {
         State::Running { record, phase } => {
             status.current_run = Some(record.clone());
             status.phase = Some(*phase);
-            status.observed.set(READY, true, "Running", running, &now);
+            status
+                .observed
+                .set(READY, true, DrillReason::Running, running, &now);
         }
         State::Suspended => {
             status.phase = Some(DrillPhase::Suspended);
@@ -125,7 +130,7 @@ pub fn status(old: &ChaosDrillStatus, look: &Look) -> ChaosDrillStatus {
             let suspended = "spec.suspend is set";
             status
                 .observed
-                .set(READY, false, "Suspended", suspended, &now);
+                .set(READY, false, DrillReason::Suspended, suspended, &now);
         }
         State::Scheduled { next_run } => {
             status.phase = Some(DrillPhase::Scheduled);
@@ -136,7 +141,9 @@ pub fn status(old: &ChaosDrillStatus, look: &Look) -> ChaosDrillStatus {
             status.current_run = Some(record.clone());
             status.phase = Some(DrillPhase::SteadyState);
             status.next_run_time = next_run.map(Time);
-            status.observed.set(READY, true, "Running", running, &now);
+            status
+                .observed
+                .set(READY, true, DrillReason::Running, running, &now);
         }
     }
     status
@@ -146,12 +153,14 @@ pub fn status(old: &ChaosDrillStatus, look: &Look) -> ChaosDrillStatus {
 fn scheduled_ready(status: &mut ChaosDrillStatus, now: &Time) {
     if status.next_run_time.is_some() {
         let waiting = "waiting for the next run";
-        status.observed.set(READY, true, "Scheduled", waiting, now);
+        status
+            .observed
+            .set(READY, true, DrillReason::Scheduled, waiting, now);
     } else {
         status.observed.set(
             READY,
             false,
-            "NoAllowedRun",
+            DrillReason::NoAllowedRun,
             "no tick of the cron falls inside a window and outside every blackout in the years ahead",
             now,
         );
@@ -248,14 +257,8 @@ mod tests {
         };
         let new = status(&old, &look(invalid(true)));
         assert_eq!(new.phase, Some(DrillPhase::Injecting));
-        assert_eq!(
-            condition(&new, STALLED),
-            Some(("True", reasons::INVALID_SPEC))
-        );
-        assert_eq!(
-            condition(&new, READY),
-            Some(("False", reasons::INVALID_SPEC))
-        );
+        assert_eq!(condition(&new, STALLED), Some(("True", "InvalidSpec")));
+        assert_eq!(condition(&new, READY), Some(("False", "InvalidSpec")));
         let new = status(&old, &look(invalid(false)));
         assert_eq!(new.phase, Some(DrillPhase::Failed));
     }
@@ -274,10 +277,7 @@ mod tests {
         let ids: Vec<&str> = new.history.iter().map(|r| r.id.as_str()).collect();
         assert_eq!(ids, ["c", "b"]);
         assert_eq!(condition(&new, READY), Some(("True", "Scheduled")));
-        assert_eq!(
-            condition(&new, STALLED),
-            Some(("False", reasons::SPEC_VALID))
-        );
+        assert_eq!(condition(&new, STALLED), Some(("False", "SpecValid")));
         let new = status(&old, &look(State::Scheduled { next_run: None }));
         assert_eq!(condition(&new, READY), Some(("False", "NoAllowedRun")));
     }

@@ -53,6 +53,29 @@ pub struct Scope<'a> {
     pub known: &'a [(Kind, String)],
 }
 
+/// Follows the experiments until they are gone or `until`. Watched from the
+/// list's versions, no delete can be missed, and each is seen the moment the
+/// apiserver makes it: a poll would add up to a whole list's time to every
+/// stop. A watch that fails falls back to polling.
+async fn await_gone(
+    client: &Client,
+    (namespace, selector): (&str, &str),
+    versions: &[(Kind, String)],
+    progress: &mut Progress,
+    clock: &dyn Clock,
+    until: Instant,
+) -> Result<(), Error> {
+    let followed = follow(
+        client, namespace, selector, versions, progress, clock, until,
+    )
+    .await;
+    if let Err(err) = followed {
+        tracing::debug!(%err, "watching the stop failed; polling instead");
+        poll(client, namespace, selector, progress, clock, until).await?;
+    }
+    Ok(())
+}
+
 /// Stops everything `scope` selects: a delete on every experiment and
 /// every Workflow, all sent at once (an experiment whose delete is refused
 /// gets the pause annotation instead); then follows the experiments until
@@ -101,27 +124,9 @@ pub async fn stop(
         result?;
     }
     let mut progress = Progress::new(&experiments);
-    // Watched from the list's versions, no delete can be missed, and each
-    // is seen the moment the apiserver makes it: a poll would add up to a
-    // whole list's time to every stop.
     if !progress.done() {
-        match follow(
-            client,
-            namespace,
-            selector,
-            &versions,
-            &mut progress,
-            clock,
-            until,
-        )
-        .await
-        {
-            Ok(()) => {}
-            Err(err) => {
-                tracing::debug!(%err, "watching the stop failed; polling instead");
-                poll(client, namespace, selector, &mut progress, clock, until).await?;
-            }
-        }
+        let scope = (namespace, selector);
+        await_gone(client, scope, &versions, &mut progress, clock, until).await?;
     }
     let now = clock.moment();
     // Everything deleted, known or listed, counted once.

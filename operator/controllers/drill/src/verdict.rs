@@ -27,9 +27,10 @@ use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 
+use flashsale_api::reasons::DrillReason;
 use flashsale_api::{chaosdrill::BreachWhen, chaosdrill::SloObjective};
 use flashsale_kit::clock::Moment;
-use flashsale_observe::{signal::LossCause, signal::Reading};
+use flashsale_observe::{signal::Reading, signal::SignalLoss};
 
 /// What the guard knows of one objective.
 #[derive(Debug, Clone, Copy)]
@@ -71,7 +72,7 @@ pub enum Verdict {
         /// The objective the guard is blind to.
         objective: String,
         /// Why, as a category.
-        cause: LossCause,
+        cause: SignalLoss,
         /// Why, as a sentence.
         detail: String,
     },
@@ -85,12 +86,12 @@ impl Verdict {
 
     /// A stable CamelCase reason for conditions and Events; a blind guard
     /// gives its loss's reason, e.g. `PrometheusUnreachable`.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> DrillReason {
         match self {
-            Self::Healthy => "Healthy",
-            Self::Waiting { .. } => "Waiting",
-            Self::Breach { .. } => "SloBreached",
-            Self::Blind { cause, .. } => cause.reason(),
+            Self::Healthy => DrillReason::Healthy,
+            Self::Waiting { .. } => DrillReason::Waiting,
+            Self::Breach { .. } => DrillReason::SloBreached,
+            Self::Blind { cause, .. } => DrillReason::Signal(*cause),
         }
     }
 
@@ -128,7 +129,7 @@ pub fn verdict(
     }
     worst.unwrap_or_else(|| Verdict::Blind {
         objective: String::new(),
-        cause: LossCause::Empty,
+        cause: SignalLoss::EmptyResult,
         detail: "the guard has no objective to vouch for the run".to_owned(),
     })
 }
@@ -155,14 +156,14 @@ fn judge(
     match one.latest {
         None if silent < stale_after => Verdict::Waiting { objective: name() },
         None => blind(
-            LossCause::Unreachable,
+            SignalLoss::PrometheusUnreachable,
             format!(
                 "no answer from Prometheus for {} since the guard started (staleAfter {})",
                 span(silent),
                 span(stale_after)
             ),
         ),
-        Some(Reading::Lost(loss)) if loss.cause == LossCause::Unreachable => {
+        Some(Reading::Lost(loss)) if loss.cause == SignalLoss::PrometheusUnreachable => {
             if silent < stale_after {
                 Verdict::Waiting { objective: name() }
             } else {
@@ -182,7 +183,7 @@ fn judge(
             let age = now.wall.duration_since(sample.at);
             if age > stale_after {
                 return blind(
-                    LossCause::Stale,
+                    SignalLoss::StaleSample,
                     format!(
                         "the latest sample is from {}, {} old, older than staleAfter {}",
                         sample.at,
@@ -194,7 +195,7 @@ fn judge(
             // A NaN would compare as within every threshold: fail closed.
             if !sample.value.is_finite() {
                 return blind(
-                    LossCause::NotANumber,
+                    SignalLoss::NotANumber,
                     format!("the query's value is {}, not a number", sample.value),
                 );
             }
@@ -287,7 +288,7 @@ mod tests {
         Reading::Value(Sample { value, at: t(at) })
     }
 
-    fn lost(cause: LossCause) -> Reading {
+    fn lost(cause: SignalLoss) -> Reading {
         Reading::Lost(Loss {
             cause,
             detail: format!("{cause:?} detail"),
@@ -314,11 +315,11 @@ mod tests {
         judge_all(&[(objective, seen)], now)
     }
 
-    fn blind(name: &str, cause: LossCause) -> (String, LossCause) {
+    fn blind(name: &str, cause: SignalLoss) -> (String, SignalLoss) {
         (name.to_owned(), cause)
     }
 
-    fn blindness(verdict: &Verdict) -> Option<(String, LossCause)> {
+    fn blindness(verdict: &Verdict) -> Option<(String, SignalLoss)> {
         match verdict {
             Verdict::Blind {
                 objective, cause, ..
@@ -383,7 +384,10 @@ mod tests {
         let fresh = judge_one(slo(), Seen(Some(value(0.1, 1000)), Some(1000)), 3000);
         assert_eq!(fresh, Verdict::Healthy);
         let stale = judge_one(slo(), Seen(Some(value(0.1, 1000)), Some(1000)), 3001);
-        assert_eq!(blindness(&stale), Some(blind("p99", LossCause::Stale)));
+        assert_eq!(
+            blindness(&stale),
+            Some(blind("p99", SignalLoss::StaleSample))
+        );
         let Verdict::Blind { detail, .. } = stale else {
             panic!("not blind: {stale:?}");
         };
@@ -393,7 +397,10 @@ mod tests {
         );
         // Stale beats breached: a stale value says nothing about now.
         let old_breach = judge_one(slo(), Seen(Some(value(9.0, 0)), Some(0)), 2500);
-        assert_eq!(blindness(&old_breach), Some(blind("p99", LossCause::Stale)));
+        assert_eq!(
+            blindness(&old_breach),
+            Some(blind("p99", SignalLoss::StaleSample))
+        );
         // A sample stamped ahead of our clock is fresh.
         let ahead = judge_one(slo(), Seen(Some(value(0.1, 5000)), Some(5000)), 4000);
         assert_eq!(ahead, Verdict::Healthy);
@@ -410,7 +417,7 @@ mod tests {
                 );
                 assert_eq!(
                     blindness(&got),
-                    Some(blind("error-rate", LossCause::NotANumber)),
+                    Some(blind("error-rate", SignalLoss::NotANumber)),
                     "{bad} {breach_when:?}"
                 );
             }
@@ -418,12 +425,12 @@ mod tests {
         // The reader's own NaN loss is blind at once too.
         let got = judge_one(
             objective("error-rate", 0.05, Above),
-            Seen(Some(lost(LossCause::NotANumber)), Some(900)),
+            Seen(Some(lost(SignalLoss::NotANumber)), Some(900)),
             1000,
         );
         assert_eq!(
             blindness(&got),
-            Some(blind("error-rate", LossCause::NotANumber))
+            Some(blind("error-rate", SignalLoss::NotANumber))
         );
     }
 
@@ -435,18 +442,18 @@ mod tests {
                 Seen(Some(value(0.0, 1000)), Some(1000)),
                 1000,
             );
-            assert_eq!(got.reason(), "SloBreached", "{breach_when:?}");
+            assert_eq!(got.reason().as_str(), "SloBreached", "{breach_when:?}");
         }
     }
 
     #[test]
     fn losses_other_than_unreachable_are_blind_at_once() {
         for cause in [
-            LossCause::Empty,
-            LossCause::NotANumber,
-            LossCause::InvalidQuery,
-            LossCause::Ambiguous,
-            LossCause::Stale,
+            SignalLoss::EmptyResult,
+            SignalLoss::NotANumber,
+            SignalLoss::InvalidQuery,
+            SignalLoss::AmbiguousResult,
+            SignalLoss::StaleSample,
         ] {
             // Even right at the start, with a usable value a moment ago.
             for (now, last_usable) in [(0, None), (1, Some(0)), (10_000, Some(9_999))] {
@@ -471,7 +478,7 @@ mod tests {
     #[test]
     fn unreachable_waits_until_stale_after_since_the_last_usable_value() {
         let slo = || objective("error-rate", 0.05, Above);
-        let unreachable = || Some(lost(LossCause::Unreachable));
+        let unreachable = || Some(lost(SignalLoss::PrometheusUnreachable));
         let cases = [
             // (last usable, now, blind)
             // Never a value: the clock runs from the start at 0.
@@ -491,10 +498,10 @@ mod tests {
             if is_blind {
                 assert_eq!(
                     blindness(&got),
-                    Some(blind("error-rate", LossCause::Unreachable)),
+                    Some(blind("error-rate", SignalLoss::PrometheusUnreachable)),
                     "{last_usable:?} at {now}"
                 );
-                assert_eq!(got.reason(), "PrometheusUnreachable");
+                assert_eq!(got.reason().as_str(), "PrometheusUnreachable");
             } else {
                 assert_eq!(got, waiting("error-rate"), "{last_usable:?} at {now}");
             }
@@ -505,7 +512,7 @@ mod tests {
         };
         assert_eq!(
             detail,
-            "Unreachable detail; no usable value for 2s500ms (staleAfter 2s)"
+            "PrometheusUnreachable detail; no usable value for 2s500ms (staleAfter 2s)"
         );
     }
 
@@ -522,7 +529,7 @@ mod tests {
             got,
             Verdict::Blind {
                 objective: "error-rate".to_owned(),
-                cause: LossCause::Unreachable,
+                cause: SignalLoss::PrometheusUnreachable,
                 detail: "no answer from Prometheus for 2s since the guard started \
                          (staleAfter 2s)"
                     .to_owned(),
@@ -539,7 +546,7 @@ mod tests {
         let ok_b = || Seen(Some(value(0.95, 900)), Some(900));
         let breached_a = || Seen(Some(value(0.5, 900)), Some(900));
         let breached_b = || Seen(Some(value(0.5, 900)), Some(900));
-        let empty = || Seen(Some(lost(LossCause::Empty)), Some(500));
+        let empty = || Seen(Some(lost(SignalLoss::EmptyResult)), Some(500));
         let pending = || Seen(None, None);
         let cases = [
             (vec![(a(), ok_a()), (b(), ok_b())], "Healthy", ""),
@@ -577,14 +584,18 @@ mod tests {
                 | Verdict::Breach { objective, .. }
                 | Verdict::Blind { objective, .. } => objective,
             };
-            assert_eq!((got.reason(), objective), (reason, name), "{objectives:?}");
+            assert_eq!(
+                (got.reason().as_str(), objective),
+                (reason, name),
+                "{objectives:?}"
+            );
         }
     }
 
     #[test]
     fn a_guard_with_no_objective_is_blind() {
         let got = judge_all(&[], 0);
-        assert_eq!(blindness(&got), Some(blind("", LossCause::Empty)));
+        assert_eq!(blindness(&got), Some(blind("", SignalLoss::EmptyResult)));
         assert!(got.aborts());
     }
 
@@ -597,7 +608,7 @@ mod tests {
             (
                 Verdict::Blind {
                     objective: "a".to_owned(),
-                    cause: LossCause::Stale,
+                    cause: SignalLoss::StaleSample,
                     detail: String::new(),
                 },
                 true,
@@ -605,7 +616,10 @@ mod tests {
             ),
         ];
         for (verdict, aborts, reason) in cases {
-            assert_eq!((verdict.aborts(), verdict.reason()), (aborts, reason));
+            assert_eq!(
+                (verdict.aborts(), verdict.reason().as_str()),
+                (aborts, reason)
+            );
         }
     }
 
@@ -656,7 +670,7 @@ mod tests {
             (0, Some(value(0.01, 0)), Some(0), "Healthy", Some(0), false),
             (
                 1000,
-                Some(lost(LossCause::Unreachable)),
+                Some(lost(SignalLoss::PrometheusUnreachable)),
                 Some(0),
                 "Waiting",
                 None,
@@ -698,7 +712,7 @@ mod tests {
         let mut since = None;
         for (now, latest, last_usable, reason, want_since, held) in steps {
             let got = judge_one(slo.clone(), Seen(latest, last_usable), now);
-            assert_eq!(got.reason(), reason, "at {now}");
+            assert_eq!(got.reason().as_str(), reason, "at {now}");
             since = steady_since(since, &got, m(now));
             assert_eq!(since, want_since.map(m), "at {now}");
             assert_eq!(held_for(since, period, m(now)), held, "at {now}");
@@ -710,7 +724,7 @@ mod tests {
         // Prometheus stopped answering at 1000; then the wall clock stepped
         // back an hour while the monotonic clock went on for 3 s.
         let slo = objective("error-rate", 0.05, Above);
-        let lost = lost(LossCause::Unreachable);
+        let lost = lost(SignalLoss::PrometheusUnreachable);
         let observed = [Observed {
             objective: &slo,
             latest: Some(&lost),
@@ -721,6 +735,6 @@ mod tests {
             mono: m(4000),
         };
         let got = verdict(&observed, m(STARTED), STALE_AFTER, stepped);
-        assert_eq!(got.reason(), "PrometheusUnreachable", "{got:?}");
+        assert_eq!(got.reason().as_str(), "PrometheusUnreachable", "{got:?}");
     }
 }

@@ -15,9 +15,10 @@ use super::{
     Ctx, build, build::Input, build::Stage, drain, lifecycle, status, status::Drain,
     status::Observation, status::WorkloadView, tokens,
 };
+use flashsale_api::reasons::SaleReason;
 use flashsale_api::{
-    FlashSale, children::Component, conditions::DRAINED, conditions::reasons, flashsale::SalePhase,
-    timeline::Timeline, validate,
+    FlashSale, children::Component, conditions::DRAINED, flashsale::SalePhase, timeline::Timeline,
+    validate,
 };
 use flashsale_kit::{Blocker, Failure as Error, Identity, Verb, apply, apply::Namespaced, key};
 use flashsale_observe::{pods, probe::SaleAddress};
@@ -87,7 +88,7 @@ async fn reconcile_sale(sale: &FlashSale, ctx: &Ctx) -> Result<Action, Error> {
     let workloads = match workloads {
         Err(Error::Kit(err @ flashsale_kit::Error::NotOwned { .. })) => {
             let blocker = Blocker {
-                reason: reasons::OBJECT_NOT_OWNED,
+                reason: SaleReason::ObjectNotOwned,
                 message: err.to_string(),
             };
             return block(ctx, sale, &blocker).await;
@@ -174,11 +175,15 @@ async fn read_stock(
 /// (or image) waits for an edit; what cannot be watched for cheaply (a
 /// missing Secret, an object in the way) is looked for again, less and
 /// less often.
-async fn block(ctx: &Ctx, sale: &FlashSale, blocker: &Blocker) -> Result<Action, Error> {
+async fn block(
+    ctx: &Ctx,
+    sale: &FlashSale,
+    blocker: &Blocker<SaleReason>,
+) -> Result<Action, Error> {
     let now = ctx.clock.now();
     let new = status::blocked(sale.status.as_ref(), sale.metadata.generation, blocker, now);
     write_status(ctx, sale, &new, Some(blocker)).await?;
-    let edit_needed = [reasons::INVALID_SPEC, reasons::IMAGE_NOT_ALLOWED];
+    let edit_needed = [SaleReason::InvalidSpec, SaleReason::ImageNotAllowed];
     Ok(if edit_needed.contains(&blocker.reason) {
         Action::await_change()
     } else {
@@ -221,7 +226,7 @@ async fn announce_pod_problem(ctx: &Ctx, sale: &FlashSale, seen: &Observation) {
         .filter(|c| c.status == "True")
         .map(|c| c.reason.as_str());
     if was != Some(first.reason.as_str()) {
-        ctx.event(sale, true, &first.reason, first.to_string())
+        ctx.event(sale, true, SaleReason::Pod(first.reason), first.to_string())
             .await;
     }
 }
@@ -252,11 +257,11 @@ async fn gather(
     ctx: &Ctx,
     namespace: &str,
     sale: &FlashSale,
-) -> Result<Result<String, Blocker>, Error> {
+) -> Result<Result<String, Blocker<SaleReason>>, Error> {
     let checks = [
-        (reasons::INVALID_SPEC, validate::flash_sale(&sale.spec)),
+        (SaleReason::InvalidSpec, validate::flash_sale(&sale.spec)),
         (
-            reasons::IMAGE_NOT_ALLOWED,
+            SaleReason::ImageNotAllowed,
             ctx.settings.allowed_images.refused(&sale.spec),
         ),
     ];
@@ -280,7 +285,7 @@ async fn missing_secret(
     ctx: &Ctx,
     namespace: &str,
     sale: &FlashSale,
-) -> Result<Option<Blocker>, Error> {
+) -> Result<Option<Blocker<SaleReason>>, Error> {
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
     for (field, reference) in build::secret_refs(sale) {
         let secret = api
@@ -293,7 +298,7 @@ async fn missing_secret(
             ))?;
         let Some(secret) = secret else {
             return Ok(Some(Blocker {
-                reason: reasons::SECRET_MISSING,
+                reason: SaleReason::SecretMissing,
                 message: format!(
                     "Secret {namespace}/{} ({field}) does not exist; create it with key {:?}",
                     reference.name, reference.key
@@ -310,7 +315,7 @@ async fn missing_secret(
                 .is_some_and(|d| d.contains_key(&reference.key));
         if !has_key {
             return Ok(Some(Blocker {
-                reason: reasons::SECRET_KEY_MISSING,
+                reason: SaleReason::SecretKeyMissing,
                 message: format!(
                     "Secret {namespace}/{} ({field}) has no key {:?}",
                     reference.name, reference.key
@@ -463,7 +468,7 @@ async fn write_status(
     ctx: &Ctx,
     sale: &FlashSale,
     new: &flashsale_api::FlashSaleStatus,
-    blocker: Option<&Blocker>,
+    blocker: Option<&Blocker<SaleReason>>,
 ) -> Result<(), Error> {
     if !apply::write_status(ctx, sale, new).await? {
         return Ok(());
@@ -474,7 +479,7 @@ async fn write_status(
             .observed
             .get(flashsale_api::conditions::STALLED)
             .map(|c| c.reason.as_str());
-        if was != Some(blocker.reason) {
+        if was != Some(blocker.reason.as_str()) {
             ctx.event(sale, true, blocker.reason, blocker.message.clone())
                 .await;
         }
@@ -487,8 +492,8 @@ async fn write_status(
             .unwrap_or_else(|| "new".into());
         // One reason per phase: Events of the same reason on one object are
         // folded into a series that keeps the first message.
-        let reason = format!("{}{phase:?}", reasons::PHASE_EVENT_PREFIX);
-        ctx.event(sale, false, &reason, format!("{from} → {phase:?}"))
+        let reason = SaleReason::phase(phase);
+        ctx.event(sale, false, reason, format!("{from} → {phase:?}"))
             .await;
     }
     Ok(())

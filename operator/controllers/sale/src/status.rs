@@ -11,10 +11,10 @@ use kube::ResourceExt;
 
 use super::build;
 use flashsale_api::{
-    children::Component, conditions::DRAINED, conditions::INVENTORY_REACHABLE,
-    conditions::PROGRESSING, conditions::READY, conditions::STALLED, conditions::reasons,
-    flashsale::FlashSaleStatus, flashsale::ItemStatus, flashsale::SalePhase,
-    flashsale::WorkloadStatus,
+    children::Component, common::ObservedConditions, conditions::DRAINED,
+    conditions::INVENTORY_REACHABLE, conditions::PROGRESSING, conditions::READY,
+    conditions::STALLED, flashsale::FlashSaleStatus, flashsale::ItemStatus, flashsale::SalePhase,
+    flashsale::WorkloadStatus, reasons::SaleReason,
 };
 use flashsale_kit::Blocker;
 use flashsale_observe::pods::PodProblem;
@@ -106,7 +106,7 @@ fn start(old: Option<&FlashSaleStatus>, generation: Option<i64>) -> FlashSaleSta
 pub fn blocked(
     old: Option<&FlashSaleStatus>,
     generation: Option<i64>,
-    blocker: &Blocker,
+    blocker: &Blocker<SaleReason>,
     now: Timestamp,
 ) -> FlashSaleStatus {
     let now = Time(now);
@@ -169,18 +169,31 @@ pub fn observed(
         .count();
     status.ready_workloads = Some(format!("{ready_count}/{}", seen.workloads.len()));
 
-    let conditions = &mut status.observed;
+    workload_conditions(&mut status.observed, seen, &now);
+    read_stock(&mut status, &seen.stock, &now);
+    drain_condition(&mut status.observed, &seen.drain, &now);
+    status
+}
+
+/// `Stalled`, `Ready` and `Progressing` from the workloads and their pods.
+fn workload_conditions(conditions: &mut ObservedConditions, seen: &Observation, now: &Time) {
     // A pod that cannot run waits for someone to fix its image, its
     // configuration or the cluster: stalled, whether or not older pods
     // still serve.
     match seen.pod_problems.first() {
-        Some(first) => conditions.set(STALLED, true, &first.reason, pod_summary(seen), &now),
+        Some(first) => conditions.set(
+            STALLED,
+            true,
+            SaleReason::Pod(first.reason),
+            pod_summary(seen),
+            now,
+        ),
         None => conditions.set(
             STALLED,
             false,
-            reasons::AS_EXPECTED,
+            SaleReason::AsExpected,
             "nothing stands in the way",
-            &now,
+            now,
         ),
     }
     let lagging: Vec<String> = seen
@@ -193,21 +206,21 @@ pub fn observed(
         conditions.set(
             READY,
             true,
-            reasons::WORKLOADS_READY,
+            SaleReason::WorkloadsReady,
             "every workload has its desired replicas ready",
-            &now,
+            now,
         );
     } else if let Some(first) = seen.pod_problems.first() {
         // The pods' own reason says more than a count.
         let message = format!("{}; {}", lagging.join(", "), pod_summary(seen));
-        conditions.set(READY, false, &first.reason, message, &now);
+        conditions.set(READY, false, SaleReason::Pod(first.reason), message, now);
     } else {
         conditions.set(
             READY,
             false,
-            reasons::WORKLOADS_NOT_READY,
+            SaleReason::WorkloadsNotReady,
             lagging.join(", "),
-            &now,
+            now,
         );
     }
     let rolling: Vec<&str> = seen
@@ -220,21 +233,28 @@ pub fn observed(
         conditions.set(
             PROGRESSING,
             false,
-            reasons::UP_TO_DATE,
+            SaleReason::UpToDate,
             "every workload runs its current spec",
-            &now,
+            now,
         );
     } else {
         conditions.set(
             PROGRESSING,
             true,
-            reasons::ROLLING_OUT,
+            SaleReason::RollingOut,
             format!("rolling out: {}", rolling.join(", ")),
-            &now,
+            now,
         );
     }
+}
 
-    match &seen.stock {
+/// The stock the inventory gave, and `InventoryReachable`.
+fn read_stock(
+    status: &mut FlashSaleStatus,
+    stock: &Option<Result<Vec<ItemStatus>, String>>,
+    now: &Time,
+) {
+    match stock {
         Some(Ok(items)) => {
             status.stock_left = Some(items.iter().map(|i| i.available).sum());
             status.items = items.clone();
@@ -245,9 +265,9 @@ pub fn observed(
             status.observed.set(
                 INVENTORY_REACHABLE,
                 true,
-                reasons::STOCK_READ,
+                SaleReason::StockRead,
                 "stock read from the inventory",
-                &now,
+                now,
             );
         }
         // The last reading stays: stale stock beats none, and the condition
@@ -255,55 +275,58 @@ pub fn observed(
         Some(Err(err)) => status.observed.set(
             INVENTORY_REACHABLE,
             false,
-            reasons::INVENTORY_UNREACHABLE,
+            SaleReason::InventoryUnreachable,
             err,
-            &now,
+            now,
         ),
         None => status.observed.set_unknown(
             INVENTORY_REACHABLE,
-            reasons::SCALED_DOWN,
+            SaleReason::ScaledDown,
             "the inventory is scaled to zero",
-            &now,
+            now,
         ),
     }
+}
 
-    let conditions = &mut status.observed;
-    match &seen.drain {
+/// `Drained`, once the sale ended.
+fn drain_condition(conditions: &mut ObservedConditions, drain: &Drain, now: &Time) {
+    match drain {
         Drain::NotEnded => conditions.conditions.retain(|c| c.type_ != DRAINED),
         Drain::Settling(until) => conditions.set(
             DRAINED,
             false,
-            reasons::DRAINING,
+            SaleReason::Draining,
             format!("reservations may still be paid until {until}"),
-            &now,
+            now,
         ),
         Drain::Lag(lag) => conditions.set(
             DRAINED,
             false,
-            reasons::DRAINING,
+            SaleReason::Draining,
             format!("the order-writer still has {lag} events to write"),
-            &now,
+            now,
         ),
         Drain::Unknown(why) => conditions.set(
             DRAINED,
             false,
-            reasons::DRAINING,
+            SaleReason::Draining,
             format!("the order-writer's lag is not known, so it keeps running: {why}"),
-            &now,
+            now,
         ),
         Drain::Drained => conditions.set(
             DRAINED,
             true,
-            reasons::ORDERS_DRAINED,
+            SaleReason::OrdersDrained,
             "every reservation is settled and every order written; workloads scaled to zero",
-            &now,
+            now,
         ),
     }
-    status
 }
 
 #[cfg(test)]
 mod tests {
+    use flashsale_api::reasons::PodFailure;
+
     use super::*;
 
     fn at(seconds: i64) -> Timestamp {
@@ -395,16 +418,16 @@ mod tests {
 
     #[test]
     fn failing_pods_give_their_own_reason_to_ready() {
-        let problem = |pod: &str, reason: &str| PodProblem {
+        let problem = |pod: &str, reason: PodFailure| PodProblem {
             component: "gateway".into(),
             pod: pod.into(),
-            reason: reason.into(),
+            reason,
             message: "container gateway: Back-off pulling image \"nope:1\"".into(),
         };
         let mut short = seen(vec![view("gateway", 0, 2)]);
         short.pod_problems = vec![
-            problem("s-gateway-a", "ImagePullBackOff"),
-            problem("s-gateway-b", "ImagePullBackOff"),
+            problem("s-gateway-a", PodFailure::ImagePullBackOff),
+            problem("s-gateway-b", PodFailure::ImagePullBackOff),
         ];
         let status = observed(None, Some(1), &short, at(100));
         assert_eq!(condition(&status, READY), ("False", "ImagePullBackOff"));
@@ -430,7 +453,7 @@ mod tests {
         stuck.pod_problems = vec![PodProblem {
             component: "inventory".into(),
             pod: "s-inventory-new".into(),
-            reason: "CrashLoopBackOff".into(),
+            reason: PodFailure::CrashLoopBackOff,
             message: "container inventory; last exit code 1 (Error), 4 restarts".into(),
         }];
         let status = observed(None, Some(1), &stuck, at(100));
@@ -477,7 +500,7 @@ mod tests {
     #[test]
     fn a_blocker_fails_the_sale_and_clearing_it_recovers() {
         let blocker = Blocker {
-            reason: reasons::SECRET_MISSING,
+            reason: SaleReason::SecretMissing,
             message: "Secret shop/jwt (spec.gateway.auth.hs256SecretRef) does not exist".into(),
         };
         let failed = blocked(None, Some(2), &blocker, at(100));

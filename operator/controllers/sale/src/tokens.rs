@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, ResourceExt};
 
 use super::{Ctx, build, build::ADMIN_TOKEN_KEY, build::API_TOKEN_KEY, build::InternalTokens};
-use flashsale_api::{FlashSale, conditions::reasons};
+use flashsale_api::{FlashSale, reasons::SaleReason};
 use flashsale_kit::{Blocker, Failure as Error, Verb, apply};
 
 /// Bytes of randomness per token (written as twice as many hex digits).
@@ -35,7 +35,7 @@ pub async fn ensure(
     ctx: &Ctx,
     namespace: &str,
     sale: &FlashSale,
-) -> Result<Result<String, Blocker>, Error> {
+) -> Result<Result<String, Blocker<SaleReason>>, Error> {
     let name = build::names::internal_secret(sale);
     let uid = sale
         .uid()
@@ -58,11 +58,15 @@ pub async fn ensure(
 
 /// The API token of `secret`, if it is the sale's (controlled by `sale_uid`)
 /// and holds both tokens.
-pub fn api_token(secret: &Secret, sale_uid: &str, namespace: &str) -> Result<String, Blocker> {
+pub fn api_token(
+    secret: &Secret,
+    sale_uid: &str,
+    namespace: &str,
+) -> Result<String, Blocker<SaleReason>> {
     let name = secret.name_any();
     if !apply::controlled_by(secret, sale_uid) {
         return Err(Blocker {
-            reason: reasons::SECRET_NOT_OWNED,
+            reason: SaleReason::SecretNotOwned,
             message: format!(
                 "Secret {namespace}/{name} exists but this FlashSale does not own it (left by \
                  an earlier sale of the same name?); delete it and the operator creates a new one"
@@ -87,7 +91,7 @@ pub fn api_token(secret: &Secret, sale_uid: &str, namespace: &str) -> Result<Str
                 ADMIN_TOKEN_KEY
             };
             Err(Blocker {
-                reason: reasons::SECRET_KEY_MISSING,
+                reason: SaleReason::SecretKeyMissing,
                 message: format!(
                     "Secret {namespace}/{name} has no usable key {key:?}; delete it and the \
                      operator creates a new one"
@@ -152,7 +156,7 @@ mod tests {
         let stale = api_token(&secret, "another-uid", "default");
         assert_eq!(
             stale.as_ref().map_err(|b| b.reason),
-            Err(reasons::SECRET_NOT_OWNED)
+            Err(SaleReason::SecretNotOwned)
         );
         assert!(
             stale.is_err_and(|b| b.message.contains("Secret default/singles-day-internal")),
@@ -168,7 +172,7 @@ mod tests {
         assert!(
             missing
                 .as_ref()
-                .is_err_and(|b| b.reason == reasons::SECRET_KEY_MISSING
+                .is_err_and(|b| b.reason == SaleReason::SecretKeyMissing
                     && b.message.contains("inventory-admin-token")),
             "{missing:?}"
         );

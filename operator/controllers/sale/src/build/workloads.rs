@@ -16,7 +16,8 @@ use super::{
     pod::{self, CONFIG_DIR, HTTP_PORT, SECRET_FILE, env, env_field, env_secret},
 };
 use flashsale_api::{
-    FlashSale, common::WorkloadSpec, flashsale::GatewayAuth, flashsale::RedisSpec,
+    FlashSale, common::WorkloadSpec, flashsale::GatewayAuth, flashsale::GatewaySpec,
+    flashsale::RedisSpec,
 };
 
 /// Where the gateway's token key is mounted.
@@ -142,6 +143,51 @@ fn jwt_key(
     }
 }
 
+/// The gateway's parts that only some specs have: the payment provider's
+/// secret, the token issuer and audience, the waiting room's key.
+fn optional_parts(
+    gateway: &GatewaySpec,
+    env: &mut Vec<EnvVar>,
+    volumes: &mut Vec<(Volume, VolumeMount)>,
+) -> Result<(), BuildError> {
+    if let Some(payment) = &gateway.payment {
+        let secret = &payment.secret_ref;
+        volumes.push(pod::secret_files(
+            "payment",
+            PAYMENT_DIR,
+            &secret.name,
+            &[(&secret.key, PAYMENT_FILE)],
+        ));
+        env.push(pod::env(
+            "PAYMENT_SECRET_FILE",
+            format!("{PAYMENT_DIR}/{PAYMENT_FILE}"),
+        ));
+    }
+    if let Some(issuer) = &gateway.auth.issuer {
+        env.push(pod::env("JWT_ISSUER", issuer.as_str()));
+    }
+    if let Some(audience) = &gateway.auth.audience {
+        env.push(pod::env("JWT_AUDIENCE", audience.as_str()));
+    }
+    if gateway.waiting_room.enabled {
+        let secret =
+            gateway
+                .waiting_room
+                .ticket_secret_ref
+                .as_ref()
+                .ok_or(BuildError::InvalidSpec {
+                    field: "spec.gateway.waitingRoom.ticketSecretRef",
+                    reason: "is required when the waiting room is enabled",
+                })?;
+        volumes.push(pod::secret_volume("waiting-room", WAITING_ROOM_DIR, secret));
+        env.push(pod::env(
+            "WAITING_ROOM_KEY_FILE",
+            format!("{WAITING_ROOM_DIR}/{SECRET_FILE}"),
+        ));
+    }
+    Ok(())
+}
+
 /// The gateway's pod template.
 pub(super) fn gateway(
     owner: &Owner<'_>,
@@ -182,41 +228,7 @@ pub(super) fn gateway(
         },
         env(jwt_env, format!("{JWT_DIR}/{SECRET_FILE}")),
     ];
-    if let Some(payment) = &gateway.payment {
-        let secret = &payment.secret_ref;
-        volumes.push(pod::secret_files(
-            "payment",
-            PAYMENT_DIR,
-            &secret.name,
-            &[(&secret.key, PAYMENT_FILE)],
-        ));
-        env.push(pod::env(
-            "PAYMENT_SECRET_FILE",
-            format!("{PAYMENT_DIR}/{PAYMENT_FILE}"),
-        ));
-    }
-    if let Some(issuer) = &gateway.auth.issuer {
-        env.push(pod::env("JWT_ISSUER", issuer.as_str()));
-    }
-    if let Some(audience) = &gateway.auth.audience {
-        env.push(pod::env("JWT_AUDIENCE", audience.as_str()));
-    }
-    if gateway.waiting_room.enabled {
-        let secret =
-            gateway
-                .waiting_room
-                .ticket_secret_ref
-                .as_ref()
-                .ok_or(BuildError::InvalidSpec {
-                    field: "spec.gateway.waitingRoom.ticketSecretRef",
-                    reason: "is required when the waiting room is enabled",
-                })?;
-        volumes.push(pod::secret_volume("waiting-room", WAITING_ROOM_DIR, secret));
-        env.push(pod::env(
-            "WAITING_ROOM_KEY_FILE",
-            format!("{WAITING_ROOM_DIR}/{SECRET_FILE}"),
-        ));
-    }
+    optional_parts(gateway, &mut env, &mut volumes)?;
     env.push(pod::env(
         "DEGRADATION_CONFIG_MAP",
         names::degradation(owner.sale),
