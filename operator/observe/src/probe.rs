@@ -10,6 +10,7 @@ use serde::Deserialize;
 
 use crate::replicas::{LagReading, ReplicaLag};
 use flashsale_api::flashsale::ItemStatus;
+use flashsale_inventory_api::{StockLevel, paths};
 
 /// Why a workload could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -57,13 +58,6 @@ pub struct SaleAddress {
 /// SKUs asked at once; a sale has at most 200.
 const CONCURRENCY: usize = 16;
 
-#[derive(Deserialize)]
-struct Stock {
-    available: i64,
-    reserved: i64,
-    sold: i64,
-}
-
 impl Probe {
     /// A probe whose inventory base URL is `inventory_url` with `{sale}` and
     /// `{namespace}` replaced, e.g. `http://{sale}-inventory.{namespace}.svc:8080`.
@@ -102,18 +96,20 @@ impl Probe {
         let asks: Vec<(String, String)> = skus
             .iter()
             .map(|sku| {
-                let url = format!("{base}/v1/sales/{id}/items/{sku}/stock");
+                let url = format!("{base}{}", paths::stock(id, sku));
                 (sku.clone(), url)
             })
             .collect();
         stream::iter(asks)
             .map(|(sku, url)| async move {
-                let stock: Stock = self.get_json(&url, token).await?;
+                let level: StockLevel = self.get_json(&url, token).await?;
+                // Counts are bounded far below i64::MAX by the spec's checks.
+                let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
                 Ok(ItemStatus {
                     sku,
-                    available: stock.available,
-                    reserved: stock.reserved,
-                    sold: stock.sold,
+                    available: count(level.available),
+                    reserved: count(level.reserved),
+                    sold: count(level.sold),
                 })
             })
             .buffered(CONCURRENCY)
@@ -343,11 +339,11 @@ mod tests {
                 }
                 let available = if sku == "A" { 7 } else { 0 };
                 Ok(axum::Json(serde_json::json!({
-                    "available": available, "reserved": 1, "sold": 2
+                    "stock": 10, "available": available, "reserved": 1, "sold": 2
                 })))
             },
         );
-        let app = axum::Router::new().route("/v1/sales/{sale}/items/{sku}/stock", stock);
+        let app = axum::Router::new().route(paths::STOCK, stock);
         let addr = serve(app).await?;
         let probe = Probe::new(format!("http://{addr}"), Duration::from_secs(1))?;
         let sale = SaleAddress {

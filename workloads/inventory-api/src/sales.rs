@@ -11,13 +11,15 @@ pub struct SaleDefinition {
     pub sale: String,
     /// How long a reservation may stay unpaid, in milliseconds.
     pub reservation_ttl_ms: u64,
-    /// When the sale opens (Unix ms). Stock is created only before then:
-    /// stock missing after the opening was lost, not new. Without it any
-    /// load may create stock.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub opens_at_ms: Option<u64>,
     /// Items on sale.
     pub items: Vec<ItemDefinition>,
+    /// When the sale opens (Unix ms). Stock is created only before then:
+    /// stock missing after the opening was lost, not new. Without it any
+    /// load may create stock. Last on the wire: the operator hashes the
+    /// definition without it, and a reordering would change every running
+    /// sale's hash (and restart its inventory) on upgrade.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opens_at_ms: Option<u64>,
 }
 
 impl SaleDefinition {

@@ -11,6 +11,7 @@ use sha2::{Digest, Sha256};
 
 use super::{BuildError, Owner, names, names::Component};
 use flashsale_api::FlashSale;
+use flashsale_inventory_api::{ItemDefinition, SaleDefinition};
 
 /// Key of the gateway's configuration in its ConfigMap.
 pub const GATEWAY_CONFIG_KEY: &str = "gateway.json";
@@ -66,28 +67,6 @@ struct ConcurrencyConfig {
     min_limit: u32,
     max_limit: u32,
     tier0_reserved_percent: u32,
-}
-
-/// Mirror of the inventory's `SaleDefinition` (workloads/inventory/src/store.rs).
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct SaleDefinition<'a> {
-    sale: &'a str,
-    reservation_ttl_ms: u64,
-    items: Vec<ItemDefinition<'a>>,
-    /// After this instant the inventory creates no stock: set once the
-    /// operator has read the loaded stock (`status.stockLoadedAt`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    opens_at_ms: Option<u64>,
-}
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ItemDefinition<'a> {
-    sku: &'a str,
-    stock: u64,
-    per_user_limit: u64,
-    shards: u32,
 }
 
 /// A rendered configuration document and its hash.
@@ -197,7 +176,7 @@ pub(super) fn sale_json(sale: &FlashSale, sale_id: &str) -> Result<Rendered, Bui
         .iter()
         .map(|item| {
             Ok(ItemDefinition {
-                sku: &item.sku,
+                sku: item.sku.clone(),
                 stock: fit("spec.items[].stock", item.stock)?,
                 per_user_limit: fit("spec.items[].perUserLimit", item.per_user_limit)?,
                 shards: fit("spec.items[].shards", item.shards)?,
@@ -205,7 +184,7 @@ pub(super) fn sale_json(sale: &FlashSale, sale_id: &str) -> Result<Rendered, Bui
         })
         .collect::<Result<_, BuildError>>()?;
     let mut definition = SaleDefinition {
-        sale: sale_id,
+        sale: sale_id.to_owned(),
         reservation_ttl_ms: fit("spec.reservationTTL", spec.reservation_ttl.0.as_millis())?,
         items,
         opens_at_ms: None,
