@@ -275,7 +275,7 @@ async fn reserve_open_loop(opts: &Options, funnel: &Funnel, rate: f64) -> anyhow
     let http = client();
     let url = format!(
         "{}/v1/sales/{}/reservations",
-        funnel.inventory_url, funnel.sale
+        funnel.inventory.url, funnel.sale
     );
     open_loop(opts.concurrency, rate, seconds(opts), move |_| {
         let (http, url) = (http.clone(), url.clone());
@@ -396,7 +396,7 @@ impl OrderSetup {
     /// One run: saturated, then half that rate (and the dependencies alone).
     async fn run(&mut self, opts: &Options) -> anyhow::Result<()> {
         let before = UNAVAILABLE.load(Ordering::Relaxed);
-        let gateway = self.funnel.gateway_url.clone();
+        let gateway = self.funnel.gateway.url.clone();
         let saturated = order_saturated(opts, &gateway).await?;
         let rate = saturated.per_second() / 2.0;
         let half = order_open_loop(opts, &gateway, rate).await?;
@@ -548,57 +548,13 @@ fn ratios(name: &str, ours: &[Measured], peer: &[Measured]) {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let opts = Options::parse();
-    let wants = |path| opts.paths.contains(&path);
-    let lingers: Vec<Option<Duration>> = if opts.linger_ms.is_empty() {
-        vec![None]
-    } else {
-        opts.linger_ms
-            .iter()
-            .map(|ms| Some(Duration::from_millis(*ms)))
-            .collect()
-    };
-    let mut orders = Vec::new();
-    if wants(Path::Order) {
-        for kafka in &opts.kafka {
-            for linger in &lingers {
-                orders.push(OrderSetup::start(*kafka, *linger).await?);
-            }
-        }
-    }
+    let mut orders = start_orders(&opts).await?;
     let kafka_cluster = if orders.iter().any(|o| o.kafka == Kafka::Cluster) {
         Some(KafkaCluster::from_env()?)
     } else {
         None
     };
-    // The GET path goes through the first order funnel, or one of its own.
-    let own_funnel = match orders.first() {
-        Some(_) => None,
-        None if wants(Path::Get) => Some(Funnel::start(high_limits()).await?),
-        None => None,
-    };
-    let get_gateway = orders
-        .first()
-        .map(|o| &o.funnel)
-        .or(own_funnel.as_ref())
-        .map(|f| format!("{}/api/v1/items/A", f.gateway_url));
-    let limited = match wants(Path::Limited) {
-        true => Some(
-            Funnel::start(FunnelOptions {
-                config: json!({"rateLimit": {"perUserPerSecond": 50, "burst": 10}, "concurrency": {"minLimit": 1000, "maxLimit": 5000}}),
-                ..FunnelOptions::default()
-            })
-            .await?,
-        ),
-        false => None,
-    };
-    let bare = match wants(Path::Get) {
-        true => Some(bare_axum().await?),
-        false => None,
-    };
-    let nginx = match wants(Path::Limited) {
-        true => Some(Nginx::start(&opts.nginx).await?),
-        false => None,
-    };
+    let peers = Peers::start(&opts, &orders).await?;
     // Warm-up (connections, caches, Lua script, producer metadata): not measured.
     let warm = Options {
         seconds: 1,
@@ -608,66 +564,201 @@ async fn main() -> anyhow::Result<()> {
         linger_ms: vec![],
         ..opts
     };
-    if let (Some(url), true) = (&get_gateway, wants(Path::Get)) {
+    if let (Some(url), true) = (&peers.get_gateway, opts.paths.contains(&Path::Get)) {
         get_as_users(&warm, url.clone(), 1_000).await?;
     }
     for setup in &orders {
-        order_saturated(&warm, &setup.funnel.gateway_url).await?;
+        order_saturated(&warm, &setup.funnel.gateway.url).await?;
     }
 
-    let (mut gw, mut axum_only, mut gw_lim, mut nginx_lim) = (vec![], vec![], vec![], vec![]);
+    let mut gets = Gets::default();
     for run in 1..=opts.runs {
         eprintln!("run {run}/{}", opts.runs);
-        if let (Some(gw_get), Some(bare)) = (&get_gateway, &bare) {
-            gw.push(get_as_users(&opts, gw_get.clone(), 10_000).await?);
-            axum_only.push(get_as_users(&opts, bare.clone(), 10_000).await?);
-        }
-        if let (Some(limited), Some(nginx)) = (&limited, &nginx) {
-            let url = format!("{}/api/v1/items/A", limited.gateway_url);
-            gw_lim.push(get_as_users(&opts, url, 8).await?);
-            nginx_lim.push(get_as_users(&opts, nginx.url.clone(), 8).await?);
-        }
+        gets.run(&opts, &peers).await?;
         for setup in &mut orders {
-            let watched = match (&kafka_cluster, setup.kafka) {
-                (Some(cluster), Kafka::Cluster) => {
-                    kafka_healthy(cluster, &setup.funnel.topic, run).await?;
-                    Some((cluster, cluster.partition(&setup.funnel.topic, 0).await?))
-                }
-                _ => None,
-            };
-            setup.run(&opts).await?;
-            // A broker killed meanwhile (by another test) makes the run suspect.
-            if let Some((cluster, before)) = watched {
-                let after = cluster.partition(&setup.funnel.topic, 0).await?;
-                let in_sync = |isr: &[i32]| isr.iter().copied().collect::<BTreeSet<i32>>();
-                if after.leader != before.leader || in_sync(&after.isr) != in_sync(&before.isr) {
-                    eprintln!(
-                        "run {run}: the topic's partition changed during the run: {before:?} → {after:?}"
-                    );
-                }
+            run_watched(&opts, setup, kafka_cluster.as_ref(), run).await?;
+        }
+    }
+    report(&opts, &gets, &orders);
+    peers.cleanup().await?;
+    for setup in orders {
+        let (brokers, topic) = (setup.funnel.brokers.clone(), setup.funnel.topic.clone());
+        setup.funnel.cleanup().await?;
+        delete_topic(&brokers, &topic).await?;
+    }
+    Ok(())
+}
+
+/// An order funnel for every Kafka and linger asked for, when the order
+/// path is measured.
+async fn start_orders(opts: &Options) -> anyhow::Result<Vec<OrderSetup>> {
+    let lingers: Vec<Option<Duration>> = if opts.linger_ms.is_empty() {
+        vec![None]
+    } else {
+        opts.linger_ms
+            .iter()
+            .map(|ms| Some(Duration::from_millis(*ms)))
+            .collect()
+    };
+    let mut orders = Vec::new();
+    if opts.paths.contains(&Path::Order) {
+        for kafka in &opts.kafka {
+            for linger in &lingers {
+                orders.push(OrderSetup::start(*kafka, *linger).await?);
             }
         }
     }
+    Ok(orders)
+}
+
+/// What the GET paths are measured on: a gateway and its peers.
+struct Peers {
+    /// A funnel of the GET path's own, when no order funnel serves it.
+    own_funnel: Option<Funnel>,
+    /// The gateway URL of the tier-1 GET.
+    get_gateway: Option<String>,
+    /// The rate-limited gateway.
+    limited: Option<Funnel>,
+    /// The bare axum handler's URL.
+    bare: Option<String>,
+    /// nginx with `limit_req`.
+    nginx: Option<Nginx>,
+}
+
+impl Peers {
+    /// Starts what the asked-for GET paths need.
+    async fn start(opts: &Options, orders: &[OrderSetup]) -> anyhow::Result<Self> {
+        let wants = |path| opts.paths.contains(&path);
+        // The GET path goes through the first order funnel, or one of its own.
+        let own_funnel = match orders.first() {
+            Some(_) => None,
+            None if wants(Path::Get) => Some(Funnel::start(high_limits()).await?),
+            None => None,
+        };
+        let get_gateway = orders
+            .first()
+            .map(|o| &o.funnel)
+            .or(own_funnel.as_ref())
+            .map(|f| format!("{}/api/v1/items/A", f.gateway.url));
+        let limited = match wants(Path::Limited) {
+            true => Some(
+                Funnel::start(FunnelOptions {
+                    config: json!({"rateLimit": {"perUserPerSecond": 50, "burst": 10}, "concurrency": {"minLimit": 1000, "maxLimit": 5000}}),
+                    ..FunnelOptions::default()
+                })
+                .await?,
+            ),
+            false => None,
+        };
+        let bare = match wants(Path::Get) {
+            true => Some(bare_axum().await?),
+            false => None,
+        };
+        let nginx = match wants(Path::Limited) {
+            true => Some(Nginx::start(&opts.nginx).await?),
+            false => None,
+        };
+        Ok(Self {
+            own_funnel,
+            get_gateway,
+            limited,
+            bare,
+            nginx,
+        })
+    }
+
+    /// Stops nginx and removes the funnels' sales.
+    async fn cleanup(self) -> anyhow::Result<()> {
+        drop(self.nginx);
+        if let Some(limited) = self.limited {
+            limited.cleanup().await?;
+        }
+        if let Some(funnel) = self.own_funnel {
+            funnel.cleanup().await?;
+        }
+        Ok(())
+    }
+}
+
+/// The GET paths' measurements, one per run.
+#[derive(Default)]
+struct Gets {
+    gateway: Vec<Measured>,
+    bare_axum: Vec<Measured>,
+    limited: Vec<Measured>,
+    nginx: Vec<Measured>,
+}
+
+impl Gets {
+    /// One run of each GET path that has its peer.
+    async fn run(&mut self, opts: &Options, peers: &Peers) -> anyhow::Result<()> {
+        if let (Some(gw_get), Some(bare)) = (&peers.get_gateway, &peers.bare) {
+            self.gateway
+                .push(get_as_users(opts, gw_get.clone(), 10_000).await?);
+            self.bare_axum
+                .push(get_as_users(opts, bare.clone(), 10_000).await?);
+        }
+        if let (Some(limited), Some(nginx)) = (&peers.limited, &peers.nginx) {
+            let url = format!("{}/api/v1/items/A", limited.gateway.url);
+            self.limited.push(get_as_users(opts, url, 8).await?);
+            self.nginx
+                .push(get_as_users(opts, nginx.url.clone(), 8).await?);
+        }
+        Ok(())
+    }
+}
+
+/// One run of an order setup; on the Kafka cluster, once it is whole, and
+/// saying so when the topic's partition changed meanwhile.
+async fn run_watched(
+    opts: &Options,
+    setup: &mut OrderSetup,
+    kafka_cluster: Option<&KafkaCluster>,
+    run: usize,
+) -> anyhow::Result<()> {
+    let watched = match (kafka_cluster, setup.kafka) {
+        (Some(cluster), Kafka::Cluster) => {
+            kafka_healthy(cluster, &setup.funnel.topic, run).await?;
+            Some((cluster, cluster.partition(&setup.funnel.topic, 0).await?))
+        }
+        _ => None,
+    };
+    setup.run(opts).await?;
+    // A broker killed meanwhile (by another test) makes the run suspect.
+    if let Some((cluster, before)) = watched {
+        let after = cluster.partition(&setup.funnel.topic, 0).await?;
+        let in_sync = |isr: &[i32]| isr.iter().copied().collect::<BTreeSet<i32>>();
+        if after.leader != before.leader || in_sync(&after.isr) != in_sync(&before.isr) {
+            eprintln!(
+                "run {run}: the topic's partition changed during the run: {before:?} → {after:?}"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Prints the medians of every path and the same-run ratios.
+fn report(opts: &Options, gets: &Gets, orders: &[OrderSetup]) {
     println!(
         "\nconcurrency {}, {} s per measurement, medians of {} runs",
         opts.concurrency, opts.seconds, opts.runs
     );
-    if !gw.is_empty() {
-        row("gateway GET", &gw);
-        row("bare axum GET", &axum_only);
+    if !gets.gateway.is_empty() {
+        row("gateway GET", &gets.gateway);
+        row("bare axum GET", &gets.bare_axum);
     }
-    if !gw_lim.is_empty() {
-        row("gateway limited GET", &gw_lim);
-        row("nginx limit_req GET", &nginx_lim);
+    if !gets.limited.is_empty() {
+        row("gateway limited GET", &gets.limited);
+        row("nginx limit_req GET", &gets.nginx);
     }
-    for setup in &orders {
+    for setup in orders {
         setup.report();
     }
-    if !gw.is_empty() {
-        ratios("GET gateway / bare axum", &gw, &axum_only);
+    if !gets.gateway.is_empty() {
+        ratios("GET gateway / bare axum", &gets.gateway, &gets.bare_axum);
     }
-    if !gw_lim.is_empty() {
-        ratios("limited GET gateway / nginx", &gw_lim, &nginx_lim);
+    if !gets.limited.is_empty() {
+        ratios("limited GET gateway / nginx", &gets.limited, &gets.nginx);
     }
     if let Some((first, rest)) = orders.split_first() {
         for other in rest {
@@ -683,19 +774,6 @@ async fn main() -> anyhow::Result<()> {
             );
         }
     }
-    drop(nginx);
-    if let Some(limited) = limited {
-        limited.cleanup().await?;
-    }
-    if let Some(funnel) = own_funnel {
-        funnel.cleanup().await?;
-    }
-    for setup in orders {
-        let (brokers, topic) = (setup.funnel.brokers.clone(), setup.funnel.topic.clone());
-        setup.funnel.cleanup().await?;
-        delete_topic(&brokers, &topic).await?;
-    }
-    Ok(())
 }
 
 /// Removes a topic the benchmark created, so the shared brokers keep none.

@@ -59,8 +59,6 @@ async fn main() -> anyhow::Result<()> {
         Quota::per_second(policy.rate).allow_burst(policy.burst),
     ));
 
-    let duration = Duration::from_secs(opts.seconds);
-    let users = opts.users as u64;
     let mut rows: Vec<(&str, Vec<Measured>)> = vec![
         ("raw-evalsha", vec![]),
         ("gateway", vec![]),
@@ -71,43 +69,9 @@ async fn main() -> anyhow::Result<()> {
         limiter.check(&format!("{sale}-warm"), "u").await;
     }
     for run in 0..opts.runs {
-        let (raw_sale, conn, script) = (format!("{sale}-raw"), conn.clone(), script.clone());
-        let raw = closed_loop(opts.concurrency, duration, move |n| {
-            let (mut conn, script, key) = (
-                conn.clone(),
-                script.clone(),
-                RateLimiter::key(&raw_sale, &format!("u{}", n % users)),
-            );
-            async move {
-                let _: (i64, i64, i64, i64) = script
-                    .key(key)
-                    .arg(policy.interval_micros())
-                    .arg(policy.burst.get())
-                    .invoke_async(&mut conn)
-                    .await?;
-                Ok(())
-            }
-        })
-        .await?
-        .check()?;
-        let (limiter_sale, limiter) = (sale.clone(), limiter.clone());
-        let gateway = closed_loop(opts.concurrency, duration, move |n| {
-            let (limiter, sale) = (limiter.clone(), limiter_sale.clone());
-            async move {
-                let decision = limiter.check(&sale, &format!("u{}", n % users)).await;
-                anyhow::ensure!(decision.source == Source::Redis, "fell back to local");
-                Ok(())
-            }
-        })
-        .await?
-        .check()?;
-        let governor = governor.clone();
-        let local = closed_loop(opts.concurrency, duration, move |n| {
-            let _ = governor.check_key(&format!("u{}", n % users));
-            async { Ok(()) }
-        })
-        .await?
-        .check()?;
+        let raw = raw_evalsha(&opts, &conn, &script, policy, format!("{sale}-raw")).await?;
+        let gateway = through_gateway(&opts, &limiter, sale.clone()).await?;
+        let local = in_process(&opts, governor.clone()).await?;
         eprintln!(
             "run {run}: raw {:.0}/s p99 {:.0} µs, gateway {:.0}/s p99 {:.0} µs, governor {:.0}/s p99 {:.1} µs",
             raw.per_second(),
@@ -121,11 +85,94 @@ async fn main() -> anyhow::Result<()> {
         rows[1].1.push(gateway);
         rows[2].1.push(local);
     }
+    report(&rows);
 
+    // Leave Redis as found.
+    flashsale_e2e::redis_keys::unlink_matching(&url, &format!("fs:{{{sale}*")).await?;
+    Ok(())
+}
+
+/// The GCRA script called straight on Redis for `sale`'s users.
+async fn raw_evalsha(
+    opts: &Options,
+    conn: &redis::aio::ConnectionManager,
+    script: &Arc<redis::Script>,
+    policy: Policy,
+    sale: String,
+) -> anyhow::Result<Measured> {
+    let (conn, script, users) = (conn.clone(), script.clone(), opts.users as u64);
+    closed_loop(
+        opts.concurrency,
+        Duration::from_secs(opts.seconds),
+        move |n| {
+            let (mut conn, script, key) = (
+                conn.clone(),
+                script.clone(),
+                RateLimiter::key(&sale, &format!("u{}", n % users)),
+            );
+            async move {
+                let _: (i64, i64, i64, i64) = script
+                    .key(key)
+                    .arg(policy.interval_micros())
+                    .arg(policy.burst.get())
+                    .invoke_async(&mut conn)
+                    .await?;
+                Ok(())
+            }
+        },
+    )
+    .await?
+    .check()
+}
+
+/// The gateway's limiter deciding for `sale`'s users, on Redis every time.
+async fn through_gateway(
+    opts: &Options,
+    limiter: &RateLimiter,
+    sale: String,
+) -> anyhow::Result<Measured> {
+    let (limiter, users) = (limiter.clone(), opts.users as u64);
+    closed_loop(
+        opts.concurrency,
+        Duration::from_secs(opts.seconds),
+        move |n| {
+            let (limiter, sale) = (limiter.clone(), sale.clone());
+            async move {
+                let decision = limiter.check(&sale, &format!("u{}", n % users)).await;
+                anyhow::ensure!(decision.source == Source::Redis, "fell back to local");
+                Ok(())
+            }
+        },
+    )
+    .await?
+    .check()
+}
+
+/// The `governor` crate's keyed GCRA in this process.
+async fn in_process(
+    opts: &Options,
+    governor: Arc<governor::DefaultKeyedRateLimiter<String>>,
+) -> anyhow::Result<Measured> {
+    let users = opts.users as u64;
+    closed_loop(
+        opts.concurrency,
+        Duration::from_secs(opts.seconds),
+        move |n| {
+            let _ = governor.check_key(&format!("u{}", n % users));
+            async { Ok(()) }
+        },
+    )
+    .await?
+    .check()
+}
+
+/// Prints each mode's medians and the gateway's same-run ratios to the raw
+/// script.
+fn report(rows: &[(&str, Vec<Measured>)]) {
     println!("| mode | decisions/s | p50 µs | p99 µs |");
     println!("|---|---|---|---|");
     let of = |values: Vec<f64>| median(values).unwrap_or(f64::NAN);
-    for (name, samples) in &rows {
+    for (name, samples) in rows {
         println!(
             "| {name} | {:.0} | {:.2} | {:.2} |",
             of(samples.iter().map(Measured::per_second).collect()),
@@ -146,8 +193,4 @@ async fn main() -> anyhow::Result<()> {
         ratio(1, 0, Measured::p99_us),
         ratio(1, 0, Measured::per_second)
     );
-
-    // Leave Redis as found.
-    flashsale_e2e::redis_keys::unlink_matching(&url, &format!("fs:{{{sale}*")).await?;
-    Ok(())
 }

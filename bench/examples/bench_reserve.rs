@@ -406,29 +406,7 @@ async fn against_baselines(
     let raw_conn = RedisConnection::connect(&target, RedisTimeouts::default()).await?;
 
     // The naive baseline.
-    // A naive application commits durably: each UPDATE waits for its WAL flush.
-    let pg_url =
-        std::env::var("DATABASE_URL").map_err(|_| anyhow::anyhow!("DATABASE_URL unset"))?;
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(opts.concurrency as u32)
-        .after_connect(|conn, _| {
-            Box::pin(async move {
-                sqlx::query("SET synchronous_commit = on")
-                    .execute(conn)
-                    .await?;
-                Ok(())
-            })
-        })
-        .connect(&pg_url)
-        .await?;
-    sqlx::query(
-        "CREATE TABLE IF NOT EXISTS bench_stock (sku TEXT PRIMARY KEY, available BIGINT NOT NULL)",
-    )
-    .execute(&pool)
-    .await?;
-    sqlx::query("INSERT INTO bench_stock VALUES ('HOT', 1000000000) ON CONFLICT (sku) DO UPDATE SET available = 1000000000")
-        .execute(&pool)
-        .await?;
+    let pool = naive_sql_stock(opts.concurrency).await?;
 
     // Warm-up, not measured: connections, the script cache, the pools.
     closed_loop(
@@ -468,21 +446,7 @@ async fn against_baselines(
             )
             .await?,
         );
-
-        let pool2 = pool.clone();
-        let sql = closed_loop(opts.concurrency, duration, move |_| {
-            let pool = pool2.clone();
-            async move {
-                let done = sqlx::query("UPDATE bench_stock SET available = available - 1 WHERE sku = $1 AND available > 0")
-                    .bind("HOT")
-                    .execute(&pool)
-                    .await?;
-                anyhow::ensure!(done.rows_affected() == 1, "sold out");
-                Ok(())
-            }
-        })
-        .await?;
-        let sql = noted(sql);
+        let sql = noted(naive_sql(opts.concurrency, duration, &pool).await?);
         eprintln!(
             "run {run}/{}: raw {:.0}/s, service {:.0}/s, sql {:.0}/s",
             opts.runs,
@@ -496,6 +460,72 @@ async fn against_baselines(
         watch.end(redis_url, cluster, run).await;
     }
 
+    report_baselines(opts, &rows, &registry)?;
+    sqlx::query("DROP TABLE bench_stock").execute(&pool).await?;
+    Ok(())
+}
+
+/// The naive baseline's table of stock on PostgreSQL (`DATABASE_URL`),
+/// filled with the SKU's stock, and a pool of `concurrency` connections
+/// that commit durably, as a naive application does: each UPDATE waits for
+/// its WAL flush.
+async fn naive_sql_stock(concurrency: usize) -> anyhow::Result<sqlx::PgPool> {
+    let pg_url =
+        std::env::var("DATABASE_URL").map_err(|_| anyhow::anyhow!("DATABASE_URL unset"))?;
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(concurrency as u32)
+        .after_connect(|conn, _| {
+            Box::pin(async move {
+                sqlx::query("SET synchronous_commit = on")
+                    .execute(conn)
+                    .await?;
+                Ok(())
+            })
+        })
+        .connect(&pg_url)
+        .await?;
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS bench_stock (sku TEXT PRIMARY KEY, available BIGINT NOT NULL)",
+    )
+    .execute(&pool)
+    .await?;
+    sqlx::query("INSERT INTO bench_stock VALUES ('HOT', 1000000000) ON CONFLICT (sku) DO UPDATE SET available = 1000000000")
+        .execute(&pool)
+        .await?;
+    Ok(pool)
+}
+
+/// The naive baseline for `duration`: one conditional UPDATE per reservation.
+async fn naive_sql(
+    concurrency: usize,
+    duration: Duration,
+    pool: &sqlx::PgPool,
+) -> anyhow::Result<Measured> {
+    let pool = pool.clone();
+    closed_loop(concurrency, duration, move |_| {
+        let pool = pool.clone();
+        async move {
+            let done = sqlx::query(
+                "UPDATE bench_stock SET available = available - 1 WHERE sku = $1 AND available > 0",
+            )
+            .bind("HOT")
+            .execute(&pool)
+            .await?;
+            anyhow::ensure!(done.rows_affected() == 1, "sold out");
+            Ok(())
+        }
+    })
+    .await
+}
+
+/// Prints the service against its baselines: the medians, the same-run
+/// ratios, failed calls and, unsharded, how many reservations a script
+/// call decided on average.
+fn report_baselines(
+    opts: &Options,
+    rows: &[(&str, Vec<Measured>)],
+    registry: &Registry,
+) -> anyhow::Result<()> {
     println!(
         "concurrency {} · {} s per mode · {} runs (medians){}",
         opts.concurrency,
@@ -505,7 +535,7 @@ async fn against_baselines(
     );
     println!("| mode | reservations/s | p50 ms | p99 ms |");
     println!("|---|---|---|---|");
-    for (name, samples) in &rows {
+    for (name, samples) in rows {
         println!(
             "| {name} | {:.0} | {:.2} | {:.2} |",
             median_of(samples, Measured::per_second),
@@ -519,9 +549,9 @@ async fn against_baselines(
         "service / raw-lua = {to_raw:.2} (same-run ratios, median); service / naive-sql = {to_sql:.1}"
     );
     println!("  per run: service / raw-lua {raw_runs}; service / naive-sql {sql_runs}");
-    report_errors(&rows);
+    report_errors(rows);
     if opts.shards == 1 {
-        let text = flashsale_runtime::metrics::render(&registry)?;
+        let text = flashsale_runtime::metrics::render(registry)?;
         let series = |name: &str| {
             text.lines()
                 .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
@@ -536,7 +566,6 @@ async fn against_baselines(
             requests / calls.max(1.0)
         );
     }
-    sqlx::query("DROP TABLE bench_stock").execute(&pool).await?;
     Ok(())
 }
 
@@ -600,6 +629,19 @@ async fn durability_cost(
         );
         watch.end(redis_url, cluster, run).await;
     }
+    report_durability(opts, names, &saturated, &half, rates);
+    Ok(())
+}
+
+/// Prints the two policies' medians, saturated and at half load, their
+/// same-run ratios and failed calls.
+fn report_durability(
+    opts: &Options,
+    names: [&str; 2],
+    saturated: &[Vec<Measured>; 2],
+    half: &[Vec<Measured>; 2],
+    rates: Vec<f64>,
+) {
     println!(
         "durability cost · concurrency {} saturated, open loop at half of fast · {} s per measurement · {} runs (medians){}",
         opts.concurrency,
@@ -635,7 +677,6 @@ async fn durability_cost(
         ("fast half load", half[0].clone()),
         ("replicated half load", half[1].clone()),
     ]);
-    Ok(())
 }
 
 /// What the run was on, for the report's first line.

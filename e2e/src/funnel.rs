@@ -5,8 +5,8 @@
 //! passes, the stock, the published events) and the cleanup.
 //!
 //! Starting the gateway and the inventory in process needs their crates,
-//! which test with this one: that part is theirs (the gateway's tests) and
-//! the benchmarks' (`flashsale-bench`), each from a [`Plan`].
+//! which test with this one: that part is `flashsale-bench`'s funnel, from a
+//! [`Plan`], used by the gateway's tests, the benchmarks and the play.
 
 use std::time::Duration;
 

@@ -8,6 +8,7 @@ use anyhow::Context as _;
 use clap::Args;
 use flashsale_runtime::{Process, Readiness, RuntimeArgs, Shutdown};
 use kube::{Api, Client, CustomResourceExt};
+use tokio::task::JoinHandle;
 
 use flashsale_api::{ChaosDrill, DegradationPolicy, FlashSale};
 use flashsale_controller_sale::{allowlist::ImageAllowlist, build::Images};
@@ -139,32 +140,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     check_crds(&client, args.namespace.as_deref()).await?;
     let watches = WatchHealth::new(metrics.clone());
 
-    // A suffix per process: a restarted pod keeps its name, and must not
-    // take its predecessor's lease for its own.
-    let name = args.identity.clone().unwrap_or_else(|| {
-        std::env::var("HOSTNAME").unwrap_or_else(|_| "flashsale-operator".into())
-    });
-    let identity = format!("{name}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let identity = replica_identity(&args);
     let shutdown = process.shutdown();
-    let (leadership, election) = if args.leader_elect {
-        let mut settings = LeaseSettings::new(&args.lease_namespace, &args.lease_name, &identity);
-        settings.lease_duration = args.lease_duration;
-        settings.renew_deadline = args.lease_renew_deadline;
-        settings.retry_period = args.lease_retry_period;
-        settings.check()?;
-        let stop = shutdown.clone();
-        let (leadership, election) =
-            leader::spawn(client.clone(), settings, async move { stop.wait().await });
-        (leadership, Some(election))
-    } else {
-        (Leadership::always(), None)
-    };
+    let (leadership, election) = elect(&client, &args, &identity, &shutdown)?;
 
-    let images = Images {
-        gateway: args.gateway_image.clone(),
-        inventory: args.inventory_image.clone(),
-        order_writer: args.order_writer_image.clone(),
-    };
     let shared = Shared {
         client: client.clone(),
         metrics,
@@ -173,64 +152,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         instance: identity.clone(),
         concurrency: args.max_concurrent_reconciles,
     };
-    let probe = Probe::new(args.inventory_url_template.clone(), args.probe_timeout)?;
     let guards = flashsale_controller_drill::guard::Guards::default();
     let guard_routes = guards.router();
-    let controllers = Controllers {
-        drill: Arc::new(Context::new(
-            &shared,
-            flashsale_controller_drill::reconcile::IDENTITY,
-            flashsale_controller_drill::Settings::new(
-                args.prometheus_url.clone(),
-                flashsale_observe::signal::SignalReader::new()?,
-                guard_base_url(&args),
-                args.chaos_kill_switch,
-                guards,
-            ),
-        )),
-        degradation: Arc::new(Context::new(
-            &shared,
-            flashsale_controller_degradation::reconcile::IDENTITY,
-            flashsale_controller_degradation::Settings {
-                prometheus_url: args.prometheus_url.clone(),
-                signal: flashsale_observe::signal::SignalReader::new()?,
-                probe: probe.clone(),
-                propagation_bound: args.propagation_timeout,
-                pace: flashsale_controller_degradation::pace::Pace::default(),
-            },
-        )),
-        flashsale: Arc::new(Context::new(
-            &shared,
-            flashsale_controller_sale::reconcile::IDENTITY,
-            flashsale_controller_sale::Settings {
-                allowed_images: ImageAllowlist::new(args.allowed_images.clone(), &images),
-                operator_namespace: args.operator_namespace.clone(),
-                images,
-                refresh: args.status_refresh,
-                probe,
-                workloads: Default::default(),
-                stock_pace: Default::default(),
-            },
-        )),
-    };
-    let mut readiness = Readiness::default().with_check("apiserver", move || {
-        let client = client.clone();
-        async move {
-            client
-                .apiserver_version()
-                .await
-                .map(|_| ())
-                .map_err(|err| format!("apiserver unreachable: {err}"))
-        }
-    });
-    // One check per controller, failing while its watches fail (see
-    // `flashsale_kit::health` for when it counts as recovered).
-    for controller in CONTROLLERS {
-        let watches = watches.clone();
-        readiness = readiness.with_check(format!("watch/{controller}"), move || {
-            std::future::ready(watches.check(controller))
-        });
-    }
+    let controllers = Controllers::new(&args, &shared, guards)?;
+    let readiness = readiness(client, &watches);
     tracing::info!(
         identity,
         namespace = args.namespace.as_deref().unwrap_or("(all)"),
@@ -249,18 +174,81 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         process.serve_ops_with(&args.runtime.ops, readiness, guard_routes),
         controllers
     );
-    // Give the lease back, so a standby takes over now rather than when the
-    // lease runs out.
     if let Some(election) = election {
-        match tokio::time::timeout(Duration::from_secs(5), election).await {
-            Ok(Ok(Ok(()))) => {}
-            Ok(Ok(Err(err))) => tracing::warn!(%err, "leader election ended with an error"),
-            Ok(Err(err)) => tracing::warn!(%err, "leader election task failed"),
-            Err(_) => tracing::warn!("the lease was not released within 5 s"),
-        }
+        release_lease(election).await;
     }
     ops?;
     Ok(())
+}
+
+/// This replica's name in the Lease and in Events: the flag, else the host
+/// name, followed by a random suffix. A suffix per process: a restarted pod
+/// keeps its name, and must not take its predecessor's lease for its own.
+fn replica_identity(args: &RunArgs) -> String {
+    let name = args.identity.clone().unwrap_or_else(|| {
+        std::env::var("HOSTNAME").unwrap_or_else(|_| "flashsale-operator".into())
+    });
+    format!("{name}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8])
+}
+
+/// The task running the leader election, which ends once it has given the
+/// lease back.
+type Election = JoinHandle<Result<(), leader::LeaderError>>;
+
+/// Starts the leader election when it is on (it stops at `shutdown`);
+/// without it this replica always leads.
+fn elect(
+    client: &Client,
+    args: &RunArgs,
+    identity: &str,
+    shutdown: &Shutdown,
+) -> anyhow::Result<(Leadership, Option<Election>)> {
+    if !args.leader_elect {
+        return Ok((Leadership::always(), None));
+    }
+    let mut settings = LeaseSettings::new(&args.lease_namespace, &args.lease_name, identity);
+    settings.lease_duration = args.lease_duration;
+    settings.renew_deadline = args.lease_renew_deadline;
+    settings.retry_period = args.lease_retry_period;
+    settings.check()?;
+    let stop = shutdown.clone();
+    let (leadership, election) =
+        leader::spawn(client.clone(), settings, async move { stop.wait().await });
+    Ok((leadership, Some(election)))
+}
+
+/// Waits a little for the election to give the lease back, so a standby
+/// takes over now rather than when the lease runs out.
+async fn release_lease(election: Election) {
+    match tokio::time::timeout(Duration::from_secs(5), election).await {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(err))) => tracing::warn!(%err, "leader election ended with an error"),
+        Ok(Err(err)) => tracing::warn!(%err, "leader election task failed"),
+        Err(_) => tracing::warn!("the lease was not released within 5 s"),
+    }
+}
+
+/// The `/readyz` checks: the apiserver answers, and one check per
+/// controller, failing while its watches fail (see `flashsale_kit::health`
+/// for when it counts as recovered).
+fn readiness(client: Client, watches: &WatchHealth) -> Readiness {
+    let mut readiness = Readiness::default().with_check("apiserver", move || {
+        let client = client.clone();
+        async move {
+            client
+                .apiserver_version()
+                .await
+                .map(|_| ())
+                .map_err(|err| format!("apiserver unreachable: {err}"))
+        }
+    });
+    for controller in CONTROLLERS {
+        let watches = watches.clone();
+        readiness = readiness.with_check(format!("watch/{controller}"), move || {
+            std::future::ready(watches.check(controller))
+        });
+    }
+    readiness
 }
 
 /// Where Chaos Mesh reaches this replica's `/guard`: the flag, else the
@@ -345,6 +333,59 @@ const CONTROLLERS: [&str; 3] = [
 ];
 
 impl Controllers {
+    /// Builds each controller's context from the flags: the drill
+    /// controller's with `guards`, the sale controller's with the default
+    /// images and the allowlist.
+    fn new(
+        args: &RunArgs,
+        shared: &Shared,
+        guards: flashsale_controller_drill::guard::Guards,
+    ) -> anyhow::Result<Self> {
+        let images = Images {
+            gateway: args.gateway_image.clone(),
+            inventory: args.inventory_image.clone(),
+            order_writer: args.order_writer_image.clone(),
+        };
+        let probe = Probe::new(args.inventory_url_template.clone(), args.probe_timeout)?;
+        Ok(Self {
+            drill: Arc::new(Context::new(
+                shared,
+                flashsale_controller_drill::reconcile::IDENTITY,
+                flashsale_controller_drill::Settings::new(
+                    args.prometheus_url.clone(),
+                    flashsale_observe::signal::SignalReader::new()?,
+                    guard_base_url(args),
+                    args.chaos_kill_switch,
+                    guards,
+                ),
+            )),
+            degradation: Arc::new(Context::new(
+                shared,
+                flashsale_controller_degradation::reconcile::IDENTITY,
+                flashsale_controller_degradation::Settings {
+                    prometheus_url: args.prometheus_url.clone(),
+                    signal: flashsale_observe::signal::SignalReader::new()?,
+                    probe: probe.clone(),
+                    propagation_bound: args.propagation_timeout,
+                    pace: flashsale_controller_degradation::pace::Pace::default(),
+                },
+            )),
+            flashsale: Arc::new(Context::new(
+                shared,
+                flashsale_controller_sale::reconcile::IDENTITY,
+                flashsale_controller_sale::Settings {
+                    allowed_images: ImageAllowlist::new(args.allowed_images.clone(), &images),
+                    operator_namespace: args.operator_namespace.clone(),
+                    images,
+                    refresh: args.status_refresh,
+                    probe,
+                    workloads: Default::default(),
+                    stock_pace: Default::default(),
+                },
+            )),
+        })
+    }
+
     /// Runs them all until `stop` resolves, each reporting its watches'
     /// errors into `watches`.
     async fn run(&self, namespace: Option<&str>, watches: &WatchHealth, stop: Shutdown) {

@@ -190,8 +190,39 @@ async fn invalid_objects_are_rejected_naming_the_field() -> anyhow::Result<()> {
     let sale = || valid_sale("bad");
     let policy = || valid_policy("bad");
     let drill = || valid_drill("bad");
-    // (case, object, text the error must contain: the field path)
-    let cases: Vec<(&str, Value, &str)> = vec![
+    let cases = [
+        invalid_schedules_and_items(),
+        invalid_gateways_and_names(),
+        invalid_stores(),
+        invalid_policies(),
+        invalid_drills(),
+        invalid_durability(),
+    ]
+    .concat();
+    assert!(cases.len() >= 15);
+    let cases = cases
+        .into_iter()
+        .map(|(case, object, field)| (case, object, vec![field]));
+    let failures = rejections(&client, &ns.name, cases).await;
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // The valid bases really are valid, so each case failed for its own reason.
+    for object in [sale(), policy(), drill()] {
+        let kind = object["kind"].as_str().unwrap_or_default().to_owned();
+        apply_strict(&api_for(&client, &ns.name, &kind), object)
+            .await
+            .map_err(|e| anyhow::anyhow!("{kind}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// An invalid object: (case, object, text the error must contain: the
+/// field path).
+type Invalid = (&'static str, Value, &'static str);
+
+/// Cases of a sale's schedule, items and reservation TTL.
+fn invalid_schedules_and_items() -> Vec<Invalid> {
+    let sale = || valid_sale("bad");
+    vec![
         (
             "end before start",
             with(sale(), "/spec/schedule/end", json!("2026-11-10T00:00:00Z")),
@@ -237,6 +268,13 @@ async fn invalid_objects_are_rejected_naming_the_field() -> anyhow::Result<()> {
             with(sale(), "/spec/reservationTTL", json!("15 minutes")),
             "spec.reservationTTL",
         ),
+    ]
+}
+
+/// Cases of a sale's gateway, and a sale name too long for its children.
+fn invalid_gateways_and_names() -> Vec<Invalid> {
+    let sale = || valid_sale("bad");
+    vec![
         (
             "waiting room without ticket secret",
             with(
@@ -284,6 +322,13 @@ async fn invalid_objects_are_rejected_naming_the_field() -> anyhow::Result<()> {
             with(sale(), "/spec/gateway/autoscaling/maxReplicas", json!(1)),
             "spec.gateway.autoscaling",
         ),
+    ]
+}
+
+/// Cases of a sale's inventory store and order-writer.
+fn invalid_stores() -> Vec<Invalid> {
+    let sale = || valid_sale("bad");
+    vec![
         (
             "redis url and secret",
             with(
@@ -312,6 +357,13 @@ async fn invalid_objects_are_rejected_naming_the_field() -> anyhow::Result<()> {
             ),
             "spec.orderWriter.kafka",
         ),
+    ]
+}
+
+/// Cases of a DegradationPolicy: tiers, override and signal.
+fn invalid_policies() -> Vec<Invalid> {
+    let policy = || valid_policy("bad");
+    vec![
         (
             "exit above enter",
             with(policy(), "/spec/tiers/0/exitBelow", json!(0.9)),
@@ -350,6 +402,14 @@ async fn invalid_objects_are_rejected_naming_the_field() -> anyhow::Result<()> {
             with(policy(), "/spec/signal/interval", json!("0s")),
             "spec.signal.interval",
         ),
+    ]
+}
+
+/// Cases of a ChaosDrill: blast radius, windows, experiments, SLO guard
+/// and name.
+fn invalid_drills() -> Vec<Invalid> {
+    let drill = || valid_drill("bad");
+    vec![
         (
             "blast radius 0%",
             with(drill(), "/spec/blastRadius/maxPercent", json!(0)),
@@ -413,6 +473,13 @@ async fn invalid_objects_are_rejected_naming_the_field() -> anyhow::Result<()> {
             with(drill(), "/metadata/name", json!("d".repeat(64))),
             "at most 63 characters",
         ),
+    ]
+}
+
+/// Cases of a sale's inventory durability.
+fn invalid_durability() -> Vec<Invalid> {
+    let sale = || valid_sale("bad");
+    vec![
         (
             "durability timeout of 2s",
             with(
@@ -431,21 +498,7 @@ async fn invalid_objects_are_rejected_naming_the_field() -> anyhow::Result<()> {
             ),
             "spec.inventory.durability.mode",
         ),
-    ];
-    assert!(cases.len() >= 15);
-    let cases = cases
-        .into_iter()
-        .map(|(case, object, field)| (case, object, vec![field]));
-    let failures = rejections(&client, &ns.name, cases).await;
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
-    // The valid bases really are valid, so each case failed for its own reason.
-    for object in [sale(), policy(), drill()] {
-        let kind = object["kind"].as_str().unwrap_or_default().to_owned();
-        apply_strict(&api_for(&client, &ns.name, &kind), object)
-            .await
-            .map_err(|e| anyhow::anyhow!("{kind}: {e}"))?;
-    }
-    Ok(())
+    ]
 }
 
 /// Words of CEL failing at run time (a rule applied to a value it cannot
@@ -584,9 +637,26 @@ async fn policies_only_name_tiers_they_define() -> anyhow::Result<()> {
 async fn malformed_durations_say_what_a_duration_looks_like() -> anyhow::Result<()> {
     let client = setup().await?;
     let ns = TestNamespace::create(&client, "api-durations").await?;
-    // (object, JSON pointer, field path, malformed value): fields with and
-    // without rules of their own, and fields compared with another duration.
-    let fields: Vec<(Value, &str, &str, &str)> = vec![
+    let cases = malformed_durations()
+        .into_iter()
+        .map(|(object, pointer, field, bad)| {
+            let kind = object["kind"].as_str().unwrap_or_default().to_owned();
+            (
+                format!("{kind} {field}: {bad:?}"),
+                with(object, pointer, json!(bad)),
+                vec![field, DURATION_MESSAGE],
+            )
+        });
+    let failures = rejections(&client, &ns.name, cases).await;
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert_every_spelling_accepted(&client, &ns.name).await?;
+    assert_signal_defaults(&client, &ns.name).await
+}
+
+/// (object, JSON pointer, field path, malformed value): fields with and
+/// without rules of their own, and fields compared with another duration.
+fn malformed_durations() -> Vec<(Value, &'static str, &'static str, &'static str)> {
+    vec![
         (
             valid_sale("bad"),
             "/spec/reservationTTL",
@@ -665,19 +735,12 @@ async fn malformed_durations_say_what_a_duration_looks_like() -> anyhow::Result<
             "spec.experiments[0].duration",
             "2 minutes",
         ),
-    ];
-    let cases = fields.into_iter().map(|(object, pointer, field, bad)| {
-        let kind = object["kind"].as_str().unwrap_or_default().to_owned();
-        (
-            format!("{kind} {field}: {bad:?}"),
-            with(object, pointer, json!(bad)),
-            vec![field, DURATION_MESSAGE],
-        )
-    });
-    let failures = rejections(&client, &ns.name, cases).await;
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    ]
+}
 
-    // Well-formed durations in every spelling are accepted.
+/// Well-formed durations in every spelling are accepted, and read back as
+/// the duration they spell.
+async fn assert_every_spelling_accepted(client: &Client, ns: &str) -> anyhow::Result<()> {
     let policy = with(
         with(
             with(valid_policy("durations"), "/spec/holdDown", json!("1h30m")),
@@ -687,18 +750,22 @@ async fn malformed_durations_say_what_a_duration_looks_like() -> anyhow::Result<
         "/spec/onSignalLoss",
         json!({"action": "Hold", "after": "99999ms"}),
     );
-    let created = apply_strict(&api_for(&client, &ns.name, "DegradationPolicy"), policy).await?;
+    let created = apply_strict(&api_for(client, ns, "DegradationPolicy"), policy).await?;
     assert_eq!(created.data["spec"]["signal"]["staleAfter"], json!("90s"));
-    let policy = Api::<DegradationPolicy>::namespaced(client.clone(), &ns.name)
+    let policy = Api::<DegradationPolicy>::namespaced(client.clone(), ns)
         .get("durations")
         .await?;
     assert_eq!(
         policy.spec.signal.stale_after,
         flashsale_api::Duration::from_secs(90)
     );
-    // Defaults of the new signal fields.
+    Ok(())
+}
+
+/// Defaults of the signal's timeout and staleAfter.
+async fn assert_signal_defaults(client: &Client, ns: &str) -> anyhow::Result<()> {
     create(
-        &api_for(&client, &ns.name, "DegradationPolicy"),
+        &api_for(client, ns, "DegradationPolicy"),
         with(
             valid_policy("defaults"),
             "/spec/signal",
@@ -706,7 +773,7 @@ async fn malformed_durations_say_what_a_duration_looks_like() -> anyhow::Result<
         ),
     )
     .await?;
-    let policy = Api::<DegradationPolicy>::namespaced(client.clone(), &ns.name)
+    let policy = Api::<DegradationPolicy>::namespaced(client.clone(), ns)
         .get("defaults")
         .await?;
     assert_eq!(
@@ -826,8 +893,32 @@ async fn kubectl_shows_columns_categories_and_waits_for_ready() -> anyhow::Resul
             ),
         )
         .await?;
+    assert_columns(&ns.name)?;
+    assert_policy_wide_columns(&client, &ns.name).await?;
+    assert_category(&ns.name)?;
 
-    let table = kubectl(&["get", "fs,dp,drill", "-n", &ns.name])?;
+    let ready = json!({"status": {"conditions": [{
+        "type": "Ready", "status": "True", "reason": "AllWorkloadsReady", "message": "3/3 workloads ready",
+        "lastTransitionTime": "2026-11-11T00:00:00Z", "observedGeneration": 1
+    }]}});
+    sales
+        .patch_status("sale", &PatchParams::default(), &Patch::Merge(ready))
+        .await?;
+    kubectl(&[
+        "wait",
+        "--for=condition=Ready",
+        "fs/sale",
+        "-n",
+        &ns.name,
+        "--timeout=20s",
+    ])?;
+    Ok(())
+}
+
+/// `kubectl get` of the three kinds shows every printer column, and the
+/// Live sale's row its phase, stock left and ready workloads.
+fn assert_columns(ns: &str) -> anyhow::Result<()> {
+    let table = kubectl(&["get", "fs,dp,drill", "-n", ns])?;
     for header in [
         "PHASE",
         "START",
@@ -851,8 +942,13 @@ async fn kubectl_shows_columns_categories_and_waits_for_ready() -> anyhow::Resul
     for cell in ["Live", "573", "3/3"] {
         assert!(sale_row.contains(cell), "no {cell} in {sale_row:?}");
     }
+    Ok(())
+}
 
-    api_for(&client, &ns.name, "DegradationPolicy")
+/// With a status set, `kubectl get dp -o wide` shows the policy's wide
+/// columns: where its tier comes from, what is applied, and why.
+async fn assert_policy_wide_columns(client: &Client, ns: &str) -> anyhow::Result<()> {
+    api_for(client, ns, "DegradationPolicy")
         .patch_status(
             "policy",
             &PatchParams::default(),
@@ -866,7 +962,7 @@ async fn kubectl_shows_columns_categories_and_waits_for_ready() -> anyhow::Resul
             }})),
         )
         .await?;
-    let wide = kubectl(&["get", "dp", "-n", &ns.name, "-o", "wide"])?;
+    let wide = kubectl(&["get", "dp", "-n", ns, "-o", "wide"])?;
     for header in ["SOURCE", "APPLIED", "REASON"] {
         assert!(wide.contains(header), "no {header} column in:\n{wide}");
     }
@@ -881,8 +977,12 @@ async fn kubectl_shows_columns_categories_and_waits_for_ready() -> anyhow::Resul
     ] {
         assert!(policy_row.contains(cell), "no {cell} in {policy_row:?}");
     }
+    Ok(())
+}
 
-    let category = kubectl(&["get", "flashsale", "-n", &ns.name, "-o", "name"])?;
+/// `kubectl get flashsale` lists the objects of all three kinds.
+fn assert_category(ns: &str) -> anyhow::Result<()> {
+    let category = kubectl(&["get", "flashsale", "-n", ns, "-o", "name"])?;
     for name in [
         "flashsale.flashsale.dev/sale",
         "degradationpolicy.flashsale.dev/policy",
@@ -893,21 +993,5 @@ async fn kubectl_shows_columns_categories_and_waits_for_ready() -> anyhow::Resul
             "category flashsale misses {name}:\n{category}"
         );
     }
-
-    let ready = json!({"status": {"conditions": [{
-        "type": "Ready", "status": "True", "reason": "AllWorkloadsReady", "message": "3/3 workloads ready",
-        "lastTransitionTime": "2026-11-11T00:00:00Z", "observedGeneration": 1
-    }]}});
-    sales
-        .patch_status("sale", &PatchParams::default(), &Patch::Merge(ready))
-        .await?;
-    kubectl(&[
-        "wait",
-        "--for=condition=Ready",
-        "fs/sale",
-        "-n",
-        &ns.name,
-        "--timeout=20s",
-    ])?;
     Ok(())
 }

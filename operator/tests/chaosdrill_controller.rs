@@ -250,43 +250,8 @@ async fn a_breach_aborts_the_run_the_objects_disappear_and_the_latencies_are_rec
         .until_ended("breach", Some(&run.id), Duration::from_secs(30))
         .await?;
     let seen = breached.elapsed();
-    assert_eq!(ended.outcome, Some(RunOutcome::Aborted), "{ended:?}");
-    assert_eq!(ended.reason.as_deref(), Some("SloBreached"));
-    assert!(
-        ended
-            .message
-            .as_deref()
-            .is_some_and(|m| m.contains("error-rate")),
-        "{ended:?}"
-    );
-    for kind in [Kind::PodChaos, Kind::Workflow] {
-        assert!(
-            scene.chaos_objects(kind, &run.id).await?.is_empty(),
-            "{kind:?} left"
-        );
-    }
-    scene.until_restored(&target).await?;
-    assert_eq!(
-        scene.guard("breach", &run.id).await?,
-        503,
-        "an aborted run's guard is silent"
-    );
-
-    let (detected, decided, recovered, gone) = (
-        ended.detected_at.clone().map(|t| t.0),
-        ended.decided_at.clone().map(|t| t.0),
-        ended.recovered_at.clone().map(|t| t.0),
-        ended.gone_at.clone().map(|t| t.0),
-    );
-    let (Some(detected), Some(decided), Some(recovered), Some(gone)) =
-        (detected, decided, recovered, gone)
-    else {
-        anyhow::bail!("times missing: {ended:?}");
-    };
-    assert!(
-        detected <= decided && decided <= recovered && recovered <= gone,
-        "{ended:?}"
-    );
+    assert_aborted_and_restored(&scene, &ended, &run.id, &target).await?;
+    assert_times_in_order(&ended)?;
     // The latency runs from the decision, which came after the breach, to
     // the experiment gone, which the test's watch saw too: it is positive
     // and no longer than breach → gone by the test's clock (plus the spread
@@ -305,6 +270,65 @@ async fn a_breach_aborts_the_run_the_objects_disappear_and_the_latencies_are_rec
         seen < Duration::from_secs(10),
         "the breach took {seen:?} to end the run"
     );
+    assert_abort_recorded(&scene, latency).await
+}
+
+/// Run `run` ended as `ended`: aborted for the breached SLO, its
+/// experiment and workflow gone, `target` restored, and its guard silent.
+async fn assert_aborted_and_restored(
+    scene: &DrillScene,
+    ended: &RunRecord,
+    run: &str,
+    target: &str,
+) -> anyhow::Result<()> {
+    assert_eq!(ended.outcome, Some(RunOutcome::Aborted), "{ended:?}");
+    assert_eq!(ended.reason.as_deref(), Some("SloBreached"));
+    assert!(
+        ended
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("error-rate")),
+        "{ended:?}"
+    );
+    for kind in [Kind::PodChaos, Kind::Workflow] {
+        assert!(
+            scene.chaos_objects(kind, run).await?.is_empty(),
+            "{kind:?} left"
+        );
+    }
+    scene.until_restored(target).await?;
+    assert_eq!(
+        scene.guard("breach", run).await?,
+        503,
+        "an aborted run's guard is silent"
+    );
+    Ok(())
+}
+
+/// The run recorded when the breach was detected, the abort decided, the
+/// target recovered and the experiment gone, in that order.
+fn assert_times_in_order(ended: &RunRecord) -> anyhow::Result<()> {
+    let (detected, decided, recovered, gone) = (
+        ended.detected_at.clone().map(|t| t.0),
+        ended.decided_at.clone().map(|t| t.0),
+        ended.recovered_at.clone().map(|t| t.0),
+        ended.gone_at.clone().map(|t| t.0),
+    );
+    let (Some(detected), Some(decided), Some(recovered), Some(gone)) =
+        (detected, decided, recovered, gone)
+    else {
+        anyhow::bail!("times missing: {ended:?}");
+    };
+    assert!(
+        detected <= decided && decided <= recovered && recovered <= gone,
+        "{ended:?}"
+    );
+    Ok(())
+}
+
+/// The abort shows in the drill's status with its `latency`, in the
+/// operator's metrics and in an Event.
+async fn assert_abort_recorded(scene: &DrillScene, latency: Duration) -> anyhow::Result<()> {
     let status = scene
         .until_status("breach", "last outcome", Duration::from_secs(5), |s| {
             s.last_outcome.is_some()

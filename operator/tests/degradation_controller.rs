@@ -34,30 +34,8 @@ async fn load_walks_up_at_once_and_down_one_tier_at_a_time_after_the_hold_down()
         .create_policy(policy(POLICY, SALE, &scene.exporter.query(), 1))
         .await?;
     scene.until_tier(0, Duration::from_secs(30)).await?;
-
-    for (value, tier) in [(0.9, 1), (0.97, 2)] {
-        scene.exporter.set(value);
-        let set = Instant::now();
-        let reached = scene.until_tier(tier, Duration::from_secs(10)).await?;
-        // Up at once: a scrape (1 s) and an evaluation (250 ms) away.
-        assert!(
-            reached.duration_since(set) < Duration::from_secs(3),
-            "tier {tier} took {:?}",
-            reached.duration_since(set)
-        );
-    }
-    // Below tier 2's exit but above tier 1's: one step down, after the
-    // hold-down; then below tier 1's exit: the next step, after another.
-    for (value, tier) in [(0.8, 1), (0.5, 0)] {
-        scene.exporter.set(value);
-        let set = Instant::now();
-        let reached = scene.until_tier(tier, Duration::from_secs(15)).await?;
-        assert!(
-            reached.duration_since(set) >= HOLD_DOWN,
-            "tier {tier} after {:?}, before the hold-down",
-            reached.duration_since(set)
-        );
-    }
+    walk_up_at_once(&scene).await?;
+    walk_down_after_the_hold_down(&scene).await?;
     assert_eq!(
         scene.tiers(),
         [0, 1, 2, 1, 0],
@@ -78,7 +56,48 @@ async fn load_walks_up_at_once_and_down_one_tier_at_a_time_after_the_hold_down()
     assert_eq!(status.tier_reason, Some(TierReason::Signal));
     assert_eq!(status.last_value, Some(0.5));
     assert!(status.last_sample_time.is_some() && status.since.is_some());
-    // The Event follows the status write that shows the tier: wait for it.
+    await_tier_changed_events(&scene).await?;
+    let before = generations.last().copied().unwrap_or_default();
+    assert_deleted_switches_come_back_above(&scene, before).await?;
+    scene.finish(POLICY).await
+}
+
+/// Raises the load to tier 1, then tier 2: each is reached at once, a
+/// scrape (1 s) and an evaluation (250 ms) away.
+async fn walk_up_at_once(scene: &Scene) -> anyhow::Result<()> {
+    for (value, tier) in [(0.9, 1), (0.97, 2)] {
+        scene.exporter.set(value);
+        let set = Instant::now();
+        let reached = scene.until_tier(tier, Duration::from_secs(10)).await?;
+        assert!(
+            reached.duration_since(set) < Duration::from_secs(3),
+            "tier {tier} took {:?}",
+            reached.duration_since(set)
+        );
+    }
+    Ok(())
+}
+
+/// Lowers the load below tier 2's exit but above tier 1's: one step down,
+/// after the hold-down; then below tier 1's exit: the next step, after
+/// another.
+async fn walk_down_after_the_hold_down(scene: &Scene) -> anyhow::Result<()> {
+    for (value, tier) in [(0.8, 1), (0.5, 0)] {
+        scene.exporter.set(value);
+        let set = Instant::now();
+        let reached = scene.until_tier(tier, Duration::from_secs(15)).await?;
+        assert!(
+            reached.duration_since(set) >= HOLD_DOWN,
+            "tier {tier} after {:?}, before the hold-down",
+            reached.duration_since(set)
+        );
+    }
+    Ok(())
+}
+
+/// Waits for a TierChanged Event per step of the walk. The Event follows
+/// the status write that shows the tier, hence the wait.
+async fn await_tier_changed_events(scene: &Scene) -> anyhow::Result<()> {
     poll_until(
         "a TierChanged Event per step",
         Duration::from_secs(10),
@@ -99,10 +118,13 @@ async fn load_walks_up_at_once_and_down_one_tier_at_a_time_after_the_hold_down()
         },
     )
     .await?;
+    Ok(())
+}
 
-    // A deleted ConfigMap comes back above every generation the gateways saw.
+/// Deletes the switches' ConfigMap: it comes back above every generation
+/// the gateways saw (`before` the last).
+async fn assert_deleted_switches_come_back_above(scene: &Scene, before: u64) -> anyhow::Result<()> {
     let maps: Api<ConfigMap> = Api::namespaced(scene.client.clone(), &scene.ns.name);
-    let before = generations.last().copied().unwrap_or_default();
     maps.delete(SWITCHES, &DeleteParams::default()).await?;
     let again = poll_until(
         "the switches rewritten",
@@ -123,7 +145,7 @@ async fn load_walks_up_at_once_and_down_one_tier_at_a_time_after_the_hold_down()
         "{} after {before}",
         again.generation
     );
-    scene.finish(POLICY).await
+    Ok(())
 }
 
 #[tokio::test]

@@ -13,14 +13,17 @@ use common::{Operator, condition, secret, setup};
 use flashsale_api::{FlashSale, children::MANAGED_BY, flashsale::SalePhase};
 use flashsale_e2e::{kube::TestNamespace, wait::poll_until};
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::{
-    apps::v1::Deployment,
-    autoscaling::v2::HorizontalPodAutoscaler,
-    core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount},
-    events::v1::Event,
-    networking::v1::NetworkPolicy,
-    policy::v1::PodDisruptionBudget,
-    rbac::v1::{Role, RoleBinding},
+use k8s_openapi::{
+    api::{
+        apps::v1::Deployment,
+        autoscaling::v2::HorizontalPodAutoscaler,
+        core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount},
+        events::v1::Event,
+        networking::v1::NetworkPolicy,
+        policy::v1::PodDisruptionBudget,
+        rbac::v1::{Role, RoleBinding},
+    },
+    apimachinery::pkg::apis::meta::v1::Time,
 };
 use kube::{
     Api, Client, Resource, ResourceExt,
@@ -156,6 +159,43 @@ async fn a_sale_deploys_its_children_follows_its_spec_and_reverts_hand_edits() -
 
     // Ready: every workload's pods are Running on the kwok nodes.
     let ready = await_condition(&client, &ns.name, "d11", "Ready", "True").await?;
+    assert_warming_up_status(&ready, &created);
+    assert_workload_children(&client, &ns.name, &ready).await?;
+    let internal = assert_internal_tokens(&client, &ns.name, &ready).await?;
+    assert_gateway_rbac(&client, &ns.name, &ready).await?;
+    assert_no_switches_and_pods_running(&client, &ns.name).await?;
+
+    let sales = Api::<FlashSale>::namespaced(client.clone(), &ns.name);
+    assert_spec_change_applied(&client, &ns.name, &sales).await?;
+    assert_hand_edit_reverted(&client, &ns.name).await?;
+    assert_autoscaling_adds_and_prunes_the_hpa(&client, &ns.name, &sales).await?;
+    assert_deleted_network_policy_comes_back(&client, &ns.name).await?;
+
+    // Reconciled many times since: the tokens were never replaced.
+    let kept = Api::<Secret>::namespaced(client.clone(), &ns.name)
+        .get("d11-internal")
+        .await?;
+    assert_eq!(kept.metadata.uid, internal.metadata.uid);
+    assert_eq!(kept.data, internal.data, "the tokens stay as first made");
+
+    // Deleting the sale removes its children (garbage collection by owner).
+    sales.delete("d11", &DeleteParams::foreground()).await?;
+    poll_until("every child gone", WAIT, TICK, || async {
+        let left = children_written(&client, &ns.name, "d11").await?;
+        if left == 0 {
+            Ok(())
+        } else {
+            Err(format!("{left} left"))
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+/// The status of the Ready sale `created`, warming up: every workload
+/// ready, the generation observed, the opening next, and the stock
+/// unreadable (kwok pods serve nothing), which is a condition.
+fn assert_warming_up_status(ready: &FlashSale, created: &FlashSale) {
     let status = ready.status.clone().unwrap_or_default();
     assert_eq!(status.phase, Some(SalePhase::WarmingUp));
     assert_eq!(status.ready_workloads.as_deref(), Some("3/3"));
@@ -175,19 +215,26 @@ async fn a_sale_deploys_its_children_follows_its_spec_and_reverts_hand_edits() -
         Some(created.spec.schedule.start.0),
         "the next transition is the opening"
     );
-    // kwok pods serve nothing, so the stock cannot be read: a condition.
     assert_eq!(
-        condition(&ready, "InventoryReachable").map(|c| (c.0, c.1)),
+        condition(ready, "InventoryReachable").map(|c| (c.0, c.1)),
         Some(("False".to_owned(), "InventoryUnreachable".to_owned()))
     );
+}
 
+/// Every workload's Deployment, Service, PodDisruptionBudget and
+/// NetworkPolicy (selecting its own pods), and the gateway's and
+/// inventory's ConfigMaps, are the sale's.
+async fn assert_workload_children(
+    client: &Client,
+    ns: &str,
+    sale: &FlashSale,
+) -> anyhow::Result<()> {
     for component in ["gateway", "inventory", "order-writer"] {
         let name = format!("d11-{component}");
-        owned_child::<Deployment>(&client, &ns.name, &name, &ready, component).await?;
-        owned_child::<Service>(&client, &ns.name, &name, &ready, component).await?;
-        owned_child::<PodDisruptionBudget>(&client, &ns.name, &name, &ready, component).await?;
-        let policy =
-            owned_child::<NetworkPolicy>(&client, &ns.name, &name, &ready, component).await?;
+        owned_child::<Deployment>(client, ns, &name, sale, component).await?;
+        owned_child::<Service>(client, ns, &name, sale, component).await?;
+        owned_child::<PodDisruptionBudget>(client, ns, &name, sale, component).await?;
+        let policy = owned_child::<NetworkPolicy>(client, ns, &name, sale, component).await?;
         let selects = policy
             .spec
             .and_then(|s| s.pod_selector)
@@ -205,11 +252,19 @@ async fn a_sale_deploys_its_children_follows_its_spec_and_reverts_hand_edits() -
         } else {
             "gateway"
         };
-        owned_child::<ConfigMap>(&client, &ns.name, name, &ready, component).await?;
+        owned_child::<ConfigMap>(client, ns, name, sale, component).await?;
     }
-    // The inventory API's tokens: made once, random, owned by the sale.
-    let internal =
-        owned_child::<Secret>(&client, &ns.name, "d11-internal", &ready, "inventory").await?;
+    Ok(())
+}
+
+/// The inventory API's tokens: made once, random, owned by the sale.
+/// Returns their Secret.
+async fn assert_internal_tokens(
+    client: &Client,
+    ns: &str,
+    sale: &FlashSale,
+) -> anyhow::Result<Secret> {
+    let internal = owned_child::<Secret>(client, ns, "d11-internal", sale, "inventory").await?;
     let tokens = internal.data.clone().unwrap_or_default();
     let token = |key: &str| {
         let value = tokens.get(key).map(|v| v.0.clone()).unwrap_or_default();
@@ -223,22 +278,34 @@ async fn a_sale_deploys_its_children_follows_its_spec_and_reverts_hand_edits() -
         );
     }
     assert_ne!(api_token, admin_token);
-    owned_child::<ServiceAccount>(&client, &ns.name, "d11-gateway", &ready, "gateway").await?;
-    let role = owned_child::<Role>(&client, &ns.name, "d11-gateway", &ready, "gateway").await?;
-    owned_child::<RoleBinding>(&client, &ns.name, "d11-gateway", &ready, "gateway").await?;
+    Ok(internal)
+}
+
+/// The gateway's ServiceAccount, Role and RoleBinding are the sale's, and
+/// the Role reaches the sale's switches only.
+async fn assert_gateway_rbac(client: &Client, ns: &str, sale: &FlashSale) -> anyhow::Result<()> {
+    owned_child::<ServiceAccount>(client, ns, "d11-gateway", sale, "gateway").await?;
+    let role = owned_child::<Role>(client, ns, "d11-gateway", sale, "gateway").await?;
+    owned_child::<RoleBinding>(client, ns, "d11-gateway", sale, "gateway").await?;
     let rules = role.rules.unwrap_or_default();
     assert_eq!(rules.len(), 1);
     assert_eq!(
         rules[0].resource_names,
         Some(vec!["d11-degradation".to_owned()])
     );
+    Ok(())
+}
+
+/// No switches without a policy, every pod Running, and a PhaseWarmingUp
+/// Event.
+async fn assert_no_switches_and_pods_running(client: &Client, ns: &str) -> anyhow::Result<()> {
     // The switches are the DegradationPolicy controller's alone: a sale
     // without a policy has none, and its gateways run at tier 0.
-    let degradation = Api::<ConfigMap>::namespaced(client.clone(), &ns.name)
+    let degradation = Api::<ConfigMap>::namespaced(client.clone(), ns)
         .get_opt("d11-degradation")
         .await?;
     assert!(degradation.is_none(), "{degradation:?}");
-    let pods = Api::<Pod>::namespaced(client.clone(), &ns.name)
+    let pods = Api::<Pod>::namespaced(client.clone(), ns)
         .list(&ListParams::default().labels("app.kubernetes.io/part-of=d11"))
         .await?;
     let running = pods
@@ -248,15 +315,22 @@ async fn a_sale_deploys_its_children_follows_its_spec_and_reverts_hand_edits() -
         .count();
     assert_eq!(running, 4, "2 gateways, 1 inventory, 1 order-writer");
     assert!(
-        !events(&client, &ns.name, "PhaseWarmingUp")
+        !events(client, ns, "PhaseWarmingUp")
             .await
             .map_err(anyhow::Error::msg)?
             .is_empty(),
         "a PhaseWarmingUp Event"
     );
+    Ok(())
+}
 
-    // A change of the spec is applied.
-    let sales = Api::<FlashSale>::namespaced(client.clone(), &ns.name);
+/// A change of the spec is applied: the inventory scaled to 3 shows ready
+/// in the status.
+async fn assert_spec_change_applied(
+    client: &Client,
+    ns: &str,
+    sales: &Api<FlashSale>,
+) -> anyhow::Result<()> {
     sales
         .patch(
             "d11",
@@ -269,7 +343,7 @@ async fn a_sale_deploys_its_children_follows_its_spec_and_reverts_hand_edits() -
         WAIT,
         TICK,
         || async {
-            let sale = get_sale(&client, &ns.name, "d11").await?;
+            let sale = get_sale(client, ns, "d11").await?;
             let w = sale
                 .status
                 .as_ref()
@@ -281,9 +355,12 @@ async fn a_sale_deploys_its_children_follows_its_spec_and_reverts_hand_edits() -
         },
     )
     .await?;
+    Ok(())
+}
 
-    // A hand edit of a field the operator sets is reverted.
-    let deployments = Api::<Deployment>::namespaced(client.clone(), &ns.name);
+/// A hand edit of a field the operator sets is reverted.
+async fn assert_hand_edit_reverted(client: &Client, ns: &str) -> anyhow::Result<()> {
+    let deployments = Api::<Deployment>::namespaced(client.clone(), ns);
     deployments
         .patch(
             "d11-gateway",
@@ -293,15 +370,23 @@ async fn a_sale_deploys_its_children_follows_its_spec_and_reverts_hand_edits() -
         .await?;
     let reverted = Instant::now();
     poll_until("the gateway back at 2 replicas", WAIT, TICK, || async {
-        match deployment_replicas(&client, &ns.name, "d11-gateway").await? {
+        match deployment_replicas(client, ns, "d11-gateway").await? {
             Some(2) => Ok(()),
             other => Err(format!("replicas {other:?}")),
         }
     })
     .await?;
     println!("hand edit reverted in {:?}", reverted.elapsed());
+    Ok(())
+}
 
-    // Autoscaling adds an HPA (and gives it the replicas); removing it prunes it.
+/// Autoscaling adds an HPA (and gives it the replicas); removing it prunes
+/// it.
+async fn assert_autoscaling_adds_and_prunes_the_hpa(
+    client: &Client,
+    ns: &str,
+    sales: &Api<FlashSale>,
+) -> anyhow::Result<()> {
     sales
         .patch(
             "d11",
@@ -311,7 +396,7 @@ async fn a_sale_deploys_its_children_follows_its_spec_and_reverts_hand_edits() -
             ),
         )
         .await?;
-    let hpas = Api::<HorizontalPodAutoscaler>::namespaced(client.clone(), &ns.name);
+    let hpas = Api::<HorizontalPodAutoscaler>::namespaced(client.clone(), ns);
     poll_until("the gateway's HPA", WAIT, TICK, || async {
         match hpas
             .get_opt("d11-gateway")
@@ -341,9 +426,12 @@ async fn a_sale_deploys_its_children_follows_its_spec_and_reverts_hand_edits() -
         }
     })
     .await?;
+    Ok(())
+}
 
-    // A NetworkPolicy deleted by hand comes back.
-    let policies = Api::<NetworkPolicy>::namespaced(client.clone(), &ns.name);
+/// A NetworkPolicy deleted by hand comes back.
+async fn assert_deleted_network_policy_comes_back(client: &Client, ns: &str) -> anyhow::Result<()> {
+    let policies = Api::<NetworkPolicy>::namespaced(client.clone(), ns);
     policies
         .delete("d11-inventory", &DeleteParams::default())
         .await?;
@@ -355,55 +443,6 @@ async fn a_sale_deploys_its_children_follows_its_spec_and_reverts_hand_edits() -
         {
             Some(p) if p.metadata.deletion_timestamp.is_none() => Ok(()),
             other => Err(format!("{:?}", other.map(|p| p.metadata.uid))),
-        }
-    })
-    .await?;
-
-    // Reconciled many times since: the tokens were never replaced.
-    let kept = Api::<Secret>::namespaced(client.clone(), &ns.name)
-        .get("d11-internal")
-        .await?;
-    assert_eq!(kept.metadata.uid, internal.metadata.uid);
-    assert_eq!(kept.data, internal.data, "the tokens stay as first made");
-
-    // Deleting the sale removes its children (garbage collection by owner).
-    sales.delete("d11", &DeleteParams::foreground()).await?;
-    poll_until("every child gone", WAIT, TICK, || async {
-        let selector = ListParams::default().labels("app.kubernetes.io/part-of=d11");
-        let left = Api::<Deployment>::namespaced(client.clone(), &ns.name)
-            .list(&selector)
-            .await
-            .map_err(|e| e.to_string())?
-            .items
-            .len()
-            + Api::<ConfigMap>::namespaced(client.clone(), &ns.name)
-                .list(&selector)
-                .await
-                .map_err(|e| e.to_string())?
-                .items
-                .len()
-            + Api::<Service>::namespaced(client.clone(), &ns.name)
-                .list(&selector)
-                .await
-                .map_err(|e| e.to_string())?
-                .items
-                .len()
-            + Api::<Secret>::namespaced(client.clone(), &ns.name)
-                .list(&selector)
-                .await
-                .map_err(|e| e.to_string())?
-                .items
-                .len()
-            + Api::<NetworkPolicy>::namespaced(client.clone(), &ns.name)
-                .list(&selector)
-                .await
-                .map_err(|e| e.to_string())?
-                .items
-                .len();
-        if left == 0 {
-            Ok(())
-        } else {
-            Err(format!("{left} left"))
         }
     })
     .await?;
@@ -431,38 +470,7 @@ async fn the_phases_change_at_their_exact_times() -> anyhow::Result<()> {
     )
     .await?;
 
-    let mut seen: Vec<(SalePhase, Timestamp)> = Vec::new();
-    let mut gateway_replicas: BTreeMap<String, Option<i32>> = BTreeMap::new();
-    let deadline = Instant::now() + Duration::from_secs(40);
-    // Polled every 50 ms with a deadline: the times of change are the point.
-    loop {
-        let sale = get_sale(&client, &ns.name, "tick")
-            .await
-            .map_err(anyhow::Error::msg)?;
-        let phase = sale.status.as_ref().and_then(|s| s.phase);
-        if let Some(phase) = phase {
-            if seen.last().map(|(p, _)| *p) != Some(phase) {
-                seen.push((phase, Timestamp::now()));
-            }
-            let replicas = deployment_replicas(&client, &ns.name, "tick-gateway")
-                .await
-                .ok()
-                .flatten();
-            // The first reading in a phase: its status is written after its
-            // applies, so it shows that phase's size.
-            gateway_replicas
-                .entry(format!("{phase:?}"))
-                .or_insert(replicas);
-        }
-        if phase == Some(SalePhase::Ended) {
-            break;
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "the sale did not end in time: {seen:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (seen, gateway_replicas) = follow_phases(&client, &ns.name).await?;
     let phases: Vec<SalePhase> = seen.iter().map(|(p, _)| *p).collect();
     assert_eq!(
         phases,
@@ -503,25 +511,7 @@ async fn the_phases_change_at_their_exact_times() -> anyhow::Result<()> {
         }
     })
     .await?;
-    // Each change is an Event of its own, for `kubectl describe`.
-    for (reason, note) in [
-        ("PhaseWarmingUp", "Pending → WarmingUp"),
-        ("PhaseLive", "WarmingUp → Live"),
-        ("PhaseEnded", "Live → Ended"),
-    ] {
-        poll_until(&format!("a {reason} Event"), WAIT, TICK, || async {
-            let found = events(&client, &ns.name, reason).await?;
-            if found.iter().any(|e| e.note.as_deref() == Some(note)) {
-                Ok(())
-            } else {
-                Err(format!(
-                    "{:?}",
-                    found.iter().map(|e| &e.note).collect::<Vec<_>>()
-                ))
-            }
-        })
-        .await?;
-    }
+    await_phase_events(&client, &ns.name).await?;
     // The kwok order-writer exposes no lag, so the sale does not scale to
     // zero and says why.
     let ended = get_sale(&client, &ns.name, "tick")
@@ -533,6 +523,69 @@ async fn the_phases_change_at_their_exact_times() -> anyhow::Result<()> {
         Some(("False", "Draining")),
         "{drained:?}"
     );
+    Ok(())
+}
+
+/// Each phase of sale `tick` with when it was first seen, and the gateway's
+/// replicas at the first reading in each phase (by the phase's name).
+type PhasesSeen = (Vec<(SalePhase, Timestamp)>, BTreeMap<String, Option<i32>>);
+
+/// Follows sale `tick` until it has Ended, within 40 s. Polled every 50 ms
+/// with a deadline: the times of change are the point.
+async fn follow_phases(client: &Client, ns: &str) -> anyhow::Result<PhasesSeen> {
+    let mut seen: Vec<(SalePhase, Timestamp)> = Vec::new();
+    let mut gateway_replicas: BTreeMap<String, Option<i32>> = BTreeMap::new();
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let sale = get_sale(client, ns, "tick")
+            .await
+            .map_err(anyhow::Error::msg)?;
+        let phase = sale.status.as_ref().and_then(|s| s.phase);
+        if let Some(phase) = phase {
+            if seen.last().map(|(p, _)| *p) != Some(phase) {
+                seen.push((phase, Timestamp::now()));
+            }
+            let replicas = deployment_replicas(client, ns, "tick-gateway")
+                .await
+                .ok()
+                .flatten();
+            // The first reading in a phase: its status is written after its
+            // applies, so it shows that phase's size.
+            gateway_replicas
+                .entry(format!("{phase:?}"))
+                .or_insert(replicas);
+        }
+        if phase == Some(SalePhase::Ended) {
+            return Ok((seen, gateway_replicas));
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the sale did not end in time: {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits for an Event per phase change, for `kubectl describe`.
+async fn await_phase_events(client: &Client, ns: &str) -> anyhow::Result<()> {
+    for (reason, note) in [
+        ("PhaseWarmingUp", "Pending → WarmingUp"),
+        ("PhaseLive", "WarmingUp → Live"),
+        ("PhaseEnded", "Live → Ended"),
+    ] {
+        poll_until(&format!("a {reason} Event"), WAIT, TICK, || async {
+            let found = events(client, ns, reason).await?;
+            if found.iter().any(|e| e.note.as_deref() == Some(note)) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{:?}",
+                    found.iter().map(|e| &e.note).collect::<Vec<_>>()
+                ))
+            }
+        })
+        .await?;
+    }
     Ok(())
 }
 
@@ -558,15 +611,8 @@ async fn a_missing_secret_is_a_condition_until_it_appears() -> anyhow::Result<()
         stalled.status.as_ref().and_then(|s| s.phase),
         Some(SalePhase::Failed)
     );
-    poll_until("a SecretMissing Warning Event", WAIT, TICK, || async {
-        let found = events(&client, &ns.name, "SecretMissing").await?;
-        if found.iter().any(|e| e.type_.as_deref() == Some("Warning")) {
-            Ok(())
-        } else {
-            Err("none".into())
-        }
-    })
-    .await?;
+    let what = "a SecretMissing Warning Event";
+    await_warning_event(&client, &ns.name, "SecretMissing", what).await?;
     let deployments = Api::<Deployment>::namespaced(client.clone(), &ns.name)
         .list(&ListParams::default())
         .await?;
@@ -613,7 +659,32 @@ async fn a_missing_secret_is_a_condition_until_it_appears() -> anyhow::Result<()
         condition(&recovered, "Stalled").map(|c| c.0),
         Some("False".to_owned())
     );
-    let gateway = Api::<Deployment>::namespaced(client.clone(), &ns.name)
+    assert_payment_secret_mounted(&client, &ns.name).await
+}
+
+/// Waits for a Warning Event of `reason`; `what` names it in a timeout.
+async fn await_warning_event(
+    client: &Client,
+    ns: &str,
+    reason: &str,
+    what: &str,
+) -> anyhow::Result<()> {
+    poll_until(what, WAIT, TICK, || async {
+        let found = events(client, ns, reason).await?;
+        if found.iter().any(|e| e.type_.as_deref() == Some("Warning")) {
+            Ok(())
+        } else {
+            Err("none".into())
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+/// The gateway of sale `nosecret` mounts the payment Secret and is told
+/// where its file is.
+async fn assert_payment_secret_mounted(client: &Client, ns: &str) -> anyhow::Result<()> {
+    let gateway = Api::<Deployment>::namespaced(client.clone(), ns)
         .get("nosecret-gateway")
         .await?;
     let pod = gateway.spec.template.spec.unwrap_or_default();
@@ -693,6 +764,25 @@ where
         .map_err(|e| format!("{}: {e}", K::kind(&())))
 }
 
+/// How many children of the sale's kinds carry its part-of label: its
+/// workloads, configuration, Services, NetworkPolicies and Secrets.
+async fn children_written(client: &Client, ns: &str, sale: &str) -> Result<usize, String> {
+    Ok(count_children::<Deployment>(client, ns, sale).await?
+        + count_children::<ConfigMap>(client, ns, sale).await?
+        + count_children::<Service>(client, ns, sale).await?
+        + count_children::<NetworkPolicy>(client, ns, sale).await?
+        + count_children::<Secret>(client, ns, sale).await?)
+}
+
+/// The images of Deployment `name`'s containers.
+async fn deployment_images(client: &Client, ns: &str, name: &str) -> anyhow::Result<Vec<String>> {
+    let deployment = Api::<Deployment>::namespaced(client.clone(), ns)
+        .get(name)
+        .await?;
+    let pod = deployment.spec.template.spec.unwrap_or_default();
+    Ok(pod.containers.into_iter().filter_map(|c| c.image).collect())
+}
+
 #[tokio::test]
 async fn an_image_outside_the_allowlist_is_refused_and_nothing_is_applied() -> anyhow::Result<()> {
     let client = setup().await?;
@@ -726,32 +816,13 @@ async fn an_image_outside_the_allowlist_is_refused_and_nothing_is_applied() -> a
         stalled.status.as_ref().and_then(|s| s.phase),
         Some(SalePhase::Failed)
     );
-    poll_until("an ImageNotAllowed Warning Event", WAIT, TICK, || async {
-        let found = events(&client, &ns.name, "ImageNotAllowed").await?;
-        if found.iter().any(|e| e.type_.as_deref() == Some("Warning")) {
-            Ok(())
-        } else {
-            Err("none".into())
-        }
-    })
-    .await?;
+    let what = "an ImageNotAllowed Warning Event";
+    await_warning_event(&client, &ns.name, "ImageNotAllowed", what).await?;
     // Nothing of the sale was written: no workload, no configuration, not
     // even its internal Secret.
-    let written = count_children::<Deployment>(&client, &ns.name, "img")
+    let written = children_written(&client, &ns.name, "img")
         .await
-        .map_err(anyhow::Error::msg)?
-        + count_children::<ConfigMap>(&client, &ns.name, "img")
-            .await
-            .map_err(anyhow::Error::msg)?
-        + count_children::<Service>(&client, &ns.name, "img")
-            .await
-            .map_err(anyhow::Error::msg)?
-        + count_children::<NetworkPolicy>(&client, &ns.name, "img")
-            .await
-            .map_err(anyhow::Error::msg)?
-        + count_children::<Secret>(&client, &ns.name, "img")
-            .await
-            .map_err(anyhow::Error::msg)?;
+        .map_err(anyhow::Error::msg)?;
     assert_eq!(written, 0, "children of a refused sale");
 
     // An allowed image: the sale proceeds and runs it.
@@ -765,26 +836,12 @@ async fn an_image_outside_the_allowlist_is_refused_and_nothing_is_applied() -> a
         )
         .await?;
     await_condition(&client, &ns.name, "img", "Ready", "True").await?;
-    let images = |name: &'static str| {
-        let client = client.clone();
-        let ns = ns.name.clone();
-        async move {
-            let deployment = Api::<Deployment>::namespaced(client, &ns).get(name).await?;
-            let pod = deployment.spec.template.spec.unwrap_or_default();
-            anyhow::Ok(
-                pod.containers
-                    .into_iter()
-                    .filter_map(|c| c.image)
-                    .collect::<Vec<_>>(),
-            )
-        }
-    };
     assert_eq!(
-        images("img-gateway").await?,
+        deployment_images(&client, &ns.name, "img-gateway").await?,
         ["registry.example.com/team/gateway:2"]
     );
     assert_eq!(
-        images("img-order-writer").await?,
+        deployment_images(&client, &ns.name, "img-order-writer").await?,
         ["mirror.example.com/writer:1.4"]
     );
     Ok(())
@@ -869,36 +926,12 @@ async fn the_status_shows_the_stock_the_inventory_reports() -> anyhow::Result<()
         sale_id.starts_with(&format!("{}.{name}.", ns.name)),
         "{sale_id}"
     );
-    // The token the operator made for the sale, which its probe must send.
-    let token = poll_until("the sale's internal Secret", WAIT, TICK, || async {
-        let secret = Api::<Secret>::namespaced(client.clone(), &ns.name)
-            .get_opt(&format!("{name}-internal"))
-            .await
-            .map_err(|e| e.to_string())?
-            .ok_or("not there yet")?;
-        let value = secret
-            .data
-            .and_then(|d| d.get("inventory-token").cloned())
-            .ok_or("no inventory-token")?;
-        String::from_utf8(value.0).map_err(|e| e.to_string())
+    let token = await_inventory_token(&client, &ns.name, name).await?;
+    // What the inventory pods run before any stock was read.
+    let hash_before = poll_until("the inventory's config hash", WAIT, TICK, || {
+        inventory_hash(&client, &ns.name, name)
     })
     .await?;
-    // What the inventory pods run before any stock was read.
-    let inventory_hash = || async {
-        let deployment = Api::<Deployment>::namespaced(client.clone(), &ns.name)
-            .get_opt(&format!("{name}-inventory"))
-            .await
-            .map_err(|e| e.to_string())?
-            .ok_or("no inventory Deployment yet")?;
-        deployment
-            .spec
-            .template
-            .metadata
-            .and_then(|m| m.annotations)
-            .and_then(|a| a.get("flashsale.dev/config-hash").cloned())
-            .ok_or_else(|| "no config hash".to_owned())
-    };
-    let hash_before = poll_until("the inventory's config hash", WAIT, TICK, inventory_hash).await?;
     let server = serve_inventory(listener, &sale_id, &token).await?;
     let http = reqwest::Client::new();
     let anonymous = http
@@ -911,45 +944,15 @@ async fn the_status_shows_the_stock_the_inventory_reports() -> anyhow::Result<()
         "the test inventory needs the token"
     );
 
-    let read = await_condition(&client, &ns.name, name, "InventoryReachable", "True").await?;
-    let status = read.status.clone().unwrap_or_default();
-    let stock: Vec<(String, i64, i64)> = status
-        .items
-        .iter()
-        .map(|i| (i.sku.clone(), i.available, i.reserved))
-        .collect();
-    assert_eq!(
-        stock,
-        [("PHONE".to_owned(), 100, 0), ("CASE".to_owned(), 500, 0)]
-    );
-    assert_eq!(status.stock_left, Some(600));
-
+    let loaded_at = assert_stock_read(&client, &ns.name, name).await?;
     // The first reading fences the load: from then on an inventory that
-    // starts (after Redis lost the sale, say) creates no stock. The fence
-    // reaches the mounted sale.json without restarting running pods.
-    let loaded_at = status
-        .stock_loaded_at
-        .clone()
-        .ok_or_else(|| anyhow::anyhow!("no stockLoadedAt once stock was read"))?;
+    // starts (after Redis lost the sale, say) creates no stock.
     let fence = u64::try_from(loaded_at.0.as_millisecond())?;
-    poll_until("sale.json to carry opensAtMs", WAIT, TICK, || async {
-        let config = Api::<ConfigMap>::namespaced(client.clone(), &ns.name)
-            .get(&format!("{name}-inventory"))
-            .await
-            .map_err(|e| e.to_string())?;
-        let text = config
-            .data
-            .and_then(|d| d.get("sale.json").cloned())
-            .ok_or("no sale.json")?;
-        let definition: Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
-        match definition["opensAtMs"].as_u64() {
-            Some(at) if at == fence => Ok(()),
-            other => Err(format!("opensAtMs {other:?}, want {fence}")),
-        }
-    })
-    .await?;
+    await_fence_in_sale_json(&client, &ns.name, name, fence).await?;
     assert_eq!(
-        inventory_hash().await.map_err(anyhow::Error::msg)?,
+        inventory_hash(&client, &ns.name, name)
+            .await
+            .map_err(anyhow::Error::msg)?,
         hash_before,
         "the fence restarted the inventory"
     );
@@ -981,22 +984,116 @@ async fn the_status_shows_the_stock_the_inventory_reports() -> anyhow::Result<()
         Some(loaded_at),
         "later readings keep the first instant"
     );
-
-    // The inventory goes away: a condition, the last stock kept, no error loop.
     server.abort();
-    let cut = await_condition(&client, &ns.name, name, "InventoryReachable", "False").await?;
-    let status = cut.status.unwrap_or_default();
-    assert_eq!(status.stock_left, Some(599));
-    assert!(
-        status.observed.is_true("Ready"),
-        "still Ready: the workloads run"
-    );
+    assert_inventory_loss_keeps_the_stock(&client, &ns.name, name).await?;
     flashsale_e2e::redis_keys::unlink_matching(
         &flashsale_e2e::stack::redis_url()?,
         // `fs:{<id>}:…` and the sharded `fs:{<id>#<sku>#<shard>}:…`.
         &format!("fs:{{{sale_id}*"),
     )
     .await?;
+    Ok(())
+}
+
+/// Waits until sale `name` reads its inventory, and checks the stock its
+/// status shows: every SKU's, untouched, and 600 left. Returns when the
+/// stock was first read.
+async fn assert_stock_read(client: &Client, ns: &str, name: &str) -> anyhow::Result<Time> {
+    let read = await_condition(client, ns, name, "InventoryReachable", "True").await?;
+    let status = read.status.clone().unwrap_or_default();
+    let stock: Vec<(String, i64, i64)> = status
+        .items
+        .iter()
+        .map(|i| (i.sku.clone(), i.available, i.reserved))
+        .collect();
+    assert_eq!(
+        stock,
+        [("PHONE".to_owned(), 100, 0), ("CASE".to_owned(), 500, 0)]
+    );
+    assert_eq!(status.stock_left, Some(600));
+    status
+        .stock_loaded_at
+        .clone()
+        .ok_or_else(|| anyhow::anyhow!("no stockLoadedAt once stock was read"))
+}
+
+/// The token the operator made for sale `name`, which its probe must send,
+/// once its internal Secret is there.
+async fn await_inventory_token(client: &Client, ns: &str, name: &str) -> anyhow::Result<String> {
+    Ok(
+        poll_until("the sale's internal Secret", WAIT, TICK, || async {
+            let secret = Api::<Secret>::namespaced(client.clone(), ns)
+                .get_opt(&format!("{name}-internal"))
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or("not there yet")?;
+            let value = secret
+                .data
+                .and_then(|d| d.get("inventory-token").cloned())
+                .ok_or("no inventory-token")?;
+            String::from_utf8(value.0).map_err(|e| e.to_string())
+        })
+        .await?,
+    )
+}
+
+/// The config hash on sale `name`'s inventory pods: what they run.
+async fn inventory_hash(client: &Client, ns: &str, name: &str) -> Result<String, String> {
+    let deployment = Api::<Deployment>::namespaced(client.clone(), ns)
+        .get_opt(&format!("{name}-inventory"))
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or("no inventory Deployment yet")?;
+    deployment
+        .spec
+        .template
+        .metadata
+        .and_then(|m| m.annotations)
+        .and_then(|a| a.get("flashsale.dev/config-hash").cloned())
+        .ok_or_else(|| "no config hash".to_owned())
+}
+
+/// Waits until the fence reaches the inventory's mounted sale.json as
+/// `opensAtMs` (without restarting running pods: the caller checks that).
+async fn await_fence_in_sale_json(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    fence: u64,
+) -> anyhow::Result<()> {
+    poll_until("sale.json to carry opensAtMs", WAIT, TICK, || async {
+        let config = Api::<ConfigMap>::namespaced(client.clone(), ns)
+            .get(&format!("{name}-inventory"))
+            .await
+            .map_err(|e| e.to_string())?;
+        let text = config
+            .data
+            .and_then(|d| d.get("sale.json").cloned())
+            .ok_or("no sale.json")?;
+        let definition: Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+        match definition["opensAtMs"].as_u64() {
+            Some(at) if at == fence => Ok(()),
+            other => Err(format!("opensAtMs {other:?}, want {fence}")),
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+/// Once the inventory has gone away: a condition, the last stock kept, no
+/// error loop (still Ready).
+async fn assert_inventory_loss_keeps_the_stock(
+    client: &Client,
+    ns: &str,
+    name: &str,
+) -> anyhow::Result<()> {
+    let cut = await_condition(client, ns, name, "InventoryReachable", "False").await?;
+    let status = cut.status.unwrap_or_default();
+    assert_eq!(status.stock_left, Some(599));
+    assert!(
+        status.observed.is_true("Ready"),
+        "still Ready: the workloads run"
+    );
     Ok(())
 }
 

@@ -63,58 +63,11 @@ async fn only_the_leader_writes_and_a_standby_takes_over_within_the_lease() -> a
         }
     })
     .await?;
-
-    // Only the leader reconciled and wrote.
-    let alpha_writes = alpha.metric_sum("flashsale_operator_writes_total").await?;
-    assert!(alpha_writes > 0.0, "the leader wrote nothing");
-    assert_eq!(alpha.metric_sum("flashsale_operator_leader").await?, 1.0);
-    assert_eq!(bravo.metric_sum("flashsale_operator_leader").await?, 0.0);
-    assert_eq!(
-        bravo.metric_sum("flashsale_operator_writes_total").await?,
-        0.0
-    );
-    assert_eq!(
-        bravo
-            .metric_sum("flashsale_operator_reconcile_total")
-            .await?,
-        0.0
-    );
-    // One field manager applies the children.
-    let gateway = Api::<Deployment>::namespaced(client.clone(), &ns.name)
-        .get("ha-gateway")
-        .await?;
-    let appliers: Vec<String> = gateway
-        .metadata
-        .managed_fields
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|f| f.operation.as_deref() == Some("Apply"))
-        .filter_map(|f| f.manager)
-        .collect();
-    assert_eq!(appliers, ["flashsale-operator"]);
+    assert_only_the_leader_wrote(&client, &ns.name, &alpha, &bravo).await?;
 
     // The leader dies without giving the lease back.
     alpha.kill();
-    let killed = Instant::now();
-    poll_until("bravo to lead", WAIT, Duration::from_millis(50), || async {
-        let holder = holder(&client, &ns.name).await?;
-        let leads = bravo
-            .metric_sum("flashsale_operator_leader")
-            .await
-            .map_err(|e| e.to_string())?;
-        if holder.starts_with("bravo-") && leads == 1.0 {
-            Ok(())
-        } else {
-            Err(format!("holder {holder:?}, bravo leader gauge {leads}"))
-        }
-    })
-    .await?;
-    let handover = killed.elapsed();
-    println!("standby took over {handover:?} after the leader was killed");
-    assert!(
-        handover <= LEASE_DURATION + Duration::from_millis(1500),
-        "took {handover:?} for a {LEASE_DURATION:?} lease"
-    );
+    assert_takeover_within_the_lease(&client, &ns.name, &bravo).await?;
 
     // And it reconciles: a spec change is applied by the new leader.
     sales
@@ -136,5 +89,72 @@ async fn only_the_leader_writes_and_a_standby_takes_over_within_the_lease() -> a
     })
     .await?;
     assert!(bravo.metric_sum("flashsale_operator_writes_total").await? > 0.0);
+    Ok(())
+}
+
+/// Only the leader `alpha` reconciled and wrote, the standby `bravo`
+/// nothing, and one field manager applies the children.
+async fn assert_only_the_leader_wrote(
+    client: &Client,
+    ns: &str,
+    alpha: &Operator,
+    bravo: &Operator,
+) -> anyhow::Result<()> {
+    let alpha_writes = alpha.metric_sum("flashsale_operator_writes_total").await?;
+    assert!(alpha_writes > 0.0, "the leader wrote nothing");
+    assert_eq!(alpha.metric_sum("flashsale_operator_leader").await?, 1.0);
+    assert_eq!(bravo.metric_sum("flashsale_operator_leader").await?, 0.0);
+    assert_eq!(
+        bravo.metric_sum("flashsale_operator_writes_total").await?,
+        0.0
+    );
+    assert_eq!(
+        bravo
+            .metric_sum("flashsale_operator_reconcile_total")
+            .await?,
+        0.0
+    );
+    let gateway = Api::<Deployment>::namespaced(client.clone(), ns)
+        .get("ha-gateway")
+        .await?;
+    let appliers: Vec<String> = gateway
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|f| f.operation.as_deref() == Some("Apply"))
+        .filter_map(|f| f.manager)
+        .collect();
+    assert_eq!(appliers, ["flashsale-operator"]);
+    Ok(())
+}
+
+/// The leader was just killed: `bravo` holds the lease and leads within
+/// the lease duration (plus a little for the polls).
+async fn assert_takeover_within_the_lease(
+    client: &Client,
+    ns: &str,
+    bravo: &Operator,
+) -> anyhow::Result<()> {
+    let killed = Instant::now();
+    poll_until("bravo to lead", WAIT, Duration::from_millis(50), || async {
+        let holder = holder(client, ns).await?;
+        let leads = bravo
+            .metric_sum("flashsale_operator_leader")
+            .await
+            .map_err(|e| e.to_string())?;
+        if holder.starts_with("bravo-") && leads == 1.0 {
+            Ok(())
+        } else {
+            Err(format!("holder {holder:?}, bravo leader gauge {leads}"))
+        }
+    })
+    .await?;
+    let handover = killed.elapsed();
+    println!("standby took over {handover:?} after the leader was killed");
+    assert!(
+        handover <= LEASE_DURATION + Duration::from_millis(1500),
+        "took {handover:?} for a {LEASE_DURATION:?} lease"
+    );
     Ok(())
 }

@@ -15,7 +15,7 @@ use serde_json::json;
 /// Plays `users` buyers against `funnel` for `play`.
 async fn play(funnel: &Funnel, users: usize, play: Duration) -> anyhow::Result<Outcome> {
     let config = Config {
-        gateway: funnel.gateway_url.clone(),
+        gateway: funnel.gateway.url.clone(),
         jwt_secret: JWT_SECRET.to_vec(),
         payment_secret: PAYMENT_SECRET.to_vec(),
         skus: ["A", "B"]

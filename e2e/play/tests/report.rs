@@ -47,7 +47,31 @@ fn tier(s: f64) -> f64 {
 /// What a played sale reports: load with degradation tiers, the SLO with
 /// the chaos drill aborted by its guard, the funnel and latencies by route.
 fn report() -> Report {
-    let markers = vec![
+    let markers = drill_markers();
+    Report {
+        title: TITLE.into(),
+        subtitle: "played 2025-10-09 08:53:20 UTC for 5 min on the local cluster; 20,000 buyers"
+            .into(),
+        summary: [
+            ("buyers", "20,000"),
+            ("orders paid", "4,870"),
+            ("stock", "5,000 → 130 left"),
+            ("peak load", "5,790 req/s"),
+            ("highest tier", "3 (read-only catalogue)"),
+            ("chaos drill", "aborted after 12 s by its SLO guard"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect(),
+        checks: checks(),
+        time_plots: vec![load_plot(markers.clone()), slo_plot(markers)],
+        bar_plots: vec![funnel_plot(), latency_plot()],
+    }
+}
+
+/// The drill's moments: chaos injected, then aborted by its guard.
+fn drill_markers() -> Vec<Marker> {
+    vec![
         Marker {
             at_ms: at(170.0),
             label: "chaos injected".into(),
@@ -56,8 +80,12 @@ fn report() -> Report {
             at_ms: at(182.0),
             label: "aborted".into(),
         },
-    ];
-    let spans = [
+    ]
+}
+
+/// The stretches of each degradation tier above 0.
+fn tier_spans() -> Vec<Span> {
+    [
         (60.0, 120.0, "tier 1"),
         (120.0, 150.0, "tier 2"),
         (150.0, 220.0, "tier 3"),
@@ -69,10 +97,18 @@ fn report() -> Report {
         to_ms: at(to),
         label: label.into(),
     })
-    .collect();
-    let demand =
-        |s: f64| 600.0 + 5200.0 * (-((s - 150.0) / 70.0).powi(2)).exp() + 180.0 * (s / 7.0).sin();
-    let load = TimePlot {
+    .collect()
+}
+
+/// The offered load at `s` seconds, peaking at 150 s.
+fn demand(s: f64) -> f64 {
+    600.0 + 5200.0 * (-((s - 150.0) / 70.0).powi(2)).exp() + 180.0 * (s / 7.0).sin()
+}
+
+/// Offered and admitted load against capacity, with the tiers on the right
+/// axis.
+fn load_plot(markers: Vec<Marker>) -> TimePlot {
+    TimePlot {
         id: "load".into(),
         title: "Load & degradation".into(),
         left_label: "requests per second".into(),
@@ -99,11 +135,16 @@ fn report() -> Report {
             points: over_time(tier),
         }],
         thresholds: vec![(4000.0, "capacity 4,000 req/s".into())],
-        markers: markers.clone(),
-        spans,
+        markers,
+        spans: tier_spans(),
         range_ms: (START, START + LENGTH),
-    };
-    let slo = TimePlot {
+    }
+}
+
+/// Order latency against the SLO and the drill's abort guard; one series
+/// has no points.
+fn slo_plot(markers: Vec<Marker>) -> TimePlot {
+    TimePlot {
         id: "slo".into(),
         title: "Order latency against the SLO".into(),
         left_label: "latency (ms)".into(),
@@ -138,8 +179,12 @@ fn report() -> Report {
         markers,
         range_ms: (START, START + LENGTH),
         ..TimePlot::default()
-    };
-    let funnel = BarPlot {
+    }
+}
+
+/// The buyer funnel: one bar per stage.
+fn funnel_plot() -> BarPlot {
+    BarPlot {
         id: "funnel".into(),
         title: "Buyer funnel".into(),
         unit: "buyers".into(),
@@ -161,8 +206,12 @@ fn report() -> Report {
             )
         })
         .collect(),
-    };
-    let latency = BarPlot {
+    }
+}
+
+/// Latency by route: three percentiles per route.
+fn latency_plot() -> BarPlot {
+    BarPlot {
         id: "latency".into(),
         title: "Latency by route".into(),
         unit: "milliseconds".into(),
@@ -184,44 +233,31 @@ fn report() -> Report {
             (route.to_owned(), bars)
         })
         .collect(),
-    };
+    }
+}
+
+/// Three checks that held and one that failed, its detail full of
+/// characters HTML gives meaning to.
+fn checks() -> Vec<Check> {
     let check = |name: &str, passed: bool, detail: &str| Check {
         name: name.into(),
         passed,
         detail: detail.into(),
     };
-    Report {
-        title: TITLE.into(),
-        subtitle: "played 2025-10-09 08:53:20 UTC for 5 min on the local cluster; 20,000 buyers"
-            .into(),
-        summary: [
-            ("buyers", "20,000"),
-            ("orders paid", "4,870"),
-            ("stock", "5,000 → 130 left"),
-            ("peak load", "5,790 req/s"),
-            ("highest tier", "3 (read-only catalogue)"),
-            ("chaos drill", "aborted after 12 s by its SLO guard"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect(),
-        checks: vec![
-            check("stock is conserved", true, "5,000 = 4,870 sold + 130 left"),
-            check(
-                "no order is paid twice",
-                true,
-                "4,870 payments, 4,870 distinct orders",
-            ),
-            check(
-                "the drill was aborted by its guard",
-                true,
-                "p99 451 ms > 450 ms at 182 s",
-            ),
-            check("p99 stays under the SLO", false, DETAIL),
-        ],
-        time_plots: vec![load, slo],
-        bar_plots: vec![funnel, latency],
-    }
+    vec![
+        check("stock is conserved", true, "5,000 = 4,870 sold + 130 left"),
+        check(
+            "no order is paid twice",
+            true,
+            "4,870 payments, 4,870 distinct orders",
+        ),
+        check(
+            "the drill was aborted by its guard",
+            true,
+            "p99 451 ms > 450 ms at 182 s",
+        ),
+        check("p99 stays under the SLO", false, DETAIL),
+    ]
 }
 
 /// Every series name of a report, per plot id.
@@ -493,89 +529,10 @@ fn no_number_in_the_output_is_nan_or_infinite() {
 
 #[test]
 fn empty_constant_and_broken_data_render_cleanly() {
-    let series = |name: &str, points: Vec<(i64, f64)>| Series {
-        name: name.into(),
-        points,
-    };
     let report = Report {
         title: "degenerate".into(),
-        time_plots: vec![
-            TimePlot {
-                id: "nothing".into(),
-                left: vec![series("empty", Vec::new())],
-                ..TimePlot::default()
-            },
-            TimePlot {
-                id: "odd".into(),
-                // No range: the data's own.
-                range_ms: (START, START),
-                left: vec![
-                    series("constant", vec![(START, 7.0), (START + 1000, 7.0)]),
-                    series(
-                        "gaps",
-                        vec![
-                            (START, f64::NAN),
-                            (START + 500, f64::INFINITY),
-                            (START + 700, 3.0),
-                        ],
-                    ),
-                ],
-                right: vec![series("zero", vec![(START, 0.0), (START + 1000, 0.0)])],
-                thresholds: vec![(f64::NAN, "nan threshold".into())],
-                markers: vec![Marker {
-                    at_ms: START - 1,
-                    label: "before".into(),
-                }],
-                spans: vec![Span {
-                    from_ms: START + 900,
-                    to_ms: START + 100,
-                    label: "backwards".into(),
-                }],
-                ..TimePlot::default()
-            },
-            TimePlot {
-                id: "clipped".into(),
-                range_ms: (START, START + 1000),
-                left: vec![series(
-                    "partly outside",
-                    vec![(START - 5000, 1e9), (START, 1.0), (START + 500, 2.0)],
-                )],
-                ..TimePlot::default()
-            },
-        ],
-        bar_plots: vec![
-            BarPlot {
-                id: "no-groups".into(),
-                ..BarPlot::default()
-            },
-            BarPlot {
-                id: "zeros".into(),
-                groups: vec![
-                    (
-                        "a".into(),
-                        vec![Bar {
-                            name: "x".into(),
-                            value: 0.0,
-                        }],
-                    ),
-                    (
-                        "b".into(),
-                        vec![
-                            Bar {
-                                name: "x".into(),
-                                value: f64::NAN,
-                            },
-                            Bar {
-                                name: "y".into(),
-                                value: -2.0,
-                            },
-                        ],
-                    ),
-                    ("c".into(), Vec::new()),
-                ],
-                ..BarPlot::default()
-            },
-        ],
+        time_plots: degenerate_time_plots(),
+        bar_plots: degenerate_bar_plots(),
         ..Report::default()
     };
     let html = render_html(&report);
@@ -600,6 +557,100 @@ fn empty_constant_and_broken_data_render_cleanly() {
         "points outside the range do not stretch the axis"
     );
     assert!(draws_data(clipped));
+}
+
+/// A series named `name` with `points`.
+fn series(name: &str, points: Vec<(i64, f64)>) -> Series {
+    Series {
+        name: name.into(),
+        points,
+    }
+}
+
+/// Time plots with no data ("nothing"), no range, constant, broken and
+/// out-of-range data ("odd"), and points before their range ("clipped").
+fn degenerate_time_plots() -> Vec<TimePlot> {
+    vec![
+        TimePlot {
+            id: "nothing".into(),
+            left: vec![series("empty", Vec::new())],
+            ..TimePlot::default()
+        },
+        TimePlot {
+            id: "odd".into(),
+            // No range: the data's own.
+            range_ms: (START, START),
+            left: vec![
+                series("constant", vec![(START, 7.0), (START + 1000, 7.0)]),
+                series(
+                    "gaps",
+                    vec![
+                        (START, f64::NAN),
+                        (START + 500, f64::INFINITY),
+                        (START + 700, 3.0),
+                    ],
+                ),
+            ],
+            right: vec![series("zero", vec![(START, 0.0), (START + 1000, 0.0)])],
+            thresholds: vec![(f64::NAN, "nan threshold".into())],
+            markers: vec![Marker {
+                at_ms: START - 1,
+                label: "before".into(),
+            }],
+            spans: vec![Span {
+                from_ms: START + 900,
+                to_ms: START + 100,
+                label: "backwards".into(),
+            }],
+            ..TimePlot::default()
+        },
+        TimePlot {
+            id: "clipped".into(),
+            range_ms: (START, START + 1000),
+            left: vec![series(
+                "partly outside",
+                vec![(START - 5000, 1e9), (START, 1.0), (START + 500, 2.0)],
+            )],
+            ..TimePlot::default()
+        },
+    ]
+}
+
+/// Bar plots with no groups, and with zero, NaN, negative and missing bars.
+fn degenerate_bar_plots() -> Vec<BarPlot> {
+    vec![
+        BarPlot {
+            id: "no-groups".into(),
+            ..BarPlot::default()
+        },
+        BarPlot {
+            id: "zeros".into(),
+            groups: vec![
+                (
+                    "a".into(),
+                    vec![Bar {
+                        name: "x".into(),
+                        value: 0.0,
+                    }],
+                ),
+                (
+                    "b".into(),
+                    vec![
+                        Bar {
+                            name: "x".into(),
+                            value: f64::NAN,
+                        },
+                        Bar {
+                            name: "y".into(),
+                            value: -2.0,
+                        },
+                    ],
+                ),
+                ("c".into(), Vec::new()),
+            ],
+            ..BarPlot::default()
+        },
+    ]
 }
 
 /// Where the page and its screenshot go: `REPORT_OUT_DIR`, or a temp dir.

@@ -3,7 +3,7 @@
 //! then every check it reports and the report rendered in headless
 //! Chromium.
 
-use std::{collections::BTreeMap, time::Duration};
+use std::{collections::BTreeMap, path::Path, time::Duration};
 
 use flashsale_e2e::{
     browser,
@@ -62,6 +62,17 @@ async fn the_short_scenario_passes_every_check_and_its_report_renders() -> anyho
         anyhow::anyhow!("the scenario exited with {status} and wrote no result ({err})")
     })?;
     let result: Value = serde_json::from_slice(&result)?;
+    assert_every_check_passed(&result)?;
+    assert!(status.success(), "the scenario exited with {status}");
+    assert_tiers_and_drill(&result);
+    assert_funnel(&result);
+    assert_report_renders(&out).await?;
+    drop(operator);
+    Ok(())
+}
+
+/// Every check of [`CHECKS`] is in the result, and held.
+fn assert_every_check_passed(result: &Value) -> anyhow::Result<()> {
     let checks: BTreeMap<&str, (bool, &str)> = result["checks"]
         .as_array()
         .into_iter()
@@ -81,8 +92,12 @@ async fn the_short_scenario_passes_every_check_and_its_report_renders() -> anyho
         eprintln!("{} {name}: {detail}", if passed { "✓" } else { "✗" });
         assert!(passed, "{name}: {detail}");
     }
-    assert!(status.success(), "the scenario exited with {status}");
+    Ok(())
+}
 
+/// The policy walked the tiers up and back with the load, and the drill
+/// was aborted by its SLO guard, with both latencies recorded.
+fn assert_tiers_and_drill(result: &Value) {
     let tiers: Vec<i64> = result["tiers"]["changes"]
         .as_array()
         .into_iter()
@@ -95,6 +110,11 @@ async fn the_short_scenario_passes_every_check_and_its_report_renders() -> anyho
     assert_eq!(drill["reason"], "SloBreached", "{drill}");
     assert!(drill["detectionLatency"].is_string(), "{drill}");
     assert!(drill["abortLatency"].is_string(), "{drill}");
+}
+
+/// Buyers got through every stage of the funnel, every acknowledged order
+/// was persisted, and some reservations were left unpaid.
+fn assert_funnel(result: &Value) {
     let funnel = &result["funnel"];
     let n = |stage: &str| funnel[stage].as_u64().unwrap_or(0);
     for stage in [
@@ -112,8 +132,11 @@ async fn the_short_scenario_passes_every_check_and_its_report_renders() -> anyho
         n("paid") < n("acknowledged"),
         "no reservation was abandoned: {funnel}"
     );
+}
 
-    // The report renders in a real browser, with every plot drawn from data.
+/// The report in `out` renders in a real browser, with every plot drawn
+/// from data; its screenshot goes next to it.
+async fn assert_report_renders(out: &Path) -> anyhow::Result<()> {
     let report = out.join("report.html");
     let chromium = browser::Chromium::find().await?;
     let url = browser::file_url(&report)?;
@@ -136,6 +159,5 @@ async fn the_short_scenario_passes_every_check_and_its_report_renders() -> anyho
         report.display(),
         png.display()
     );
-    drop(operator);
     Ok(())
 }

@@ -158,31 +158,14 @@ async fn pod_failure_swaps_in_the_pause_image_until_the_experiment_is_deleted() 
         .iter()
         .map(|(n, _)| ((*n).to_owned(), pause.clone()))
         .collect();
-    let wait_for_images = |want: Vec<(String, String)>, what: &'static str| {
-        let (pods, victim) = (pods.clone(), victim.clone());
-        async move {
-            poll_until(
-                what,
-                Duration::from_secs(30),
-                Duration::from_millis(100),
-                || {
-                    let (pods, victim, want) = (pods.clone(), victim.clone(), want.clone());
-                    async move {
-                        let pod = pods.get(&victim).await.map_err(|e| e.to_string())?;
-                        let seen = images(&pod);
-                        if seen == want {
-                            Ok(pod)
-                        } else {
-                            Err(format!("images {seen:?}"))
-                        }
-                    }
-                },
-            )
-            .await
-        }
-    };
 
-    let failed = wait_for_images(paused, "every container on the pause image").await?;
+    let failed = await_images(
+        &pods,
+        &victim,
+        &paused,
+        "every container on the pause image",
+    )
+    .await?;
     // The original images are kept on the pod, so a person could restore them.
     let kept: Vec<&String> = failed
         .metadata
@@ -205,7 +188,7 @@ async fn pod_failure_swaps_in_the_pause_image_until_the_experiment_is_deleted() 
     }
 
     chaos.delete("fail-one", &DeleteParams::default()).await?;
-    let restored = wait_for_images(original, "the original images back").await?;
+    let restored = await_images(&pods, &victim, &original, "the original images back").await?;
     let left: Vec<&String> = restored
         .metadata
         .annotations
@@ -214,17 +197,46 @@ async fn pod_failure_swaps_in_the_pause_image_until_the_experiment_is_deleted() 
         .filter(|k| k.starts_with("chaos-mesh-"))
         .collect();
     assert!(left.is_empty(), "{left:?}");
+    await_gone(&chaos, "fail-one").await
+}
+
+/// Waits until the containers of pod `victim` run `want` (name, image), in
+/// order, and returns the pod.
+async fn await_images(
+    pods: &Api<Pod>,
+    victim: &str,
+    want: &[(String, String)],
+    what: &str,
+) -> anyhow::Result<Pod> {
+    let pod = poll_until(
+        what,
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || async {
+            let pod = pods.get(victim).await.map_err(|e| e.to_string())?;
+            let seen = images(&pod);
+            if seen == want {
+                Ok(pod)
+            } else {
+                Err(format!("images {seen:?}"))
+            }
+        },
+    )
+    .await?;
+    Ok(pod)
+}
+
+/// Waits until the PodChaos `name` is gone: Chaos Mesh has restored its
+/// target and removed its finalizer.
+async fn await_gone(chaos: &Api<DynamicObject>, name: &str) -> anyhow::Result<()> {
     poll_until(
         "the PodChaos to be gone (its finalizer removed)",
         Duration::from_secs(30),
         Duration::from_millis(100),
-        || {
-            let chaos = chaos.clone();
-            async move {
-                match chaos.get_opt("fail-one").await.map_err(|e| e.to_string())? {
-                    Some(_) => Err("still there".to_owned()),
-                    None => Ok(()),
-                }
+        || async {
+            match chaos.get_opt(name).await.map_err(|e| e.to_string())? {
+                Some(_) => Err("still there".to_owned()),
+                None => Ok(()),
             }
         },
     )

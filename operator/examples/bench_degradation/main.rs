@@ -186,7 +186,18 @@ async fn run(
 }
 
 impl Report {
+    /// Prints both parts' tables: the writes, then the overrides when they
+    /// were measured.
     fn print(&self, args: &Args) {
+        self.print_writes(args);
+        if self.overrides.is_empty() {
+            return;
+        }
+        self.print_overrides(args);
+    }
+
+    /// Part 1: a row per gateway count, then the CPU per run.
+    fn print_writes(&self, args: &Args) {
         println!(
             "\n== write → every gateway ({} runs × {} changes per gateway count; ms from sending the write)",
             args.runs, args.changes
@@ -237,9 +248,10 @@ impl Report {
                 m.cpu.per_step(m.changes.len())
             );
         }
-        if self.overrides.is_empty() {
-            return;
-        }
+    }
+
+    /// Part 2: a row per gateway count, then the CPU and counters per run.
+    fn print_overrides(&self, args: &Args) {
         println!(
             "\n== override → every gateway ({} runs × {} steps per gateway count; ms from the patch's answer)",
             args.runs, args.changes

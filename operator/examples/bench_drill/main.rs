@@ -171,10 +171,33 @@ fn p50(values: &[f64]) -> f64 {
 }
 
 impl Report {
+    /// Prints the summary, then each part's details where it was measured.
     fn print(&self, args: &Args) {
+        self.print_summary();
+        if !self.stops.gone.is_empty() {
+            self.print_ratios();
+        }
+        if !self.outages.is_empty() {
+            self.print_outages();
+        }
+        if !self.backstops.is_empty() {
+            self.print_backstops();
+        }
+        println!(
+            "\n(counts: --aborts {} --detections {} --outages {} --backstops {})",
+            args.aborts, args.detections, args.outages, args.backstops
+        );
+    }
+
+    /// One figure of every breach (ms).
+    fn breach_ms(&self, f: fn(&runs::Breach) -> f64) -> Vec<f64> {
+        self.breaches.iter().map(f).collect()
+    }
+
+    /// The summary: a row per measurement of every part.
+    fn print_summary(&self) {
         let stops = &self.stops;
-        let pick =
-            |f: fn(&runs::Breach) -> f64| -> Vec<f64> { self.breaches.iter().map(f).collect() };
+        let pick = |f| self.breach_ms(f);
         let outages_begin: Vec<f64> = self.outages.iter().map(|o| o.from_begin).collect();
         let outages_down: Vec<f64> = self.outages.iter().map(|o| o.from_down).collect();
         let backstops: Vec<f64> = self.backstops.iter().map(|b| b.gone).collect();
@@ -213,77 +236,78 @@ impl Report {
             &backstops,
         );
         row("4 backstop", "next operator started → leads", &leads);
+    }
 
-        if !stops.gone.is_empty() {
-            let pairs = |of: &[f64]| -> Vec<f64> {
-                of.iter().zip(&stops.deleted).map(|(s, d)| s / d).collect()
-            };
-            println!(
-                "\n== same-run ratios ({} alternating pairs; operator rows from part 2 against part 1)",
-                stops.gone.len()
-            );
-            println!("| ratio | of medians | median of pair ratios |");
-            println!("|---|---|---|");
-            let median_of = |values: Vec<f64>| median(values).unwrap_or(f64::NAN);
-            println!(
-                "| stop decision → gone / plain delete → gone | {:.2} | {:.2} |",
-                p50(&stops.gone) / p50(&stops.deleted),
-                median_of(pairs(&stops.gone))
-            );
-            println!(
-                "| stop decision → recovered / plain delete → gone | {:.2} | {:.2} |",
-                p50(&stops.recovered) / p50(&stops.deleted),
-                median_of(pairs(&stops.recovered))
-            );
-            if !self.breaches.is_empty() {
-                println!(
-                    "| operator abortLatency / in-process decision → gone | {:.2} | – |",
-                    p50(&pick(|b| b.abort)) / p50(&stops.gone)
-                );
-            }
-        }
-
-        if !self.outages.is_empty() {
-            let target = ms(runs::STALE_AFTER) + 500.0;
-            println!(
-                "\n== dead man, per run (staleAfter {} ms; target: gone < {target:.0} ms after the stop completed)",
-                ms(runs::STALE_AFTER)
-            );
-            println!(
-                "| run | `stack down` took | began → gone | returned → gone | within target | reason | abortLatency |"
-            );
-            println!("|---|---|---|---|---|---|---|");
-            for (i, o) in self.outages.iter().enumerate() {
-                println!(
-                    "| {} | {:.1} | {:.1} | {:.1} | {} | {} | {} |",
-                    i + 1,
-                    o.down,
-                    o.from_begin,
-                    o.from_down,
-                    if o.from_down < target { "yes" } else { "no" },
-                    o.reason,
-                    o.abort.map_or("–".to_owned(), |a| format!("{a:.1}")),
-                );
-            }
-        }
-
-        if !self.backstops.is_empty() {
-            println!("\n== backstop, per run");
-            println!("| run | SIGKILL → gone | next operator leads after | recorded by it |");
-            println!("|---|---|---|---|");
-            for (i, b) in self.backstops.iter().enumerate() {
-                println!(
-                    "| {} | {:.1} | {:.1} | {} |",
-                    i + 1,
-                    b.gone,
-                    b.leads,
-                    b.reason
-                );
-            }
-        }
+    /// The stop path against a plain delete in the same runs, and the
+    /// operator's abort latency against the stop path.
+    fn print_ratios(&self) {
+        let stops = &self.stops;
+        let pairs = |of: &[f64]| -> Vec<f64> {
+            of.iter().zip(&stops.deleted).map(|(s, d)| s / d).collect()
+        };
         println!(
-            "\n(counts: --aborts {} --detections {} --outages {} --backstops {})",
-            args.aborts, args.detections, args.outages, args.backstops
+            "\n== same-run ratios ({} alternating pairs; operator rows from part 2 against part 1)",
+            stops.gone.len()
         );
+        println!("| ratio | of medians | median of pair ratios |");
+        println!("|---|---|---|");
+        let median_of = |values: Vec<f64>| median(values).unwrap_or(f64::NAN);
+        println!(
+            "| stop decision → gone / plain delete → gone | {:.2} | {:.2} |",
+            p50(&stops.gone) / p50(&stops.deleted),
+            median_of(pairs(&stops.gone))
+        );
+        println!(
+            "| stop decision → recovered / plain delete → gone | {:.2} | {:.2} |",
+            p50(&stops.recovered) / p50(&stops.deleted),
+            median_of(pairs(&stops.recovered))
+        );
+        if !self.breaches.is_empty() {
+            println!(
+                "| operator abortLatency / in-process decision → gone | {:.2} | – |",
+                p50(&self.breach_ms(|b| b.abort)) / p50(&stops.gone)
+            );
+        }
+    }
+
+    /// Part 3 per run, against the target of staleAfter plus half a second.
+    fn print_outages(&self) {
+        let target = ms(runs::STALE_AFTER) + 500.0;
+        println!(
+            "\n== dead man, per run (staleAfter {} ms; target: gone < {target:.0} ms after the stop completed)",
+            ms(runs::STALE_AFTER)
+        );
+        println!(
+            "| run | `stack down` took | began → gone | returned → gone | within target | reason | abortLatency |"
+        );
+        println!("|---|---|---|---|---|---|---|");
+        for (i, o) in self.outages.iter().enumerate() {
+            println!(
+                "| {} | {:.1} | {:.1} | {:.1} | {} | {} | {} |",
+                i + 1,
+                o.down,
+                o.from_begin,
+                o.from_down,
+                if o.from_down < target { "yes" } else { "no" },
+                o.reason,
+                o.abort.map_or("–".to_owned(), |a| format!("{a:.1}")),
+            );
+        }
+    }
+
+    /// Part 4 per run.
+    fn print_backstops(&self) {
+        println!("\n== backstop, per run");
+        println!("| run | SIGKILL → gone | next operator leads after | recorded by it |");
+        println!("|---|---|---|---|");
+        for (i, b) in self.backstops.iter().enumerate() {
+            println!(
+                "| {} | {:.1} | {:.1} | {} |",
+                i + 1,
+                b.gone,
+                b.leads,
+                b.reason
+            );
+        }
     }
 }

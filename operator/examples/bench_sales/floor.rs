@@ -19,8 +19,9 @@ use kube::{
     Api, Client, ResourceExt,
     api::{ListParams, Patch, PatchParams, PostParams},
 };
+use tokio::task::JoinHandle;
 
-use crate::{CpuSnapshot, POLL, observe::ApiserverCounters};
+use crate::{CpuSnapshot, POLL, create_sales, observe::ApiserverCounters};
 
 /// Field manager of the floor's applies.
 pub const MANAGER: &str = "bench-floor";
@@ -72,15 +73,7 @@ pub async fn run(
     let cpu_before = CpuSnapshot::take(&processes);
     let sales: Api<FlashSale> = Api::namespaced(client.clone(), ns);
     let started = Instant::now();
-    let created: Vec<FlashSale> = stream::iter(objects)
-        .map(|sale| {
-            let sales = sales.clone();
-            async move { sales.create(&PostParams::default(), &sale).await }
-        })
-        .buffer_unordered(settings.create_concurrency.max(1))
-        .try_collect()
-        .await
-        .context("creating the FlashSales")?;
+    let created = create_sales(&sales, objects, settings.create_concurrency).await?;
     let mut result = FloorResult {
         namespace: ns.to_owned(),
         created_s: started.elapsed().as_secs_f64(),
@@ -92,22 +85,53 @@ pub async fn run(
         result.created_s, settings.concurrency
     );
 
-    let writer = {
-        let client = client.clone();
-        let settings = settings.clone();
-        tokio::spawn(async move {
-            let writes: Vec<usize> = stream::iter(created)
-                .map(|sale| write_sale(&client, &settings, sale))
-                .buffer_unordered(settings.concurrency.max(1))
-                .try_collect()
-                .await?;
-            Ok::<_, anyhow::Error>((writes.iter().sum::<usize>(), started.elapsed()))
-        })
-    };
+    let writer = spawn_writer(client, settings, created, started);
     // Stops the writer when the polling fails or gives up.
     let _abort = AbortOnDrop(writer.abort_handle());
-    let mut writer = Some(writer);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    await_ready(&deployments, settings, started, writer, &mut result).await?;
+    let cpu_after = CpuSnapshot::take(&processes);
+    (result.cpu, result.machine_busy) = cpu_after.since(&cpu_before);
+    result.apiserver = ApiserverCounters::scrape()
+        .zip(apiserver_before)
+        .map(|(after, before)| after.since(before));
+    Ok(result)
+}
+
+/// The writes a finished writer made, and how long after `started` it
+/// finished.
+type Written = anyhow::Result<(usize, Duration)>;
+
+/// Writes every sale's children in a task of its own,
+/// `settings.concurrency` sales at a time.
+fn spawn_writer(
+    client: &Client,
+    settings: &Settings,
+    created: Vec<FlashSale>,
+    started: Instant,
+) -> JoinHandle<Written> {
+    let client = client.clone();
+    let settings = settings.clone();
+    tokio::spawn(async move {
+        let writes: Vec<usize> = stream::iter(created)
+            .map(|sale| write_sale(&client, &settings, sale))
+            .buffer_unordered(settings.concurrency.max(1))
+            .try_collect()
+            .await?;
+        Ok::<_, anyhow::Error>((writes.iter().sum::<usize>(), started.elapsed()))
+    })
+}
+
+/// Polls the Deployments until every expected one is ready and the writer
+/// has finished, or until the timeout, recording both moments in `result`.
+async fn await_ready(
+    deployments: &Api<Deployment>,
+    settings: &Settings,
+    started: Instant,
+    writer: JoinHandle<Written>,
+    result: &mut FloorResult,
+) -> anyhow::Result<()> {
+    let mut writer = Some(writer);
     let mut tick = tokio::time::interval(POLL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_print = Instant::now();
@@ -124,16 +148,7 @@ pub async fn run(
         }
         let list = deployments.list(&ListParams::default()).await?;
         let elapsed = started.elapsed().as_secs_f64();
-        // Ready as the operator's Ready condition counts a workload.
-        let ready = list
-            .items
-            .iter()
-            .filter(|d| {
-                let desired = d.spec.replicas.unwrap_or(1);
-                let ready = d.status.as_ref().and_then(|s| s.ready_replicas);
-                ready.unwrap_or(0) >= desired
-            })
-            .count();
+        let ready = ready_count(&list.items);
         result.deployments_ready_at_end = ready;
         let done = ready >= result.deployments_expected && writer.is_none();
         if done || last_print.elapsed() >= Duration::from_secs(5) {
@@ -146,22 +161,29 @@ pub async fn run(
         }
         if done {
             result.ready_s = Some(elapsed);
-            break;
+            return Ok(());
         }
         if elapsed >= settings.timeout.as_secs_f64() {
             println!(
                 "  gave up: {ready}/{} Deployments ready after {elapsed:.0} s",
                 result.deployments_expected
             );
-            break;
+            return Ok(());
         }
     }
-    let cpu_after = CpuSnapshot::take(&processes);
-    (result.cpu, result.machine_busy) = cpu_after.since(&cpu_before);
-    result.apiserver = ApiserverCounters::scrape()
-        .zip(apiserver_before)
-        .map(|(after, before)| after.since(before));
-    Ok(result)
+}
+
+/// The Deployments with their replicas ready, as the operator's Ready
+/// condition counts a workload.
+fn ready_count(deployments: &[Deployment]) -> usize {
+    deployments
+        .iter()
+        .filter(|d| {
+            let desired = d.spec.replicas.unwrap_or(1);
+            let ready = d.status.as_ref().and_then(|s| s.ready_replicas);
+            ready.unwrap_or(0) >= desired
+        })
+        .count()
 }
 
 /// Aborts a task when dropped.

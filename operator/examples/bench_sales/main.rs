@@ -127,6 +127,17 @@ struct Args {
     scheduler_metrics: String,
 }
 
+impl Args {
+    /// Creates in flight at once: `--create-concurrency`, or every sale
+    /// when it is 0.
+    fn creates_at_once(&self) -> usize {
+        match self.create_concurrency {
+            0 => self.sales,
+            n => n,
+        }
+    }
+}
+
 /// Pods per sale while Pending: one per workload.
 const PODS_PER_SALE: usize = 3;
 /// CPU requested per sale while Pending (gateway 250m, inventory and
@@ -293,10 +304,7 @@ fn floor_settings(args: &Args, launcher: &Launcher) -> anyhow::Result<floor::Set
             args.floor_concurrency
                 .unwrap_or(run.max_concurrent_reconciles),
         ),
-        create_concurrency: match args.create_concurrency {
-            0 => args.sales,
-            n => n,
-        },
+        create_concurrency: args.creates_at_once(),
         timeout: Duration::from_secs(args.timeout_secs),
     })
 }
@@ -403,6 +411,9 @@ impl CpuSnapshot {
     }
 }
 
+/// One operator run in the fresh namespace `ns`: the sales created at
+/// once, timed until all are Ready, with what the operator and the stack
+/// used meanwhile.
 async fn run_once(
     client: &Client,
     args: &Args,
@@ -410,6 +421,60 @@ async fn run_once(
     ns: &str,
     bench_id: &str,
 ) -> anyhow::Result<RunResult> {
+    let operator = start_operator(client, args, launcher, ns, bench_id).await?;
+    let pid = operator.pid();
+    let mut processes = flashsale_bench::system::stack_pids();
+    processes.push(("operator", pid));
+    let objects = sales(args.sales)?;
+
+    let before = Readings::take(args, &processes);
+    let sales: Api<FlashSale> = Api::namespaced(client.clone(), ns);
+    let started = Instant::now();
+    let started_at = Timestamp::now();
+    create_sales(&sales, objects, args.creates_at_once()).await?;
+    let mut result = RunResult {
+        namespace: ns.to_owned(),
+        created_s: started.elapsed().as_secs_f64(),
+        ..RunResult::default()
+    };
+    println!(
+        "  created {} FlashSales in {:.1} s",
+        args.sales, result.created_s
+    );
+    let log_cut = await_ready(&sales, args, &operator, started, &mut result).await?;
+
+    let cpu_after = CpuSnapshot::take(&processes);
+    result.peak_rss_mb = observe::memory_mb(pid, "VmHWM:").unwrap_or(f64::NAN);
+    result.at_end = OperatorCounters::parse(&operator.metrics().await?);
+    before.record_since(args, &cpu_after, &mut result);
+    let log_cut = log_cut.unwrap_or_else(|| log_len(&operator));
+    if args.steady_secs > 0 {
+        if result.ready_s.is_some() {
+            result.steady = Some(steady::hold(&operator, &sales, args.steady_secs).await?);
+        } else {
+            println!("  no steady state: not every sale became Ready");
+        }
+    }
+    let log = operator.log.clone();
+    drop(operator);
+    result.writes = logged_writes(&log, args.sales, 0, log_cut);
+    if let Some(steady) = &mut result.steady {
+        let (from, to) = steady.log_window;
+        steady.writes = logged_writes(&log, args.sales, from, to);
+    }
+    result.stages = observe::timeline(client, ns, started_at).await?;
+    Ok(result)
+}
+
+/// Makes `ns` ready for a run (the admission policy applies to it, the
+/// Secrets exist) and starts its operator, returning once it leads.
+async fn start_operator(
+    client: &Client,
+    args: &Args,
+    launcher: &Launcher,
+    ns: &str,
+    bench_id: &str,
+) -> anyhow::Result<Operator> {
     cluster::create_namespace(client, ns, bench_id).await?;
     cluster::await_policy(client, ns).await?;
     cluster::create_secrets(client, ns).await?;
@@ -421,46 +486,41 @@ async fn run_once(
         operator.log.display()
     );
     operator.until_leads().await?;
-    let pid = operator.pid();
-    let mut processes = flashsale_bench::system::stack_pids();
-    processes.push(("operator", pid));
-    let objects = sales(args.sales)?;
+    Ok(operator)
+}
 
-    let apiserver_before = ApiserverCounters::scrape();
-    let kcm_before = Throttle::scrape(&args.kcm_metrics);
-    let scheduler_before = Throttle::scrape(&args.scheduler_metrics);
-    let cpu_before = CpuSnapshot::take(&processes);
-    let sales: Api<FlashSale> = Api::namespaced(client.clone(), ns);
-    let started = Instant::now();
-    let started_at = Timestamp::now();
-    let concurrency = match args.create_concurrency {
-        0 => args.sales,
-        n => n,
-    };
+/// Creates the FlashSales, `concurrency` at a time.
+async fn create_sales(
+    sales: &Api<FlashSale>,
+    objects: Vec<FlashSale>,
+    concurrency: usize,
+) -> anyhow::Result<Vec<FlashSale>> {
     stream::iter(objects)
         .map(|sale| {
             let sales = sales.clone();
             async move { sales.create(&PostParams::default(), &sale).await }
         })
-        .buffer_unordered(concurrency)
-        .try_collect::<Vec<_>>()
+        .buffer_unordered(concurrency.max(1))
+        .try_collect()
         .await
-        .context("creating the FlashSales")?;
-    let mut result = RunResult {
-        namespace: ns.to_owned(),
-        created_s: started.elapsed().as_secs_f64(),
-        ..RunResult::default()
-    };
-    println!(
-        "  created {} FlashSales in {:.1} s",
-        args.sales, result.created_s
-    );
+        .context("creating the FlashSales")
+}
 
+/// Polls the sales until all are Ready or the run times out, recording in
+/// `result` when they were applied, half and all Ready, and the operator's
+/// memory and sockets on the way. Returns where the operator's log stood
+/// when all were Ready.
+async fn await_ready(
+    sales: &Api<FlashSale>,
+    args: &Args,
+    operator: &Operator,
+    started: Instant,
+    result: &mut RunResult,
+) -> anyhow::Result<Option<u64>> {
+    let pid = operator.pid();
     let mut tick = tokio::time::interval(POLL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_print = (usize::MAX, usize::MAX, Instant::now());
-    // Where the operator's log stood when all sales were Ready.
-    let mut log_cut = None;
     loop {
         tick.tick().await;
         let listed = Instant::now();
@@ -499,49 +559,52 @@ async fn run_once(
             last_print = (applied, ready, Instant::now());
         }
         if done {
-            log_cut = Some(log_len(&operator));
             result.ready_s = Some(elapsed);
-            break;
+            return Ok(Some(log_len(operator)));
         }
         if elapsed >= args.timeout_secs as f64 {
             println!(
                 "  gave up: {ready}/{} Ready after {elapsed:.0} s",
                 args.sales
             );
-            break;
+            return Ok(None);
+        }
+    }
+}
+
+/// The counters a run reports the change of, read before the creates.
+struct Readings {
+    apiserver: Option<ApiserverCounters>,
+    kcm: Option<Throttle>,
+    scheduler: Option<Throttle>,
+    cpu: CpuSnapshot,
+}
+
+impl Readings {
+    /// Reads them all now.
+    fn take(args: &Args, processes: &[(&'static str, u32)]) -> Self {
+        Self {
+            apiserver: ApiserverCounters::scrape(),
+            kcm: Throttle::scrape(&args.kcm_metrics),
+            scheduler: Throttle::scrape(&args.scheduler_metrics),
+            cpu: CpuSnapshot::take(processes),
         }
     }
 
-    let cpu_after = CpuSnapshot::take(&processes);
-    result.peak_rss_mb = observe::memory_mb(pid, "VmHWM:").unwrap_or(f64::NAN);
-    result.at_end = OperatorCounters::parse(&operator.metrics().await?);
-    result.kcm = Throttle::scrape(&args.kcm_metrics)
-        .zip(kcm_before)
-        .map(|(after, before)| after.since(before));
-    result.scheduler = Throttle::scrape(&args.scheduler_metrics)
-        .zip(scheduler_before)
-        .map(|(after, before)| after.since(before));
-    result.apiserver = ApiserverCounters::scrape()
-        .zip(apiserver_before)
-        .map(|(after, before)| after.since(before));
-    (result.cpu, result.machine_busy) = cpu_after.since(&cpu_before);
-    let log_cut = log_cut.unwrap_or_else(|| log_len(&operator));
-    if args.steady_secs > 0 {
-        if result.ready_s.is_some() {
-            result.steady = Some(steady::hold(&operator, &sales, args.steady_secs).await?);
-        } else {
-            println!("  no steady state: not every sale became Ready");
-        }
+    /// Records in `result` what changed since: the counters read now, the
+    /// CPU as `cpu_after` took it.
+    fn record_since(self, args: &Args, cpu_after: &CpuSnapshot, result: &mut RunResult) {
+        result.kcm = Throttle::scrape(&args.kcm_metrics)
+            .zip(self.kcm)
+            .map(|(after, before)| after.since(before));
+        result.scheduler = Throttle::scrape(&args.scheduler_metrics)
+            .zip(self.scheduler)
+            .map(|(after, before)| after.since(before));
+        result.apiserver = ApiserverCounters::scrape()
+            .zip(self.apiserver)
+            .map(|(after, before)| after.since(before));
+        (result.cpu, result.machine_busy) = cpu_after.since(&self.cpu);
     }
-    let log = operator.log.clone();
-    drop(operator);
-    result.writes = logged_writes(&log, args.sales, 0, log_cut);
-    if let Some(steady) = &mut result.steady {
-        let (from, to) = steady.log_window;
-        steady.writes = logged_writes(&log, args.sales, from, to);
-    }
-    result.stages = observe::timeline(client, ns, started_at).await?;
-    Ok(result)
 }
 
 /// The writes of a window of the operator's log; `None`, with a warning,

@@ -100,7 +100,75 @@ fn read(path: &PathBuf, what: &str) -> anyhow::Result<Vec<u8>> {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let mut process = Process::start("gateway", env!("CARGO_PKG_VERSION"), &args.runtime.log)?;
+    let settings = settings(&args)?;
+    let gateway = Gateway::build(settings, args.listen, process.registry_mut()).await?;
+    let shutdown = process.shutdown();
+    // No dependency checks: a gateway that cannot reach the inventory still
+    // sheds and serves degraded routes, and taking every replica out of
+    // rotation at once would turn a partial outage into a total one.
+    let (served, ops) = tokio::join!(
+        gateway.serve(shutdown),
+        process.serve_ops(&args.runtime.ops, Readiness::default())
+    );
+    served.context("public API failed")?;
+    ops?;
+    Ok(())
+}
+
+/// Everything the gateway is built from: the arguments and the files they
+/// name. A JWT key set file is watched from now on.
+fn settings(args: &Args) -> anyhow::Result<Settings> {
     let config = GatewayConfig::load(&args.config)?;
+    let verifier = verifier(args)?;
+    let ticket_key = match &args.waiting_room_key_file {
+        Some(path) => Some(read(path, "waiting-room key")?.trim_ascii().to_vec()),
+        None => None,
+    };
+    let switches = match (&args.degradation_file, &args.degradation_config_map) {
+        (Some(path), _) => SwitchSource::File(path.clone()),
+        (None, Some(name)) => SwitchSource::ConfigMap {
+            namespace: args.namespace.clone(),
+            name: name.clone(),
+        },
+        (None, None) => SwitchSource::None,
+    };
+    let inventory_token = match &args.inventory_token_file {
+        Some(path) => Some(
+            String::from_utf8(read(path, "inventory token")?)
+                .context("the inventory token is not UTF-8")?
+                .trim()
+                .to_owned(),
+        ),
+        None => None,
+    };
+    let payment_secret = match &args.payment_secret_file {
+        Some(path) => Some(read(path, "payment secret")?.trim_ascii().to_vec()),
+        None => {
+            tracing::warn!(
+                "no payment secret: payment callbacks are refused, so no order can be paid"
+            );
+            None
+        }
+    };
+    let mut producer = ProducerSettings::new(args.kafka_brokers.clone());
+    producer.topic = args.orders_topic.clone();
+    Ok(Settings {
+        config,
+        redis_url: args.redis_url.clone(),
+        inventory_url: args.inventory_url.clone(),
+        inventory_token,
+        payment_secret,
+        producer,
+        verifier,
+        ticket_key,
+        switches,
+    })
+}
+
+/// The bearer-token verifier of the arguments (HS256 secret, or RS256 key
+/// and/or key set, with the required claims). The key set file, if any, is
+/// re-read from now on so keys rotate without a restart.
+fn verifier(args: &Args) -> anyhow::Result<Verifier> {
     let jwks = match &args.jwt_jwks_file {
         Some(path) => Some((path.clone(), read(path, "JWT key set")?)),
         None => None,
@@ -128,59 +196,5 @@ async fn main() -> anyhow::Result<()> {
                 .watch_jwks_file(path, loaded, JWKS_RELOAD_EVERY),
         );
     }
-    let ticket_key = match &args.waiting_room_key_file {
-        Some(path) => Some(read(path, "waiting-room key")?.trim_ascii().to_vec()),
-        None => None,
-    };
-    let switches = match (args.degradation_file, args.degradation_config_map) {
-        (Some(path), _) => SwitchSource::File(path),
-        (None, Some(name)) => SwitchSource::ConfigMap {
-            namespace: args.namespace,
-            name,
-        },
-        (None, None) => SwitchSource::None,
-    };
-    let inventory_token = match &args.inventory_token_file {
-        Some(path) => Some(
-            String::from_utf8(read(path, "inventory token")?)
-                .context("the inventory token is not UTF-8")?
-                .trim()
-                .to_owned(),
-        ),
-        None => None,
-    };
-    let payment_secret = match &args.payment_secret_file {
-        Some(path) => Some(read(path, "payment secret")?.trim_ascii().to_vec()),
-        None => {
-            tracing::warn!(
-                "no payment secret: payment callbacks are refused, so no order can be paid"
-            );
-            None
-        }
-    };
-    let mut producer = ProducerSettings::new(args.kafka_brokers);
-    producer.topic = args.orders_topic;
-    let settings = Settings {
-        config,
-        redis_url: args.redis_url,
-        inventory_url: args.inventory_url,
-        inventory_token,
-        payment_secret,
-        producer,
-        verifier,
-        ticket_key,
-        switches,
-    };
-    let gateway = Gateway::build(settings, args.listen, process.registry_mut()).await?;
-    let shutdown = process.shutdown();
-    // No dependency checks: a gateway that cannot reach the inventory still
-    // sheds and serves degraded routes, and taking every replica out of
-    // rotation at once would turn a partial outage into a total one.
-    let (served, ops) = tokio::join!(
-        gateway.serve(shutdown),
-        process.serve_ops(&args.runtime.ops, Readiness::default())
-    );
-    served.context("public API failed")?;
-    ops?;
-    Ok(())
+    Ok(verifier)
 }

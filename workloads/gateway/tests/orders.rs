@@ -198,113 +198,10 @@ async fn sold_out_and_user_limit_are_409_with_their_codes() -> anyhow::Result<()
 #[tokio::test]
 async fn bad_input_gets_a_4xx_json_error() -> anyhow::Result<()> {
     let funnel = Funnel::start(Options::default()).await?;
-    let url = format!("{}/api/v1/orders", funnel.gateway.url);
     let client = http();
     let alice = token("alice");
-    let cases: Vec<(&str, reqwest::RequestBuilder, u16, &str)> = vec![
-        (
-            "no token",
-            client
-                .post(&url)
-                .json(&json!({"sku": "A", "quantity": 1, "idempotencyKey": "k"})),
-            401,
-            "missing_token",
-        ),
-        (
-            "forged token",
-            client
-                .post(&url)
-                .bearer_auth(format!("{alice}x"))
-                .json(&json!({})),
-            401,
-            "invalid_token",
-        ),
-        (
-            "invalid JSON",
-            client
-                .post(&url)
-                .bearer_auth(&alice)
-                .header("content-type", "application/json")
-                .body("{\"sku\":"),
-            400,
-            "invalid_json",
-        ),
-        (
-            "wrong types",
-            client
-                .post(&url)
-                .bearer_auth(&alice)
-                .json(&json!({"sku": 1, "quantity": "x"})),
-            422,
-            "invalid_json",
-        ),
-        (
-            "not JSON",
-            client.post(&url).bearer_auth(&alice).body("sku=A"),
-            415,
-            "unsupported_media_type",
-        ),
-        (
-            "huge body",
-            client
-                .post(&url)
-                .bearer_auth(&alice)
-                .header("content-type", "application/json")
-                .body(format!("{{\"sku\":\"{}\"}}", "A".repeat(64 * 1024))),
-            413,
-            "body_too_large",
-        ),
-        (
-            "unknown SKU",
-            client
-                .post(&url)
-                .bearer_auth(&alice)
-                .json(&json!({"sku": "nope", "quantity": 1, "idempotencyKey": "k"})),
-            404,
-            "unknown_sku",
-        ),
-        (
-            "zero quantity",
-            client
-                .post(&url)
-                .bearer_auth(&alice)
-                .json(&json!({"sku": "A", "quantity": 0, "idempotencyKey": "k"})),
-            400,
-            "invalid_request",
-        ),
-        (
-            "no idempotency key",
-            client
-                .post(&url)
-                .bearer_auth(&alice)
-                .json(&json!({"sku": "A", "quantity": 1})),
-            400,
-            "invalid_request",
-        ),
-        (
-            "other sale",
-            client
-                .post(&url)
-                .bearer_auth(&alice)
-                .json(&json!({"sale": "other", "sku": "A", "quantity": 1, "idempotencyKey": "k"})),
-            404,
-            "unknown_sale",
-        ),
-        (
-            "unknown route",
-            client.get(format!("{}/api/v1/nothing", funnel.gateway.url)),
-            404,
-            "not_found",
-        ),
-        (
-            "bad order id",
-            client
-                .post(format!("{}/api/v1/orders/zzz/pay", funnel.gateway.url))
-                .bearer_auth(&alice),
-            404,
-            "unknown_order",
-        ),
-    ];
+    let mut cases = malformed_orders(&client, &funnel.gateway.url, &alice);
+    cases.extend(orders_of_nothing(&client, &funnel.gateway.url, &alice));
     for (name, request, status, code) in cases {
         let response = request.send().await?;
         let got = response.status().as_u16();
@@ -326,6 +223,128 @@ async fn bad_input_gets_a_4xx_json_error() -> anyhow::Result<()> {
     );
     assert!(events(&funnel.brokers, &funnel.topic).await?.is_empty());
     funnel.cleanup().await
+}
+
+/// A request the gateway must refuse: (case, request, expected status,
+/// expected error code).
+type BadRequest = (&'static str, reqwest::RequestBuilder, u16, &'static str);
+
+/// Orders the gateway cannot read: no or a forged token, bodies that are
+/// not JSON, not the order's shape, or too large.
+fn malformed_orders(client: &reqwest::Client, gateway: &str, alice: &str) -> Vec<BadRequest> {
+    let url = format!("{gateway}/api/v1/orders");
+    vec![
+        (
+            "no token",
+            client
+                .post(&url)
+                .json(&json!({"sku": "A", "quantity": 1, "idempotencyKey": "k"})),
+            401,
+            "missing_token",
+        ),
+        (
+            "forged token",
+            client
+                .post(&url)
+                .bearer_auth(format!("{alice}x"))
+                .json(&json!({})),
+            401,
+            "invalid_token",
+        ),
+        (
+            "invalid JSON",
+            client
+                .post(&url)
+                .bearer_auth(alice)
+                .header("content-type", "application/json")
+                .body("{\"sku\":"),
+            400,
+            "invalid_json",
+        ),
+        (
+            "wrong types",
+            client
+                .post(&url)
+                .bearer_auth(alice)
+                .json(&json!({"sku": 1, "quantity": "x"})),
+            422,
+            "invalid_json",
+        ),
+        (
+            "not JSON",
+            client.post(&url).bearer_auth(alice).body("sku=A"),
+            415,
+            "unsupported_media_type",
+        ),
+        (
+            "huge body",
+            client
+                .post(&url)
+                .bearer_auth(alice)
+                .header("content-type", "application/json")
+                .body(format!("{{\"sku\":\"{}\"}}", "A".repeat(64 * 1024))),
+            413,
+            "body_too_large",
+        ),
+    ]
+}
+
+/// Well-formed requests for what is not there or not allowed: an unknown
+/// SKU, sale, route or order, a zero quantity, no idempotency key.
+fn orders_of_nothing(client: &reqwest::Client, gateway: &str, alice: &str) -> Vec<BadRequest> {
+    let url = format!("{gateway}/api/v1/orders");
+    vec![
+        (
+            "unknown SKU",
+            client
+                .post(&url)
+                .bearer_auth(alice)
+                .json(&json!({"sku": "nope", "quantity": 1, "idempotencyKey": "k"})),
+            404,
+            "unknown_sku",
+        ),
+        (
+            "zero quantity",
+            client
+                .post(&url)
+                .bearer_auth(alice)
+                .json(&json!({"sku": "A", "quantity": 0, "idempotencyKey": "k"})),
+            400,
+            "invalid_request",
+        ),
+        (
+            "no idempotency key",
+            client
+                .post(&url)
+                .bearer_auth(alice)
+                .json(&json!({"sku": "A", "quantity": 1})),
+            400,
+            "invalid_request",
+        ),
+        (
+            "other sale",
+            client
+                .post(&url)
+                .bearer_auth(alice)
+                .json(&json!({"sale": "other", "sku": "A", "quantity": 1, "idempotencyKey": "k"})),
+            404,
+            "unknown_sale",
+        ),
+        (
+            "unknown route",
+            client.get(format!("{gateway}/api/v1/nothing")),
+            404,
+            "not_found",
+        ),
+        (
+            "bad order id",
+            client
+                .post(format!("{gateway}/api/v1/orders/zzz/pay"))
+                .bearer_auth(alice),
+            404,
+            "unknown_order",
+        ),
+    ]
 }
 
 #[tokio::test]

@@ -64,8 +64,10 @@ async fn reserve(
     ))
 }
 
-#[tokio::test]
-async fn the_limit_finds_a_slow_inventorys_capacity_and_sheds_the_rest() -> anyhow::Result<()> {
+/// The slow stand-in inventory on a free port: its state and base URL, and
+/// the serving task.
+async fn serve_slow_inventory()
+-> anyhow::Result<(Slow, String, tokio::task::JoinHandle<std::io::Result<()>>)> {
     let slow = Slow {
         capacity: Arc::new(Semaphore::new(CAPACITY)),
         waiting: Arc::default(),
@@ -77,7 +79,12 @@ async fn the_limit_finds_a_slow_inventorys_capacity_and_sheds_the_rest() -> anyh
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let inventory = format!("http://{}", listener.local_addr()?);
     let server = tokio::spawn(async move { axum::serve(listener, router).await });
+    Ok((slow, inventory, server))
+}
 
+/// A gateway in front of `inventory`, with an adaptive concurrency limit
+/// and a rate limit too high to matter, on a topic of its own.
+async fn start_gateway(inventory: &str) -> anyhow::Result<Running> {
     let sale = stack::unique_name("gw-slow");
     let brokers = stack::kafka_brokers()?;
     let topic = stack::unique_name("gw-slow-orders");
@@ -90,15 +97,16 @@ async fn the_limit_finds_a_slow_inventorys_capacity_and_sheds_the_rest() -> anyh
         "concurrency": {"minLimit": 2, "maxLimit": 500},
         "requestTimeoutMs": 5000,
     }))?;
-    let gateway = Running::start(config, &inventory, &brokers, &topic, SwitchSource::None).await?;
+    Running::start(config, inventory, &brokers, &topic, SwitchSource::None).await
+}
 
-    // Uncongested: one order at a time.
-    let url = format!("{}/api/v1/orders", gateway.url);
+/// The median latency of 20 orders placed one at a time.
+async fn uncongested_latency(url: &str) -> anyhow::Result<Duration> {
     let mut alone = Vec::new();
     for n in 0..20 {
         let started = Instant::now();
         let response = http()
-            .post(&url)
+            .post(url)
             .bearer_auth(token("alone"))
             .json(&json!({"sku": "A", "quantity": 1, "idempotencyKey": format!("alone{n}")}))
             .send()
@@ -111,44 +119,60 @@ async fn the_limit_finds_a_slow_inventorys_capacity_and_sheds_the_rest() -> anyh
         alone.push(started.elapsed());
     }
     alone.sort();
-    let uncongested = alone[alone.len() / 2];
+    Ok(alone[alone.len() / 2])
+}
+
+/// One client ordering again as soon as it is answered until `until`: when
+/// and how long each accepted order took, and how many were shed with 503.
+async fn order_back_to_back(
+    url: String,
+    c: usize,
+    until: Instant,
+) -> anyhow::Result<(Vec<(Instant, Duration)>, u32)> {
+    let (client, bearer) = (http(), token(&format!("c{c}")));
+    let (mut accepted, mut shed) = (Vec::new(), 0_u32);
+    let mut n = 0;
+    while Instant::now() < until {
+        n += 1;
+        let started = Instant::now();
+        let response = client
+            .post(&url)
+            .bearer_auth(&bearer)
+            .json(&json!({"sku": "A", "quantity": 1, "idempotencyKey": format!("k{n}")}))
+            .send()
+            .await?;
+        match response.status().as_u16() {
+            201 => accepted.push((started, started.elapsed())),
+            503 => {
+                anyhow::ensure!(
+                    response.headers().contains_key("retry-after"),
+                    "503 without Retry-After"
+                );
+                shed += 1;
+                // Clients back off before trying again (shorter than the
+                // Retry-After of 1 s, to keep the pressure on).
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            other => anyhow::bail!("unexpected HTTP {other}: {}", response.text().await?),
+        }
+    }
+    anyhow::Ok((accepted, shed))
+}
+
+#[tokio::test]
+async fn the_limit_finds_a_slow_inventorys_capacity_and_sheds_the_rest() -> anyhow::Result<()> {
+    let (slow, inventory, server) = serve_slow_inventory().await?;
+    let gateway = start_gateway(&inventory).await?;
+
+    // Uncongested: one order at a time.
+    let url = format!("{}/api/v1/orders", gateway.url);
+    let uncongested = uncongested_latency(&url).await?;
 
     // 64 clients, each ordering again as soon as it is answered, for 6 s.
     let until = Instant::now() + Duration::from_secs(6);
-    let mut clients = Vec::new();
-    for c in 0..CLIENTS {
-        let url = url.clone();
-        clients.push(tokio::spawn(async move {
-            let (client, bearer) = (http(), token(&format!("c{c}")));
-            let (mut accepted, mut shed) = (Vec::new(), 0_u32);
-            let mut n = 0;
-            while Instant::now() < until {
-                n += 1;
-                let started = Instant::now();
-                let response = client
-                    .post(&url)
-                    .bearer_auth(&bearer)
-                    .json(&json!({"sku": "A", "quantity": 1, "idempotencyKey": format!("k{n}")}))
-                    .send()
-                    .await?;
-                match response.status().as_u16() {
-                    201 => accepted.push((started, started.elapsed())),
-                    503 => {
-                        anyhow::ensure!(
-                            response.headers().contains_key("retry-after"),
-                            "503 without Retry-After"
-                        );
-                        shed += 1;
-                        // Clients back off before trying again (shorter than the
-                        // Retry-After of 1 s, to keep the pressure on).
-                        tokio::time::sleep(Duration::from_millis(200)).await;
-                    }
-                    other => anyhow::bail!("unexpected HTTP {other}: {}", response.text().await?),
-                }
-            }
-            anyhow::Ok((accepted, shed))
-        }));
-    }
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|c| tokio::spawn(order_back_to_back(url.clone(), c, until)))
+        .collect();
     let (mut latencies, mut shed) = (Vec::new(), 0);
     let settled = until - Duration::from_secs(3);
     // Count the inventory's queue from the settled phase on.

@@ -6,7 +6,7 @@ mod common;
 
 use std::{collections::BTreeMap, time::Duration};
 
-use common::{Funnel, Options, http, order, token, wait_for_pass};
+use common::{Funnel, Options, Running, http, order, token, wait_for_pass};
 use flashsale_e2e::{kube::TestNamespace, wait::poll_until};
 use gateway::server::SwitchSource;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -202,15 +202,35 @@ async fn games(gateway: &str) -> Result<(u16, Value, Option<String>), String> {
     Ok((status, body, degraded))
 }
 
-#[tokio::test]
-async fn a_configmap_change_reaches_both_replicas() -> anyhow::Result<()> {
-    let client = flashsale_e2e::kube::client().await?;
-    let namespace = TestNamespace::create(&client, "gw-switch").await?;
-    let name = "sale-degradation".to_owned();
-    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace.name);
+/// Waits until `replica` reports degradation generation `generation`.
+async fn wait_for_generation(
+    replica: &Running,
+    generation: f64,
+    what: &str,
+    within: Duration,
+    every: Duration,
+) -> anyhow::Result<()> {
+    poll_until(what, within, every, || async {
+        match replica.metric("gateway_degradation_generation") {
+            Some(seen) if seen == generation => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+/// Creates the degradation ConfigMap `name` (tier 0, generation 1, no
+/// switch) as the degradation controller labels it; its API for changes.
+async fn create_switch_map(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<Api<ConfigMap>> {
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let map = ConfigMap {
         metadata: ObjectMeta {
-            name: Some(name.clone()),
+            name: Some(name.to_owned()),
             labels: Some(
                 [(
                     flashsale_degradation::MANAGED_BY_KEY.to_owned(),
@@ -224,6 +244,15 @@ async fn a_configmap_change_reaches_both_replicas() -> anyhow::Result<()> {
         ..ConfigMap::default()
     };
     maps.create(&PostParams::default(), &map).await?;
+    Ok(maps)
+}
+
+#[tokio::test]
+async fn a_configmap_change_reaches_both_replicas() -> anyhow::Result<()> {
+    let client = flashsale_e2e::kube::client().await?;
+    let namespace = TestNamespace::create(&client, "gw-switch").await?;
+    let name = "sale-degradation".to_owned();
+    let maps = create_switch_map(&client, &namespace.name, &name).await?;
     let source = SwitchSource::ConfigMap {
         namespace: namespace.name.clone(),
         name: name.clone(),
@@ -235,16 +264,12 @@ async fn a_configmap_change_reaches_both_replicas() -> anyhow::Result<()> {
     .await?;
     let second = funnel.replica(source).await?;
     for replica in [&funnel.gateway, &second] {
-        poll_until(
+        wait_for_generation(
+            replica,
+            1.0,
             "the initial generation",
             Duration::from_secs(10),
             Duration::from_millis(20),
-            || async {
-                match replica.metric("gateway_degradation_generation") {
-                    Some(1.0) => Ok(()),
-                    other => Err(format!("{other:?}")),
-                }
-            },
         )
         .await?;
         let (status, body, _) = games(&replica.url).await.map_err(anyhow::Error::msg)?;
@@ -289,6 +314,32 @@ async fn a_configmap_change_reaches_both_replicas() -> anyhow::Result<()> {
     funnel.cleanup().await
 }
 
+/// A shopper's requests to one gateway.
+struct Shopper {
+    gateway: String,
+}
+
+impl Shopper {
+    /// GETs `path` with the shopper's token.
+    async fn get(&self, path: &str) -> reqwest::Result<reqwest::Response> {
+        http()
+            .get(format!("{}{path}", self.gateway))
+            .bearer_auth(token("shopper"))
+            .send()
+            .await
+    }
+
+    /// POSTs `body` to `path` with the shopper's token.
+    async fn post(&self, path: &str, body: Value) -> reqwest::Result<reqwest::Response> {
+        http()
+            .post(format!("{}{path}", self.gateway))
+            .bearer_auth(token("shopper"))
+            .json(&body)
+            .send()
+            .await
+    }
+}
+
 #[tokio::test]
 async fn every_non_core_route_degrades_for_real() -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(flashsale_e2e::stack::unique_name("gw-switches"));
@@ -303,46 +354,61 @@ async fn every_non_core_route_degrades_for_real() -> anyhow::Result<()> {
         ..Options::default()
     })
     .await?;
-    let gw = funnel.gateway.url.clone();
-    let get = |path: &str| {
-        http()
-            .get(format!("{gw}{path}"))
-            .bearer_auth(token("shopper"))
-            .send()
-    };
-    let post = |path: &str, body: Value| {
-        http()
-            .post(format!("{gw}{path}"))
-            .bearer_auth(token("shopper"))
-            .json(&body)
-            .send()
+    let shopper = Shopper {
+        gateway: funnel.gateway.url.clone(),
     };
     let review = json!({"sku": "A", "rating": 5, "text": "great"});
+    check_normal_modes(&shopper, &review).await?;
 
-    // Normal modes first.
+    let all = json!({"recommendations": "static", "orderHistory": "last7Days", "voucherPush": "deferred",
+                     "reviews": "queued", "shopChat": "throttled", "miniGames": "closed"});
+    std::fs::write(&file, serde_json::to_string(&degradation_data(2, 2, all))?)?;
+    wait_for_generation(
+        &funnel.gateway,
+        2.0,
+        "the file's switches",
+        Duration::from_secs(5),
+        Duration::from_millis(5),
+    )
+    .await?;
+    check_degraded_modes(&shopper, review).await?;
     assert_eq!(
-        get("/api/v1/recommendations")
+        order(&shopper.gateway, "shopper", "A", "k", None).await?.0,
+        201
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    funnel.cleanup().await
+}
+
+/// Every non-core route in its normal mode.
+async fn check_normal_modes(shopper: &Shopper, review: &Value) -> anyhow::Result<()> {
+    assert_eq!(
+        shopper
+            .get("/api/v1/recommendations")
             .await?
             .json::<Value>()
             .await?["mode"],
         "personal"
     );
     assert_eq!(
-        get("/api/v1/orders/history?days=30")
+        shopper
+            .get("/api/v1/orders/history?days=30")
             .await?
             .json::<Value>()
             .await?["days"],
         30
     );
     assert_eq!(
-        post("/api/v1/vouchers/push", json!({}))
+        shopper
+            .post("/api/v1/vouchers/push", json!({}))
             .await?
             .status()
             .as_u16(),
         200
     );
     assert_eq!(
-        post("/api/v1/reviews", review.clone())
+        shopper
+            .post("/api/v1/reviews", review.clone())
             .await?
             .status()
             .as_u16(),
@@ -350,70 +416,63 @@ async fn every_non_core_route_degrades_for_real() -> anyhow::Result<()> {
     );
     for _ in 0..3 {
         assert_eq!(
-            post("/api/v1/chat/messages", json!({}))
+            shopper
+                .post("/api/v1/chat/messages", json!({}))
                 .await?
                 .status()
                 .as_u16(),
             200
         );
     }
+    Ok(())
+}
 
-    let all = json!({"recommendations": "static", "orderHistory": "last7Days", "voucherPush": "deferred",
-                     "reviews": "queued", "shopChat": "throttled", "miniGames": "closed"});
-    std::fs::write(&file, serde_json::to_string(&degradation_data(2, 2, all))?)?;
-    poll_until(
-        "the file's switches",
-        Duration::from_secs(5),
-        Duration::from_millis(5),
-        || async {
-            match funnel.gateway.metric("gateway_degradation_generation") {
-                Some(2.0) => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        },
-    )
-    .await?;
-
-    let recommendations = get("/api/v1/recommendations").await?;
+/// Every non-core route in its degraded mode; the stock page coarse.
+async fn check_degraded_modes(shopper: &Shopper, review: Value) -> anyhow::Result<()> {
+    let recommendations = shopper.get("/api/v1/recommendations").await?;
     assert_eq!(
         recommendations.headers()["x-flashsale-degraded"],
         "recommendations=static"
     );
     assert_eq!(recommendations.json::<Value>().await?["mode"], "static");
-    let history: Value = get("/api/v1/orders/history?days=30").await?.json().await?;
+    let history: Value = shopper
+        .get("/api/v1/orders/history?days=30")
+        .await?
+        .json()
+        .await?;
     assert_eq!(
         (history["mode"].as_str(), history["days"].as_u64()),
         (Some("last7Days"), Some(7))
     );
     assert_eq!(
-        post("/api/v1/vouchers/push", json!({}))
+        shopper
+            .post("/api/v1/vouchers/push", json!({}))
             .await?
             .status()
             .as_u16(),
         202
     );
-    let queued = post("/api/v1/reviews", review).await?;
+    let queued = shopper.post("/api/v1/reviews", review).await?;
     assert_eq!(queued.status().as_u16(), 202);
     assert_eq!(queued.json::<Value>().await?["status"], "queued");
     assert_eq!(
-        post("/api/v1/chat/messages", json!({}))
+        shopper
+            .post("/api/v1/chat/messages", json!({}))
             .await?
             .status()
             .as_u16(),
         200
     );
-    let throttled = post("/api/v1/chat/messages", json!({})).await?;
+    let throttled = shopper.post("/api/v1/chat/messages", json!({})).await?;
     assert_eq!(throttled.status().as_u16(), 429, "one message per 5 s");
     assert_eq!(throttled.headers()["retry-after"], "5");
-    let games: Value = get("/api/v1/games").await?.json().await?;
+    let games: Value = shopper.get("/api/v1/games").await?.json().await?;
     assert_eq!(games["open"], false);
     // The stock page turns coarse under load; ordering is untouched.
-    let item: Value = get("/api/v1/items/A").await?.json().await?;
+    let item: Value = shopper.get("/api/v1/items/A").await?.json().await?;
     assert_eq!(
         (item["status"].as_str(), item.get("available")),
         (Some("available"), None)
     );
-    assert_eq!(order(&gw, "shopper", "A", "k", None).await?.0, 201);
-    let _ = std::fs::remove_dir_all(&dir);
-    funnel.cleanup().await
+    Ok(())
 }

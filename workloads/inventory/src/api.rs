@@ -219,18 +219,7 @@ async fn reserve(
 ) -> Result<Response, ApiError> {
     let Path(sale) = path?;
     let Json(body) = body.map_err(|r| ApiError::json(r, MAX_BODY_BYTES))?;
-    check_id("sku", &body.sku)?;
-    // The rule every part of the order path shares, so a buyer the gateway
-    // admits is one the inventory serves.
-    flashsale_orders::check_user_id(&body.user)
-        .map_err(|err| ApiError::bad_request(format!("user: {err}")))?;
-    check_id("requestId", &body.request_id)?;
-    let quantity = u64::try_from(body.quantity)
-        .ok()
-        .filter(|q| (1..=MAX_QUANTITY).contains(q))
-        .ok_or_else(|| ApiError::bad_request(format!("quantity must be 1-{MAX_QUANTITY}")))?;
-    let amount_minor = u64::try_from(body.amount_minor)
-        .map_err(|_| ApiError::bad_request("amountMinor must not be negative"))?;
+    let (quantity, amount_minor) = check_reserve_body(&body)?;
     if state.known_sold_out(&sale, &body.sku) {
         state.metrics.reservation("sold_out");
         return Err(ApiError::new(
@@ -270,6 +259,35 @@ async fn reserve(
         )
     })?
     .inspect_err(|_| state.metrics.reservation("error"))?;
+    reserve_answer(&state, &sale, &body, outcome)
+}
+
+/// The checked quantity and amount of a reservation request, or the 400
+/// naming the field that is wrong.
+fn check_reserve_body(body: &ReserveBody) -> Result<(u64, u64), ApiError> {
+    check_id("sku", &body.sku)?;
+    // The rule every part of the order path shares, so a buyer the gateway
+    // admits is one the inventory serves.
+    flashsale_orders::check_user_id(&body.user)
+        .map_err(|err| ApiError::bad_request(format!("user: {err}")))?;
+    check_id("requestId", &body.request_id)?;
+    let quantity = u64::try_from(body.quantity)
+        .ok()
+        .filter(|q| (1..=MAX_QUANTITY).contains(q))
+        .ok_or_else(|| ApiError::bad_request(format!("quantity must be 1-{MAX_QUANTITY}")))?;
+    let amount_minor = u64::try_from(body.amount_minor)
+        .map_err(|_| ApiError::bad_request("amountMinor must not be negative"))?;
+    Ok((quantity, amount_minor))
+}
+
+/// The answer to a reservation the store decided, counted in the metrics;
+/// a sold-out answer is remembered for `sale`'s SKU.
+fn reserve_answer(
+    state: &AppState,
+    sale: &str,
+    body: &ReserveBody,
+    outcome: ReserveOutcome,
+) -> Result<Response, ApiError> {
     match outcome {
         ReserveOutcome::Reserved(record) => {
             state.metrics.reservation("ok");
@@ -286,7 +304,7 @@ async fn reserve(
         )),
         ReserveOutcome::SoldOut => {
             state.metrics.reservation("sold_out");
-            state.set_sold_out(&sale, &body.sku, true);
+            state.set_sold_out(sale, &body.sku, true);
             Err(ApiError::new(
                 StatusCode::CONFLICT,
                 codes::SOLD_OUT,

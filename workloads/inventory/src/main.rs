@@ -5,7 +5,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use flashsale_orders::{OrderProducer, ProducerSettings};
-use flashsale_runtime::{Process, Readiness, RuntimeArgs};
+use flashsale_runtime::{Process, Readiness, RuntimeArgs, Shutdown};
 use inventory::{
     api::{self, AppState},
     auth::Tokens,
@@ -149,25 +149,8 @@ fn read_password(path: &PathBuf) -> anyhow::Result<String> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    if let Some(Command::RedisAcl {
-        sale,
-        gateway_user,
-        gateway_password_file,
-        inventory_user,
-        inventory_password_file,
-    }) = &args.command
-    {
-        let gateway = read_password(gateway_password_file)?;
-        let inventory = read_password(inventory_password_file)?;
-        println!(
-            "{}",
-            acl_command(sale, Workload::Gateway, gateway_user, &gateway)
-        );
-        println!(
-            "{}",
-            acl_command(sale, Workload::Inventory, inventory_user, &inventory)
-        );
-        return Ok(());
+    if let Some(command) = &args.command {
+        return run_command(command);
     }
     let mut process = Process::start("inventory", env!("CARGO_PKG_VERSION"), &args.runtime.log)?;
     let metrics = Metrics::register(process.registry_mut());
@@ -181,33 +164,64 @@ async fn main() -> anyhow::Result<()> {
             "no API token configured: any caller may reserve, confirm, cancel, load and adjust stock"
         );
     }
+    let store = open_store(&args, &metrics).await?;
+    let state = AppState::new(
+        store.clone(),
+        metrics.clone(),
+        Duration::from_millis(args.sold_out_staleness_ms),
+    )
+    .with_tokens(tokens);
+    let shutdown = process.shutdown();
+    tokio::spawn(sweeper::run(
+        store.clone(),
+        state.clone(),
+        metrics.clone(),
+        Duration::from_millis(args.sweep_interval_ms.max(10)),
+        shutdown.clone(),
+    ));
+    start_outbox(&args, &store, &metrics, &shutdown)?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    tracing::info!(addr = %args.listen, "reservation API listening");
+    let api = axum::serve(listener, api::router(state))
+        .with_graceful_shutdown(async move { shutdown.wait().await });
+    let (api, ops) = tokio::join!(api, process.serve_ops(&args.runtime.ops, readiness(store)));
+    api.context("reservation API failed")?;
+    ops?;
+    Ok(())
+}
+
+/// Runs a tool instead of serving.
+fn run_command(command: &Command) -> anyhow::Result<()> {
+    let Command::RedisAcl {
+        sale,
+        gateway_user,
+        gateway_password_file,
+        inventory_user,
+        inventory_password_file,
+    } = command;
+    let gateway = read_password(gateway_password_file)?;
+    let inventory = read_password(inventory_password_file)?;
+    println!(
+        "{}",
+        acl_command(sale, Workload::Gateway, gateway_user, &gateway)
+    );
+    println!(
+        "{}",
+        acl_command(sale, Workload::Inventory, inventory_user, &inventory)
+    );
+    Ok(())
+}
+
+/// The store on the arguments' Redis, with their durability policy and
+/// coalescing, after the eviction check; the sale file, if any, is loaded.
+async fn open_store(args: &Args, metrics: &Metrics) -> anyhow::Result<Store> {
     let redis_url = args.redis_url.as_deref().unwrap_or_default();
     let store = Store::connect(redis_url)
         .await
         .context("connecting to Redis")?;
-    let (replicas, timeout) = (
-        args.durability_replicas.max(1),
-        Duration::from_millis(args.durability_timeout_ms.max(1)),
-    );
-    let durability = match args.durability {
-        DurabilityArg::Fast => Durability::Fast,
-        DurabilityArg::Replicated => Durability::Replicated { replicas, timeout },
-        DurabilityArg::Auto => {
-            let fewest = store
-                .fewest_replicas()
-                .await
-                .context("counting Redis's replicas for --durability auto")?;
-            let picked = Durability::auto(fewest, replicas, timeout);
-            if picked == Durability::Fast {
-                tracing::warn!(
-                    fewest_replicas = fewest,
-                    wanted = replicas,
-                    "durability auto: a Redis primary has too few replicas, so writes are acknowledged on the primary alone and a failover may lose the last ones"
-                );
-            }
-            picked
-        }
-    };
+    let durability = durability(args, &store).await?;
     tracing::info!(replicas = durability.replicas(), "durability policy");
     metrics.durability(durability.replicas());
     let store = store
@@ -233,20 +247,45 @@ async fn main() -> anyhow::Result<()> {
         let loaded = store.load(&def).await.context("loading the sale")?;
         tracing::info!(sale = def.sale, ?loaded, "sale loaded");
     }
-    let state = AppState::new(
-        store.clone(),
-        metrics.clone(),
-        Duration::from_millis(args.sold_out_staleness_ms),
-    )
-    .with_tokens(tokens);
-    let shutdown = process.shutdown();
-    tokio::spawn(sweeper::run(
-        store.clone(),
-        state.clone(),
-        metrics.clone(),
-        Duration::from_millis(args.sweep_interval_ms.max(10)),
-        shutdown.clone(),
-    ));
+    Ok(store)
+}
+
+/// The durability policy `--durability` asks for; `auto` looks at the
+/// replicas `store`'s Redis has now.
+async fn durability(args: &Args, store: &Store) -> anyhow::Result<Durability> {
+    let (replicas, timeout) = (
+        args.durability_replicas.max(1),
+        Duration::from_millis(args.durability_timeout_ms.max(1)),
+    );
+    Ok(match args.durability {
+        DurabilityArg::Fast => Durability::Fast,
+        DurabilityArg::Replicated => Durability::Replicated { replicas, timeout },
+        DurabilityArg::Auto => {
+            let fewest = store
+                .fewest_replicas()
+                .await
+                .context("counting Redis's replicas for --durability auto")?;
+            let picked = Durability::auto(fewest, replicas, timeout);
+            if picked == Durability::Fast {
+                tracing::warn!(
+                    fewest_replicas = fewest,
+                    wanted = replicas,
+                    "durability auto: a Redis primary has too few replicas, so writes are acknowledged on the primary alone and a failover may lose the last ones"
+                );
+            }
+            picked
+        }
+    })
+}
+
+/// Starts publishing the outbox of `expired` order events, when Kafka
+/// brokers are configured.
+fn start_outbox(
+    args: &Args,
+    store: &Store,
+    metrics: &Metrics,
+    shutdown: &Shutdown,
+) -> anyhow::Result<()> {
     match &args.kafka_brokers {
         Some(brokers) => {
             let producer = OrderProducer::new(&ProducerSettings {
@@ -271,14 +310,13 @@ async fn main() -> anyhow::Result<()> {
             "no Kafka brokers configured: orders of lapsed or cancelled reservations are not marked expired"
         ),
     }
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
-    tracing::info!(addr = %args.listen, "reservation API listening");
-    let api = axum::serve(listener, api::router(state))
-        .with_graceful_shutdown(async move { shutdown.wait().await });
+    Ok(())
+}
+
+/// The ops server's readiness: Redis answers, and no sale lost its stock.
+fn readiness(store: Store) -> Readiness {
     let stock_store = store.clone();
-    let readiness = Readiness::default()
+    Readiness::default()
         .with_check("redis", move || {
             let store = store.clone();
             async move { store.ping().await.map_err(|e| e.to_string()) }
@@ -296,9 +334,5 @@ async fn main() -> anyhow::Result<()> {
                     )),
                 }
             }
-        });
-    let (api, ops) = tokio::join!(api, process.serve_ops(&args.runtime.ops, readiness));
-    api.context("reservation API failed")?;
-    ops?;
-    Ok(())
+        })
 }

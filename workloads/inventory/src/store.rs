@@ -578,31 +578,9 @@ impl Store {
         }
         // A random first shard spreads buyers; the others are tried in turn.
         let start = (uuid.as_u128() % u128::from(shards)) as u32;
-        let mut taken_from = -1_i64;
-        for step in 0..shards {
-            let index = (start + step) % shards;
-            let shard = keys.shard(req.sku, shards, index);
-            let since = conn.generation();
-            let outcome: String = self
-                .scripts
-                .take
-                .key(shard.avail())
-                .key(shard.held())
-                .key(shard.taken(&id))
-                .arg(req.quantity)
-                .invoke_async(&mut conn)
-                .await?;
-            match outcome.as_str() {
-                "taken" => {
-                    self.make_durable(&shard.avail(), since).await?;
-                    taken_from = i64::from(index);
-                    break;
-                }
-                "empty" => continue,
-                // Fenced: the sweeper released this claim after its window.
-                _ => return Err(StoreError::ClaimExpired(id)),
-            }
-        }
+        let taken_from = self
+            .take_from_a_shard(&mut conn, &keys, req, &id, shards, start)
+            .await?;
         let settled: Vec<String> = self
             .scripts
             .settle
@@ -624,6 +602,44 @@ impl Store {
             Some("sold_out") => Ok(ReserveOutcome::SoldOut),
             _ => Err(StoreError::ClaimExpired(id)),
         }
+    }
+
+    /// Takes the claimed units of reservation `id` from the first shard, from
+    /// `start` on, that has them; the shard's index, or -1 when every shard
+    /// was empty. A claim the sweeper already released is `ClaimExpired`.
+    async fn take_from_a_shard(
+        &self,
+        conn: &mut RedisConnection,
+        keys: &SaleKeys,
+        req: &ReserveRequest<'_>,
+        id: &str,
+        shards: u32,
+        start: u32,
+    ) -> Result<i64, StoreError> {
+        for step in 0..shards {
+            let index = (start + step) % shards;
+            let shard = keys.shard(req.sku, shards, index);
+            let since = conn.generation();
+            let outcome: String = self
+                .scripts
+                .take
+                .key(shard.avail())
+                .key(shard.held())
+                .key(shard.taken(id))
+                .arg(req.quantity)
+                .invoke_async(conn)
+                .await?;
+            match outcome.as_str() {
+                "taken" => {
+                    self.make_durable(&shard.avail(), since).await?;
+                    return Ok(i64::from(index));
+                }
+                "empty" => continue,
+                // Fenced: the sweeper released this claim after its window.
+                _ => return Err(StoreError::ClaimExpired(id.to_owned())),
+            }
+        }
+        Ok(-1)
     }
 
     async fn reserve_reply(

@@ -140,71 +140,20 @@ async fn reserve_through_a_failover(
     let started = Instant::now();
     let clients: Vec<_> = (0..200)
         .map(|client| {
-            let (store, sale, run, stop) = (store.clone(), sale.clone(), run.clone(), stop.clone());
-            tokio::spawn(async move {
-                for call in 0.. {
-                    let request_id = format!("c{client}-{call}");
-                    // Retried under its request id until answered: the
-                    // client's own idempotency, as the gateway does.
-                    loop {
-                        if stop.load(Ordering::SeqCst) {
-                            return anyhow::Ok(());
-                        }
-                        let answer = store
-                            .reserve(&ReserveRequest {
-                                sale: &sale,
-                                sku: "HOT",
-                                user: &format!("u{client}"),
-                                quantity: 1,
-                                request_id: &request_id,
-                                amount_minor: 100,
-                            })
-                            .await;
-                        match answer {
-                            Ok(ReserveOutcome::Reserved(r) | ReserveOutcome::Existing(r)) => {
-                                let mut run = run.lock().await;
-                                run.acknowledged.insert(request_id.clone(), r.id);
-                                run.acked_at.push(started.elapsed());
-                                break;
-                            }
-                            Ok(other) => anyhow::bail!("unexpected answer {other:?}"),
-                            Err(e) => {
-                                *run.lock().await.failed.entry(e.to_string()).or_default() += 1;
-                                tokio::time::sleep(Duration::from_millis(20)).await;
-                            }
-                        }
-                    }
-                }
-                anyhow::Ok(())
-            })
+            tokio::spawn(keep_reserving(
+                client,
+                store.clone(),
+                sale.clone(),
+                run.clone(),
+                stop.clone(),
+                started,
+            ))
         })
         .collect();
 
     // Let the clients get going, then kill the primary holding the SKU.
     tokio::time::sleep(Duration::from_millis(1_500)).await;
-    cluster.kill(primary).await?;
-    let killed = started.elapsed();
-    // Its replica takes over; the killed node comes back as a replica of
-    // the new primary, which the replicated policy needs to acknowledge
-    // anything again (each primary has one replica).
-    let promoted = flashsale_e2e::wait::poll_until(
-        "the replica to be promoted",
-        Duration::from_secs(30),
-        Duration::from_millis(50),
-        || async {
-            match cluster.primary_for_key(&key).await {
-                Ok(owner) if owner != primary => Ok(started.elapsed()),
-                Ok(_) => Err(format!("{primary} still owns the slot")),
-                Err(e) => Err(e.to_string()),
-            }
-        },
-    )
-    .await;
-    cluster.restart(primary).await?;
-    let healed = cluster
-        .until_healthy(HEALTHY)
-        .await
-        .map(|()| started.elapsed());
+    let (killed, promoted, healed) = fail_over(cluster, primary, &key, started).await?;
     // Run until reservations flow again (or give up), then 2 s more.
     let resumed = flashsale_e2e::wait::poll_until(
         "reservations to be acknowledged again after the kill",
@@ -245,6 +194,92 @@ async fn reserve_through_a_failover(
         promoted,
         healed,
     })
+}
+
+/// One client of the failover run: reserves one unit per call as user
+/// `u<client>` until `stop`, each call retried under its request id until
+/// answered; every acknowledgement and failure goes into `run`.
+async fn keep_reserving(
+    client: usize,
+    store: Store,
+    sale: String,
+    run: Arc<Mutex<Run>>,
+    stop: Arc<AtomicBool>,
+    started: Instant,
+) -> anyhow::Result<()> {
+    for call in 0.. {
+        let request_id = format!("c{client}-{call}");
+        // Retried under its request id until answered: the
+        // client's own idempotency, as the gateway does.
+        loop {
+            if stop.load(Ordering::SeqCst) {
+                return anyhow::Ok(());
+            }
+            let answer = store
+                .reserve(&ReserveRequest {
+                    sale: &sale,
+                    sku: "HOT",
+                    user: &format!("u{client}"),
+                    quantity: 1,
+                    request_id: &request_id,
+                    amount_minor: 100,
+                })
+                .await;
+            match answer {
+                Ok(ReserveOutcome::Reserved(r) | ReserveOutcome::Existing(r)) => {
+                    let mut run = run.lock().await;
+                    run.acknowledged.insert(request_id.clone(), r.id);
+                    run.acked_at.push(started.elapsed());
+                    break;
+                }
+                Ok(other) => anyhow::bail!("unexpected answer {other:?}"),
+                Err(e) => {
+                    *run.lock().await.failed.entry(e.to_string()).or_default() += 1;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+    }
+    anyhow::Ok(())
+}
+
+/// SIGKILLs `primary`, waits for its replica to own `key`'s slot, restarts
+/// it and waits for the cluster to be whole. Returns when the kill came and
+/// when (or whether) the promotion and the healing were seen, from `started`.
+async fn fail_over(
+    cluster: &RedisCluster,
+    primary: u16,
+    key: &str,
+    started: Instant,
+) -> anyhow::Result<(Duration, anyhow::Result<Duration>, anyhow::Result<Duration>)> {
+    cluster.kill(primary).await?;
+    let killed = started.elapsed();
+    // Its replica takes over; the killed node comes back as a replica of
+    // the new primary, which the replicated policy needs to acknowledge
+    // anything again (each primary has one replica).
+    let promoted = flashsale_e2e::wait::poll_until(
+        "the replica to be promoted",
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        || async {
+            match cluster.primary_for_key(key).await {
+                Ok(owner) if owner != primary => Ok(started.elapsed()),
+                Ok(_) => Err(format!("{primary} still owns the slot")),
+                Err(e) => Err(e.to_string()),
+            }
+        },
+    )
+    .await;
+    cluster.restart(primary).await?;
+    let healed = cluster
+        .until_healthy(HEALTHY)
+        .await
+        .map(|()| started.elapsed());
+    Ok((
+        killed,
+        promoted.map_err(Into::into),
+        healed.map_err(Into::into),
+    ))
 }
 
 /// The longest stretch without an acknowledgement from the last one before

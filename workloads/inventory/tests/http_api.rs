@@ -97,7 +97,31 @@ impl Api {
     fn reservations(&self) -> String {
         format!("/v1/sales/{}/reservations", self.sale)
     }
+
+    /// The stock of `PHONE` as the API reports it.
+    async fn stock(&self) -> anyhow::Result<Value> {
+        Ok(self
+            .http
+            .get(format!(
+                "{}/v1/sales/{}/items/PHONE/stock",
+                self.base, self.sale
+            ))
+            .send()
+            .await?
+            .json()
+            .await?)
+    }
 }
+
+/// A refused request: (case, answer, expected status, expected error code,
+/// text the message must contain).
+type Case = (
+    &'static str,
+    (StatusCode, Value),
+    StatusCode,
+    &'static str,
+    &'static str,
+);
 
 #[tokio::test]
 async fn reserve_confirm_cancel_and_stock_over_http() -> anyhow::Result<()> {
@@ -163,16 +187,7 @@ async fn reserve_confirm_cancel_and_stock_over_http() -> anyhow::Result<()> {
         "{body}"
     );
 
-    let stock: Value = api
-        .http
-        .get(format!(
-            "{}/v1/sales/{}/items/PHONE/stock",
-            api.base, api.sale
-        ))
-        .send()
-        .await?
-        .json()
-        .await?;
+    let stock = api.stock().await?;
     assert_eq!(
         stock,
         json!({"stock": 3, "available": 1, "reserved": 0, "sold": 2})
@@ -183,16 +198,38 @@ async fn reserve_confirm_cancel_and_stock_over_http() -> anyhow::Result<()> {
 #[tokio::test]
 async fn bad_requests_get_a_4xx_json_error_naming_the_problem() -> anyhow::Result<()> {
     let api = Api::start().await?;
+    let mut cases = bad_reservation_fields(&api).await?;
+    cases.extend(bad_bodies_and_places(&api).await?);
+    let mut failures = Vec::new();
+    for (case, (status, body), want_status, want_code, mentions) in cases {
+        let message = body["message"].as_str().unwrap_or_default();
+        if status != want_status || body["error"] != want_code || !message.contains(mentions) {
+            failures.push(format!("{case}: got {status} {body}, want {want_status} {want_code} mentioning {mentions:?}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // Nothing above took stock.
+    let stock = api.stock().await?;
+    assert_eq!(stock["available"], 3);
+    Ok(())
+}
+
+/// A reservation body the API takes.
+fn valid_reservation() -> Value {
+    json!({"sku": "PHONE", "user": "u1", "quantity": 1, "requestId": "r1"})
+}
+
+/// Reservations with one field of a valid body wrong or missing, sent in
+/// turn, with what each must be answered.
+async fn bad_reservation_fields(api: &Api) -> anyhow::Result<Vec<Case>> {
     let path = api.reservations();
-    let ok = json!({"sku": "PHONE", "user": "u1", "quantity": 1, "requestId": "r1"});
+    let ok = valid_reservation();
     let with = |field: &str, value: Value| {
         let mut body = ok.clone();
         body[field] = value;
         body
     };
-    // (case, answer, expected status, expected error code, text the message must contain)
-    type Case<'a> = (&'a str, (StatusCode, Value), StatusCode, &'a str, &'a str);
-    let cases: Vec<Case> = vec![
+    Ok(vec![
         (
             "zero quantity",
             api.post(&path, with("quantity", json!(0))).await?,
@@ -257,6 +294,16 @@ async fn bad_requests_get_a_4xx_json_error_naming_the_problem() -> anyhow::Resul
             "invalid_json",
             "price",
         ),
+    ])
+}
+
+/// Bodies that are not JSON or too large, a valid body sent where nothing
+/// answers it, and a sale without items, sent in turn, with what each must
+/// be answered.
+async fn bad_bodies_and_places(api: &Api) -> anyhow::Result<Vec<Case>> {
+    let path = api.reservations();
+    let ok = valid_reservation();
+    Ok(vec![
         (
             "invalid JSON",
             api.raw(&path, b"{\"sku\": ".to_vec()).await?,
@@ -296,28 +343,7 @@ async fn bad_requests_get_a_4xx_json_error_naming_the_problem() -> anyhow::Resul
             "invalid_request",
             "items",
         ),
-    ];
-    let mut failures = Vec::new();
-    for (case, (status, body), want_status, want_code, mentions) in cases {
-        let message = body["message"].as_str().unwrap_or_default();
-        if status != want_status || body["error"] != want_code || !message.contains(mentions) {
-            failures.push(format!("{case}: got {status} {body}, want {want_status} {want_code} mentioning {mentions:?}"));
-        }
-    }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
-    // Nothing above took stock.
-    let stock: Value = api
-        .http
-        .get(format!(
-            "{}/v1/sales/{}/items/PHONE/stock",
-            api.base, api.sale
-        ))
-        .send()
-        .await?
-        .json()
-        .await?;
-    assert_eq!(stock["available"], 3);
-    Ok(())
+    ])
 }
 
 #[tokio::test]

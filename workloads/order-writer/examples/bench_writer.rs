@@ -318,14 +318,96 @@ async fn commit_p99_at(
     Ok(p99)
 }
 
+/// A producer to `topics`' order topic.
+fn producer_for(topics: &Topics) -> anyhow::Result<OrderProducer> {
+    let mut settings = ProducerSettings::new(&topics.brokers);
+    settings.topic = topics.topic.clone();
+    Ok(OrderProducer::new(&settings)?)
+}
+
+/// One run's figures on one database.
+struct RunFigures {
+    /// The raw ceiling, rows/s.
+    raw: f64,
+    /// The writer at a batch of 200, rows/s.
+    writer: f64,
+    /// The writer at a batch of 1, rows/s.
+    batch_one: f64,
+    /// The created → committed p99 at half the writer's rate, ms.
+    p99_ms: f64,
+}
+
+/// One run on `sink`: the raw ceiling, the writer at both batch sizes, and
+/// the commit p99 at half the writer's rate.
+async fn one_run(
+    opts: &Options,
+    sink: &Sink,
+    database: &str,
+    run: usize,
+) -> anyhow::Result<RunFigures> {
+    let sale = stack::unique_name("bench");
+    let r = raw_rows_per_second(sink, &sale, opts.events).await?;
+    let w = writer_rows_per_second(
+        sink,
+        producer_for,
+        &sale,
+        opts.events,
+        200,
+        opts.write_concurrency,
+    )
+    .await?;
+    let b = writer_rows_per_second(
+        sink,
+        producer_for,
+        &sale,
+        opts.batch_one_events,
+        1,
+        opts.write_concurrency,
+    )
+    .await?;
+    let p99 = commit_p99_at(
+        sink,
+        producer_for,
+        &sale,
+        w / 2.0,
+        opts.latency_seconds,
+        opts.write_concurrency,
+    )
+    .await?;
+    let p99 = p99.map_or(f64::NAN, ms);
+    eprintln!(
+        "{database} run {run}: raw {r:.0}/s, writer {w:.0}/s, batch-1 {b:.0}/s, \
+         p99 {p99:.1} ms at {:.0}/s",
+        w / 2.0
+    );
+    Ok(RunFigures {
+        raw: r,
+        writer: w,
+        batch_one: b,
+        p99_ms: p99,
+    })
+}
+
+/// Removes the raw ceiling's table.
+async fn drop_raw_table(sink: &Sink) -> anyhow::Result<()> {
+    match sink {
+        Sink::Postgres(pool) => {
+            sqlx::query("DROP TABLE bench_orders_raw")
+                .execute(pool)
+                .await?;
+        }
+        Sink::Mysql(pool) => {
+            sqlx::query("DROP TABLE bench_orders_raw")
+                .execute(pool)
+                .await?;
+        }
+    }
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let opts = Options::parse();
-    let producer_for = |topics: &Topics| {
-        let mut settings = ProducerSettings::new(&topics.brokers);
-        settings.topic = topics.topic.clone();
-        Ok(OrderProducer::new(&settings)?)
-    };
     println!(
         "| database | raw ceiling rows/s | writer (batch 200) rows/s | writer / raw | writer (batch 1) rows/s | batch 1 / raw | p99 created→committed at half rate |"
     );
@@ -340,47 +422,13 @@ async fn main() -> anyhow::Result<()> {
         let (mut raw, mut writer, mut one, mut ratio, mut ratio_one, mut latency) =
             (vec![], vec![], vec![], vec![], vec![], vec![]);
         for run in 0..opts.runs {
-            let sale = stack::unique_name("bench");
-            let r = raw_rows_per_second(&sink, &sale, opts.events).await?;
-            let w = writer_rows_per_second(
-                &sink,
-                producer_for,
-                &sale,
-                opts.events,
-                200,
-                opts.write_concurrency,
-            )
-            .await?;
-            let b = writer_rows_per_second(
-                &sink,
-                producer_for,
-                &sale,
-                opts.batch_one_events,
-                1,
-                opts.write_concurrency,
-            )
-            .await?;
-            let p99 = commit_p99_at(
-                &sink,
-                producer_for,
-                &sale,
-                w / 2.0,
-                opts.latency_seconds,
-                opts.write_concurrency,
-            )
-            .await?;
-            let p99 = p99.map_or(f64::NAN, ms);
-            eprintln!(
-                "{database} run {run}: raw {r:.0}/s, writer {w:.0}/s, batch-1 {b:.0}/s, \
-                 p99 {p99:.1} ms at {:.0}/s",
-                w / 2.0
-            );
-            latency.push(p99);
-            raw.push(r);
-            writer.push(w);
-            one.push(b);
-            ratio.push(w / r);
-            ratio_one.push(b / r);
+            let figures = one_run(&opts, &sink, database, run).await?;
+            latency.push(figures.p99_ms);
+            raw.push(figures.raw);
+            writer.push(figures.writer);
+            one.push(figures.batch_one);
+            ratio.push(figures.writer / figures.raw);
+            ratio_one.push(figures.batch_one / figures.raw);
         }
         let of = |values: Vec<f64>| median(values).unwrap_or(f64::NAN);
         let writer_rate = of(writer);
@@ -394,18 +442,7 @@ async fn main() -> anyhow::Result<()> {
             of(latency),
             writer_rate / 2.0
         );
-        match &sink {
-            Sink::Postgres(pool) => {
-                sqlx::query("DROP TABLE bench_orders_raw")
-                    .execute(pool)
-                    .await?;
-            }
-            Sink::Mysql(pool) => {
-                sqlx::query("DROP TABLE bench_orders_raw")
-                    .execute(pool)
-                    .await?;
-            }
-        }
+        drop_raw_table(&sink).await?;
     }
     Ok(())
 }

@@ -68,18 +68,19 @@ impl Squatter {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn every_replica_reports_the_group_lag_over_every_partition() -> anyhow::Result<()> {
-    let topics = Topics::create(PARTITIONS).await?;
-    let sale = stack::unique_name("lag");
+/// Produces [`EVENTS`] orders of `sale`: where each landed (order number →
+/// partition and offset) and each partition's high watermark.
+async fn produce_events(
+    topics: &Topics,
+    sale: &str,
+) -> anyhow::Result<(BTreeMap<usize, (i32, i64)>, BTreeMap<i32, i64>)> {
     let mut settings = ProducerSettings::new(&topics.brokers);
     settings.topic = topics.topic.clone();
     let producer = OrderProducer::new(&settings)?;
-    // Order number → where it landed; partition → its high watermark.
     let mut landed = BTreeMap::new();
     let mut high: BTreeMap<i32, i64> = BTreeMap::new();
     for n in 0..EVENTS {
-        let delivered = producer.send(&common::event(&sale, n)).await?;
+        let delivered = producer.send(&common::event(sale, n)).await?;
         landed.insert(n, (delivered.partition, delivered.offset));
         let end = high.entry(delivered.partition).or_default();
         *end = (*end).max(delivered.offset + 1);
@@ -88,14 +89,16 @@ async fn every_replica_reports_the_group_lag_over_every_partition() -> anyhow::R
         high.len() == PARTITIONS as usize && high.values().all(|&h| h >= 10),
         "every partition needs 10 events at least: {high:?}"
     );
+    Ok((landed, high))
+}
 
-    // Three members hold the three partitions before the writer joins; the
-    // sticky assignment leaves it none.
-    let group = stack::unique_name("lag-group");
+/// Three members that hold the three partitions of `group` before the
+/// writer joins; the sticky assignment leaves it none.
+async fn squat_every_partition(topics: &Topics, group: &str) -> anyhow::Result<[Squatter; 3]> {
     let squatters = [
-        Squatter::join(&topics, &group)?,
-        Squatter::join(&topics, &group)?,
-        Squatter::join(&topics, &group)?,
+        Squatter::join(topics, group)?,
+        Squatter::join(topics, group)?,
+        Squatter::join(topics, group)?,
     ];
     poll_until(
         "each squatter to hold one partition",
@@ -111,9 +114,17 @@ async fn every_replica_reports_the_group_lag_over_every_partition() -> anyhow::R
         },
     )
     .await?;
-    // Partition 0: the group committed offset 4. Partition 1: nothing
-    // committed, and retention dropped the first 6 (low watermark 6).
-    // Partition 2: nothing committed.
+    Ok(squatters)
+}
+
+/// Partition 0: the group committed offset 4. Partition 1: nothing
+/// committed, and retention dropped the first 6 (low watermark 6).
+/// Partition 2: nothing committed. Returns the group's lag over the three.
+async fn stage_offsets(
+    topics: &Topics,
+    squatters: &[Squatter],
+    high: &BTreeMap<i32, i64>,
+) -> anyhow::Result<i64> {
     let owner_of_0 = squatters
         .iter()
         .find(|s| s.partitions() == [0])
@@ -122,7 +133,32 @@ async fn every_replica_reports_the_group_lag_over_every_partition() -> anyhow::R
     commit.add_partition_offset(&topics.topic, 0, Offset::Offset(4))?;
     owner_of_0.consumer.commit(&commit, CommitMode::Sync)?;
     topics.delete_records_before(1, 6).await?;
-    let expected = (high[&0] - 4) + (high[&1] - 6) + high[&2];
+    Ok((high[&0] - 4) + (high[&1] - 6) + high[&2])
+}
+
+/// The orders of `landed` the group has not committed, as
+/// [`stage_offsets`] left it: partition 0 from offset 4, partition 1 from
+/// offset 6, all of partition 2.
+fn uncommitted(landed: &BTreeMap<usize, (i32, i64)>) -> impl Iterator<Item = usize> + '_ {
+    landed
+        .iter()
+        .filter(|&(_, &(p, o))| match p {
+            0 => o >= 4,
+            1 => o >= 6,
+            _ => true,
+        })
+        .map(|(&n, _)| n)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_replica_reports_the_group_lag_over_every_partition() -> anyhow::Result<()> {
+    let topics = Topics::create(PARTITIONS).await?;
+    let sale = stack::unique_name("lag");
+    // Order number → where it landed; partition → its high watermark.
+    let (landed, high) = produce_events(&topics, &sale).await?;
+    let group = stack::unique_name("lag-group");
+    let squatters = squat_every_partition(&topics, &group).await?;
+    let expected = stage_offsets(&topics, &squatters, &high).await?;
 
     let database = common::PrivateDatabase::create(&stack::postgres_url()?).await?;
     let sink = Sink::connect(&database.url, 2).await?;
@@ -139,13 +175,7 @@ async fn every_replica_reports_the_group_lag_over_every_partition() -> anyhow::R
         "not measured yet, so not in the exposition (0 would read as drained)"
     );
     let shutdown = Shutdown::new();
-    let running = tokio::spawn({
-        let shutdown = shutdown.clone();
-        async move {
-            let stats = writer.run(shutdown).await;
-            (stats, writer.close(Duration::from_secs(10)).await)
-        }
-    });
+    let running = common::spawn_writer(writer, &shutdown);
 
     let lag_is = |want: i64| {
         let registry = &registry;
@@ -180,17 +210,7 @@ async fn every_replica_reports_the_group_lag_over_every_partition() -> anyhow::R
     for squatter in squatters {
         squatter.leave().await?;
     }
-    let expected_ids = common::order_ids(
-        &sale,
-        landed
-            .iter()
-            .filter(|&(_, &(p, o))| match p {
-                0 => o >= 4,
-                1 => o >= 6,
-                _ => true,
-            })
-            .map(|(&n, _)| n),
-    );
+    let expected_ids = common::order_ids(&sale, uncommitted(&landed));
     common::wait_stored_exactly(&sink, &sale, &expected_ids, Duration::from_secs(60)).await?;
     poll_until(
         "the group's lag to reach 0",

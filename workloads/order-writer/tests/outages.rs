@@ -29,7 +29,7 @@ struct Running {
     registry: Registry,
     readiness: Readiness,
     shutdown: Shutdown,
-    task: JoinHandle<Result<(WriterStats, bool), order_writer::writer::WriterError>>,
+    task: JoinHandle<common::WriterEnd>,
     group: String,
 }
 
@@ -44,13 +44,7 @@ async fn start_writer(topics: &Topics, sink: Sink) -> anyhow::Result<Running> {
     )?;
     let readiness = writer.readiness();
     let shutdown = Shutdown::new();
-    let task = tokio::spawn({
-        let shutdown = shutdown.clone();
-        async move {
-            let stats = writer.run(shutdown).await?;
-            Ok((stats, writer.close(Duration::from_secs(10)).await))
-        }
-    });
+    let task = common::spawn_writer(writer, &shutdown);
     Ok(Running {
         registry,
         readiness,
@@ -82,7 +76,8 @@ impl Running {
         self.shutdown.trigger();
         let (stats, closed) = tokio::time::timeout(Duration::from_secs(30), self.task)
             .await
-            .map_err(|_| anyhow::anyhow!("the writer did not stop within 30 s"))???;
+            .map_err(|_| anyhow::anyhow!("the writer did not stop within 30 s"))??;
+        let stats = stats?;
         anyhow::ensure!(
             closed,
             "the writer did not leave the consumer group within 10 s"
@@ -160,6 +155,45 @@ async fn database_stopped_for_10s_loses_nothing_and_dead_letters_nothing() -> an
     database.remove().await
 }
 
+/// Produces orders of `sale` 50 at a time until `stop`: the acknowledged
+/// order numbers, how many sends failed, and how many orders were sent.
+fn produce_until_stopped(
+    producer: OrderProducer,
+    sale: String,
+    stop: Arc<AtomicBool>,
+) -> JoinHandle<(Vec<usize>, usize, usize)> {
+    tokio::spawn(async move {
+        let (mut acked, mut failed, mut next) = (Vec::new(), 0, 0);
+        while !stop.load(Ordering::Relaxed) {
+            let (ok, errors) = common::produce(&producer, &sale, next..next + 50, 50).await;
+            acked.extend(ok);
+            failed += errors.len();
+            next += 50;
+        }
+        (acked, failed, next)
+    })
+}
+
+/// Waits until `sale` has at least `rows` rows stored.
+async fn wait_rows(
+    sink: &Sink,
+    sale: &str,
+    rows: i64,
+    what: &str,
+    within: Duration,
+) -> anyhow::Result<()> {
+    poll_until(what, within, Duration::from_millis(100), || async {
+        let stored = common::count_rows(sink, sale).await?;
+        if stored >= rows {
+            Ok(())
+        } else {
+            Err(format!("{stored} rows"))
+        }
+    })
+    .await?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_event_acknowledged_across_a_broker_restart_is_stored() -> anyhow::Result<()> {
     let _exclusive = faults::exclusive().await;
@@ -172,31 +206,13 @@ async fn every_event_acknowledged_across_a_broker_restart_is_stored() -> anyhow:
 
     // Orders keep coming, 50 at a time, through the whole restart.
     let stop = Arc::new(AtomicBool::new(false));
-    let producing = tokio::spawn({
-        let (sale, stop) = (sale.clone(), stop.clone());
-        async move {
-            let (mut acked, mut failed, mut next) = (Vec::new(), 0, 0);
-            while !stop.load(Ordering::Relaxed) {
-                let (ok, errors) = common::produce(&producer, &sale, next..next + 50, 50).await;
-                acked.extend(ok);
-                failed += errors.len();
-                next += 50;
-            }
-            (acked, failed, next)
-        }
-    });
-    poll_until(
+    let producing = produce_until_stopped(producer, sale.clone(), stop.clone());
+    wait_rows(
+        &sink,
+        &sale,
+        1_000,
         "orders flowing before the restart",
         Duration::from_secs(30),
-        Duration::from_millis(100),
-        || async {
-            let rows = common::count_rows(&sink, &sale).await?;
-            if rows >= 1_000 {
-                Ok(())
-            } else {
-                Err(format!("{rows} rows"))
-            }
-        },
     )
     .await?;
 
@@ -208,18 +224,12 @@ async fn every_event_acknowledged_across_a_broker_restart_is_stored() -> anyhow:
     let rows_at_restart = common::count_rows(&sink, &sale)
         .await
         .map_err(anyhow::Error::msg)?;
-    poll_until(
+    wait_rows(
+        &sink,
+        &sale,
+        rows_at_restart + 1_000,
         "orders flowing after the restart",
         Duration::from_secs(60),
-        Duration::from_millis(100),
-        || async {
-            let rows = common::count_rows(&sink, &sale).await?;
-            if rows >= rows_at_restart + 1_000 {
-                Ok(())
-            } else {
-                Err(format!("{rows} rows"))
-            }
-        },
     )
     .await?;
     stop.store(true, Ordering::Relaxed);

@@ -30,6 +30,7 @@ use rdkafka::{
     consumer::{Consumer, StreamConsumer},
     message::Headers,
 };
+use tokio::task::JoinHandle;
 
 /// The `kind` event of order `n` of `sale`.
 fn event(sale: &str, n: usize, kind: EventKind) -> OrderEvent {
@@ -152,46 +153,83 @@ where
     }))
 }
 
-async fn nothing_unstorable_is_dropped(server_url: String) -> anyhow::Result<()> {
-    let topics = Topics::create(1).await?;
-    let database = common::PrivateDatabase::create(&server_url).await?;
-    let sink = Sink::connect(&database.url, 4).await?;
-    let sale = stack::unique_name("unstorable");
-    let id = |n| common::order_id(&sale, n);
-    let mut settings = ProducerSettings::new(&topics.brokers);
-    settings.topic = topics.topic.clone();
-    let producer = OrderProducer::new(&settings)?;
+/// A writer on a task of its own over a topic of one partition and a
+/// database of its own, with the producer the test sends through.
+struct Stage {
+    topics: Topics,
+    database: common::PrivateDatabase,
+    sink: Sink,
+    sale: String,
+    producer: OrderProducer,
+    group: String,
+    registry: Arc<Registry>,
+    shutdown: Shutdown,
+    running: JoinHandle<common::WriterEnd>,
+}
 
-    let group = stack::unique_name("unstorable-group");
-    let mut registry = Registry::default();
-    let metrics = WriterMetrics::register(&mut registry);
-    let writer = Writer::new(
-        common::writer_settings(&topics.brokers, &topics.topic, &topics.dlq, &group),
-        sink.clone(),
-        metrics,
-    )?;
-    let shutdown = Shutdown::new();
-    let running = tokio::spawn({
-        let shutdown = shutdown.clone();
-        async move {
-            let stats = writer.run(shutdown).await;
-            (stats, writer.close(Duration::from_secs(10)).await)
-        }
-    });
+impl Stage {
+    /// Creates the topic and a database on the server of `server_url`,
+    /// names the sale and the group after `name`, and starts the writer.
+    async fn start(server_url: &str, name: &str) -> anyhow::Result<Self> {
+        let topics = Topics::create(1).await?;
+        let database = common::PrivateDatabase::create(server_url).await?;
+        let sink = Sink::connect(&database.url, 4).await?;
+        let sale = stack::unique_name(name);
+        let mut settings = ProducerSettings::new(&topics.brokers);
+        settings.topic = topics.topic.clone();
+        let producer = OrderProducer::new(&settings)?;
 
-    // Offset 2 is a payment for an order that never comes: until it is
-    // dead-lettered, the group's offset must stay at or before it. Offset 6
-    // expires an order whose `created` event comes later: until it is
-    // applied, the offset must stay at or before it.
-    let stop = Arc::new(AtomicBool::new(false));
+        let group = stack::unique_name(&format!("{name}-group"));
+        let mut registry = Registry::default();
+        let metrics = WriterMetrics::register(&mut registry);
+        let writer = Writer::new(
+            common::writer_settings(&topics.brokers, &topics.topic, &topics.dlq, &group),
+            sink.clone(),
+            metrics,
+        )?;
+        let shutdown = Shutdown::new();
+        let running = common::spawn_writer(writer, &shutdown);
+        Ok(Self {
+            topics,
+            database,
+            sink,
+            sale,
+            producer,
+            group,
+            registry: Arc::new(registry),
+            shutdown,
+            running,
+        })
+    }
+}
+
+/// Sends `events` in turn, each checked to land at the next offset from 0.
+async fn send_in_order(producer: &OrderProducer, events: &[OrderEvent]) -> anyhow::Result<()> {
+    for (expected_offset, e) in events.iter().enumerate() {
+        let delivered = producer.send(e).await?;
+        assert_eq!(delivered.offset, expected_offset as i64);
+    }
+    Ok(())
+}
+
+/// Watches the two offsets the group must not pass early. Offset 2 is a
+/// payment for an order that never comes: until it is dead-lettered, the
+/// group's offset must stay at or before it. Offset 6 expires an order
+/// (`late_order`) whose `created` event comes later: until it is applied,
+/// the offset must stay at or before it.
+fn watch_ghost_and_late(
+    stage: &Stage,
+    late_order: String,
+    stop: &Arc<AtomicBool>,
+) -> anyhow::Result<[JoinHandle<Vec<String>>; 2]> {
     // Both dead letters (offsets 2 and 4, checked at the end) are in once
     // the DLQ holds two; the clash at 4 goes first, at once.
     let ghost_watch = watch_commits(
-        &topics,
-        &group,
+        &stage.topics,
+        &stage.group,
         2,
         {
-            let (brokers, dlq) = (topics.brokers.clone(), topics.dlq.clone());
+            let (brokers, dlq) = (stage.topics.brokers.clone(), stage.topics.dlq.clone());
             move || {
                 let (brokers, dlq) = (brokers.clone(), dlq.clone());
                 async move { dlq_count(&brokers, &dlq).await >= 2 }
@@ -200,11 +238,11 @@ async fn nothing_unstorable_is_dropped(server_url: String) -> anyhow::Result<()>
         stop.clone(),
     )?;
     let late_watch = watch_commits(
-        &topics,
-        &group,
+        &stage.topics,
+        &stage.group,
         6,
         {
-            let (sink, order) = (sink.clone(), id(2));
+            let (sink, order) = (stage.sink.clone(), late_order);
             move || {
                 let (sink, order) = (sink.clone(), order.clone());
                 async move { matches!(status(&sink, &order).await, Ok(Some(s)) if s == "expired") }
@@ -212,70 +250,23 @@ async fn nothing_unstorable_is_dropped(server_url: String) -> anyhow::Result<()>
         },
         stop.clone(),
     )?;
+    Ok([ghost_watch, late_watch])
+}
 
-    let mut clash = event(&sale, 9, EventKind::Created);
-    clash.idempotency_key = event(&sale, 0, EventKind::Created).idempotency_key;
-    for (expected_offset, e) in [
-        event(&sale, 0, EventKind::Created),
-        event(&sale, 0, EventKind::Paid), // its order is inserted by the same batch
-        event(&sale, 8, EventKind::Paid), // an order that never comes
-        event(&sale, 1, EventKind::Created),
-        clash,                               // order 0's key under order 9
-        event(&sale, 0, EventKind::Created), // order 0 again: a replay, a no-op
-        event(&sale, 2, EventKind::Expired), // before its `created` event
-        event(&sale, 3, EventKind::Created),
-    ]
-    .iter()
-    .enumerate()
-    {
-        let delivered = producer.send(e).await?;
-        assert_eq!(delivered.offset, expected_offset as i64);
-    }
-    // Order 3 stored means the expiry of order 2, before it, was tried and
-    // found no order; only now does order 2 arrive.
-    poll_until(
-        "order 3 stored",
-        Duration::from_secs(30),
-        Duration::from_millis(10),
-        || async {
-            match status(&sink, &id(3)).await {
-                Ok(Some(_)) => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        },
-    )
-    .await?;
-    assert_eq!(
-        status(&sink, &id(2)).await?,
-        None,
-        "order 2 is not produced yet"
-    );
-    producer.send(&event(&sale, 2, EventKind::Created)).await?;
-
-    common::wait_stored_exactly(
-        &sink,
-        &sale,
-        &common::order_ids(&sale, 0..4),
-        Duration::from_secs(30),
-    )
-    .await?;
-    topics
-        .wait_committed_to_end(&group, Duration::from_secs(30))
-        .await?;
-    stop.store(true, Ordering::Relaxed);
-    let violations = [ghost_watch.await?, late_watch.await?].concat();
-    assert!(violations.is_empty(), "{violations:?}");
-
+/// What must hold once everything settled: each order's status, the two
+/// dead letters with their reasons, and the writer's counters.
+async fn check_settled(stage: &Stage) -> anyhow::Result<()> {
+    let id = |n| common::order_id(&stage.sale, n);
     let mut statuses = Vec::new();
     for n in 0..4 {
-        statuses.push(status(&sink, &id(n)).await?.unwrap_or_default());
+        statuses.push(status(&stage.sink, &id(n)).await?.unwrap_or_default());
     }
     assert_eq!(
         statuses,
         ["paid", "pending_payment", "expired", "pending_payment"],
         "orders 0..4"
     );
-    let letters = dead_letters(&topics, 2).await?;
+    let letters = dead_letters(&stage.topics, 2).await?;
     assert_eq!(
         letters
             .iter()
@@ -297,15 +288,80 @@ async fn nothing_unstorable_is_dropped(server_url: String) -> anyhow::Result<()>
         "order_writer_expired_without_order_total 0",
         "order_writer_persisted_total 4",
     ] {
-        let text = render(&registry)?;
+        let text = render(&stage.registry)?;
         assert!(
             text.lines().any(|l| l == line),
             "{line} missing from:\n{text}"
         );
     }
+    Ok(())
+}
 
-    shutdown.trigger();
-    let (stats, closed) = running.await?;
+async fn nothing_unstorable_is_dropped(server_url: String) -> anyhow::Result<()> {
+    let stage = Stage::start(&server_url, "unstorable").await?;
+    let (sink, sale) = (&stage.sink, &stage.sale);
+    let id = |n| common::order_id(sale, n);
+    let stop = Arc::new(AtomicBool::new(false));
+    let [ghost_watch, late_watch] = watch_ghost_and_late(&stage, id(2), &stop)?;
+
+    let mut clash = event(sale, 9, EventKind::Created);
+    clash.idempotency_key = event(sale, 0, EventKind::Created).idempotency_key;
+    send_in_order(
+        &stage.producer,
+        &[
+            event(sale, 0, EventKind::Created),
+            event(sale, 0, EventKind::Paid), // its order is inserted by the same batch
+            event(sale, 8, EventKind::Paid), // an order that never comes
+            event(sale, 1, EventKind::Created),
+            clash,                              // order 0's key under order 9
+            event(sale, 0, EventKind::Created), // order 0 again: a replay, a no-op
+            event(sale, 2, EventKind::Expired), // before its `created` event
+            event(sale, 3, EventKind::Created),
+        ],
+    )
+    .await?;
+    // Order 3 stored means the expiry of order 2, before it, was tried and
+    // found no order; only now does order 2 arrive.
+    poll_until(
+        "order 3 stored",
+        Duration::from_secs(30),
+        Duration::from_millis(10),
+        || async {
+            match status(sink, &id(3)).await {
+                Ok(Some(_)) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await?;
+    assert_eq!(
+        status(sink, &id(2)).await?,
+        None,
+        "order 2 is not produced yet"
+    );
+    stage
+        .producer
+        .send(&event(sale, 2, EventKind::Created))
+        .await?;
+
+    common::wait_stored_exactly(
+        sink,
+        sale,
+        &common::order_ids(sale, 0..4),
+        Duration::from_secs(30),
+    )
+    .await?;
+    stage
+        .topics
+        .wait_committed_to_end(&stage.group, Duration::from_secs(30))
+        .await?;
+    stop.store(true, Ordering::Relaxed);
+    let violations = [ghost_watch.await?, late_watch.await?].concat();
+    assert!(violations.is_empty(), "{violations:?}");
+    check_settled(&stage).await?;
+
+    stage.shutdown.trigger();
+    let (stats, closed) = stage.running.await?;
     let stats = stats?;
     assert!(
         closed,
@@ -320,50 +376,23 @@ async fn nothing_unstorable_is_dropped(server_url: String) -> anyhow::Result<()>
         (4, 2, 0),
         "order 2's expiry waited for its order and was applied"
     );
-    topics.delete().await?;
-    database.remove().await
+    stage.topics.delete().await?;
+    stage.database.remove().await
 }
 
-/// An `expired` event whose order never comes (the gateway's publish of its
-/// `created` event failed, or the gateway died before it) is not poison:
-/// after the parking window it is acknowledged, counted, and not
-/// dead-lettered. A `paid` event whose order never comes still is.
-async fn expired_without_order_is_acknowledged(server_url: String) -> anyhow::Result<()> {
-    let topics = Topics::create(1).await?;
-    let database = common::PrivateDatabase::create(&server_url).await?;
-    let sink = Sink::connect(&database.url, 4).await?;
-    let sale = stack::unique_name("orphan");
-    let mut settings = ProducerSettings::new(&topics.brokers);
-    settings.topic = topics.topic.clone();
-    let producer = OrderProducer::new(&settings)?;
-
-    let group = stack::unique_name("orphan-group");
-    let mut registry = Registry::default();
-    let metrics = WriterMetrics::register(&mut registry);
-    let registry = Arc::new(registry);
-    let writer = Writer::new(
-        common::writer_settings(&topics.brokers, &topics.topic, &topics.dlq, &group),
-        sink.clone(),
-        metrics,
-    )?;
-    let shutdown = Shutdown::new();
-    let running = tokio::spawn({
-        let shutdown = shutdown.clone();
-        async move {
-            let stats = writer.run(shutdown).await;
-            (stats, writer.close(Duration::from_secs(10)).await)
-        }
-    });
-
-    // Offset 1 expires an order that never comes: until the writer gave up
-    // on it (and counted it), the group's offset stays at or before it.
-    let stop = Arc::new(AtomicBool::new(false));
-    let watch = watch_commits(
-        &topics,
-        &group,
+/// Watches offset 1, which expires an order that never comes: until the
+/// writer gave up on it (and counted it), the group's offset stays at or
+/// before it.
+fn watch_orphan_expiry(
+    stage: &Stage,
+    stop: &Arc<AtomicBool>,
+) -> anyhow::Result<JoinHandle<Vec<String>>> {
+    watch_commits(
+        &stage.topics,
+        &stage.group,
         1,
         {
-            let registry = Arc::clone(&registry);
+            let registry = Arc::clone(&stage.registry);
             move || {
                 let registry = Arc::clone(&registry);
                 async move {
@@ -375,36 +404,47 @@ async fn expired_without_order_is_acknowledged(server_url: String) -> anyhow::Re
             }
         },
         stop.clone(),
-    )?;
+    )
+}
+
+/// An `expired` event whose order never comes (the gateway's publish of its
+/// `created` event failed, or the gateway died before it) is not poison:
+/// after the parking window it is acknowledged, counted, and not
+/// dead-lettered. A `paid` event whose order never comes still is.
+async fn expired_without_order_is_acknowledged(server_url: String) -> anyhow::Result<()> {
+    let stage = Stage::start(&server_url, "orphan").await?;
+    let (sink, sale, registry) = (&stage.sink, &stage.sale, &stage.registry);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let watch = watch_orphan_expiry(&stage, &stop)?;
     let started = std::time::Instant::now();
-    for (expected_offset, e) in [
-        event(&sale, 0, EventKind::Created),
-        event(&sale, 7, EventKind::Expired), // an order that never comes
-        event(&sale, 8, EventKind::Paid),    // an order that never comes
-        event(&sale, 1, EventKind::Created),
-    ]
-    .iter()
-    .enumerate()
-    {
-        let delivered = producer.send(e).await?;
-        assert_eq!(delivered.offset, expected_offset as i64);
-    }
-    topics
-        .wait_committed_to_end(&group, Duration::from_secs(30))
+    send_in_order(
+        &stage.producer,
+        &[
+            event(sale, 0, EventKind::Created),
+            event(sale, 7, EventKind::Expired), // an order that never comes
+            event(sale, 8, EventKind::Paid),    // an order that never comes
+            event(sale, 1, EventKind::Created),
+        ],
+    )
+    .await?;
+    stage
+        .topics
+        .wait_committed_to_end(&stage.group, Duration::from_secs(30))
         .await?;
     let settled_after = started.elapsed();
     stop.store(true, Ordering::Relaxed);
     let violations = watch.await?;
     common::wait_stored_exactly(
-        &sink,
-        &sale,
-        &common::order_ids(&sale, 0..2),
+        sink,
+        sale,
+        &common::order_ids(sale, 0..2),
         Duration::from_secs(10),
     )
     .await?;
-    assert_eq!(status(&sink, &common::order_id(&sale, 7)).await?, None);
+    assert_eq!(status(sink, &common::order_id(sale, 7)).await?, None);
 
-    let letters = dead_letters(&topics, 1).await?;
+    let letters = dead_letters(&stage.topics, 1).await?;
     assert_eq!(
         letters
             .iter()
@@ -413,7 +453,7 @@ async fn expired_without_order_is_acknowledged(server_url: String) -> anyhow::Re
         [(2, "missing_order")],
         "only the payment is a dead letter"
     );
-    let text = render(&registry)?;
+    let text = render(registry)?;
     for line in [
         "order_writer_expired_without_order_total 1",
         "order_writer_dlq_total{reason=\"missing_order\"} 1",
@@ -430,8 +470,8 @@ async fn expired_without_order_is_acknowledged(server_url: String) -> anyhow::Re
         "given up only after the parking window, not after {settled_after:?}"
     );
 
-    shutdown.trigger();
-    let (stats, closed) = running.await?;
+    stage.shutdown.trigger();
+    let (stats, closed) = stage.running.await?;
     let stats = stats?;
     assert!(closed, "the writer did not leave the group within 10 s");
     assert_eq!(
@@ -442,8 +482,8 @@ async fn expired_without_order_is_acknowledged(server_url: String) -> anyhow::Re
         ),
         (2, 1, 1)
     );
-    topics.delete().await?;
-    database.remove().await
+    stage.topics.delete().await?;
+    stage.database.remove().await
 }
 
 /// Messages in the one-partition DLQ; 0 when it cannot be read.

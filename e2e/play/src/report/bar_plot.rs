@@ -5,7 +5,7 @@ use std::fmt::{self, Write};
 
 use super::{
     escape::escape,
-    model::BarPlot,
+    model::{Bar, BarPlot},
     number::{self, Px},
     scale::{Linear, Ticks, extent},
     svg::{self, Frame, Legend, LegendItem, Side, Swatch},
@@ -22,35 +22,10 @@ const CHAR_WIDTH: f64 = 6.8;
 
 /// Draws `plot` as an `<svg>`.
 pub(crate) fn bar_plot(out: &mut String, plot: &BarPlot) -> fmt::Result {
-    // One colour per bar name, in order of first appearance.
-    let mut names: Vec<&str> = Vec::new();
-    for (_, bars) in &plot.groups {
-        for bar in bars {
-            if !names.contains(&bar.name.as_str()) {
-                names.push(&bar.name);
-            }
-        }
-    }
+    let names = bar_names(plot);
     let color = |name: &str| svg::color(names.iter().position(|n| *n == name).unwrap_or(0));
-    let legend = if plot.groups.iter().any(|(_, bars)| bars.len() > 1) {
-        let items = names.iter().map(|name| LegendItem {
-            label: (*name).to_owned(),
-            color: color(name),
-            swatch: Swatch::Box,
-        });
-        Legend::new(items.collect(), svg::WIDTH - 140.0)
-    } else {
-        Legend::default()
-    };
-    // Labels wider than their band alternate between two rows, so
-    // neighbours never overlap.
-    let bands = plot.groups.len().max(1) as f64;
-    let widest = plot
-        .groups
-        .iter()
-        .map(|(label, _)| label.chars().count() as f64 * CHAR_WIDTH)
-        .fold(0.0, f64::max);
-    let staggered = widest > (svg::WIDTH - 68.0 - 24.0) / bands - 6.0;
+    let legend = legend(plot, &names);
+    let staggered = staggered_labels(plot);
     let frame = Frame::new(
         68.0,
         24.0,
@@ -80,41 +55,7 @@ pub(crate) fn bar_plot(out: &mut String, plot: &BarPlot) -> fmt::Result {
     let band = (frame.x1 - frame.x0) / plot.groups.len().max(1) as f64;
     for (g, (group, bars)) in plot.groups.iter().enumerate() {
         let centre = frame.x0 + band * (g as f64 + 0.5);
-        let slot = (band * FILL / bars.len().max(1) as f64).min(MAX_BAR);
-        let gap = if bars.len() > 1 { BAR_GAP } else { 0.0 };
-        let start = centre - slot * bars.len() as f64 / 2.0;
-        for (b, bar) in bars.iter().enumerate() {
-            let value = if bar.value.is_finite() {
-                bar.value
-            } else {
-                0.0
-            };
-            let left = start + slot * b as f64 + gap / 2.0;
-            let width = slot - gap;
-            let top = y.map(value.max(0.0));
-            let bottom = y.map(value.min(0.0));
-            // Above a bar, or below one that goes down.
-            let label_y = if value < 0.0 {
-                bottom + 13.0
-            } else {
-                top - 5.0
-            };
-            write!(
-                out,
-                r#"<rect data-series="{}" x="{}" y="{}" width="{}" height="{}" rx="2" fill="{}"><title>{}: {}</title></rect><text class="value" x="{}" y="{}" text-anchor="middle">{}</text>"#,
-                escape(&bar.name),
-                Px(left),
-                Px(top),
-                Px(width),
-                Px(bottom - top),
-                color(&bar.name),
-                escape(group),
-                number::value(value),
-                Px(left + width / 2.0),
-                Px(label_y),
-                number::value(value),
-            )?;
-        }
+        group_bars(out, &y, (centre, band), group, bars, &color)?;
         write!(
             out,
             r#"<text class="group" x="{}" y="{}" text-anchor="middle">{}</text>"#,
@@ -128,5 +69,91 @@ pub(crate) fn bar_plot(out: &mut String, plot: &BarPlot) -> fmt::Result {
     }
     legend.draw(out, frame.x0, 6.0)?;
     out.push_str("</svg>");
+    Ok(())
+}
+
+/// The bar names, in order of first appearance: one colour per name.
+fn bar_names(plot: &BarPlot) -> Vec<&str> {
+    let mut names: Vec<&str> = Vec::new();
+    for (_, bars) in &plot.groups {
+        for bar in bars {
+            if !names.contains(&bar.name.as_str()) {
+                names.push(&bar.name);
+            }
+        }
+    }
+    names
+}
+
+/// A legend of the bar names, or none when every group has one bar at
+/// most (the group label then names it).
+fn legend(plot: &BarPlot, names: &[&str]) -> Legend {
+    if !plot.groups.iter().any(|(_, bars)| bars.len() > 1) {
+        return Legend::default();
+    }
+    let items = names.iter().enumerate().map(|(i, name)| LegendItem {
+        label: (*name).to_owned(),
+        color: svg::color(i),
+        swatch: Swatch::Box,
+    });
+    Legend::new(items.collect(), svg::WIDTH - 140.0)
+}
+
+/// Whether the group labels alternate between two rows: they do when one
+/// is wider than its band, so neighbours never overlap.
+fn staggered_labels(plot: &BarPlot) -> bool {
+    let bands = plot.groups.len().max(1) as f64;
+    let widest = plot
+        .groups
+        .iter()
+        .map(|(label, _)| label.chars().count() as f64 * CHAR_WIDTH)
+        .fold(0.0, f64::max);
+    widest > (svg::WIDTH - 68.0 - 24.0) / bands - 6.0
+}
+
+/// One group's bars, side by side around the band's centre, each with its
+/// value above it (below one that goes down). `band` is (centre, width).
+fn group_bars(
+    out: &mut String,
+    y: &Linear,
+    (centre, band): (f64, f64),
+    group: &str,
+    bars: &[Bar],
+    color: &impl Fn(&str) -> &'static str,
+) -> fmt::Result {
+    let slot = (band * FILL / bars.len().max(1) as f64).min(MAX_BAR);
+    let gap = if bars.len() > 1 { BAR_GAP } else { 0.0 };
+    let start = centre - slot * bars.len() as f64 / 2.0;
+    for (b, bar) in bars.iter().enumerate() {
+        let value = if bar.value.is_finite() {
+            bar.value
+        } else {
+            0.0
+        };
+        let left = start + slot * b as f64 + gap / 2.0;
+        let width = slot - gap;
+        let top = y.map(value.max(0.0));
+        let bottom = y.map(value.min(0.0));
+        let label_y = if value < 0.0 {
+            bottom + 13.0
+        } else {
+            top - 5.0
+        };
+        write!(
+            out,
+            r#"<rect data-series="{}" x="{}" y="{}" width="{}" height="{}" rx="2" fill="{}"><title>{}: {}</title></rect><text class="value" x="{}" y="{}" text-anchor="middle">{}</text>"#,
+            escape(&bar.name),
+            Px(left),
+            Px(top),
+            Px(width),
+            Px(bottom - top),
+            color(&bar.name),
+            escape(group),
+            number::value(value),
+            Px(left + width / 2.0),
+            Px(label_y),
+            number::value(value),
+        )?;
+    }
     Ok(())
 }

@@ -37,43 +37,25 @@ pub(crate) fn time_plot(out: &mut String, plot: &TimePlot) -> fmt::Result {
         46.0,
     );
     let x = Linear::new((0.0, seconds(to)), (frame.x0, frame.x1));
-    let values = |series: &[Series]| {
-        series
-            .iter()
-            .flat_map(|s| s.points.iter())
-            .filter(|(t, _)| shown(*t))
-            .map(|(_, v)| *v)
-            .collect::<Vec<_>>()
-    };
-    let left_values = values(&plot.left);
-    let right_values = values(&plot.right);
-    let thresholds = plot.thresholds.iter().filter(|(v, _)| v.is_finite());
+    let left_values = shown_values(&plot.left, shown);
+    let right_values = shown_values(&plot.right, shown);
+    let thresholds: Vec<_> = plot
+        .thresholds
+        .iter()
+        .filter(|(v, _)| v.is_finite())
+        .collect();
     let left_ticks = axis_ticks(
         left_values
             .iter()
             .copied()
-            .chain(thresholds.clone().map(|(v, _)| *v)),
+            .chain(thresholds.iter().map(|(v, _)| *v)),
     );
     let y_left = Linear::new((left_ticks.lo, left_ticks.hi), (frame.y1, frame.y0));
-    let mut right_ticks = axis_ticks(right_values.iter().copied());
-    // Tiers and counts get whole ticks.
-    if right_values
-        .iter()
-        .all(|v| v.fract() == 0.0 || !v.is_finite())
-    {
-        right_ticks = right_ticks.whole();
-    }
+    let right_ticks = right_axis_ticks(&right_values);
     let y_right = Linear::new((right_ticks.lo, right_ticks.hi), (frame.y1, frame.y0));
 
     svg::open(out, &plot.id, &plot.title)?;
-    let spans: Vec<_> = plot
-        .spans
-        .iter()
-        .filter_map(|s| {
-            let (a, b) = (s.from_ms.max(from), s.to_ms.min(to));
-            (a < b).then(|| (x.map(seconds(a)), x.map(seconds(b)), s.label.as_str()))
-        })
-        .collect();
+    let spans = shown_spans(plot, (from, to), |t| x.map(seconds(t)));
     span_shades(out, frame, &spans)?;
     svg::value_axis(
         out,
@@ -94,53 +76,19 @@ pub(crate) fn time_plot(out: &mut String, plot: &TimePlot) -> fmt::Result {
         )?;
     }
     time_axis(out, frame, &x, seconds(to))?;
-    for (value, _) in thresholds.clone() {
-        write!(
-            out,
-            r#"<line x1="{}" x2="{}" y1="{py}" y2="{py}" stroke="{THRESHOLD}" stroke-width="1.25" stroke-dasharray="6 4"/>"#,
-            Px(frame.x0),
-            Px(frame.x1),
-            py = Px(y_left.map(*value)),
-        )?;
-    }
-    for (i, series) in plot.left.iter().enumerate() {
-        let d = trace(series, shown, Draw::Line, |t, v| {
-            (x.map(seconds(t)), y_left.map(v))
-        });
-        series_path(out, series, &d, svg::color(i), "1.75")?;
-    }
-    for (j, series) in plot.right.iter().enumerate() {
-        let d = trace(series, shown, Draw::Step, |t, v| {
-            (x.map(seconds(t)), y_right.map(v))
-        });
-        series_path(out, series, &d, svg::color(plot.left.len() + j), "2")?;
-    }
+    threshold_lines(out, frame, &y_left, &thresholds)?;
+    let place = |y: Linear| move |t: i64, v: f64| (x.map(seconds(t)), y.map(v));
+    series_paths(out, plot, shown, place(y_left), place(y_right))?;
     let markers: Vec<_> = plot
         .markers
         .iter()
         .filter(|m| shown(m.at_ms))
         .map(|m| (x.map(seconds(m.at_ms)), m.label.as_str()))
         .collect();
-    for (px, _) in &markers {
-        write!(
-            out,
-            r#"<line x1="{px}" x2="{px}" y1="{}" y2="{}" stroke="{MARKER}" stroke-width="1.25"/>"#,
-            Px(frame.y0),
-            Px(frame.y1),
-            px = Px(*px),
-        )?;
-    }
+    marker_lines(out, frame, &markers)?;
 
     // Labels last, so lines never cross them.
-    for (value, label) in thresholds {
-        write!(
-            out,
-            r#"<text class="note" x="{}" y="{}" text-anchor="end" fill="{THRESHOLD}">{}</text>"#,
-            Px(frame.x1 - 6.0),
-            Px(y_left.map(*value) - 5.0),
-            escape(label),
-        )?;
-    }
+    threshold_labels(out, frame, &y_left, &thresholds)?;
     marker_labels(out, frame, &markers)?;
     span_labels(out, frame, &spans)?;
     if left_values
@@ -152,6 +100,115 @@ pub(crate) fn time_plot(out: &mut String, plot: &TimePlot) -> fmt::Result {
     }
     legend.draw(out, frame.x0, 8.0)?;
     out.push_str("</svg>");
+    Ok(())
+}
+
+/// The values of `series`' points at the times `shown` keeps.
+fn shown_values(series: &[Series], shown: impl Fn(i64) -> bool) -> Vec<f64> {
+    series
+        .iter()
+        .flat_map(|s| s.points.iter())
+        .filter(|(t, _)| shown(*t))
+        .map(|(_, v)| *v)
+        .collect()
+}
+
+/// The spans' stretches within `range`, as (left, right, label) with the
+/// ends placed by `place`; a span outside it is left out.
+fn shown_spans(
+    plot: &TimePlot,
+    (from, to): (i64, i64),
+    place: impl Fn(i64) -> f64,
+) -> Vec<(f64, f64, &str)> {
+    plot.spans
+        .iter()
+        .filter_map(|s| {
+            let (a, b) = (s.from_ms.max(from), s.to_ms.min(to));
+            (a < b).then(|| (place(a), place(b), s.label.as_str()))
+        })
+        .collect()
+}
+
+/// The series' paths, each in its legend colour: the left ones as lines
+/// placed by `left`, the right ones as steps placed by `right`.
+fn series_paths(
+    out: &mut String,
+    plot: &TimePlot,
+    shown: impl Fn(i64) -> bool + Copy,
+    left: impl Fn(i64, f64) -> (f64, f64),
+    right: impl Fn(i64, f64) -> (f64, f64),
+) -> fmt::Result {
+    for (i, series) in plot.left.iter().enumerate() {
+        let d = trace(series, shown, Draw::Line, &left);
+        series_path(out, series, &d, svg::color(i), "1.75")?;
+    }
+    for (j, series) in plot.right.iter().enumerate() {
+        let d = trace(series, shown, Draw::Step, &right);
+        series_path(out, series, &d, svg::color(plot.left.len() + j), "2")?;
+    }
+    Ok(())
+}
+
+/// Ticks for the right axis: whole ones when every value is whole (tiers
+/// and counts).
+fn right_axis_ticks(values: &[f64]) -> Ticks {
+    let ticks = axis_ticks(values.iter().copied());
+    if values.iter().all(|v| v.fract() == 0.0 || !v.is_finite()) {
+        ticks.whole()
+    } else {
+        ticks
+    }
+}
+
+/// The thresholds' dashed lines across the plot, on the left axis.
+fn threshold_lines(
+    out: &mut String,
+    frame: Frame,
+    y: &Linear,
+    thresholds: &[&(f64, String)],
+) -> fmt::Result {
+    for (value, _) in thresholds {
+        write!(
+            out,
+            r#"<line x1="{}" x2="{}" y1="{py}" y2="{py}" stroke="{THRESHOLD}" stroke-width="1.25" stroke-dasharray="6 4"/>"#,
+            Px(frame.x0),
+            Px(frame.x1),
+            py = Px(y.map(*value)),
+        )?;
+    }
+    Ok(())
+}
+
+/// The thresholds' labels, right-aligned just above their lines.
+fn threshold_labels(
+    out: &mut String,
+    frame: Frame,
+    y: &Linear,
+    thresholds: &[&(f64, String)],
+) -> fmt::Result {
+    for (value, label) in thresholds {
+        write!(
+            out,
+            r#"<text class="note" x="{}" y="{}" text-anchor="end" fill="{THRESHOLD}">{}</text>"#,
+            Px(frame.x1 - 6.0),
+            Px(y.map(*value) - 5.0),
+            escape(label),
+        )?;
+    }
+    Ok(())
+}
+
+/// The markers' vertical lines, top to bottom of the plot.
+fn marker_lines(out: &mut String, frame: Frame, markers: &[(f64, &str)]) -> fmt::Result {
+    for (px, _) in markers {
+        write!(
+            out,
+            r#"<line x1="{px}" x2="{px}" y1="{}" y2="{}" stroke="{MARKER}" stroke-width="1.25"/>"#,
+            Px(frame.y0),
+            Px(frame.y1),
+            px = Px(*px),
+        )?;
+    }
     Ok(())
 }
 

@@ -40,11 +40,14 @@ use kube::{
 use rand::RngCore;
 use serde::Serialize;
 use serde_json::json;
-use tokio::sync::{Mutex, watch};
+use tokio::{
+    sync::{Mutex, watch},
+    task::JoinHandle,
+};
 
 use crate::{
     buyers::{self, Progress},
-    report::{BarPlot, Check, Report},
+    report::{BarPlot, Check, Report, TimePlot},
 };
 pub use checks::{Acked, Row, Stock};
 use plan::{Plan, SLO, Wiring};
@@ -145,58 +148,20 @@ pub async fn play(options: Options, progress: Progress) -> anyhow::Result<Outcom
         "preparing {ns}: the previous run's objects go, new keys and topics"
     ));
     let keys = prepare(&client, &ns, &plan).await?;
-    let topic = format!("play-orders-{}", Timestamp::now().as_second());
-    let brokers = stack::kafka_brokers()?;
-    kafka::create_topic(&brokers, &topic, 3)
-        .await
-        .context("creating the order topic")?;
-    kafka::create_topic(&brokers, &format!("{topic}.dlq"), 1)
-        .await
-        .context("creating the dead-letter topic")?;
-    let wiring = Wiring {
-        redis_url: stack::in_cluster::redis_url()?,
-        kafka_brokers: stack::in_cluster::kafka_brokers()?,
-        topic,
-        node_label: "flashsale.dev/real-node".into(),
-    };
+    let wiring = wire_kafka().await?;
 
     steps.begin(&format!(
         "applying sale {ns}/{}: it warms up now and opens in {}s; its pods start on the real node",
         plan.sale,
         plan.opens_in.as_secs()
     ));
-    let opens = Timestamp::now() + plan.opens_in;
     let sales: Api<FlashSale> = Api::namespaced(client.clone(), &ns);
-    let sale: FlashSale = serde_json::from_value(plan.sale(opens, &wiring))?;
-    let sale = sales
-        .create(&PostParams::default(), &sale)
-        .await
-        .context("creating the sale")?;
-    let sale_id = flashsale_api::children::Owner::new(&sale)?.sale_id();
+    let sale_id = create_sale(&sales, &plan, &wiring).await?;
     await_live(&sales, &plan, &progress).await?;
     await_scraped(&prometheus, &plan, &ns).await?;
 
     steps.begin("applying the DegradationPolicy: two tiers on the share of the planned peak load");
-    let policies: Api<DegradationPolicy> = Api::namespaced(client.clone(), &ns);
-    let policy: DegradationPolicy = serde_json::from_value(plan.policy(&ns))?;
-    policies
-        .create(&PostParams::default(), &policy)
-        .await
-        .context("creating the policy")?;
-    poll_until(
-        "the policy reads the load",
-        Duration::from_secs(60),
-        TICK,
-        || async {
-            let p = policies.get(&plan.sale).await.map_err(|e| e.to_string())?;
-            let status = p.status.unwrap_or_default();
-            status
-                .tier
-                .map(|_| ())
-                .ok_or_else(|| format!("{:?}", status.observed.conditions))
-        },
-    )
-    .await?;
+    apply_policy(&client, &ns, &plan).await?;
 
     steps.begin(&format!(
         "{} buyers at the peak for {}s; in the tail a drill fails a gateway under the SLO guard",
@@ -221,9 +186,182 @@ pub async fn play(options: Options, progress: Progress) -> anyhow::Result<Outcom
     end_sale(&sales, &plan, &progress).await?;
 
     steps.begin("checking stock, orders, tiers and the drill against the systems of record");
-    let acked: Vec<Acked> = played
-        .outcome
-        .ledger
+    let proven = prove(&client, &ns, &plan, &sale_id, &played, &progress).await?;
+
+    steps.begin("writing the report from the run's Prometheus data");
+    let (funnel, plots, bars) = figures(&prometheus, &plan, &ns, &played, &proven).await?;
+    let outcome = Outcome {
+        checks: proven.checks,
+        funnel,
+        tiers: played.tiers,
+        drill: proven.run,
+        report: out_dir.join(REPORT_FILE),
+        seconds: started.elapsed().as_secs_f64(),
+    };
+    let report = Report {
+        title: format!("Flash sale {ns}/{}", plan.sale),
+        subtitle: subtitle(&plan, &sale_id, played.from, ended_at),
+        summary: summary::figures(&outcome, &plan),
+        checks: outcome.checks.clone(),
+        time_plots: plots,
+        bar_plots: bars,
+    };
+    write_outputs(&out_dir, &report, &outcome, &played.outcome.ledger)?;
+    progress.line(summary::text(&outcome));
+    Ok(outcome)
+}
+
+/// What the checks found, with the facts the report draws from too.
+struct Proven {
+    /// The checks, in order.
+    checks: Vec<Check>,
+    /// The orders the gateway acknowledged.
+    acked: Vec<Acked>,
+    /// The order rows in PostgreSQL.
+    rows: Vec<Row>,
+    /// The drill's run, as the operator recorded it.
+    run: Option<RunRecord>,
+}
+
+/// Checks the played sale against the systems of record: stock, orders,
+/// tiers, the drill, and that no chaos is left.
+async fn prove(
+    client: &Client,
+    ns: &str,
+    plan: &Plan,
+    sale_id: &str,
+    played: &Played,
+    progress: &Progress,
+) -> anyhow::Result<Proven> {
+    let acked = acked_orders(&played.outcome.ledger);
+    let unresolved = unresolved_requests(&played.outcome.ledger, sale_id);
+    let drills: Api<ChaosDrill> = Api::namespaced(client.clone(), ns);
+    let run = drills
+        .get_opt(&plan.sale)
+        .await?
+        .and_then(|d| d.status.unwrap_or_default().history.into_iter().next());
+    let (stock, rows) = settled_facts(sale_id, plan, &acked, &unresolved, progress).await?;
+    let left = facts::chaos_left(client, ns).await?;
+    let checks = vec![
+        checks::stock_conserved(&stock),
+        checks::sold_is_paid(&stock, &acked, &rows),
+        checks::orders_persisted_once(&acked, &unresolved, &rows),
+        checks::tiers_walked(&played.tiers),
+        checks::drill_aborted(run.as_ref(), SLO),
+        checks::no_chaos_left(&left),
+    ];
+    Ok(Proven {
+        checks,
+        acked,
+        rows,
+        run,
+    })
+}
+
+/// The report's figures from the run's Prometheus data and the facts: the
+/// funnel, the plots over time and the bar plots.
+async fn figures(
+    prometheus: &prometheus_http_query::Client,
+    plan: &Plan,
+    ns: &str,
+    played: &Played,
+    proven: &Proven,
+) -> anyhow::Result<(Funnel, Vec<TimePlot>, Vec<BarPlot>)> {
+    let source = Source {
+        prometheus,
+        plan,
+        namespace: ns,
+        window: Window {
+            from: played.from,
+            to: played.to,
+        },
+    };
+    let funnel = funnel(&source, &played.outcome.tally, &proven.acked, &proven.rows).await?;
+    let run = proven.run.as_ref();
+    let plots = vec![
+        source.load(&played.tiers, run).await?,
+        source.buyers(played.active.clone()).await?,
+        source.slo(run).await?,
+    ];
+    let bars: Vec<BarPlot> = vec![funnel.plot(), source.latency().await?];
+    Ok((funnel, plots, bars))
+}
+
+/// The report's line under the title: when and how the run was played.
+fn subtitle(plan: &Plan, sale_id: &str, from: Timestamp, ended_at: Timestamp) -> String {
+    format!(
+        "played {} to {} UTC: {} buyers at the peak, {}s of load, sale {sale_id}",
+        checks::time_of_day(from),
+        checks::time_of_day(ended_at),
+        plan.users,
+        plan.load.as_secs()
+    )
+}
+
+/// Creates this run's order topic and its dead-letter topic, and returns
+/// how the sale reaches Redis and Kafka from inside the cluster.
+async fn wire_kafka() -> anyhow::Result<Wiring> {
+    let topic = format!("play-orders-{}", Timestamp::now().as_second());
+    let brokers = stack::kafka_brokers()?;
+    kafka::create_topic(&brokers, &topic, 3)
+        .await
+        .context("creating the order topic")?;
+    kafka::create_topic(&brokers, &format!("{topic}.dlq"), 1)
+        .await
+        .context("creating the dead-letter topic")?;
+    Ok(Wiring {
+        redis_url: stack::in_cluster::redis_url()?,
+        kafka_brokers: stack::in_cluster::kafka_brokers()?,
+        topic,
+        node_label: "flashsale.dev/real-node".into(),
+    })
+}
+
+/// Creates the sale, opening `plan.opens_in` from now, and returns its
+/// sale id.
+async fn create_sale(
+    sales: &Api<FlashSale>,
+    plan: &Plan,
+    wiring: &Wiring,
+) -> anyhow::Result<String> {
+    let opens = Timestamp::now() + plan.opens_in;
+    let sale: FlashSale = serde_json::from_value(plan.sale(opens, wiring))?;
+    let sale = sales
+        .create(&PostParams::default(), &sale)
+        .await
+        .context("creating the sale")?;
+    Ok(flashsale_api::children::Owner::new(&sale)?.sale_id())
+}
+
+/// Creates the DegradationPolicy and waits until it has read the load and
+/// chosen a tier.
+async fn apply_policy(client: &Client, ns: &str, plan: &Plan) -> anyhow::Result<()> {
+    let policies: Api<DegradationPolicy> = Api::namespaced(client.clone(), ns);
+    let policy: DegradationPolicy = serde_json::from_value(plan.policy(ns))?;
+    policies
+        .create(&PostParams::default(), &policy)
+        .await
+        .context("creating the policy")?;
+    poll_until(
+        "the policy reads the load",
+        Duration::from_secs(60),
+        TICK,
+        || async {
+            let p = policies.get(&plan.sale).await.map_err(|e| e.to_string())?;
+            let status = p.status.unwrap_or_default();
+            status
+                .tier
+                .map(|_| ())
+                .ok_or_else(|| format!("{:?}", status.observed.conditions))
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+/// The orders the gateway acknowledged, as the checks compare them.
+fn acked_orders(ledger: &buyers::Ledger) -> Vec<Acked> {
+    ledger
         .orders()
         .map(|(_, order)| Acked {
             order_id: order.order_id.clone(),
@@ -231,22 +369,31 @@ pub async fn play(options: Options, progress: Progress) -> anyhow::Result<Outcom
             quantity: i64::try_from(order.quantity).unwrap_or(i64::MAX),
             paid: order.paid,
         })
-        .collect();
-    let unresolved: Vec<String> = played
-        .outcome
-        .ledger
+        .collect()
+}
+
+/// The request ids of the purchases whose answer never came: each may or
+/// may not have become an order.
+fn unresolved_requests(ledger: &buyers::Ledger, sale_id: &str) -> Vec<String> {
+    ledger
         .unresolved()
         .map(|(user, purchase)| {
-            gateway::orders::request_id(&sale_id, user, &purchase.idempotency_key)
+            gateway::orders::request_id(sale_id, user, &purchase.idempotency_key)
         })
-        .collect();
-    let drills: Api<ChaosDrill> = Api::namespaced(client.clone(), &ns);
-    let run = drills
-        .get_opt(&plan.sale)
-        .await?
-        .and_then(|d| d.status.unwrap_or_default().history.into_iter().next());
-    // The last `expired` events may still be on their way to the database:
-    // poll until the facts prove the checks, or until the deadline.
+        .collect()
+}
+
+/// The stock and the order rows, read from Redis and PostgreSQL once they
+/// prove the checks or, failing that, at the deadline. The last `expired`
+/// events may still be on their way to the database when the sale has
+/// drained, hence the polling.
+async fn settled_facts(
+    sale_id: &str,
+    plan: &Plan,
+    acked: &[Acked],
+    unresolved: &[String],
+    progress: &Progress,
+) -> anyhow::Result<(Vec<Stock>, Vec<Row>)> {
     let records = facts::Records::connect(&stack::redis_url()?, &stack::postgres_url()?).await?;
     let facts = Mutex::new(None);
     let settled = poll_until(
@@ -254,8 +401,7 @@ pub async fn play(options: Options, progress: Progress) -> anyhow::Result<Outcom
         Duration::from_secs(60),
         Duration::from_secs(1),
         || {
-            let (facts, records, sale_id, plan, acked, unresolved) =
-                (&facts, &records, &sale_id, &plan, &acked, &unresolved);
+            let (facts, records) = (&facts, &records);
             async move {
                 let stock = records
                     .stock(sale_id, &plan.items)
@@ -277,31 +423,21 @@ pub async fn play(options: Options, progress: Progress) -> anyhow::Result<Outcom
     if let Err(timeout) = settled {
         progress.line(format!("the orders did not settle: {timeout}"));
     }
-    let Some((stock, rows)) = facts.lock().await.take() else {
+    let Some(facts) = facts.lock().await.take() else {
         bail!("no facts could be read from Redis and PostgreSQL");
     };
-    let left = facts::chaos_left(&client, &ns).await?;
-    let checks = vec![
-        checks::stock_conserved(&stock),
-        checks::sold_is_paid(&stock, &acked, &rows),
-        checks::orders_persisted_once(&acked, &unresolved, &rows),
-        checks::tiers_walked(&played.tiers),
-        checks::drill_aborted(run.as_ref(), SLO),
-        checks::no_chaos_left(&left),
-    ];
+    Ok(facts)
+}
 
-    steps.begin("writing the report from the run's Prometheus data");
-    let source = Source {
-        prometheus: &prometheus,
-        plan: &plan,
-        namespace: &ns,
-        window: Window {
-            from: played.from,
-            to: played.to,
-        },
-    };
-    let tally = &played.outcome.tally;
-    let funnel = Funnel {
+/// The funnel from arrivals to persisted orders: the buyers' tally, the
+/// reservations Prometheus counted, the acknowledged orders and the rows.
+async fn funnel(
+    source: &Source<'_>,
+    tally: &buyers::Tally,
+    acked: &[Acked],
+    rows: &[Row],
+) -> anyhow::Result<Funnel> {
+    Ok(Funnel {
         arrived: tally.arrived,
         queued: tally.queued,
         admitted: tally.admitted,
@@ -310,38 +446,7 @@ pub async fn play(options: Options, progress: Progress) -> anyhow::Result<Outcom
         acknowledged: acked.len() as u64,
         persisted: rows.len() as u64,
         paid: acked.iter().filter(|o| o.paid).count() as u64,
-    };
-    let plots = vec![
-        source.load(&played.tiers, run.as_ref()).await?,
-        source.buyers(played.active.clone()).await?,
-        source.slo(run.as_ref()).await?,
-    ];
-    let bars: Vec<BarPlot> = vec![funnel.plot(), source.latency().await?];
-    let outcome = Outcome {
-        checks,
-        funnel,
-        tiers: played.tiers,
-        drill: run,
-        report: out_dir.join(REPORT_FILE),
-        seconds: started.elapsed().as_secs_f64(),
-    };
-    let report = Report {
-        title: format!("Flash sale {ns}/{}", plan.sale),
-        subtitle: format!(
-            "played {} to {} UTC: {} buyers at the peak, {}s of load, sale {sale_id}",
-            checks::time_of_day(played.from),
-            checks::time_of_day(ended_at),
-            plan.users,
-            plan.load.as_secs()
-        ),
-        summary: summary::figures(&outcome, &plan),
-        checks: outcome.checks.clone(),
-        time_plots: plots,
-        bar_plots: bars,
-    };
-    write_outputs(&out_dir, &report, &outcome, &played.outcome.ledger)?;
-    progress.line(summary::text(&outcome));
-    Ok(outcome)
+    })
 }
 
 /// The buyers' part: the load with the tiers watched, and the drill in the
@@ -366,24 +471,7 @@ async fn play_load(
     progress: &Progress,
 ) -> anyhow::Result<Played> {
     let profile = buyers::Profile::sale(plan.load);
-    let config = buyers::Config {
-        gateway: gateway.to_owned(),
-        jwt_secret: keys.jwt.clone(),
-        payment_secret: keys.payment.clone(),
-        skus: plan
-            .items
-            .iter()
-            .map(|i| buyers::SkuLimit {
-                sku: i.sku.clone(),
-                limit: u64::try_from(i.per_user_limit).unwrap_or(1),
-            })
-            .collect(),
-        users: plan.users,
-        profile: profile.clone(),
-        think: plan.think,
-        seed,
-        ..buyers::Config::default()
-    };
+    let config = buyers_config(plan, gateway, keys, seed, profile.clone());
     let (stop_tx, mut stop_rx) = watch::channel(false);
     let stop = async move {
         let _ = stop_rx.wait_for(|stop| *stop).await;
@@ -392,76 +480,9 @@ async fn play_load(
     let load_started = Instant::now();
     let live = buyers::Counters::default();
     let load = tokio::spawn(buyers::run(config, progress.clone(), live.clone(), stop));
-
-    let policies: Api<DegradationPolicy> = Api::namespaced(client.clone(), ns);
-    let drills: Api<ChaosDrill> = Api::namespaced(client.clone(), ns);
-    let mut tiers = TierLog::default();
-    // Active buyers, sampled every second until the buyers stop.
-    let sampler = {
-        let (live, mut stopped) = (live.clone(), stop_tx.subscribe());
-        tokio::spawn(async move {
-            let mut samples = Vec::new();
-            let mut every = tokio::time::interval(Duration::from_secs(1));
-            loop {
-                tokio::select! {
-                    _ = every.tick() => samples.push((Timestamp::now().as_millisecond(), live.active() as f64)),
-                    _ = stopped.wait_for(|stop| *stop) => return samples,
-                }
-            }
-        })
-    };
-    let mut drill_requested = None;
+    let sampler = sample_active(live, stop_tx.subscribe());
     let tail = profile.start_of("tail").unwrap_or_else(|| profile.total());
-    let tail_deadline = tail + Duration::from_secs(180);
-    let run = loop {
-        if let Ok(policy) = policies.get(&plan.sale).await {
-            let status = policy.status.unwrap_or_default();
-            if let Some(change) = tiers.record(&status, Timestamp::now()) {
-                let load = change.value.map_or(String::new(), |v| {
-                    format!(", load {v:.2} of the planned peak")
-                });
-                progress.line(format!(
-                    "tier {} at {} ({}{load})",
-                    change.tier,
-                    checks::time_of_day(change.at),
-                    change.reason
-                ));
-            }
-        }
-        let elapsed = load_started.elapsed();
-        match drill_requested {
-            None if elapsed >= tail
-                && (tiers.changes.last().is_some_and(|c| c.tier == 0)
-                    || elapsed >= tail_deadline) =>
-            {
-                let now = Timestamp::now();
-                let request = format!("play-{}", now.as_second());
-                let drill: ChaosDrill = serde_json::from_value(plan.drill(ns, now, &request))?;
-                drills
-                    .create(&PostParams::default(), &drill)
-                    .await
-                    .context("creating the drill")?;
-                let (start, end) = plan::window_from(now);
-                progress.line(format!(
-                    "drill requested inside the window {start}–{end} UTC: fail one of the two gateways until the guard ends it"
-                ));
-                drill_requested = Some(Instant::now());
-            }
-            Some(asked) => {
-                let status = drills.get(&plan.sale).await?.status.unwrap_or_default();
-                if let Some(run) = status.history.first() {
-                    progress.line(format!("drill ended: {}", checks::run_text(run)));
-                    break Some(run.clone());
-                }
-                if asked.elapsed() > Duration::from_secs(180) {
-                    progress.line("the drill did not end within 3 minutes");
-                    break None;
-                }
-            }
-            None => {}
-        }
-        tokio::time::sleep(TICK).await;
-    };
+    let (tiers, run) = follow_load(client, ns, plan, progress, load_started, tail).await?;
     if run.is_some() {
         // The buyers stay while the Deployment replaces the killed gateway,
         // so the report shows the SLO hold again.
@@ -488,6 +509,145 @@ async fn play_load(
         from,
         to,
     })
+}
+
+/// The buyers of the plan, against `gateway`, with the run's keys.
+fn buyers_config(
+    plan: &Plan,
+    gateway: &str,
+    keys: &Keys,
+    seed: u64,
+    profile: buyers::Profile,
+) -> buyers::Config {
+    buyers::Config {
+        gateway: gateway.to_owned(),
+        jwt_secret: keys.jwt.clone(),
+        payment_secret: keys.payment.clone(),
+        skus: plan
+            .items
+            .iter()
+            .map(|i| buyers::SkuLimit {
+                sku: i.sku.clone(),
+                limit: u64::try_from(i.per_user_limit).unwrap_or(1),
+            })
+            .collect(),
+        users: plan.users,
+        profile,
+        think: plan.think,
+        seed,
+        ..buyers::Config::default()
+    }
+}
+
+/// Samples the active buyers every second until `stopped` turns true, and
+/// returns the samples as (Unix milliseconds, buyers).
+fn sample_active(
+    live: buyers::Counters,
+    mut stopped: watch::Receiver<bool>,
+) -> JoinHandle<Vec<(i64, f64)>> {
+    tokio::spawn(async move {
+        let mut samples = Vec::new();
+        let mut every = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                _ = every.tick() => samples.push((Timestamp::now().as_millisecond(), live.active() as f64)),
+                _ = stopped.wait_for(|stop| *stop) => return samples,
+            }
+        }
+    })
+}
+
+/// Follows the load: logs each tier the policy takes, requests the drill
+/// once the load is in its `tail` (from the start of the load) and the
+/// tiers are back to 0, or three minutes later regardless, then waits for
+/// the drill's run to end. The run is `None` when it did not end within
+/// three minutes.
+async fn follow_load(
+    client: &Client,
+    ns: &str,
+    plan: &Plan,
+    progress: &Progress,
+    load_started: Instant,
+    tail: Duration,
+) -> anyhow::Result<(TierLog, Option<RunRecord>)> {
+    let policies: Api<DegradationPolicy> = Api::namespaced(client.clone(), ns);
+    let drills: Api<ChaosDrill> = Api::namespaced(client.clone(), ns);
+    let mut tiers = TierLog::default();
+    let mut drill_requested = None;
+    let tail_deadline = tail + Duration::from_secs(180);
+    let run = loop {
+        record_tier(&policies, plan, &mut tiers, progress).await;
+        let elapsed = load_started.elapsed();
+        match drill_requested {
+            None if elapsed >= tail
+                && (tiers.changes.last().is_some_and(|c| c.tier == 0)
+                    || elapsed >= tail_deadline) =>
+            {
+                request_drill(&drills, ns, plan, progress).await?;
+                drill_requested = Some(Instant::now());
+            }
+            Some(asked) => {
+                let status = drills.get(&plan.sale).await?.status.unwrap_or_default();
+                if let Some(run) = status.history.first() {
+                    progress.line(format!("drill ended: {}", checks::run_text(run)));
+                    break Some(run.clone());
+                }
+                if asked.elapsed() > Duration::from_secs(180) {
+                    progress.line("the drill did not end within 3 minutes");
+                    break None;
+                }
+            }
+            None => {}
+        }
+        tokio::time::sleep(TICK).await;
+    };
+    Ok((tiers, run))
+}
+
+/// Reads the policy and logs its tier when it changed; a failed read is
+/// skipped (the next tick reads it again).
+async fn record_tier(
+    policies: &Api<DegradationPolicy>,
+    plan: &Plan,
+    tiers: &mut TierLog,
+    progress: &Progress,
+) {
+    let Ok(policy) = policies.get(&plan.sale).await else {
+        return;
+    };
+    let status = policy.status.unwrap_or_default();
+    if let Some(change) = tiers.record(&status, Timestamp::now()) {
+        let load = change.value.map_or(String::new(), |v| {
+            format!(", load {v:.2} of the planned peak")
+        });
+        progress.line(format!(
+            "tier {} at {} ({}{load})",
+            change.tier,
+            checks::time_of_day(change.at),
+            change.reason
+        ));
+    }
+}
+
+/// Creates the drill, asking for a run inside a window opened now.
+async fn request_drill(
+    drills: &Api<ChaosDrill>,
+    ns: &str,
+    plan: &Plan,
+    progress: &Progress,
+) -> anyhow::Result<()> {
+    let now = Timestamp::now();
+    let request = format!("play-{}", now.as_second());
+    let drill: ChaosDrill = serde_json::from_value(plan.drill(ns, now, &request))?;
+    drills
+        .create(&PostParams::default(), &drill)
+        .await
+        .context("creating the drill")?;
+    let (start, end) = plan::window_from(now);
+    progress.line(format!(
+        "drill requested inside the window {start}–{end} UTC: fail one of the two gateways until the guard ends it"
+    ));
+    Ok(())
 }
 
 /// The random keys of a run.

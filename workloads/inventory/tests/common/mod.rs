@@ -120,40 +120,64 @@ impl Ledger {
     }
 }
 
+/// The hammer's stock.
+const STOCK: u64 = 1_000;
+
 /// 200 concurrent clients, 800 users, stock 1,000, limit 2: nothing oversold,
 /// nobody over the limit, and the store's counts agree at every check with
 /// the units the test itself reserved and confirmed.
 pub async fn hammer(url: &str, sale: &str, shards: u32) -> anyhow::Result<()> {
-    const STOCK: u64 = 1_000;
     let (store, sale) = store_on(url, sale, STOCK, 2, shards, 600_000).await?;
     let done = Arc::new(AtomicBool::new(false));
     let checks = Arc::new(AtomicU64::new(0));
     let ledger = Arc::new(Ledger::default());
+    let checker = spawn_checker(&store, &sale, &done, &checks, &ledger);
+    reserve_concurrently(&store, &sale, &ledger).await?;
+    buy_leftovers(&store, &sale, &ledger).await?;
+    done.store(true, Ordering::SeqCst);
+    checker.await??;
+    check_books(&store, &sale, &ledger, &checks, shards).await
+}
 
-    let checker = {
-        let (store, sale, done, checks, ledger) = (
-            store.clone(),
-            sale.clone(),
-            done.clone(),
-            checks.clone(),
-            ledger.clone(),
-        );
-        tokio::spawn(async move {
-            while !done.load(Ordering::SeqCst) {
-                let before = ledger.load();
-                let level = stock_of(&store, &sale).await?;
-                ledger.bracket(before, &level).map_err(anyhow::Error::msg)?;
-                anyhow::ensure!(level.stock == STOCK, "stock changed: {level:?}");
-                checks.fetch_add(1, Ordering::SeqCst);
-                tokio::task::yield_now().await;
-            }
-            anyhow::Ok(())
-        })
-    };
+/// Reads the stock over and over until `done`, each reading checked
+/// against the ledger; counts the readings in `checks`.
+fn spawn_checker(
+    store: &Store,
+    sale: &str,
+    done: &Arc<AtomicBool>,
+    checks: &Arc<AtomicU64>,
+    ledger: &Arc<Ledger>,
+) -> tokio::task::JoinHandle<anyhow::Result<()>> {
+    let (store, sale, done, checks, ledger) = (
+        store.clone(),
+        sale.to_owned(),
+        done.clone(),
+        checks.clone(),
+        ledger.clone(),
+    );
+    tokio::spawn(async move {
+        while !done.load(Ordering::SeqCst) {
+            let before = ledger.load();
+            let level = stock_of(&store, &sale).await?;
+            ledger.bracket(before, &level).map_err(anyhow::Error::msg)?;
+            anyhow::ensure!(level.stock == STOCK, "stock changed: {level:?}");
+            checks.fetch_add(1, Ordering::SeqCst);
+            tokio::task::yield_now().await;
+        }
+        anyhow::Ok(())
+    })
+}
 
+/// 200 clients, 4 users each, each user reserving 1 or 2 units up to three
+/// times and confirming some; every call and grant goes into the ledger.
+async fn reserve_concurrently(
+    store: &Store,
+    sale: &str,
+    ledger: &Arc<Ledger>,
+) -> anyhow::Result<()> {
     let clients: Vec<_> = (0..200)
         .map(|client| {
-            let (store, sale, ledger) = (store.clone(), sale.clone(), ledger.clone());
+            let (store, sale, ledger) = (store.clone(), sale.to_owned(), ledger.clone());
             tokio::spawn(async move {
                 for k in 0..4 {
                     let user = format!("u{}", client * 4 + k);
@@ -185,10 +209,15 @@ pub async fn hammer(url: &str, sale: &str, shards: u32) -> anyhow::Result<()> {
     for client in clients {
         client.await??;
     }
-    // Requests of 2 can leave single units behind; buy them one at a time.
+    Ok(())
+}
+
+/// Requests of 2 can leave single units behind; buys them one at a time
+/// until sold out.
+async fn buy_leftovers(store: &Store, sale: &str, ledger: &Ledger) -> anyhow::Result<()> {
     for n in 0.. {
         ledger.reserve_asked.fetch_add(1, Ordering::SeqCst);
-        match reserve(&store, &sale, &format!("late-{n}"), 1, &format!("late-{n}")).await? {
+        match reserve(store, sale, &format!("late-{n}"), 1, &format!("late-{n}")).await? {
             ReserveOutcome::Reserved(_) => {
                 ledger.reserved.fetch_add(1, Ordering::SeqCst);
                 continue;
@@ -197,10 +226,20 @@ pub async fn hammer(url: &str, sale: &str, shards: u32) -> anyhow::Result<()> {
             other => anyhow::bail!("unexpected {other:?}"),
         }
     }
-    done.store(true, Ordering::SeqCst);
-    checker.await??;
+    Ok(())
+}
 
-    let level = stock_of(&store, &sale).await?;
+/// The end of the hammer: the store holds exactly what the ledger was
+/// granted, nobody holds over the limit, and few units went to the
+/// single-unit buyers.
+async fn check_books(
+    store: &Store,
+    sale: &str,
+    ledger: &Ledger,
+    checks: &AtomicU64,
+    shards: u32,
+) -> anyhow::Result<()> {
+    let level = stock_of(store, sale).await?;
     let [_, reserved, _, confirmed] = ledger.load();
     // Exactly what the test was granted: every unit accounted for.
     assert_eq!(reserved, STOCK, "the test was granted the whole stock");
@@ -215,7 +254,7 @@ pub async fn hammer(url: &str, sale: &str, shards: u32) -> anyhow::Result<()> {
     );
     let mut held_total = 0;
     for user in (0..800).map(|u| format!("u{u}")) {
-        let held = store.held_by(&sale, "HOT", &user).await?;
+        let held = store.held_by(sale, "HOT", &user).await?;
         assert!(held <= 2, "{user} holds {held}");
         held_total += held;
     }

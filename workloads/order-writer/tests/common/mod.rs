@@ -9,8 +9,13 @@ use std::{collections::BTreeSet, time::Duration};
 #[allow(unused_imports)] // each test binary uses its own subset
 pub use flashsale_e2e::orders::{Topics, difference, event, order_id, order_ids, produce};
 use flashsale_e2e::{stack, wait::poll_until};
-use order_writer::{sink::Sink, writer::WriterSettings};
+use flashsale_runtime::Shutdown;
+use order_writer::{
+    sink::Sink,
+    writer::{Writer, WriterError, WriterSettings, WriterStats},
+};
 use sqlx::Connection;
+use tokio::task::JoinHandle;
 
 /// A database of one test's own on the stack's PostgreSQL or MariaDB server:
 /// the writer migrates it from scratch, and no other test, branch or
@@ -167,4 +172,17 @@ pub fn writer_settings(brokers: &str, topic: &str, dlq: &str, group: &str) -> Wr
         // the broker failover test uses the production default.
         session_timeout: Duration::from_secs(10),
     }
+}
+
+/// A running writer's end: what `run` returned, and whether it left its
+/// consumer group within 10 s of stopping.
+pub type WriterEnd = (Result<WriterStats, WriterError>, bool);
+
+/// Runs `writer` on its own task until `shutdown` triggers, then closes it.
+pub fn spawn_writer(writer: Writer, shutdown: &Shutdown) -> JoinHandle<WriterEnd> {
+    let shutdown = shutdown.clone();
+    tokio::spawn(async move {
+        let stats = writer.run(shutdown).await;
+        (stats, writer.close(Duration::from_secs(10)).await)
+    })
 }

@@ -33,9 +33,60 @@ fn end(why: Ending, unresolved: bool) -> OrderNext {
     OrderNext::End { why, unresolved }
 }
 
+/// A case of `order`: its name, the answer (`None`: no answer), where the
+/// purchase stood, and the next step it must lead to.
+type OrderCase = (&'static str, Option<Answer>, Attempt, OrderNext);
+
+const UNCERTAIN: Attempt = Attempt {
+    uncertain: true,
+    ..FRESH
+};
+const WINDING: Attempt = Attempt {
+    winding_down: true,
+    ..FRESH
+};
+const WINDING_UNCERTAIN: Attempt = Attempt {
+    uncertain: true,
+    winding_down: true,
+    ..FRESH
+};
+const WITH_PASS: Attempt = Attempt {
+    with_pass: true,
+    ..FRESH
+};
+const PASS_UNCERTAIN: Attempt = Attempt {
+    with_pass: true,
+    uncertain: true,
+    retries: 2,
+    ..FRESH
+};
+
+/// An uncertain attempt with the whole retry budget spent.
+fn spent(policy: &RetryPolicy) -> Attempt {
+    Attempt {
+        uncertain: true,
+        retries: policy.max_retries,
+        ..FRESH
+    }
+}
+
 #[test]
 fn order_answers_lead_to_their_next_step() {
     let policy = RetryPolicy::default();
+    let table = [
+        acknowledged_or_queued(),
+        waits_and_retries(&policy),
+        refusals_that_end_or_wait(),
+        pass_and_token_refusals(),
+    ]
+    .concat();
+    for (name, reply, at, want) in table {
+        assert_eq!(order(reply.as_ref(), at, &policy), want, "{name}");
+    }
+}
+
+/// Answers that acknowledge an order or queue the buyer.
+fn acknowledged_or_queued() -> Vec<OrderCase> {
     let created = answer(
         201,
         None,
@@ -61,40 +112,12 @@ fn order_answers_lead_to_their_next_step() {
             paid,
         })
     };
-    let uncertain = Attempt {
-        uncertain: true,
-        ..FRESH
-    };
-    let winding = Attempt {
-        winding_down: true,
-        ..FRESH
-    };
-    let winding_uncertain = Attempt {
-        uncertain: true,
-        winding_down: true,
-        ..FRESH
-    };
-    let with_pass = Attempt {
-        with_pass: true,
-        ..FRESH
-    };
-    let pass_uncertain = Attempt {
-        with_pass: true,
-        uncertain: true,
-        retries: 2,
-        ..FRESH
-    };
-    let spent = Attempt {
-        uncertain: true,
-        retries: policy.max_retries,
-        ..FRESH
-    };
-    let table: Vec<(&str, Option<Answer>, Attempt, OrderNext)> = vec![
+    vec![
         ("201 is an order", Some(created.clone()), FRESH, ack(false)),
         (
             "201 resolves an uncertain key",
             Some(created.clone()),
-            uncertain,
+            UNCERTAIN,
             ack(false),
         ),
         (
@@ -121,15 +144,22 @@ fn order_answers_lead_to_their_next_step() {
         (
             "202 while winding down gives up",
             Some(queued.clone()),
-            winding,
+            WINDING,
             end(Ending::GivenUp, false),
         ),
         (
             "202 while winding down with an uncertain key is unresolved",
             Some(queued),
-            winding_uncertain,
+            WINDING_UNCERTAIN,
             end(Ending::GivenUp, true),
         ),
+    ]
+}
+
+/// Rate limits, overload and no answer: waits, on the budget or not, until
+/// the budget is spent.
+fn waits_and_retries(policy: &RetryPolicy) -> Vec<OrderCase> {
+    vec![
         (
             "429 waits Retry-After, free of the budget",
             Some(refusal(429, "rate_limited", Some("2"))),
@@ -145,13 +175,13 @@ fn order_answers_lead_to_their_next_step() {
         (
             "429 while winding down gives up",
             Some(refusal(429, "rate_limited", Some("1"))),
-            winding,
+            WINDING,
             end(Ending::GivenUp, false),
         ),
         (
             "429 while winding down with an uncertain key retries on the budget",
             Some(refusal(429, "rate_limited", Some("1"))),
-            winding_uncertain,
+            WINDING_UNCERTAIN,
             again(ms(1000), true, true),
         ),
         (
@@ -169,7 +199,7 @@ fn order_answers_lead_to_their_next_step() {
         (
             "503 overloaded keeps an uncertain key uncertain",
             Some(refusal(503, "overloaded", None)),
-            uncertain,
+            UNCERTAIN,
             again(policy.backoff(0), true, true),
         ),
         (
@@ -181,7 +211,7 @@ fn order_answers_lead_to_their_next_step() {
         (
             "no answer with the budget spent is unresolved",
             None,
-            spent,
+            spent(policy),
             end(Ending::GivenUp, true),
         ),
         (
@@ -189,14 +219,20 @@ fn order_answers_lead_to_their_next_step() {
             Some(refusal(503, "overloaded", None)),
             Attempt {
                 uncertain: false,
-                ..spent
+                ..spent(policy)
             },
             end(Ending::GivenUp, false),
         ),
+    ]
+}
+
+/// Refusals of the sale itself: sold out, limits, not open yet, ended.
+fn refusals_that_end_or_wait() -> Vec<OrderCase> {
+    vec![
         (
             "sold out",
             Some(refusal(409, "sold_out", None)),
-            uncertain,
+            UNCERTAIN,
             end(Ending::SoldOut, false),
         ),
         (
@@ -208,7 +244,7 @@ fn order_answers_lead_to_their_next_step() {
         (
             "order_abandoned resolves the key: nothing was ordered",
             Some(refusal(409, "order_abandoned", None)),
-            uncertain,
+            UNCERTAIN,
             end(Ending::GivenUp, false),
         ),
         (
@@ -220,7 +256,7 @@ fn order_answers_lead_to_their_next_step() {
         (
             "not open while winding down gives up",
             Some(refusal(409, "sale_not_open", Some("30"))),
-            winding,
+            WINDING,
             end(Ending::GivenUp, false),
         ),
         (
@@ -232,25 +268,31 @@ fn order_answers_lead_to_their_next_step() {
         (
             "410 after an uncertain attempt leaves it unresolved",
             Some(refusal(410, "sale_ended", None)),
-            uncertain,
+            UNCERTAIN,
             end(Ending::SaleEnded, true),
         ),
+    ]
+}
+
+/// Refused passes and tokens, and answers the flow does not expect.
+fn pass_and_token_refusals() -> Vec<OrderCase> {
+    vec![
         (
             "a refused pass rejoins",
             Some(refusal(403, "expired", None)),
-            with_pass,
+            WITH_PASS,
             OrderNext::Rejoin,
         ),
         (
             "a replayed pass after an uncertain attempt waits for its lease",
             Some(refusal(403, "replayed", None)),
-            pass_uncertain,
+            PASS_UNCERTAIN,
             again(Duration::from_secs(2), true, true),
         ),
         (
             "a replayed pass of a used place ends the purchase",
             Some(refusal(403, "replayed", None)),
-            with_pass,
+            WITH_PASS,
             end(Ending::GivenUp, false),
         ),
         (
@@ -271,10 +313,7 @@ fn order_answers_lead_to_their_next_step() {
             FRESH,
             end(Ending::Unexpected, false),
         ),
-    ];
-    for (name, reply, at, want) in table {
-        assert_eq!(order(reply.as_ref(), at, &policy), want, "{name}");
-    }
+    ]
 }
 
 #[test]
