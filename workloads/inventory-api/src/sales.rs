@@ -84,10 +84,14 @@ mod tests {
 
     #[test]
     fn a_sale_definition_is_camel_case() -> Result {
-        let wire = r#"{"sale":"shop.spring.1a2b3c4d","reservationTtlMs":600000,"opensAtMs":1700000000000,"items":[{"sku":"PHONE","stock":100,"perUserLimit":2,"shards":4}]}"#;
+        // The opening last: the operator's config hash was taken over this order.
+        let wire = r#"{"sale":"shop.spring.1a2b3c4d","reservationTtlMs":600000,"items":[{"sku":"PHONE","stock":100,"perUserLimit":2,"shards":4}],"opensAtMs":1700000000000}"#;
         let def = definition(Some(1_700_000_000_000));
         assert_eq!(serde_json::to_string(&def)?, wire);
         assert_eq!(serde_json::from_str::<SaleDefinition>(wire)?, def);
+        // Read in any order, as an older writer sent it.
+        let earlier = r#"{"sale":"shop.spring.1a2b3c4d","reservationTtlMs":600000,"opensAtMs":1700000000000,"items":[{"sku":"PHONE","stock":100,"perUserLimit":2,"shards":4}]}"#;
+        assert_eq!(serde_json::from_str::<SaleDefinition>(earlier)?, def);
         assert_eq!(def.opening(), 1_700_000_000_000);
         Ok(())
     }
