@@ -179,18 +179,19 @@ install_chaos-mesh() {
   log "building chaos-controller-manager from $src with Go; the first build takes minutes, later ones are cached"
   mkdir -p "$CACHE/bin"
   local tmp; tmp=$(mktemp -d "$CACHE/bin/.build-XXXXXX")
-  # An archive carries no git metadata: stamp the version it logs at start,
-  # which only the pinned release is known to be.
-  local ldflags=""
-  if [ "$CHAOS_MESH_KEY" = "$CHAOS_MESH_TAR_SHA256" ]; then
-    ldflags="-X github.com/chaos-mesh/chaos-mesh/pkg/version.gitVersion=v$CHAOS_MESH_VERSION"
-    ldflags+=" -X github.com/chaos-mesh/chaos-mesh/pkg/version.gitCommit=$CHAOS_MESH_COMMIT"
-  fi
-  ( cd "$src" && CGO_ENABLED=0 go build -ldflags "$ldflags" -o "$tmp/" ./cmd/chaos-controller-manager ) \
+  ( cd "$src" && CGO_ENABLED=0 go build -ldflags "$(chaos_mesh_version_ldflags)" -o "$tmp/" ./cmd/chaos-controller-manager ) \
     || { rm -rf "$tmp"; die "building chaos-controller-manager failed"; }
   touch "$tmp/.complete"
   rm -rf "$out"
   mv "$tmp" "$out"
+}
+
+# An archive carries no git metadata: the -ldflags that stamp the version a
+# binary logs at start, which only the pinned release is known to be.
+chaos_mesh_version_ldflags() {
+  [ "$CHAOS_MESH_KEY" = "$CHAOS_MESH_TAR_SHA256" ] || return 0
+  echo "-X github.com/chaos-mesh/chaos-mesh/pkg/version.gitVersion=v$CHAOS_MESH_VERSION" \
+    "-X github.com/chaos-mesh/chaos-mesh/pkg/version.gitCommit=$CHAOS_MESH_COMMIT"
 }
 
 # A self-signed pair for the webhook server, which always starts and needs
@@ -210,11 +211,14 @@ chaos_mesh_certs() {
 # stale Lease.
 up_chaos-mesh() {
   chaos_mesh_certs
-  kubectl get namespace "$CHAOS_MESH_NAMESPACE" >/dev/null 2>&1 \
-    || kubectl create namespace "$CHAOS_MESH_NAMESPACE" >/dev/null || die "creating namespace $CHAOS_MESH_NAMESPACE failed"
+  chaos_daemon_certs
+  chaos_mesh_namespace
   local bin; bin="$(chaos_mesh_bin_dir)/chaos-controller-manager"
-  # It reads its settings from the environment only.
+  # It reads its settings from the environment only; it talks to
+  # chaos-daemon over mutual TLS (chaos-daemon.sh).
   (
+    # shellcheck disable=SC2046 # the words are NAME=VALUE pairs without spaces
+    export $(chaos_daemon_client_env)
     export NAMESPACE="$CHAOS_MESH_NAMESPACE" CERTS_DIR="$STATE/chaos-mesh/certs" \
       ENABLED_WEBHOOKS=none SECURITY_MODE=false ENABLE_LEADER_ELECTION=false CLUSTER_SCOPED=true \
       QPS=1000 BURST=2000 METRICS_HOST=127.0.0.1 METRICS_PORT="$CHAOS_MESH_METRICS_PORT" \
@@ -222,6 +226,12 @@ up_chaos-mesh() {
     start_process chaos-mesh -- "$bin" --kubeconfig="$(KUBECONFIG_FILE)"
   )
   wait_ready chaos-mesh 60 chaos_mesh_ready
+}
+
+# The namespace the controller and the daemon's EndpointSlice live in.
+chaos_mesh_namespace() {
+  kubectl get namespace "$CHAOS_MESH_NAMESPACE" >/dev/null 2>&1 \
+    || kubectl create namespace "$CHAOS_MESH_NAMESPACE" >/dev/null || die "creating namespace $CHAOS_MESH_NAMESPACE failed"
 }
 
 # Metrics answer, and the PodChaos controller has started its workers (its
