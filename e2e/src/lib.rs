@@ -11,6 +11,7 @@ pub mod drill;
 pub mod exporter;
 pub mod faults;
 pub mod funnel;
+pub mod inside;
 pub mod kafka;
 pub mod kube;
 pub mod metrics;

@@ -15,7 +15,7 @@ use flashsale_api::{
 };
 use flashsale_controller_drill::chaos::Kind;
 use flashsale_e2e::{
-    kafka,
+    inside, kafka,
     kube::TestNamespace,
     stack::{self, unique_name},
     wait::poll_until,
@@ -1048,5 +1048,210 @@ async fn assert_only_the_target_killed(
             );
         }
     }
+    Ok(())
+}
+
+/// The objective a network delay on a gateway breaks for real: Prometheus's
+/// scrape of the gateway waits for the delayed answer. Averaged over 10 s,
+/// so the breach comes seconds after the injection and the test can look
+/// inside the pod first.
+fn gateway_scrape_seconds(ns: &str, sale: &str) -> String {
+    format!(
+        r#"max(avg_over_time(scrape_duration_seconds{{namespace="{ns}", pod=~"{sale}-gateway-.*"}}[10s]))"#
+    )
+}
+
+/// A drill delaying everything one gateway sends by 150 ms ± 20 ms, the
+/// seeds' figure, guarded by the gateways' scrape time.
+fn delay_drill(ns: &str, sale: &str) -> anyhow::Result<ChaosDrill> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "flashsale.dev/v1alpha1",
+        "kind": "ChaosDrill",
+        "metadata": {"name": "delay", "annotations": {"flashsale.dev/run-now": "first"}},
+        "spec": {
+            "saleRef": {"name": sale},
+            "schedule": {"cron": "0 0 1 1 *", "timeZone": "UTC"},
+            "experiments": [{"name": "slow", "target": "gateway", "duration": "2m",
+                             "networkChaos": {"action": "delay", "latency": "150ms",
+                                              "jitter": "20ms"}}],
+            "blastRadius": {"maxPercent": 50, "maxPods": 1},
+            "sloGuard": {
+                "objectives": [{"name": "gateway-scrape", "query": gateway_scrape_seconds(ns, sale),
+                                "threshold": 0.1, "breachWhen": "Above"}],
+                "interval": "250ms", "staleAfter": "10s", "steadyState": "2s"
+            }
+        }
+    }))?)
+}
+
+/// The connect time from `pid`'s network namespace to the inventory's
+/// first pod, median of five.
+fn inventory_connect(pid: u32, inventory: &Pod) -> anyhow::Result<Duration> {
+    let ip = inventory
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .ok_or_else(|| anyhow::anyhow!("the inventory has no pod IP"))?;
+    let mut times = (0..5)
+        .map(|_| inside::connect_time(pid, &ip, 8080, Duration::from_secs(2)))
+        .collect::<Result<Vec<_>, _>>()?;
+    times.sort();
+    Ok(times[2])
+}
+
+#[tokio::test]
+async fn a_delay_on_a_real_gateway_is_seen_from_inside_and_removed_or_fails_naming_the_kernel()
+-> anyhow::Result<()> {
+    let client = setup().await?;
+    let ns = TestNamespace::create(&client, "real-delay").await?;
+    let operator = operator(&ns.name)?;
+    let sale = create_sale(&client, &ns.name, SignedDuration::from_hours(1)).await?;
+    await_ready(&client, &ns.name, &sale.name).await?;
+    let gateways = ready_pods(&client, &ns.name, &sale.name, "gateway").await?;
+    let inventory = ready_pods(&client, &ns.name, &sale.name, "inventory").await?;
+    await_scraped_and_up(&ns.name, &gateways).await?;
+    let drills: Api<ChaosDrill> = Api::namespaced(client.clone(), &ns.name);
+    if inside::kernel_has_netem()? {
+        delay_seen_and_removed(&drills, &ns.name, &sale.name, &gateways, &inventory[0]).await?;
+    } else {
+        delay_not_injected(&client, &drills, &ns.name, &sale.name, &gateways).await?;
+    }
+    assert_eq!(inside::residue()?, Vec::<String>::new());
+    drop(operator);
+    Ok(())
+}
+
+/// The ended run of the drill `name`.
+async fn ended_run(drills: &Api<ChaosDrill>, name: &str) -> anyhow::Result<RunRecord> {
+    Ok(poll_until("the run ended", START, TICK, || async {
+        let drill = drills.get(name).await.map_err(|e| e.to_string())?;
+        let status = drill.status.unwrap_or_default();
+        status
+            .history
+            .first()
+            .cloned()
+            .ok_or(format!("{:?}", status.phase))
+    })
+    .await?)
+}
+
+/// On a kernel without netem (these machines' is built without it and
+/// loads no modules), chaos-daemon's `tc` fails in the pod: the run must
+/// fail quoting Chaos Mesh, not pass as "the SLO held", and leave nothing.
+async fn delay_not_injected(
+    client: &Client,
+    drills: &Api<ChaosDrill>,
+    ns: &str,
+    sale: &str,
+    gateways: &[Pod],
+) -> anyhow::Result<()> {
+    drills
+        .create(&PostParams::default(), &delay_drill(ns, sale)?)
+        .await?;
+    let ended = ended_run(drills, "delay").await?;
+    eprintln!(
+        "no netem in this kernel: {:?} {:?}",
+        ended.reason, ended.message
+    );
+    assert_eq!(ended.outcome, Some(RunOutcome::Failed), "{ended:?}");
+    assert_eq!(ended.reason.as_deref(), Some("NotInjected"), "{ended:?}");
+    let message = ended.message.clone().unwrap_or_default();
+    // Chaos Mesh's record keeps only its summary; chaos-daemon's log has
+    // the kernel's words ("Specified qdisc kind is unknown").
+    assert!(message.contains("unable to set tcs"), "{message}");
+    assert!(
+        message.contains(&ended.targets.join(", ")),
+        "{message} {ended:?}"
+    );
+    for gateway in gateways {
+        let qdiscs = inside::qdiscs(inside::pid_of(gateway)?)?;
+        assert!(!qdiscs.contains("netem"), "{qdiscs}");
+    }
+    // The Workflow goes; a NetworkChaos Chaos Mesh could not inject keeps
+    // its finalizer (it recovers only what it injected), and the run names it.
+    let params = ListParams::default().labels(&format!("flashsale.dev/run={}", ended.id));
+    let workflows: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), ns, &Kind::Workflow.resource());
+    assert!(
+        workflows.list(&params).await?.items.is_empty(),
+        "Workflow left"
+    );
+    let network: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), ns, &Kind::NetworkChaos.resource());
+    for left in network.list(&params).await?.items {
+        let named = format!("NetworkChaos/{}", left.name_any());
+        assert!(
+            message.contains("still present after") && message.contains(&named),
+            "{message}"
+        );
+    }
+    Ok(())
+}
+
+/// On a kernel with netem: the rule and the slower connect seen inside the
+/// target while injected, the real breach aborting the run, and both gone.
+async fn delay_seen_and_removed(
+    drills: &Api<ChaosDrill>,
+    ns: &str,
+    sale: &str,
+    gateways: &[Pod],
+    inventory: &Pod,
+) -> anyhow::Result<()> {
+    let before: Vec<Duration> = gateways
+        .iter()
+        .map(|g| inventory_connect(inside::pid_of(g)?, inventory))
+        .collect::<anyhow::Result<_>>()?;
+    drills
+        .create(&PostParams::default(), &delay_drill(ns, sale)?)
+        .await?;
+    // Inside the target while injected: the netem rule, and a connect whose
+    // SYN leaves the pod 150 ms late.
+    let (index, pid, qdiscs) =
+        poll_until("the delay injected in the target", START, TICK, || async {
+            let drill = drills.get("delay").await.map_err(|e| e.to_string())?;
+            let run = drill
+                .status
+                .and_then(|s| s.current_run)
+                .ok_or("no run yet")?;
+            let name = run
+                .targets
+                .first()
+                .and_then(|t| t.rsplit('/').next())
+                .ok_or("no target")?;
+            let index = gateways
+                .iter()
+                .position(|g| g.name_any() == name)
+                .ok_or("unknown target")?;
+            let pid = inside::pid_of(&gateways[index]).map_err(|e| e.to_string())?;
+            let qdiscs = inside::qdiscs(pid).map_err(|e| e.to_string())?;
+            if qdiscs.contains("netem") {
+                Ok((index, pid, qdiscs))
+            } else {
+                Err(qdiscs)
+            }
+        })
+        .await?;
+    assert!(qdiscs.contains("delay 150ms"), "{qdiscs}");
+    let during = inventory_connect(pid, inventory)?;
+    eprintln!(
+        "connect to the inventory: {:?} before, {during:?} injected",
+        before[index]
+    );
+    assert!(
+        during >= before[index] + Duration::from_millis(100),
+        "{:?} → {during:?}",
+        before[index]
+    );
+    let ended = ended_run(drills, "delay").await?;
+    assert_eq!(ended.outcome, Some(RunOutcome::Aborted), "{ended:?}");
+    assert_eq!(ended.reason.as_deref(), Some("SloBreached"), "{ended:?}");
+    // Gone as the pod sees it: no rule, the connect time back to normal.
+    let after_qdiscs = inside::qdiscs(pid)?;
+    assert!(!after_qdiscs.contains("netem"), "{after_qdiscs}");
+    let after = inventory_connect(pid, inventory)?;
+    assert!(
+        after < before[index] + Duration::from_millis(50),
+        "{after:?} after the stop"
+    );
     Ok(())
 }

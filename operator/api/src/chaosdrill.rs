@@ -249,6 +249,11 @@ pub struct NetworkChaosAction {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0.0, max = 100.0))]
     pub loss_percent: Option<f64>,
+    /// How much a packet's delay or loss follows the previous packet's,
+    /// percent (netem's correlation); 0 when left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0, max = 100.0))]
+    pub correlation_percent: Option<f64>,
     /// Only traffic to this workload of the sale (all traffic when empty).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to: Option<TargetWorkload>,

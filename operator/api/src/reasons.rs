@@ -380,6 +380,10 @@ reasons! {
         SloNotRecovered,
         /// Chaos Mesh did not take up an experiment in time.
         ChaosMeshNotResponding,
+        /// Chaos Mesh did not inject an experiment into its targets in time
+        /// (a fault the node cannot run, no chaos-daemon on it); the message
+        /// quotes Chaos Mesh.
+        NotInjected,
         /// Reading from the apiserver failed.
         ReadFailed,
         /// Creating an experiment failed.

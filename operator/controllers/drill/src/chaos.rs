@@ -304,9 +304,12 @@ fn pod_spec(spec: &mut Value, pod: &PodChaosAction, duration: String) {
 /// component of `sale`, the target side.
 fn network_spec(spec: &mut Value, net: &NetworkChaosAction, sale: &str, namespace: &str) {
     spec["action"] = json!(network_action(net.action));
+    // Chaos Mesh parses the correlation as a number and has no default for
+    // it without its webhook: it is always written.
+    let correlation = net.correlation_percent.unwrap_or(0.0).to_string();
     match net.action {
         NetworkChaosKind::Delay => {
-            let mut delay = json!({});
+            let mut delay = json!({"correlation": correlation});
             if let Some(latency) = &net.latency {
                 delay["latency"] = json!(go_duration(latency.0));
             }
@@ -316,7 +319,10 @@ fn network_spec(spec: &mut Value, net: &NetworkChaosAction, sale: &str, namespac
             spec["delay"] = delay;
         }
         NetworkChaosKind::Loss => {
-            spec["loss"] = json!({"loss": net.loss_percent.unwrap_or(0.0).to_string()});
+            spec["loss"] = json!({
+                "loss": net.loss_percent.unwrap_or(0.0).to_string(),
+                "correlation": correlation,
+            });
         }
         NetworkChaosKind::Partition => {}
     }
@@ -405,6 +411,42 @@ pub fn selected_pods(object: &DynamicObject) -> Vec<String> {
         .collect()
 }
 
+/// Whether Chaos Mesh injected an experiment into every target it selected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Injection {
+    /// Every record is `Injected`.
+    Injected,
+    /// Not yet; no record failed.
+    Pending,
+    /// A record's latest event is a failed apply: the target (`ns/pod`)
+    /// and Chaos Mesh's message (it retries; the caller decides how long
+    /// to wait).
+    Failing(String, String),
+}
+
+/// How far Chaos Mesh got injecting `object`, from its records.
+pub fn injection(object: &DynamicObject) -> Injection {
+    let records = object.data["status"]["experiment"]["containerRecords"].as_array();
+    let Some(records) = records.filter(|r| !r.is_empty()) else {
+        return Injection::Pending;
+    };
+    if records
+        .iter()
+        .all(|r| r["phase"].as_str() == Some("Injected"))
+    {
+        return Injection::Injected;
+    }
+    let failing = records.iter().find_map(|r| {
+        let last = r["events"].as_array()?.last()?;
+        (last["type"].as_str() == Some("Failed")).then(|| {
+            let id = r["id"].as_str().unwrap_or("?").to_owned();
+            let message = last["message"].as_str().unwrap_or("no message").trim();
+            Injection::Failing(id, message.to_owned())
+        })
+    });
+    failing.unwrap_or(Injection::Pending)
+}
+
 /// What Chaos Mesh says of an experiment: recovered once it wants it
 /// stopped and no record is injected any more.
 pub fn recovered(object: &DynamicObject) -> bool {
@@ -485,6 +527,54 @@ mod tests {
         Ok(())
     }
 
+    /// The drill's experiment turned into a NetworkChaos `action`.
+    fn network(action: NetworkChaosKind, correlation: Option<f64>) -> anyhow::Result<Value> {
+        let mut drill = drill()?;
+        let exp = &mut drill.spec.experiments[0];
+        exp.pod_chaos = None;
+        exp.network_chaos = Some(NetworkChaosAction {
+            action,
+            latency: Some(flashsale_api::Duration(std::time::Duration::from_millis(
+                150,
+            ))),
+            jitter: Some(flashsale_api::Duration(std::time::Duration::from_millis(
+                20,
+            ))),
+            loss_percent: Some(25.0),
+            correlation_percent: correlation,
+            to: None,
+        });
+        Ok(experiment(
+            &drill,
+            "r",
+            &drill.spec.experiments[0],
+            &[],
+            ("s", "u"),
+        ))
+    }
+
+    #[test]
+    fn delay_and_loss_always_carry_a_correlation_chaos_mesh_can_parse() -> anyhow::Result<()> {
+        // Without its webhook Chaos Mesh defaults nothing, and an empty
+        // correlation fails every apply ("strconv.ParseFloat: parsing \"\"").
+        let delay = network(NetworkChaosKind::Delay, None)?;
+        assert_eq!(delay["kind"], "NetworkChaos");
+        assert_eq!(
+            delay["spec"]["delay"],
+            json!({"latency": "150ms", "jitter": "20ms", "correlation": "0"})
+        );
+        let loss = network(NetworkChaosKind::Loss, Some(50.0))?;
+        assert_eq!(
+            loss["spec"]["loss"],
+            json!({"loss": "25", "correlation": "50"})
+        );
+        for object in [&delay, &loss] {
+            assert_eq!(object["spec"]["duration"], "120000ms");
+            assert!(object["spec"].get("direction").is_none(), "{object}");
+        }
+        Ok(())
+    }
+
     #[test]
     fn pod_failure_carries_the_duration_as_a_hard_bound() -> anyhow::Result<()> {
         let mut drill = drill()?;
@@ -541,6 +631,36 @@ mod tests {
                 (Kind::PodChaos, "d-r-kill".to_owned())
             ]
         );
+    }
+
+    #[test]
+    fn injection_is_read_from_the_records_and_names_a_failing_target() -> anyhow::Result<()> {
+        let with = |records: Value| -> anyhow::Result<Injection> {
+            Ok(injection(&dynamic(json!({
+                "apiVersion": CHAOS_MESH_API_VERSION, "kind": "NetworkChaos",
+                "metadata": {"name": "x"},
+                "status": {"experiment": {"desiredPhase": "Run", "containerRecords": records}},
+            }))?))
+        };
+        assert_eq!(with(json!(null))?, Injection::Pending);
+        assert_eq!(with(json!([]))?, Injection::Pending);
+        let injected = json!({"id": "ns/a", "phase": "Injected",
+            "events": [{"type": "Succeeded", "operation": "Apply"}]});
+        assert_eq!(with(json!([injected]))?, Injection::Injected);
+        let waiting = json!({"id": "ns/b", "phase": "Not Injected/Wait", "events": []});
+        assert_eq!(with(json!([injected, waiting]))?, Injection::Pending);
+        let failing = json!({"id": "ns/b", "phase": "Not Injected/Wait", "events": [
+            {"type": "Failed", "operation": "Apply", "message": "unable to set tcs for pod b"},
+            {"type": "Failed", "operation": "Apply",
+             "message": "Error: Specified qdisc kind is unknown.\n"}]});
+        assert_eq!(
+            with(json!([injected, failing]))?,
+            Injection::Failing(
+                "ns/b".to_owned(),
+                "Error: Specified qdisc kind is unknown.".to_owned()
+            )
+        );
+        Ok(())
     }
 
     #[test]

@@ -38,6 +38,9 @@ use flashsale_observe::signal::Reading;
 const STATUS_CHECK_BOUND: Duration = Duration::from_secs(15);
 /// How long a stop waits for Chaos Mesh to remove the experiments.
 pub const STOP_BOUND: Duration = Duration::from_secs(60);
+/// Longest Chaos Mesh may take to report an experiment injected; it
+/// retries failed applies with backoff, so a transient failure still lands.
+const INJECT_BOUND: Duration = Duration::from_secs(20);
 /// How often a run reads its sale again (between reads it judges the
 /// sale's schedule as last read, every tick).
 const SALE_REREAD: Duration = Duration::from_secs(1);
@@ -438,13 +441,36 @@ async fn inject(ctx: &Ctx, plan: &Plan, guard: &Guard, sale_uid: &str) -> Result
                 objects.push(created);
                 let namespace = plan.drill.namespace().unwrap_or_default();
                 targets.extend(pods.iter().map(|p| format!("{namespace}/{p}")));
-                guard.update(|progress| progress.record.objects = objects.clone());
+                // Recorded as they are created: a run that fails before its
+                // injection is confirmed still names what it touched.
+                guard.update(|progress| {
+                    progress.record.objects = objects.clone();
+                    progress.record.targets = targets.clone();
+                });
             }
             Err(err) => {
                 let _ = stop_run(ctx, plan, guard).await;
                 return Err(Ending::failed(DrillReason::CreateFailed, &err));
             }
         }
+    }
+    if let Err(mut ending) = await_injected(ctx, plan, &objects).await {
+        // Chaos Mesh recovers only what it injected: an experiment whose
+        // apply keeps failing keeps its finalizer, which the operator does
+        // not strip; the run says so, naming what is left.
+        match stop_run(ctx, plan, guard).await {
+            Ok(stopped) if !stopped.remaining.is_empty() => ending.message.push_str(&format!(
+                "; still present after {}: {} (Chaos Mesh holds an experiment it could not inject \
+                 until its apply succeeds or the target pod is gone)",
+                flashsale_api::Duration(STOP_BOUND),
+                stopped.remaining.join(", ")
+            )),
+            Ok(_) => {}
+            Err(err) => ending
+                .message
+                .push_str(&format!("; stopping failed: {err}")),
+        }
+        return Err(ending);
     }
     let now = ctx.clock.moment();
     guard.update(|progress| {
@@ -841,6 +867,67 @@ async fn await_status_check(
             return Ok(None);
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits until Chaos Mesh says every experiment of `objects` (`Kind/name`,
+/// the Workflow aside) is injected into all its targets, at most
+/// [`INJECT_BOUND`]: Chaos Mesh retries a failed apply, and a fault that
+/// cannot be injected (a kernel without netem, a node without chaos-daemon)
+/// must fail the run, not let it pass as "the SLO held".
+async fn await_injected(ctx: &Ctx, plan: &Plan, objects: &[String]) -> Result<(), Ending> {
+    let namespace = plan.drill.namespace().unwrap_or_default();
+    let experiments: Vec<(Kind, &str)> = objects
+        .iter()
+        .filter_map(|o| o.split_once('/'))
+        .filter_map(|(kind, name)| Some((Kind::from_name(kind)?, name)))
+        .filter(|(kind, _)| Kind::EXPERIMENTS.contains(kind))
+        .collect();
+    let until = tokio::time::Instant::now() + INJECT_BOUND;
+    let mut pending = experiments;
+    loop {
+        let mut still = Vec::new();
+        let mut failing = Vec::new();
+        for (kind, name) in pending {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(ctx.client.clone(), &namespace, &kind.resource());
+            let object = api
+                .get(name)
+                .await
+                .map_err(|err| Ending::failed(DrillReason::ReadFailed, &err))?;
+            match chaos::injection(&object) {
+                chaos::Injection::Injected => {}
+                chaos::Injection::Pending => still.push((kind, name)),
+                chaos::Injection::Failing(target, why) => {
+                    failing.push(format!("{}/{name} on {target}: {why}", kind.name()));
+                    still.push((kind, name));
+                }
+            }
+        }
+        if still.is_empty() {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= until {
+            let what = if failing.is_empty() {
+                let names: Vec<String> = still
+                    .iter()
+                    .map(|(k, n)| format!("{}/{n}", k.name()))
+                    .collect();
+                format!("no injection reported for {}", names.join(", "))
+            } else {
+                failing.join("; ")
+            };
+            return Err(Ending::new(
+                RunOutcome::Failed,
+                DrillReason::NotInjected,
+                format!(
+                    "Chaos Mesh did not inject within {}: {what}",
+                    flashsale_api::Duration(INJECT_BOUND)
+                ),
+            ));
+        }
+        pending = still;
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
