@@ -289,14 +289,24 @@ pub fn record(client: &Client, namespace: &str) -> Log {
     log
 }
 
+/// The notes of the namespace's Events of `reason`, once there is one or
+/// after 10 s (then none): an Event is written after the status a test
+/// waits for, so it may still be on its way when the status shows.
 pub async fn events(client: &Client, ns: &str, reason: &str) -> anyhow::Result<Vec<String>> {
-    let list = Api::<Event>::namespaced(client.clone(), ns)
-        .list(&ListParams::default())
-        .await?;
-    Ok(list
-        .items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some(reason))
-        .map(|e| e.message.unwrap_or_default())
-        .collect())
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let list = Api::<Event>::namespaced(client.clone(), ns)
+            .list(&ListParams::default())
+            .await?;
+        let notes: Vec<String> = list
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .map(|e| e.message.unwrap_or_default())
+            .collect();
+        if !notes.is_empty() || Instant::now() >= until {
+            return Ok(notes);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
