@@ -89,6 +89,16 @@ pub struct RateLimitConfig {
     pub per_user_per_second: u32,
     /// Requests allowed back to back.
     pub burst: u32,
+    /// Longest wait for Redis's decision before the replica decides
+    /// locally, milliseconds.
+    #[serde(default = "default_rate_redis_timeout_ms")]
+    pub redis_timeout_ms: u64,
+}
+
+/// A decision is on every order's path: a slow Redis must not become a
+/// slow order.
+fn default_rate_redis_timeout_ms() -> u64 {
+    5
 }
 
 impl Default for RateLimitConfig {
@@ -96,6 +106,7 @@ impl Default for RateLimitConfig {
         Self {
             per_user_per_second: 5,
             burst: 10,
+            redis_timeout_ms: default_rate_redis_timeout_ms(),
         }
     }
 }
@@ -299,12 +310,14 @@ impl GatewayConfig {
             .map(|i| i.price_minor)
     }
 
-    /// The rate-limit policy.
-    pub fn rate_policy(&self) -> ratelimit::Policy {
-        ratelimit::Policy {
+    /// The rate limiter's policy and Redis bound.
+    pub fn rate_settings(&self) -> ratelimit::Settings {
+        let mut settings = ratelimit::Settings::new(ratelimit::Policy {
             rate: NonZeroU32::new(self.rate_limit.per_user_per_second).unwrap_or(NonZeroU32::MIN),
             burst: NonZeroU32::new(self.rate_limit.burst).unwrap_or(NonZeroU32::MIN),
-        }
+        });
+        settings.redis_timeout = Duration::from_millis(self.rate_limit.redis_timeout_ms);
+        settings
     }
 
     /// The concurrency limiter settings.

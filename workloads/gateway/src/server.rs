@@ -20,7 +20,7 @@ use crate::{
     items::ItemCache,
     metrics::GatewayMetrics,
     payments::PaymentVerifier,
-    ratelimit::{self, RateLimiter},
+    ratelimit::RateLimiter,
     waiting_room::{self, Signer, WaitingRoom},
 };
 
@@ -177,10 +177,7 @@ impl Gateway {
             })?;
         let state = AppState::new(Inner {
             verifier: settings.verifier,
-            rate: RateLimiter::new(
-                redis.clone(),
-                ratelimit::Settings::new(config.rate_policy()),
-            ),
+            rate: RateLimiter::new(redis.clone(), config.rate_settings()),
             limiter: ConcurrencyLimiter::new(config.concurrency_settings()),
             switches: Switchboard::new(),
             waiting_room,
