@@ -18,7 +18,7 @@ pub mod telemetry;
 
 pub use api_error::ApiError;
 pub use cli::{LogArgs, LogFormat, OpsArgs, RuntimeArgs};
-pub use ops::{OpsServer, OpsServerError, register_build_info};
+pub use ops::{OpsServer, OpsServerError, register_process_info};
 pub use process::{Process, ProcessError};
 pub use readiness::{Readiness, ReadinessCheck, ReadinessReport};
 pub use redis::{RedisConnection, RedisTarget, RedisTimeouts};

@@ -1,6 +1,10 @@
 //! The ops HTTP server: `/healthz`, `/readyz` and `/metrics`.
 
-use std::{net::SocketAddr, sync::Arc};
+use std::{
+    net::SocketAddr,
+    sync::{Arc, atomic::AtomicU64},
+    time::{SystemTime, UNIX_EPOCH},
+};
 
 use axum::{
     Json, Router,
@@ -9,7 +13,11 @@ use axum::{
     response::{IntoResponse, Response},
     routing::get,
 };
-use prometheus_client::{encoding::text::encode, metrics::info::Info, registry::Registry};
+use prometheus_client::{
+    encoding::text::encode,
+    metrics::{gauge::Gauge, info::Info},
+    registry::{Registry, Unit},
+};
 use tokio::net::TcpListener;
 
 use crate::{readiness::Readiness, shutdown::Shutdown};
@@ -45,13 +53,27 @@ pub struct OpsServer {
 }
 
 /// Registers `flashsale_build_info{component,version} 1`, so dashboards can
-/// tell which build of which component a series comes from.
-pub fn register_build_info(registry: &mut Registry, component: &str, version: &str) {
+/// tell which build of which component a series comes from, and
+/// `process_start_time_seconds` (now, Unix time), the series every
+/// Prometheus client exports so that `changes()` over it counts restarts,
+/// a killed container's included.
+pub fn register_process_info(registry: &mut Registry, component: &str, version: &str) {
     let info = Info::new(vec![
         ("component".to_owned(), component.to_owned()),
         ("version".to_owned(), version.to_owned()),
     ]);
     registry.register("flashsale_build", "Build of this process", info);
+    let started = Gauge::<f64, AtomicU64>::default();
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    started.set(now.as_secs_f64());
+    registry.register_with_unit(
+        "process_start_time",
+        "Start time of the process since the Unix epoch",
+        Unit::Seconds,
+        started,
+    );
 }
 
 impl OpsServer {

@@ -5,7 +5,7 @@ use prometheus_client::registry::Registry;
 
 use crate::{
     cli::{LogArgs, OpsArgs},
-    ops::{OpsServer, OpsServerError, register_build_info},
+    ops::{OpsServer, OpsServerError, register_process_info},
     readiness::Readiness,
     shutdown::Shutdown,
     telemetry::{self, TelemetryError},
@@ -39,7 +39,7 @@ impl Process {
     ) -> Result<Self, ProcessError> {
         telemetry::init(log)?;
         let mut registry = Registry::default();
-        register_build_info(&mut registry, component, version);
+        register_process_info(&mut registry, component, version);
         tracing::info!(component, version, "starting");
         Ok(Self {
             component,

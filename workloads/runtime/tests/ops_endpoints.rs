@@ -5,13 +5,13 @@ use std::sync::{
     atomic::{AtomicBool, Ordering},
 };
 
-use flashsale_runtime::{OpsServer, Readiness, Shutdown, register_build_info};
+use flashsale_runtime::{OpsServer, Readiness, Shutdown, register_process_info};
 use prometheus_client::{metrics::counter::Counter, registry::Registry};
 
 #[tokio::test]
 async fn healthz_readyz_and_metrics_follow_the_process_state() -> anyhow::Result<()> {
     let mut registry = Registry::default();
-    register_build_info(&mut registry, "test-component", "1.2.3");
+    register_process_info(&mut registry, "test-component", "1.2.3");
     let requests = Counter::<u64>::default();
     registry.register("demo_requests", "Requests seen", requests.clone());
     requests.inc_by(7);
@@ -54,6 +54,15 @@ async fn healthz_readyz_and_metrics_follow_the_process_state() -> anyhow::Result
     assert!(text.contains("demo_requests_total 7"), "{text}");
     assert!(
         text.contains(r#"flashsale_build_info{component="test-component",version="1.2.3"} 1"#),
+        "{text}"
+    );
+    let started = text
+        .lines()
+        .find_map(|l| l.strip_prefix("process_start_time_seconds "))
+        .and_then(|v| v.parse::<f64>().ok());
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
+    assert!(
+        started.is_some_and(|s| s <= now.as_secs_f64() && s > now.as_secs_f64() - 60.0),
         "{text}"
     );
 
