@@ -67,6 +67,12 @@ pub fn qdiscs(pid: u32) -> Result<String, InsideError> {
     run(in_net(pid).args(["tc", "qdisc", "show"]))
 }
 
+/// `iptables -S` in the network namespace of process `pid`: the chains
+/// and rules a partition adds.
+pub fn iptables(pid: u32) -> Result<String, InsideError> {
+    run(in_net(pid).args(["iptables", "-S"]))
+}
+
 /// How long a TCP connect from process `pid`'s network namespace to
 /// `host:port` takes (curl's `time_connect`), failing if it does not
 /// connect within `timeout`.
@@ -121,12 +127,26 @@ pub fn kernel_has_netem() -> Result<bool, InsideError> {
     Ok(output.status.success())
 }
 
-/// What chaos left on the real node: `e2e/local/stack residue`, one line
-/// per leftover (stress processes, and qdiscs, iptables chains and ipsets in
-/// pods' network namespaces); empty when the node is clean.
+/// What chaos still does on the real node: `e2e/local/stack residue`, one
+/// line per leftover (stress processes, and root qdiscs and iptables jumps
+/// into a fault's chain in pods' network namespaces); empty when the node
+/// is clean.
 pub fn residue() -> Result<Vec<String>, InsideError> {
+    stack_residue(&[])
+}
+
+/// What Chaos Mesh's recoveries left inert on the real node: the chains
+/// and ipsets nothing jumps to or matches any more.
+pub fn inert() -> Result<Vec<String>, InsideError> {
+    Ok(stack_residue(&["--all"])?
+        .into_iter()
+        .filter(|line| line.contains("inert"))
+        .collect())
+}
+
+fn stack_residue(args: &[&str]) -> Result<Vec<String>, InsideError> {
     let script = stack::script()?;
-    let out = run(Command::new(script).arg("residue"))?;
+    let out = run(Command::new(script).arg("residue").args(args))?;
     Ok(out.lines().map(str::to_owned).collect())
 }
 

@@ -445,6 +445,15 @@ fn invalid_drills() -> Vec<Invalid> {
             "spec.experiments[0]",
         ),
         (
+            "a container named for a pod-kill",
+            with(
+                drill(),
+                "/spec/experiments/0/podChaos/container",
+                json!("gateway"),
+            ),
+            "spec.experiments[0].podChaos",
+        ),
+        (
             "experiment of 2h",
             with(drill(), "/spec/experiments/0/duration", json!("2h")),
             "spec.experiments[0].duration",

@@ -229,19 +229,21 @@ down_chaos-daemon() {
   fi
   local found
   found=$(chaos_residue)
-  [ -z "$found" ] && return 0
-  log "chaos-daemon left residue; removing it:"
-  printf '%s\n' "$found" >&2
+  [ -z "$found" ] || { log "chaos-daemon left residue; removing it:"; printf '%s\n' "$found" >&2; }
   chaos_residue --remove >/dev/null
 }
 
-cmd_residue() { chaos_residue; }
+# residue [--all]: what chaos still does on the node; with --all, also what
+# it left inert.
+cmd_residue() { chaos_residue "$@"; }
 
-# chaos_residue [--remove]: prints one line per leftover of an injection:
-# stress processes, and in each pod's network namespace (Chaos Mesh injects
-# into pods only, never the host's) a netem/tbf/prio root qdisc, a CHAOS-*
-# iptables chain holding a rule, or an ipset (a pod has none of its own). With --remove,
-# removes each one it prints.
+# chaos_residue [--all|--remove]: prints one line per leftover of an
+# injection that still acts: a stress process, and in a pod's network
+# namespace (Chaos Mesh injects into pods only, never the host's) a
+# netem/tbf/prio root qdisc or a jump from CHAOS-INPUT/CHAOS-OUTPUT into a
+# fault's chain. Chaos Mesh's recovery removes the jump but keeps the
+# fault's chain and its ipsets, inert (chaos-mesh issue #4336); --all lists
+# those too, as "inert", and --remove removes everything it would list.
 chaos_residue() {
   local remove=${1:-} pid ns seen
   # The stack runs in the host's network namespace.
@@ -267,20 +269,20 @@ chaos_netns_residue() {
     echo "netns of $pid: qdisc on $dev: $("${in[@]}" tc qdisc show dev "$dev" root)"
     [ "$remove" = --remove ] && "${in[@]}" tc qdisc del dev "$dev" root 2>/dev/null
   done < <("${in[@]}" tc qdisc show 2>/dev/null | awk '$2 ~ /^(netem|tbf|prio)$/ && $3 == "root" { print $5 }' | sort -u)
+  # chaos-daemon keeps its base chains (CHAOS-INPUT, CHAOS-OUTPUT) once
+  # made; a jump from one into a fault's chain is a fault still acting.
+  while read -r base target; do
+    echo "netns of $pid: iptables $base jumps to $target: $("${in[@]}" iptables -S "$target" 2>/dev/null | grep -c '^-A') rules"
+    [ "$remove" = --remove ] && "${in[@]}" iptables -D "$base" -j "$target" 2>/dev/null
+  done < <("${in[@]}" iptables -S 2>/dev/null | awk '$1 == "-A" && $2 ~ /^CHAOS-(INPUT|OUTPUT)$/ && $3 == "-j" { print $2, $4 }')
+  [ -n "$remove" ] || return 0
   while read -r chain; do
-    # chaos-daemon keeps its base chains (CHAOS-INPUT, CHAOS-OUTPUT) once
-    # made; only a rule in one is a fault left behind.
-    "${in[@]}" iptables -S "$chain" 2>/dev/null | grep -q '^-A' || continue
-    echo "netns of $pid: iptables chain $chain: $("${in[@]}" iptables -S "$chain" | grep -c '^-A') rules"
-    if [ "$remove" = --remove ]; then
-      "${in[@]}" iptables -F "$chain" 2>/dev/null
-      "${in[@]}" iptables -S 2>/dev/null | grep -- "-j $chain" | sed 's/^-A/-D/' \
-        | while read -r rule; do read -ra args <<<"$rule"; "${in[@]}" iptables "${args[@]}" 2>/dev/null; done
-      "${in[@]}" iptables -X "$chain" 2>/dev/null
-    fi
-  done < <("${in[@]}" iptables -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^CHAOS/ { print $2 }')
+    echo "netns of $pid: inert iptables chain $chain"
+    [ "$remove" = --remove ] && "${in[@]}" iptables -F "$chain" 2>/dev/null && "${in[@]}" iptables -X "$chain" 2>/dev/null
+  done < <("${in[@]}" iptables -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^(INPUT|OUTPUT)\// { print $2 }')
+  # A pod has no ipset of its own: each is Chaos Mesh's.
   while read -r set; do
-    echo "netns of $pid: ipset $set"
+    echo "netns of $pid: inert ipset $set"
     [ "$remove" = --remove ] && "${in[@]}" ipset destroy "$set" 2>/dev/null
   done < <("${in[@]}" ipset list -n 2>/dev/null)
   return 0

@@ -208,12 +208,15 @@ pub struct Experiment {
 }
 
 /// PodChaos parameters.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(KubeSchema, Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.container) || self.action == 'container-kill'").message("podChaos.container is for container-kill only"))]
 pub struct PodChaosAction {
     /// What happens to the pods.
     pub action: PodChaosKind,
-    /// Container to kill with `container-kill`.
+    /// Container to kill with `container-kill`; the workload's own container
+    /// (named like the workload: `gateway`, `inventory`, `order-writer`)
+    /// when left out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 63))]
     pub container: Option<String>,

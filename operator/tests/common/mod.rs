@@ -6,6 +6,7 @@
 #![allow(dead_code)] // each test binary uses a different part
 
 pub mod drill;
+pub mod real_node;
 pub mod scene;
 
 use std::{

@@ -261,7 +261,7 @@ pub fn experiment(
     let mut spec = json!({"mode": "all", "selector": selector});
     let duration = go_duration(experiment.duration.0);
     if let Some(pod) = &experiment.pod_chaos {
-        pod_spec(&mut spec, pod, duration);
+        pod_spec(&mut spec, pod, duration, experiment.target);
     } else if let Some(net) = &experiment.network_chaos {
         spec["duration"] = json!(duration);
         network_spec(&mut spec, net, &drill.spec.sale_ref.name, &namespace);
@@ -288,15 +288,23 @@ pub fn experiment(
     })
 }
 
-/// A PodChaos's action, duration and containers.
-fn pod_spec(spec: &mut Value, pod: &PodChaosAction, duration: String) {
+/// A PodChaos's action, duration and, for container-kill, the one
+/// container of `target`'s pods it kills.
+fn pod_spec(spec: &mut Value, pod: &PodChaosAction, duration: String, target: TargetWorkload) {
     spec["action"] = json!(pod_action(pod.action));
-    if pod.action != PodChaosKind::PodKill {
-        // pod-kill is one-shot: Chaos Mesh ignores a duration.
-        spec["duration"] = json!(duration);
-    }
-    if let Some(container) = &pod.container {
-        spec["containerNames"] = json!([container]);
+    match pod.action {
+        // One-shot: Chaos Mesh ignores a duration.
+        PodChaosKind::PodKill => {}
+        PodChaosKind::PodFailure => spec["duration"] = json!(duration),
+        PodChaosKind::ContainerKill => {
+            spec["duration"] = json!(duration);
+            // Without names Chaos Mesh would kill every container of the pod.
+            let container = pod
+                .container
+                .clone()
+                .unwrap_or_else(|| component(target).label().to_owned());
+            spec["containerNames"] = json!([container]);
+        }
     }
 }
 
@@ -585,6 +593,30 @@ mod tests {
         });
         let object = experiment(&drill, "r", &drill.spec.experiments[0], &[], ("s", "u"));
         assert_eq!(object["spec"]["duration"], "120000ms");
+        Ok(())
+    }
+
+    #[test]
+    fn container_kill_names_one_container_the_workloads_own_unless_told() -> anyhow::Result<()> {
+        let mut drill = drill()?;
+        let target = drill.spec.experiments[0].target;
+        let mut kill = |container: Option<&str>| {
+            drill.spec.experiments[0].pod_chaos = Some(PodChaosAction {
+                action: PodChaosKind::ContainerKill,
+                container: container.map(str::to_owned),
+            });
+            experiment(&drill, "r", &drill.spec.experiments[0], &[], ("s", "u"))
+        };
+        let own = kill(None);
+        assert_eq!(own["spec"]["action"], "container-kill");
+        assert_eq!(
+            own["spec"]["containerNames"],
+            json!([component(target).label()])
+        );
+        assert_eq!(
+            kill(Some("sidecar"))["spec"]["containerNames"],
+            json!(["sidecar"])
+        );
         Ok(())
     }
 

@@ -1,0 +1,433 @@
+//! Faults that chaos-daemon injects inside a pod (network delay and
+//! partition, CPU and memory stress, clock skew, a killed container), each
+//! run by a ChaosDrill on a real pod of the real node, seen from inside the
+//! pod's namespaces rather than read from Chaos Mesh's status, aborted by
+//! its guard and shown gone with nothing left on the node.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::real_node::{
+    START, TICK, await_ready, await_ready_gateways, await_scraped_and_up, cluster_ip, create_sale,
+    ended_run, http, operator, pod_ip, prometheus_value, ready_pods, run_now_drill, token,
+};
+use common::setup;
+use flashsale_api::{ChaosDrill, chaosdrill::RunOutcome};
+use flashsale_controller_drill::chaos::Kind;
+use flashsale_e2e::{inside, kube::TestNamespace, wait::poll_until};
+use jiff::SignedDuration;
+use k8s_openapi::api::core::v1::Pod;
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DynamicObject, ListParams, PostParams},
+};
+use serde_json::json;
+
+/// The objective a network delay on a gateway breaks for real: Prometheus's
+/// scrape of the gateway waits for the delayed answer. Averaged over 10 s,
+/// so the breach comes seconds after the injection and the test can look
+/// inside the pod first.
+fn gateway_scrape_seconds(ns: &str, sale: &str) -> String {
+    format!(
+        r#"max(avg_over_time(scrape_duration_seconds{{namespace="{ns}", pod=~"{sale}-gateway-.*"}}[10s]))"#
+    )
+}
+
+/// A drill delaying everything one gateway sends by 150 ms ± 20 ms, the
+/// seeds' figure, guarded by the gateways' scrape time.
+fn delay_drill(ns: &str, sale: &str) -> anyhow::Result<ChaosDrill> {
+    run_now_drill(
+        "delay",
+        sale,
+        json!({"name": "slow", "target": "gateway", "duration": "2m",
+               "networkChaos": {"action": "delay", "latency": "150ms", "jitter": "20ms"}}),
+        json!({"name": "gateway-scrape", "query": gateway_scrape_seconds(ns, sale),
+               "threshold": 0.1, "breachWhen": "Above"}),
+    )
+}
+
+/// The connect time from `pid`'s network namespace to the inventory's
+/// first pod, median of five.
+fn inventory_connect(pid: u32, inventory: &Pod) -> anyhow::Result<Duration> {
+    let ip = pod_ip(inventory)?;
+    let mut times = (0..5)
+        .map(|_| inside::connect_time(pid, &ip, 8080, Duration::from_secs(2)))
+        .collect::<Result<Vec<_>, _>>()?;
+    times.sort();
+    Ok(times[2])
+}
+
+#[tokio::test]
+async fn a_delay_on_a_real_gateway_is_seen_from_inside_and_removed_or_fails_naming_the_kernel()
+-> anyhow::Result<()> {
+    let client = setup().await?;
+    let ns = TestNamespace::create(&client, "real-delay").await?;
+    let operator = operator(&ns.name)?;
+    let sale = create_sale(&client, &ns.name, SignedDuration::from_hours(1)).await?;
+    await_ready(&client, &ns.name, &sale.name).await?;
+    let gateways = ready_pods(&client, &ns.name, &sale.name, "gateway").await?;
+    let inventory = ready_pods(&client, &ns.name, &sale.name, "inventory").await?;
+    await_scraped_and_up(&ns.name, &gateways).await?;
+    let drills: Api<ChaosDrill> = Api::namespaced(client.clone(), &ns.name);
+    if inside::kernel_has_netem()? {
+        delay_seen_and_removed(&drills, &ns.name, &sale.name, &gateways, &inventory[0]).await?;
+    } else {
+        delay_not_injected(&client, &drills, &ns.name, &sale.name, &gateways).await?;
+    }
+    assert_eq!(inside::residue()?, Vec::<String>::new());
+    drop(operator);
+    Ok(())
+}
+
+/// On a kernel without netem (these machines' is built without it and
+/// loads no modules), chaos-daemon's `tc` fails in the pod: the run must
+/// fail quoting Chaos Mesh, not pass as "the SLO held", and leave nothing.
+async fn delay_not_injected(
+    client: &Client,
+    drills: &Api<ChaosDrill>,
+    ns: &str,
+    sale: &str,
+    gateways: &[Pod],
+) -> anyhow::Result<()> {
+    drills
+        .create(&PostParams::default(), &delay_drill(ns, sale)?)
+        .await?;
+    let ended = ended_run(drills, "delay").await?;
+    eprintln!(
+        "no netem in this kernel: {:?} {:?}",
+        ended.reason, ended.message
+    );
+    assert_eq!(ended.outcome, Some(RunOutcome::Failed), "{ended:?}");
+    assert_eq!(ended.reason.as_deref(), Some("NotInjected"), "{ended:?}");
+    let message = ended.message.clone().unwrap_or_default();
+    // Chaos Mesh's record keeps only its summary; chaos-daemon's log has
+    // the kernel's words ("Specified qdisc kind is unknown").
+    assert!(message.contains("unable to set tcs"), "{message}");
+    assert!(
+        message.contains(&ended.targets.join(", ")),
+        "{message} {ended:?}"
+    );
+    for gateway in gateways {
+        let qdiscs = inside::qdiscs(inside::pid_of(gateway)?)?;
+        assert!(!qdiscs.contains("netem"), "{qdiscs}");
+    }
+    // The Workflow goes; a NetworkChaos Chaos Mesh could not inject keeps
+    // its finalizer (it recovers only what it injected), and the run names it.
+    let params = ListParams::default().labels(&format!("flashsale.dev/run={}", ended.id));
+    let workflows: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), ns, &Kind::Workflow.resource());
+    assert!(
+        workflows.list(&params).await?.items.is_empty(),
+        "Workflow left"
+    );
+    let network: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), ns, &Kind::NetworkChaos.resource());
+    for left in network.list(&params).await?.items {
+        let named = format!("NetworkChaos/{}", left.name_any());
+        assert!(
+            message.contains("still present after") && message.contains(&named),
+            "{message}"
+        );
+    }
+    Ok(())
+}
+
+/// On a kernel with netem: the rule and the slower connect seen inside the
+/// target while injected, the real breach aborting the run, and both gone.
+async fn delay_seen_and_removed(
+    drills: &Api<ChaosDrill>,
+    ns: &str,
+    sale: &str,
+    gateways: &[Pod],
+    inventory: &Pod,
+) -> anyhow::Result<()> {
+    let before: Vec<Duration> = gateways
+        .iter()
+        .map(|g| inventory_connect(inside::pid_of(g)?, inventory))
+        .collect::<anyhow::Result<_>>()?;
+    drills
+        .create(&PostParams::default(), &delay_drill(ns, sale)?)
+        .await?;
+    // Inside the target while injected: the netem rule, and a connect whose
+    // SYN leaves the pod 150 ms late.
+    let (index, pid) = await_injected(drills, "delay", gateways, |pid| {
+        Ok(inside::qdiscs(pid)?.contains("netem"))
+    })
+    .await?;
+    let qdiscs = inside::qdiscs(pid)?;
+    assert!(qdiscs.contains("delay 150ms"), "{qdiscs}");
+    let during = inventory_connect(pid, inventory)?;
+    eprintln!(
+        "connect to the inventory: {:?} before, {during:?} injected",
+        before[index]
+    );
+    assert!(
+        during >= before[index] + Duration::from_millis(100),
+        "{:?} → {during:?}",
+        before[index]
+    );
+    let ended = ended_run(drills, "delay").await?;
+    assert_eq!(ended.outcome, Some(RunOutcome::Aborted), "{ended:?}");
+    assert_eq!(ended.reason.as_deref(), Some("SloBreached"), "{ended:?}");
+    // Gone as the pod sees it: no rule, the connect time back to normal.
+    let after_qdiscs = inside::qdiscs(pid)?;
+    assert!(!after_qdiscs.contains("netem"), "{after_qdiscs}");
+    let after = inventory_connect(pid, inventory)?;
+    assert!(
+        after < before[index] + Duration::from_millis(50),
+        "{after:?} after the stop"
+    );
+    Ok(())
+}
+
+/// The item page's p99 on the slowest gateway of `ns`, averaged over 15 s:
+/// a partition from the inventory makes each stock refresh wait its whole
+/// budget, and the average lets the breach come seconds after the
+/// injection, so the test can look inside the pod first.
+fn item_page_p99(ns: &str) -> String {
+    format!(
+        r#"avg_over_time((max(histogram_quantile(0.99, sum by (pod, le) (rate(gateway_request_duration_seconds_bucket{{namespace="{ns}", route="/api/v1/items/{{sku}}"}}[5s])))))[15s:1s])"#
+    )
+}
+
+/// Shoppers viewing the item on every gateway, ten views a second each,
+/// each view its own user, until dropped (and never past five minutes).
+/// A view is not waited for: a slow answer must not slow the views.
+struct PageViews(tokio::task::JoinHandle<()>);
+
+impl Drop for PageViews {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+fn page_views(gateways: &[Pod]) -> anyhow::Result<PageViews> {
+    let urls = gateways
+        .iter()
+        .map(|g| Ok(format!("http://{}:8080/api/v1/items/CASE", pod_ip(g)?)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let client = http()?;
+    Ok(PageViews(tokio::spawn(async move {
+        let until = Instant::now() + Duration::from_secs(300);
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        let mut views = 0u64;
+        while Instant::now() < until {
+            tick.tick().await;
+            for url in &urls {
+                views += 1;
+                if let Ok(buyer) = token(&format!("viewer-{views}")) {
+                    tokio::spawn(client.get(url).bearer_auth(buyer).send());
+                }
+            }
+        }
+    })))
+}
+
+/// A drill cutting one gateway off from the sale's inventory, guarded by
+/// the item page's p99.
+fn partition_drill(ns: &str, sale: &str) -> anyhow::Result<ChaosDrill> {
+    run_now_drill(
+        "partition",
+        sale,
+        json!({"name": "cut", "target": "gateway", "duration": "1m",
+               "networkChaos": {"action": "partition", "to": "inventory"}}),
+        json!({"name": "item-page-p99", "query": item_page_p99(ns),
+               "threshold": 0.3, "breachWhen": "Above"}),
+    )
+}
+
+/// Whether a TCP connect from process `pid` to `ip:port` succeeds within
+/// a second.
+fn connects(pid: u32, ip: &str, port: u16) -> bool {
+    inside::connect_time(pid, ip, port, Duration::from_secs(1)).is_ok()
+}
+
+#[tokio::test]
+async fn a_partition_cuts_a_real_gateway_off_the_inventory_alone_until_its_guard_aborts()
+-> anyhow::Result<()> {
+    let client = setup().await?;
+    let ns = TestNamespace::create(&client, "real-partition").await?;
+    let operator = operator(&ns.name)?;
+    let sale = create_sale(&client, &ns.name, SignedDuration::from_hours(1)).await?;
+    await_ready(&client, &ns.name, &sale.name).await?;
+    let gateways = ready_pods(&client, &ns.name, &sale.name, "gateway").await?;
+    let inventory_pods = ready_pods(&client, &ns.name, &sale.name, "inventory").await?;
+    await_scraped_and_up(&ns.name, &gateways).await?;
+    let inventory = [
+        pod_ip(&inventory_pods[0])?,
+        cluster_ip(&client, &ns.name, &format!("{}-inventory", sale.name)).await?,
+    ];
+    let views = page_views(&gateways)?;
+    let query = item_page_p99(&ns.name);
+    poll_until("the item page measured and fast", START, TICK, || async {
+        match prometheus_value(&query).await? {
+            Some(p99) if p99 < 0.3 => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await?;
+    let drills: Api<ChaosDrill> = Api::namespaced(client.clone(), &ns.name);
+    drills
+        .create(
+            &PostParams::default(),
+            &partition_drill(&ns.name, &sale.name)?,
+        )
+        .await?;
+    let (index, pid) = await_injected(&drills, "partition", &gateways, |pid| {
+        Ok(inside::iptables(pid)?.contains("-j DROP"))
+    })
+    .await?;
+    let other = &gateways[1 - index];
+    // Across the cut, to the pod and through its Service, nothing connects;
+    // elsewhere everything does.
+    for ip in &inventory {
+        assert!(!connects(pid, ip, 8080), "the target reached {ip}");
+        assert!(
+            connects(inside::pid_of(other)?, ip, 8080),
+            "the bystander did not reach {ip}"
+        );
+    }
+    assert!(
+        connects(pid, &pod_ip(other)?, 8080),
+        "the target is cut off from the other gateway"
+    );
+    let ended = ended_run(&drills, "partition").await?;
+    assert_eq!(ended.outcome, Some(RunOutcome::Aborted), "{ended:?}");
+    assert_eq!(ended.reason.as_deref(), Some("SloBreached"), "{ended:?}");
+    drop(views);
+    for ip in &inventory {
+        assert!(
+            connects(pid, ip, 8080),
+            "still cut from {ip} after the stop"
+        );
+    }
+    // Chaos Mesh unhooks the fault's chain and keeps it, inert, with its
+    // ipsets (chaos-mesh issue #4336): nothing may still jump into it.
+    let rules = inside::iptables(pid)?;
+    assert!(!rules.contains("-A CHAOS-OUTPUT -j"), "{rules}");
+    eprintln!("left inert: {:?}", inside::inert()?);
+    assert_eq!(inside::residue()?, Vec::<String>::new());
+    drop(operator);
+    Ok(())
+}
+
+/// Waits until the drill `name`'s running experiment is seen inside its
+/// target (one of `gateways`) by `seen`; the target's index and process.
+async fn await_injected(
+    drills: &Api<ChaosDrill>,
+    name: &str,
+    gateways: &[Pod],
+    seen: impl Fn(u32) -> anyhow::Result<bool>,
+) -> anyhow::Result<(usize, u32)> {
+    let seen = &seen;
+    Ok(poll_until(
+        "the fault seen inside its target",
+        START,
+        TICK,
+        || async move {
+            let drill = drills.get(name).await.map_err(|e| e.to_string())?;
+            let run = drill
+                .status
+                .and_then(|s| s.current_run)
+                .ok_or("no run yet")?;
+            let target = run
+                .targets
+                .first()
+                .and_then(|t| t.rsplit('/').next())
+                .ok_or("no target")?;
+            let index = gateways
+                .iter()
+                .position(|g| g.name_any() == target)
+                .ok_or("unknown target")?;
+            let pid = inside::pid_of(&gateways[index]).map_err(|e| e.to_string())?;
+            match seen(pid) {
+                Ok(true) => Ok((index, pid)),
+                Ok(false) => Err(format!("not yet inside {target}")),
+                Err(e) => Err(e.to_string()),
+            }
+        },
+    )
+    .await?)
+}
+
+/// Restarts of any gateway of `sale` in the last minute as Prometheus sees
+/// them: every new process exports a new start time.
+fn gateway_restarts(ns: &str, sale: &str) -> String {
+    format!(
+        r#"max(changes(process_start_time_seconds{{namespace="{ns}", pod=~"{sale}-gateway-.*"}}[1m]))"#
+    )
+}
+
+/// The gateway container's (id, restart count) in `pod`.
+fn gateway_container(pod: &Pod) -> Option<(String, i32)> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == "gateway")
+        .map(|c| (c.container_id.clone().unwrap_or_default(), c.restart_count))
+}
+
+#[tokio::test]
+async fn a_container_kill_restarts_the_gateway_in_its_pod_and_the_restart_aborts_the_run()
+-> anyhow::Result<()> {
+    let client = setup().await?;
+    let ns = TestNamespace::create(&client, "real-container").await?;
+    let operator = operator(&ns.name)?;
+    let sale = create_sale(&client, &ns.name, SignedDuration::from_hours(1)).await?;
+    await_ready(&client, &ns.name, &sale.name).await?;
+    let gateways = ready_pods(&client, &ns.name, &sale.name, "gateway").await?;
+    await_scraped_and_up(&ns.name, &gateways).await?;
+    let pids = gateways
+        .iter()
+        .map(inside::pid_of)
+        .collect::<Result<Vec<_>, _>>()?;
+    let drills: Api<ChaosDrill> = Api::namespaced(client.clone(), &ns.name);
+    let drill = run_now_drill(
+        "container",
+        &sale.name,
+        json!({"name": "kill", "target": "gateway", "duration": "1m",
+               "podChaos": {"action": "container-kill"}}),
+        json!({"name": "gateway-restarts", "query": gateway_restarts(&ns.name, &sale.name),
+               "threshold": 0, "breachWhen": "Above"}),
+    )?;
+    drills.create(&PostParams::default(), &drill).await?;
+    let ended = ended_run(&drills, "container").await?;
+    assert_eq!(ended.outcome, Some(RunOutcome::Aborted), "{ended:?}");
+    assert_eq!(ended.reason.as_deref(), Some("SloBreached"), "{ended:?}");
+    let [target] = ended.targets.as_slice() else {
+        anyhow::bail!("one target expected: {ended:?}");
+    };
+    let victim = target.rsplit('/').next().unwrap_or_default();
+    // The same pods: only the target's gateway process was killed, and the
+    // kubelet started it again in place.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    for (gateway, pid) in gateways.iter().zip(pids) {
+        let now = pods.get(&gateway.name_any()).await?;
+        assert_eq!(now.uid(), gateway.uid(), "a pod was replaced");
+        let (id_before, restarts_before) = gateway_container(gateway).unwrap_or_default();
+        let (id_now, restarts_now) = gateway_container(&now).unwrap_or_default();
+        let alive = std::path::Path::new(&format!("/proc/{pid}")).exists();
+        if gateway.name_any() == victim {
+            assert_eq!(restarts_now, restarts_before + 1, "{now:?}");
+            assert_ne!(id_now, id_before);
+            assert!(!alive, "the killed process {pid} still runs");
+        } else {
+            assert_eq!((id_now, restarts_now), (id_before, restarts_before));
+            assert!(alive, "a bystander's process {pid} is gone");
+        }
+    }
+    await_ready_gateways(
+        &client,
+        &ns.name,
+        &sale.name,
+        2,
+        "the killed gateway ready again",
+    )
+    .await?;
+    assert_eq!(inside::residue()?, Vec::<String>::new());
+    drop(operator);
+    Ok(())
+}
