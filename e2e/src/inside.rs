@@ -113,6 +113,111 @@ pub fn connect_time(
     }
 }
 
+/// CPU time used so far by the container of process `pid`: its cgroup's
+/// `cpuacct.usage` (cgroup v1) or `cpu.stat` `usage_usec` (v2), which
+/// counts every process in it, stressors that chaos-daemon put there too.
+pub fn cgroup_cpu(pid: u32) -> Result<Duration, InsideError> {
+    match cgroup_dir(pid, "cpuacct")? {
+        Cgroup::V1(dir) => {
+            let nanos = read_number(&format!("{dir}/cpuacct.usage"), None)?;
+            Ok(Duration::from_nanos(nanos))
+        }
+        Cgroup::V2(dir) => {
+            let micros = read_number(&format!("{dir}/cpu.stat"), Some("usage_usec"))?;
+            Ok(Duration::from_micros(micros))
+        }
+    }
+}
+
+/// Memory charged to the container of process `pid`: its cgroup's
+/// `memory.usage_in_bytes` (v1) or `memory.current` (v2).
+pub fn cgroup_memory(pid: u32) -> Result<u64, InsideError> {
+    match cgroup_dir(pid, "memory")? {
+        Cgroup::V1(dir) => read_number(&format!("{dir}/memory.usage_in_bytes"), None),
+        Cgroup::V2(dir) => read_number(&format!("{dir}/memory.current"), None),
+    }
+}
+
+/// The processes named one of `names` that run in the same CPU cgroup as
+/// process `pid`: (pid, name).
+pub fn processes_beside(pid: u32, names: &[&str]) -> Result<Vec<(u32, String)>, InsideError> {
+    let own = cgroup_dir(pid, "cpuacct")?;
+    let mut found = Vec::new();
+    let entries = std::fs::read_dir("/proc").map_err(|source| InsideError::Spawn {
+        command: "reading /proc".to_owned(),
+        source,
+    })?;
+    for entry in entries.flatten() {
+        let Some(other) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(comm) = std::fs::read_to_string(format!("/proc/{other}/comm")) else {
+            continue;
+        };
+        let comm = comm.trim();
+        // A process may end between the listing and the read.
+        if names.contains(&comm) && cgroup_dir(other, "cpuacct").is_ok_and(|c| c == own) {
+            found.push((other, comm.to_owned()));
+        }
+    }
+    Ok(found)
+}
+
+/// Where a process's cgroup of one controller lives.
+#[derive(Debug, PartialEq, Eq)]
+enum Cgroup {
+    V1(String),
+    V2(String),
+}
+
+fn cgroup_dir(pid: u32, controller: &str) -> Result<Cgroup, InsideError> {
+    let path = format!("/proc/{pid}/cgroup");
+    let text = std::fs::read_to_string(&path).map_err(|source| InsideError::Spawn {
+        command: format!("reading {path}"),
+        source,
+    })?;
+    let mut unified = None;
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(dir)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        if controllers.split(',').any(|c| c == controller) {
+            return Ok(Cgroup::V1(format!("/sys/fs/cgroup/{controller}{dir}")));
+        }
+        if controllers.is_empty() {
+            unified = Some(Cgroup::V2(format!("/sys/fs/cgroup{dir}")));
+        }
+    }
+    unified.ok_or_else(|| InsideError::Failed {
+        command: format!("reading {path}"),
+        message: format!("no {controller} cgroup"),
+    })
+}
+
+/// The number in file `path`, or on its line starting with `key`.
+fn read_number(path: &str, key: Option<&str>) -> Result<u64, InsideError> {
+    let failed = |message: String| InsideError::Failed {
+        command: format!("reading {path}"),
+        message,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| failed(e.to_string()))?;
+    let value = match key {
+        None => Some(text.trim()),
+        Some(key) => text
+            .lines()
+            .find_map(|l| l.strip_prefix(key).map(str::trim)),
+    };
+    value
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| failed(format!("no number in {text:?}")))
+}
+
 /// Whether this host's kernel has the netem queueing discipline that
 /// Chaos Mesh's delay and loss need, tried in a network namespace of its
 /// own (some kernels are built without it and cannot load modules).

@@ -321,16 +321,20 @@ async fn await_injected(
     seen: impl Fn(u32) -> anyhow::Result<bool>,
 ) -> anyhow::Result<(usize, u32)> {
     let seen = &seen;
-    Ok(poll_until(
+    // A run that ends before its fault is seen ends the wait with its record.
+    let found = poll_until(
         "the fault seen inside its target",
         START,
         TICK,
         || async move {
             let drill = drills.get(name).await.map_err(|e| e.to_string())?;
-            let run = drill
-                .status
-                .and_then(|s| s.current_run)
-                .ok_or("no run yet")?;
+            let status = drill.status.unwrap_or_default();
+            let Some(run) = status.current_run else {
+                return match status.history.first() {
+                    Some(ended) => Ok(Err(format!("the run ended first: {ended:?}"))),
+                    None => Err("no run yet".to_owned()),
+                };
+            };
             let target = run
                 .targets
                 .first()
@@ -342,13 +346,14 @@ async fn await_injected(
                 .ok_or("unknown target")?;
             let pid = inside::pid_of(&gateways[index]).map_err(|e| e.to_string())?;
             match seen(pid) {
-                Ok(true) => Ok((index, pid)),
+                Ok(true) => Ok(Ok((index, pid))),
                 Ok(false) => Err(format!("not yet inside {target}")),
                 Err(e) => Err(e.to_string()),
             }
         },
     )
-    .await?)
+    .await?;
+    found.map_err(|ended| anyhow::anyhow!(ended))
 }
 
 /// Restarts of any gateway of `sale` in the last minute as Prometheus sees
@@ -427,6 +432,97 @@ async fn a_container_kill_restarts_the_gateway_in_its_pod_and_the_restart_aborts
         "the killed gateway ready again",
     )
     .await?;
+    assert_eq!(inside::residue()?, Vec::<String>::new());
+    drop(operator);
+    Ok(())
+}
+
+/// The CPU of the busiest gateway container of `sale`, in cores, as the
+/// kubelet reports it, over 20 s: stressors run in the target container's
+/// cgroup, so their work is the container's, and the long window lets the
+/// breach come seconds after the injection, so the test can look inside
+/// the pod first.
+fn gateway_cpu(ns: &str, sale: &str) -> String {
+    format!(
+        r#"max(sum by (pod) (rate(container_cpu_usage_seconds_total{{namespace="{ns}", pod=~"{sale}-gateway-.*", container="gateway"}}[20s])))"#
+    )
+}
+
+/// The cores the container of process `pid` used over the next second.
+async fn cores_used(pid: u32) -> anyhow::Result<f64> {
+    let (before, start) = (inside::cgroup_cpu(pid)?, Instant::now());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let used = inside::cgroup_cpu(pid)?.saturating_sub(before);
+    Ok(used.as_secs_f64() / start.elapsed().as_secs_f64())
+}
+
+const STRESSORS: [&str; 2] = ["stress-ng", "memStress"];
+
+#[tokio::test]
+async fn a_stress_burns_the_asked_cpu_and_memory_in_the_gateways_container_until_its_guard_aborts()
+-> anyhow::Result<()> {
+    let client = setup().await?;
+    let ns = TestNamespace::create(&client, "real-stress").await?;
+    let operator = operator(&ns.name)?;
+    let sale = create_sale(&client, &ns.name, SignedDuration::from_hours(1)).await?;
+    await_ready(&client, &ns.name, &sale.name).await?;
+    let gateways = ready_pods(&client, &ns.name, &sale.name, "gateway").await?;
+    await_scraped_and_up(&ns.name, &gateways).await?;
+    let query = gateway_cpu(&ns.name, &sale.name);
+    poll_until(
+        "the gateways' CPU measured and low",
+        START,
+        TICK,
+        || async {
+            match prometheus_value(&query).await? {
+                Some(cores) if cores < 0.25 => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await?;
+    let memory_before: Vec<u64> = gateways
+        .iter()
+        .map(|g| Ok(inside::cgroup_memory(inside::pid_of(g)?)?))
+        .collect::<anyhow::Result<_>>()?;
+    let drills: Api<ChaosDrill> = Api::namespaced(client.clone(), &ns.name);
+    let drill = run_now_drill(
+        "stress",
+        &sale.name,
+        json!({"name": "burn", "target": "gateway", "duration": "1m",
+               "stressChaos": {"cpuWorkers": 1, "cpuLoadPercent": 60,
+                               "memoryWorkers": 1, "memorySize": "64MB"}}),
+        json!({"name": "gateway-cpu", "query": query, "threshold": 0.25, "breachWhen": "Above"}),
+    )?;
+    drills.create(&PostParams::default(), &drill).await?;
+    let (index, pid) = await_injected(&drills, "stress", &gateways, |pid| {
+        let found = inside::processes_beside(pid, &STRESSORS)?;
+        Ok(STRESSORS
+            .iter()
+            .all(|name| found.iter().any(|(_, comm)| comm == name)))
+    })
+    .await?;
+    // Inside the target's cgroups: the stressors' CPU and memory.
+    let cores = cores_used(pid).await?;
+    let grown = poll_until("the memory stressor's 64 MB", START, TICK, || async {
+        let now = inside::cgroup_memory(pid).map_err(|e| e.to_string())?;
+        let grown = now.saturating_sub(memory_before[index]);
+        (grown >= 48 << 20)
+            .then_some(grown)
+            .ok_or(format!("+{grown} bytes"))
+    })
+    .await?;
+    eprintln!("stressed gateway: {cores:.2} cores, +{} MiB", grown >> 20);
+    assert!(cores >= 0.3, "{cores} cores under a 60% load");
+    let bystander = inside::pid_of(&gateways[1 - index])?;
+    assert_eq!(inside::processes_beside(bystander, &STRESSORS)?, vec![]);
+    let ended = ended_run(&drills, "stress").await?;
+    assert_eq!(ended.outcome, Some(RunOutcome::Aborted), "{ended:?}");
+    assert_eq!(ended.reason.as_deref(), Some("SloBreached"), "{ended:?}");
+    // Gone: no stressor anywhere, the container idle again.
+    assert_eq!(inside::processes_beside(pid, &STRESSORS)?, vec![]);
+    let after = cores_used(pid).await?;
+    assert!(after < 0.1, "{after} cores after the stop");
     assert_eq!(inside::residue()?, Vec::<String>::new());
     drop(operator);
     Ok(())

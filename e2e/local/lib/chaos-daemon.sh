@@ -22,8 +22,9 @@
 # The daemon runs its helpers from fixed paths (/usr/local/bin/nsexec,
 # /usr/local/lib/libnsenter.so ...). Rather than write into the host's
 # /usr/local, it runs in a mount namespace of its own where the built folder
-# is bind-mounted there; everything else (/proc, /sys, the sockets) is the
-# host's. Sourced by e2e/local/stack.
+# is bind-mounted there, and the host's /sys at /host-sys (the DaemonSet's
+# mount, where it finds cgroups); everything else (/proc, /sys, the sockets)
+# is the host's. Sourced by e2e/local/stack.
 
 CHAOS_DAEMON_GRPC_PORT=20282
 CHAOS_DAEMON_HTTP_PORT=20283
@@ -172,9 +173,13 @@ up_chaos-daemon() {
   cat >"$launch" <<EOF
 #!/bin/sh
 # Written by e2e/local/stack: chaos-daemon in a mount namespace of its own,
-# where its helpers are at the paths it runs them from.
+# where its helpers are at the paths it runs them from and the host's /sys
+# is at /host-sys, where its DaemonSet mounts it and where it looks for the
+# cgroups it moves stressors into.
+mkdir -p /host-sys
 exec unshare --mount --propagation private -- sh -c '
   mount --bind "$dir/bin" /usr/local/bin && mount --bind "$dir/lib" /usr/local/lib &&
+  mount --rbind /sys /host-sys &&
   exec /usr/local/bin/chaos-daemon "\$@"' chaos-daemon \\
   --runtime containerd --runtime-socket-path "$(containerd_sock)" --containerd-ns k8s.io \\
   --grpc-port $CHAOS_DAEMON_GRPC_PORT --http-port $CHAOS_DAEMON_HTTP_PORT \\
@@ -224,6 +229,8 @@ address_chaos-daemon() { echo "grpc+mtls://$HOST_POD_IP:$CHAOS_DAEMON_GRPC_PORT 
 # named and removed, so a stack that goes down leaves the host clean.
 down_chaos-daemon() {
   stop_process chaos-daemon
+  # The launcher's mount point, empty outside the daemon's namespace.
+  rmdir /host-sys 2>/dev/null || true
   if live_pid apiserver >/dev/null; then
     kubectl -n "$CHAOS_MESH_NAMESPACE" delete endpointslice "$(chaos_daemon_slice_name)" --ignore-not-found >/dev/null 2>&1 || true
   fi

@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod ops;
 pub mod process;
 pub mod readiness;
+pub mod reaper;
 pub mod redis;
 pub mod shutdown;
 pub mod telemetry;

@@ -7,6 +7,7 @@ use crate::{
     cli::{LogArgs, OpsArgs},
     ops::{OpsServer, OpsServerError, register_process_info},
     readiness::Readiness,
+    reaper,
     shutdown::Shutdown,
     telemetry::{self, TelemetryError},
 };
@@ -20,10 +21,15 @@ pub enum ProcessError {
     /// The ops server could not bind or failed.
     #[error(transparent)]
     Ops(#[from] OpsServerError),
+    /// As its container's PID 1, the process could not watch for exited
+    /// children to reap.
+    #[error("watching for exited processes to reap: {0}")]
+    Reaper(std::io::Error),
 }
 
-/// A started process: logging is on, the registry holds the build info and
-/// SIGTERM/SIGINT trigger [`Process::shutdown`].
+/// A started process: logging is on, the registry holds the build info,
+/// SIGTERM/SIGINT trigger [`Process::shutdown`] and, as its container's
+/// PID 1, it reaps the processes handed to it.
 pub struct Process {
     component: &'static str,
     registry: Registry,
@@ -38,6 +44,7 @@ impl Process {
         log: &LogArgs,
     ) -> Result<Self, ProcessError> {
         telemetry::init(log)?;
+        reaper::start_if_init().map_err(ProcessError::Reaper)?;
         let mut registry = Registry::default();
         register_process_info(&mut registry, component, version);
         tracing::info!(component, version, "starting");
