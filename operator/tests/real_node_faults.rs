@@ -11,12 +11,13 @@ use std::time::{Duration, Instant};
 use common::real_node::{
     START, TICK, await_ready, await_ready_gateways, await_scraped_and_up, cluster_ip, create_sale,
     ended_run, http, operator, pod_ip, prometheus_value, ready_pods, run_now_drill, token,
+    token_expiring,
 };
 use common::setup;
-use flashsale_api::{ChaosDrill, chaosdrill::RunOutcome};
+use flashsale_api::{ChaosDrill, chaosdrill::RunOutcome, children::OPS_PORT_NUMBER};
 use flashsale_controller_drill::chaos::Kind;
 use flashsale_e2e::{inside, kube::TestNamespace, wait::poll_until};
-use jiff::SignedDuration;
+use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Pod;
 use kube::{
     Api, Client, ResourceExt,
@@ -523,6 +524,113 @@ async fn a_stress_burns_the_asked_cpu_and_memory_in_the_gateways_container_until
     assert_eq!(inside::processes_beside(pid, &STRESSORS)?, vec![]);
     let after = cores_used(pid).await?;
     assert!(after < 0.1, "{after} cores after the stop");
+    assert_eq!(inside::residue()?, Vec::<String>::new());
+    drop(operator);
+    Ok(())
+}
+
+/// The skew of the most skewed gateway of `sale`, seconds, averaged over
+/// 20 s: each gateway exports its wall clock's offset to Redis's, and the
+/// average lets the breach come seconds after the injection, so the test
+/// can look inside the pod first.
+fn gateway_skew(ns: &str, sale: &str) -> String {
+    format!(
+        r#"avg_over_time((max(abs(gateway_clock_skew_seconds{{namespace="{ns}", pod=~"{sale}-gateway-.*"}})))[20s:1s])"#
+    )
+}
+
+/// How far `gateway`'s wall clock is from Redis's, seconds, as the process
+/// itself reports it (`gateway_clock_skew_seconds` on its ops port); and
+/// its answer's status to a buyer's token that expired 60 s ago.
+async fn gateway_clock(gateway: &Pod) -> anyhow::Result<(f64, u16)> {
+    let ip = pod_ip(gateway)?;
+    let metrics = http()?
+        .get(format!("http://{ip}:{OPS_PORT_NUMBER}/metrics"))
+        .send()
+        .await?
+        .text()
+        .await?;
+    let skew = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("gateway_clock_skew_seconds "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .ok_or_else(|| anyhow::anyhow!("no gateway_clock_skew_seconds"))?;
+    let expired = token_expiring("late-buyer", Timestamp::now().as_second() - 60)?;
+    let status = http()?
+        .get(format!("http://{ip}:8080/api/v1/items/CASE"))
+        .bearer_auth(expired)
+        .send()
+        .await?
+        .status()
+        .as_u16();
+    Ok((skew, status))
+}
+
+#[tokio::test]
+async fn a_clock_skew_moves_the_gateways_clock_but_not_the_sales_and_its_guard_aborts()
+-> anyhow::Result<()> {
+    let client = setup().await?;
+    let ns = TestNamespace::create(&client, "real-time").await?;
+    let operator = operator(&ns.name)?;
+    let sale = create_sale(&client, &ns.name, SignedDuration::from_hours(1)).await?;
+    await_ready(&client, &ns.name, &sale.name).await?;
+    let gateways = ready_pods(&client, &ns.name, &sale.name, "gateway").await?;
+    await_scraped_and_up(&ns.name, &gateways).await?;
+    let query = gateway_skew(&ns.name, &sale.name);
+    poll_until(
+        "the gateways' skew measured and small",
+        START,
+        TICK,
+        || async {
+            match prometheus_value(&query).await? {
+                Some(skew) if skew < 2.0 => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await?;
+    let drills: Api<ChaosDrill> = Api::namespaced(client.clone(), &ns.name);
+    let drill = run_now_drill(
+        "skew",
+        &sale.name,
+        json!({"name": "behind", "target": "gateway", "duration": "1m",
+               "timeChaos": {"offset": "-2m"}}),
+        json!({"name": "gateway-skew", "query": query, "threshold": 60, "breachWhen": "Above"}),
+    )?;
+    drills.create(&PostParams::default(), &drill).await?;
+    // Inside the target: its clock two minutes behind; yet a token that
+    // expired a minute ago is refused, since expiry is read on Redis's clock.
+    let (index, _) = await_injected(&drills, "skew", &gateways, |_| Ok(true)).await?;
+    let (skew, status) = poll_until("the target's clock behind", START, TICK, || async {
+        let (skew, status) = gateway_clock(&gateways[index])
+            .await
+            .map_err(|e| e.to_string())?;
+        (skew < -100.0)
+            .then_some((skew, status))
+            .ok_or(format!("{skew} s"))
+    })
+    .await?;
+    eprintln!("skewed gateway: clock {skew} s, an expired token gets {status}");
+    assert!((-125.0..=-115.0).contains(&skew), "{skew}");
+    assert_eq!(status, 401, "a token expired 60 s ago was accepted");
+    let (bystander, _) = gateway_clock(&gateways[1 - index]).await?;
+    assert!(
+        bystander.abs() <= 2.0,
+        "the bystander's clock moved: {bystander}"
+    );
+    let ended = ended_run(&drills, "skew").await?;
+    assert_eq!(ended.outcome, Some(RunOutcome::Aborted), "{ended:?}");
+    assert_eq!(ended.reason.as_deref(), Some("SloBreached"), "{ended:?}");
+    // The process reads its clock again within its next measurement.
+    poll_until("the target's clock back", START, TICK, || async {
+        let (after, _) = gateway_clock(&gateways[index])
+            .await
+            .map_err(|e| e.to_string())?;
+        (after.abs() <= 2.0)
+            .then_some(())
+            .ok_or(format!("{after} s"))
+    })
+    .await?;
     assert_eq!(inside::residue()?, Vec::<String>::new());
     drop(operator);
     Ok(())

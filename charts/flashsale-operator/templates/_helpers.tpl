@@ -74,7 +74,7 @@ docs/design/operator.md, "Permissions".
   verbs: ["create", "patch"]
 # ChaosDrill runs; watched so a stop sees each object go the moment it goes.
 - apiGroups: ["chaos-mesh.org"]
-  resources: ["podchaos", "networkchaos", "stresschaos", "workflows", "statuschecks"]
+  resources: ["podchaos", "networkchaos", "stresschaos", "timechaos", "workflows", "statuschecks"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # A drill's targets must be owned by the sale: Pod → ReplicaSet → Deployment.
 - apiGroups: ["apps"]

@@ -178,12 +178,12 @@ pub enum TargetWorkload {
 }
 
 /// One Chaos Mesh experiment: exactly one of `podChaos`, `networkChaos`,
-/// `stressChaos`.
+/// `stressChaos`, `timeChaos`.
 #[derive(KubeSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new(
-    "[has(self.podChaos), has(self.networkChaos), has(self.stressChaos)].filter(x, x).size() == 1"
-).message("an experiment needs exactly one of podChaos, networkChaos and stressChaos"))]
+    "[has(self.podChaos), has(self.networkChaos), has(self.stressChaos), has(self.timeChaos)].filter(x, x).size() == 1"
+).message("an experiment needs exactly one of podChaos, networkChaos, stressChaos and timeChaos"))]
 pub struct Experiment {
     /// Name, unique in the drill; part of the Chaos Mesh object's name.
     #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$"))]
@@ -205,6 +205,9 @@ pub struct Experiment {
     /// Burn CPU or memory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stress_chaos: Option<StressChaosAction>,
+    /// Skew the clock the target's processes read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_chaos: Option<TimeChaosAction>,
 }
 
 /// PodChaos parameters.
@@ -295,6 +298,18 @@ pub struct StressChaosAction {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[0-9]+(KB|MB|GB|%)$"))]
     pub memory_size: Option<String>,
+}
+
+/// TimeChaos parameters: the wall clock (`CLOCK_REALTIME`) of the target
+/// container's processes is moved by `offset`; their monotonic clocks are
+/// left alone, as a drifting NTP would.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TimeChaosAction {
+    /// How far the clock moves, signed: `30s` ahead, `-2m` behind (Go's
+    /// duration syntax, as Chaos Mesh reads it).
+    #[schemars(regex(pattern = r"^-?([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$"))]
+    pub offset: String,
 }
 
 /// The most pods one experiment may touch: the smaller of the two bounds,

@@ -44,12 +44,7 @@ impl DrillScene {
     /// `Kind/name`.
     pub async fn run_objects(&self, run: &str) -> anyhow::Result<Vec<String>> {
         let mut all = Vec::new();
-        for kind in [
-            Kind::Workflow,
-            Kind::PodChaos,
-            Kind::NetworkChaos,
-            Kind::StressChaos,
-        ] {
+        for kind in [Kind::Workflow].into_iter().chain(Kind::EXPERIMENTS) {
             for object in self.chaos_objects(kind, run).await? {
                 all.push(format!("{}/{}", kind.name(), object.name_any()));
             }

@@ -199,8 +199,14 @@ pub fn uids(pods: &[Pod]) -> BTreeSet<String> {
     pods.iter().filter_map(|p| p.uid()).collect()
 }
 
+/// A buyer's token for `user`, valid for an hour.
 pub fn token(user: &str) -> anyhow::Result<String> {
-    let claims = json!({"sub": user, "exp": Timestamp::now().as_second() + 3600});
+    token_expiring(user, Timestamp::now().as_second() + 3600)
+}
+
+/// A buyer's token for `user` that expires at `exp` (Unix seconds).
+pub fn token_expiring(user: &str, exp: i64) -> anyhow::Result<String> {
+    let claims = json!({"sub": user, "exp": exp});
     Ok(jsonwebtoken::encode(
         &jsonwebtoken::Header::default(),
         &claims,

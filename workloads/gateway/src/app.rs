@@ -18,6 +18,7 @@ use flashsale_runtime::ApiError;
 
 use crate::{
     auth::{User, Verifier},
+    clock::SaleClock,
     concurrency::{ConcurrencyLimiter, Partition, Permit},
     config::GatewayConfig,
     degradation::Switchboard,
@@ -45,6 +46,8 @@ pub struct Inner {
     pub config: GatewayConfig,
     /// Bearer-token verification.
     pub verifier: Verifier,
+    /// The sale's clock (Redis's), shared with the verifier.
+    pub clock: Arc<SaleClock>,
     /// Per-user rate limit.
     pub rate: RateLimiter,
     /// Adaptive concurrency limit.

@@ -10,8 +10,10 @@
 //! publish the new key beside the old one, sign with it, retire the old one.
 //!
 //! Checks, besides the signature: only the configured algorithm (no `none`,
-//! no HS256 signed with an RSA public key); `exp` and `nbf` against this
-//! process's clock with [`LEEWAY_SECONDS`] of skew either way; a configured
+//! no HS256 signed with an RSA public key); `exp` and `nbf` against the
+//! sale's clock ([`SaleClock`]: Redis's, so a replica whose own clock runs
+//! behind does not accept expired tokens) with [`LEEWAY_SECONDS`] of skew
+//! between the issuer and the sale either way; a configured
 //! issuer or audience must be *in* the token (`iss` equal, `aud` containing
 //! it), a token without the claim is refused; when no audience is
 //! configured, a token that names one is refused (it was meant for someone
@@ -32,6 +34,8 @@ use jsonwebtoken::{
     jwk::{AlgorithmParameters, Jwk, KeyAlgorithm, PublicKeyUse},
 };
 use serde::Deserialize;
+
+use crate::clock::SaleClock;
 
 /// Clock skew tolerated between the token issuer and this process, on `exp`
 /// and `nbf` alike.
@@ -84,6 +88,8 @@ pub struct User(pub String);
 struct Claims {
     sub: String,
     exp: i64,
+    #[serde(default)]
+    nbf: Option<i64>,
 }
 
 /// Verified tokens remembered so a shopper's every request does not pay for
@@ -143,6 +149,7 @@ pub struct Verifier {
     keys: Arc<RwLock<Keys>>,
     validation: Validation,
     cache: Arc<TokenCache>,
+    clock: Arc<SaleClock>,
 }
 
 impl std::fmt::Debug for Verifier {
@@ -195,14 +202,23 @@ impl Verifier {
         // Only the algorithm of the key: a token naming another one (`none`,
         // or HS256 signed with the RSA public key) is refused.
         let mut validation = Validation::new(algorithm);
-        validation.leeway = LEEWAY_SECONDS;
-        validation.validate_nbf = true;
+        // Times are checked against the sale's clock, not the library's.
+        validation.validate_exp = false;
+        validation.validate_nbf = false;
         validation.set_required_spec_claims(&["exp", "sub"]);
         Self {
             keys: Arc::new(RwLock::new(keys)),
             validation,
             cache: Arc::default(),
+            clock: Arc::default(),
         }
+    }
+
+    /// Checks `exp` and `nbf` against `clock` (the wall clock until it is
+    /// first synchronised).
+    pub fn with_clock(mut self, clock: Arc<SaleClock>) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Also require `iss` to be `issuer` (a token without `iss` is refused).
@@ -276,7 +292,7 @@ impl Verifier {
     pub fn user(&self, headers: &HeaderMap) -> Result<User, ApiError> {
         let token = bearer_token(headers)
             .ok_or_else(|| unauthorized("missing_token", "send Authorization: Bearer <JWT>"))?;
-        let now = jiff::Timestamp::now().as_second();
+        let now = self.clock.now_seconds();
         let cached = self
             .cache
             .lock()
@@ -287,7 +303,7 @@ impl Verifier {
         if let Some(user) = cached {
             return Ok(user);
         }
-        let claims = self.verify(token)?;
+        let claims = self.verify(token, now)?;
         // The order path's one user id rule: a subject the inventory, the
         // order event and its row could not carry is refused here.
         flashsale_orders::check_user_id(&claims.sub)
@@ -301,8 +317,9 @@ impl Verifier {
         Ok(user)
     }
 
-    /// The token's claims if its key, signature and claims check out.
-    fn verify(&self, token: &str) -> Result<Claims, ApiError> {
+    /// The token's claims if its key, signature and claims check out at
+    /// `now` (Unix seconds).
+    fn verify(&self, token: &str, now: i64) -> Result<Claims, ApiError> {
         let header = jsonwebtoken::decode_header(token)
             .map_err(|err| unauthorized("invalid_token", format!("not a JWT: {err}")))?;
         let keys = self.keys.read().unwrap_or_else(|p| p.into_inner());
@@ -318,9 +335,17 @@ impl Verifier {
                     "the token names no key id (kid) to check it with",
                 ),
             })?;
-        jsonwebtoken::decode::<Claims>(token, key, &self.validation)
+        let claims = jsonwebtoken::decode::<Claims>(token, key, &self.validation)
             .map(|data| data.claims)
-            .map_err(refusal)
+            .map_err(refusal)?;
+        let leeway = LEEWAY_SECONDS as i64;
+        if claims.exp < now - leeway {
+            return Err(expired());
+        }
+        if claims.nbf.is_some_and(|nbf| nbf > now + leeway) {
+            return Err(immature());
+        }
+        Ok(claims)
     }
 }
 
@@ -334,13 +359,19 @@ fn bearer_token(headers: &HeaderMap) -> Option<&str> {
         .filter(|t| !t.is_empty())
 }
 
+fn expired() -> ApiError {
+    unauthorized("token_expired", "the token has expired")
+}
+
+fn immature() -> ApiError {
+    unauthorized("invalid_token", "the token is not valid yet (nbf)")
+}
+
 /// The 401 for a token the JWT library refused.
 fn refusal(err: jsonwebtoken::errors::Error) -> ApiError {
     match err.kind() {
-        ErrorKind::ExpiredSignature => unauthorized("token_expired", "the token has expired"),
-        ErrorKind::ImmatureSignature => {
-            unauthorized("invalid_token", "the token is not valid yet (nbf)")
-        }
+        ErrorKind::ExpiredSignature => expired(),
+        ErrorKind::ImmatureSignature => immature(),
         ErrorKind::InvalidSignature => {
             unauthorized("invalid_token", "the token's signature does not verify")
         }
@@ -447,6 +478,32 @@ mod tests {
             verifier.user(&bearer(&t)).map_err(|e| e.to_string())?,
             User("u-1".into())
         );
+        Ok(())
+    }
+
+    #[test]
+    fn expiry_is_read_on_the_sale_clock_not_the_replicas() -> Result<(), Box<dyn std::error::Error>>
+    {
+        // This replica's clock runs two minutes behind Redis's: a token
+        // whose `exp` is the replica's now expired 90 s past the leeway.
+        let behind = Arc::new(SaleClock::with_offset_ms(120_000));
+        let verifier = Verifier::hs256(SECRET)?.with_clock(behind);
+        let wall = jiff::Timestamp::now().as_second();
+        let stale = token(json!({"sub": "u-1", "exp": wall}), SECRET);
+        let refused = verifier.user(&bearer(&stale)).err().map(|e| e.code());
+        assert_eq!(refused, Some("token_expired"));
+        // Nor is a token valid only from the replica's future refused.
+        let early = token(
+            json!({"sub": "u-1", "exp": wall + 3600, "nbf": wall + 100}),
+            SECRET,
+        );
+        assert!(verifier.user(&bearer(&early)).is_ok());
+        let later = token(
+            json!({"sub": "u-1", "exp": wall + 3600, "nbf": wall + 200}),
+            SECRET,
+        );
+        let refused = verifier.user(&bearer(&later)).err().map(|e| e.code());
+        assert_eq!(refused, Some("invalid_token"));
         Ok(())
     }
 

@@ -3,6 +3,7 @@
 
 pub mod app;
 pub mod auth;
+pub mod clock;
 pub mod concurrency;
 pub mod config;
 pub mod degradation;

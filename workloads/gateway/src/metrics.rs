@@ -1,5 +1,7 @@
 //! The gateway's Prometheus metrics (names per docs/architecture.md).
 
+use std::sync::atomic::AtomicU64;
+
 use flashsale_runtime::metrics::Buckets;
 use prometheus_client::{
     encoding::EncodeLabelSet,
@@ -100,6 +102,7 @@ pub struct GatewayMetrics {
     admitted: Counter,
     degradation_tier: Gauge,
     degradation_generation: Gauge,
+    clock_skew: Gauge<f64, AtomicU64>,
     payment_callbacks: Family<CallbackLabels, Counter>,
     refunds_needed: Family<RefundLabels, Counter>,
 }
@@ -118,6 +121,7 @@ impl Default for GatewayMetrics {
             admitted: Counter::default(),
             degradation_tier: Gauge::default(),
             degradation_generation: Gauge::default(),
+            clock_skew: Gauge::default(),
             payment_callbacks: Family::default(),
             refunds_needed: Family::default(),
         }
@@ -171,43 +175,55 @@ impl GatewayMetrics {
                     .get_or_create(&DecisionLabels::of(source)),
             );
         }
+        m.register_state(registry);
+        m
+    }
+
+    /// The waiting room's, the switches', the clock's and the payments'
+    /// series.
+    fn register_state(&self, registry: &mut Registry) {
         registry.register(
             "gateway_waiting_room_depth",
             "Users in the waiting room not yet admitted",
-            m.waiting_room_depth.clone(),
+            self.waiting_room_depth.clone(),
         );
         registry.register(
             "gateway_admitted",
             "Waiting-room passes redeemed for an order",
-            m.admitted.clone(),
+            self.admitted.clone(),
         );
         registry.register(
             "gateway_degradation_tier",
             "Degradation tier in force",
-            m.degradation_tier.clone(),
+            self.degradation_tier.clone(),
         );
         registry.register(
             "gateway_degradation_generation",
             "Generation of the degradation switches in force",
-            m.degradation_generation.clone(),
+            self.degradation_generation.clone(),
+        );
+        registry.register_with_unit(
+            "gateway_clock_skew",
+            "This replica's wall clock minus the sale's (Redis's) clock",
+            Unit::Seconds,
+            self.clock_skew.clone(),
         );
         registry.register(
             "gateway_payment_callbacks",
             "Payment-provider callbacks by outcome (paid, refused, unauthenticated, error)",
-            m.payment_callbacks.clone(),
+            self.payment_callbacks.clone(),
         );
         registry.register(
             "gateway_refunds_needed",
             "Signed payments that moved money for an order that cannot take it, by reason (lapsed, amount_mismatch): each must be refunded",
-            m.refunds_needed.clone(),
+            self.refunds_needed.clone(),
         );
         // Every series from the start, so an alert on an increase sees the first one.
         for reason in [RefundReason::Lapsed, RefundReason::AmountMismatch] {
-            drop(m.refunds_needed.get_or_create(&RefundLabels {
+            drop(self.refunds_needed.get_or_create(&RefundLabels {
                 reason: reason.as_str(),
             }));
         }
-        m
     }
 
     /// One payment that must be refunded, for `reason`.
@@ -267,6 +283,11 @@ impl GatewayMetrics {
     /// A pass redeemed.
     pub fn admitted(&self) {
         self.admitted.inc();
+    }
+
+    /// This replica's clock minus Redis's, seconds.
+    pub fn set_clock_skew(&self, seconds: f64) {
+        self.clock_skew.set(seconds);
     }
 
     /// Periodic gauges.

@@ -12,6 +12,7 @@ use tokio::net::TcpListener;
 use crate::{
     app::{self, AppState, Inner},
     auth::Verifier,
+    clock::SaleClock,
     concurrency::ConcurrencyLimiter,
     config::GatewayConfig,
     degradation::{self, Switchboard},
@@ -175,8 +176,10 @@ impl Gateway {
                 addr: listen,
                 source,
             })?;
+        let clock = Arc::new(SaleClock::default());
         let state = AppState::new(Inner {
-            verifier: settings.verifier,
+            verifier: settings.verifier.with_clock(clock.clone()),
+            clock,
             rate: RateLimiter::new(redis.clone(), config.rate_settings()),
             limiter: ConcurrencyLimiter::new(config.concurrency_settings()),
             switches: Switchboard::new(),
@@ -231,7 +234,18 @@ impl Gateway {
     }
 }
 
-/// Every tick: move the admission frontier (any replica may; the script
+/// Measures the offset to Redis's clock and exports the replica's skew;
+/// keeps the last offset while Redis does not answer.
+async fn sync_clock(state: &AppState) {
+    let Some(redis) = &state.redis else { return };
+    match state.clock.sync(redis).await {
+        Ok(skew) => state.metrics.set_clock_skew(skew),
+        Err(err) => tracing::debug!(error = %err, "clock: Redis's TIME not read"),
+    }
+}
+
+/// Every second: measure the clock's offset to Redis's. Every tick: move
+/// the admission frontier (any replica may; the script
 /// makes it exact), refresh the gauges, prune idle local limiter state; on
 /// every switch change: export tier and generation.
 async fn background(state: AppState, shutdown: Shutdown) {
@@ -267,6 +281,9 @@ async fn background(state: AppState, shutdown: Shutdown) {
                     None => None,
                 };
                 state.metrics.set_levels(state.limiter.limit(), waiting);
+                if ticks.is_multiple_of(10) {
+                    sync_clock(&state).await;
+                }
                 if ticks.is_multiple_of(100) {
                     state.rate.prune_local();
                     state.chat.prune();

@@ -48,6 +48,8 @@ pub enum Kind {
     NetworkChaos,
     /// Burns CPU or memory.
     StressChaos,
+    /// Skews clocks.
+    TimeChaos,
     /// Holds a run's StatusCheck.
     Workflow,
     /// Probes the operator's guard.
@@ -56,7 +58,12 @@ pub enum Kind {
 
 impl Kind {
     /// The experiment kinds, in the order a stop handles them.
-    pub const EXPERIMENTS: [Kind; 3] = [Kind::PodChaos, Kind::NetworkChaos, Kind::StressChaos];
+    pub const EXPERIMENTS: [Kind; 4] = [
+        Kind::PodChaos,
+        Kind::NetworkChaos,
+        Kind::StressChaos,
+        Kind::TimeChaos,
+    ];
 
     /// The kind's name.
     pub fn name(self) -> &'static str {
@@ -64,6 +71,7 @@ impl Kind {
             Self::PodChaos => "PodChaos",
             Self::NetworkChaos => "NetworkChaos",
             Self::StressChaos => "StressChaos",
+            Self::TimeChaos => "TimeChaos",
             Self::Workflow => "Workflow",
             Self::StatusCheck => "StatusCheck",
         }
@@ -74,6 +82,7 @@ impl Kind {
             Self::PodChaos => "podchaos",
             Self::NetworkChaos => "networkchaos",
             Self::StressChaos => "stresschaos",
+            Self::TimeChaos => "timechaos",
             Self::Workflow => "workflows",
             Self::StatusCheck => "statuschecks",
         }
@@ -81,15 +90,10 @@ impl Kind {
 
     /// The kind of this name, if the operator knows it.
     pub fn from_name(name: &str) -> Option<Self> {
-        [
-            Self::PodChaos,
-            Self::NetworkChaos,
-            Self::StressChaos,
-            Self::Workflow,
-            Self::StatusCheck,
-        ]
-        .into_iter()
-        .find(|kind| kind.name() == name)
+        Self::EXPERIMENTS
+            .into_iter()
+            .chain([Self::Workflow, Self::StatusCheck])
+            .find(|kind| kind.name() == name)
     }
 
     /// The kind as a dynamic API resource.
@@ -106,6 +110,8 @@ impl Kind {
             Self::NetworkChaos
         } else if experiment.stress_chaos.is_some() {
             Self::StressChaos
+        } else if experiment.time_chaos.is_some() {
+            Self::TimeChaos
         } else {
             Self::PodChaos
         }
@@ -268,6 +274,12 @@ pub fn experiment(
     } else if let Some(stress) = &experiment.stress_chaos {
         spec["duration"] = json!(duration);
         spec["stressors"] = stressors(stress);
+    } else if let Some(time) = &experiment.time_chaos {
+        spec["duration"] = json!(duration);
+        spec["timeOffset"] = json!(time.offset);
+        // Chaos Mesh's default, written since no webhook fills it in.
+        spec["clockIds"] = json!(["CLOCK_REALTIME"]);
+        spec["containerNames"] = json!([component(experiment.target).label()]);
     }
     json!({
         "apiVersion": CHAOS_MESH_API_VERSION,
@@ -617,6 +629,27 @@ mod tests {
             kill(Some("sidecar"))["spec"]["containerNames"],
             json!(["sidecar"])
         );
+        Ok(())
+    }
+
+    #[test]
+    fn time_chaos_moves_the_wall_clock_of_the_workloads_container() -> anyhow::Result<()> {
+        let mut drill = drill()?;
+        let exp = &mut drill.spec.experiments[0];
+        exp.pod_chaos = None;
+        exp.time_chaos = Some(flashsale_api::chaosdrill::TimeChaosAction {
+            offset: "-30s".into(),
+        });
+        let target = exp.target;
+        let object = experiment(&drill, "r", &drill.spec.experiments[0], &[], ("s", "u"));
+        assert_eq!(object["kind"], "TimeChaos");
+        assert_eq!(object["spec"]["timeOffset"], "-30s");
+        assert_eq!(object["spec"]["clockIds"], json!(["CLOCK_REALTIME"]));
+        assert_eq!(
+            object["spec"]["containerNames"],
+            json!([component(target).label()])
+        );
+        assert_eq!(object["spec"]["duration"], "120000ms");
         Ok(())
     }
 
