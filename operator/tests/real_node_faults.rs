@@ -10,18 +10,18 @@ use std::time::{Duration, Instant};
 
 use common::real_node::{
     START, TICK, await_ready, await_ready_gateways, await_scraped_and_up, cluster_ip, create_sale,
-    ended_run, http, operator, pod_ip, prometheus_value, ready_pods, run_now_drill, token,
-    token_expiring,
+    ended_run, gateways_up, http, operator, pod_ip, prometheus_value, ready_pods, run_now_drill,
+    token, token_expiring,
 };
 use common::setup;
 use flashsale_api::{ChaosDrill, chaosdrill::RunOutcome, children::OPS_PORT_NUMBER};
-use flashsale_controller_drill::chaos::Kind;
+use flashsale_controller_drill::{KILL_SWITCH_ANNOTATION, chaos::Kind};
 use flashsale_e2e::{inside, kube::TestNamespace, wait::poll_until};
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::{
     Api, Client, ResourceExt,
-    api::{DynamicObject, ListParams, PostParams},
+    api::{DynamicObject, ListParams, Patch, PatchParams, PostParams},
 };
 use serde_json::json;
 
@@ -631,6 +631,54 @@ async fn a_clock_skew_moves_the_gateways_clock_but_not_the_sales_and_its_guard_a
             .ok_or(format!("{after} s"))
     })
     .await?;
+    assert_eq!(inside::residue()?, Vec::<String>::new());
+    drop(operator);
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_kill_switch_ends_a_stress_and_its_stressors_leave_the_container() -> anyhow::Result<()>
+{
+    let client = setup().await?;
+    let ns = TestNamespace::create(&client, "real-switch").await?;
+    let operator = operator(&ns.name)?;
+    let sale = create_sale(&client, &ns.name, SignedDuration::from_hours(1)).await?;
+    await_ready(&client, &ns.name, &sale.name).await?;
+    let gateways = ready_pods(&client, &ns.name, &sale.name, "gateway").await?;
+    await_scraped_and_up(&ns.name, &gateways).await?;
+    let drills: Api<ChaosDrill> = Api::namespaced(client.clone(), &ns.name);
+    // An objective this stress cannot break: only the switch ends the run.
+    let drill = run_now_drill(
+        "switched",
+        &sale.name,
+        json!({"name": "burn", "target": "gateway", "duration": "5m",
+               "stressChaos": {"cpuWorkers": 1, "cpuLoadPercent": 30}}),
+        json!({"name": "gateways-up", "query": gateways_up(&ns.name, &sale.name),
+               "threshold": 1, "breachWhen": "Below"}),
+    )?;
+    drills.create(&PostParams::default(), &drill).await?;
+    let (_, pid) = await_injected(&drills, "switched", &gateways, |pid| {
+        Ok(!inside::processes_beside(pid, &STRESSORS)?.is_empty())
+    })
+    .await?;
+    let switched = Instant::now();
+    let patch = json!({"metadata": {"annotations": {KILL_SWITCH_ANNOTATION: "true"}}});
+    Api::<Namespace>::all(client.clone())
+        .patch(&ns.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    poll_until("the stressors gone", START, TICK, || async {
+        let left = inside::processes_beside(pid, &STRESSORS).map_err(|e| e.to_string())?;
+        left.is_empty().then_some(()).ok_or(format!("{left:?}"))
+    })
+    .await?;
+    let took = switched.elapsed();
+    let ended = ended_run(&drills, "switched").await?;
+    eprintln!("kill switch → stressors gone from the container: {took:?}");
+    assert_eq!(
+        (ended.outcome, ended.reason.as_deref()),
+        (Some(RunOutcome::Aborted), Some("KillSwitch")),
+        "{ended:?}"
+    );
     assert_eq!(inside::residue()?, Vec::<String>::new());
     drop(operator);
     Ok(())
