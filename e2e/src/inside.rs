@@ -240,6 +240,51 @@ pub fn residue() -> Result<Vec<String>, InsideError> {
     stack_residue(&[])
 }
 
+/// What chaos still does to `pods` ([`residue`], kept to the lines about
+/// their network namespaces and the processes in their cgroups), so that a
+/// test is not misled by another's injection running at the same time.
+pub fn residue_of(pods: &[Pod]) -> Result<Vec<String>, InsideError> {
+    let pids: Vec<u32> = pods.iter().filter_map(|p| pid_of(p).ok()).collect();
+    let netns = |pid: u32| std::fs::read_link(format!("/proc/{pid}/ns/net")).ok();
+    let ours_net: Vec<_> = pids.iter().filter_map(|&p| netns(p)).collect();
+    let ours_cgroup: Vec<_> = pids
+        .iter()
+        .filter_map(|&p| cgroup_dir(p, "cpuacct").ok())
+        .collect();
+    let lead_pid = |line: &str, prefix: &str| -> Option<u32> {
+        line.strip_prefix(prefix)?
+            .split(|c: char| !c.is_ascii_digit())
+            .next()?
+            .parse()
+            .ok()
+    };
+    Ok(residue()?
+        .into_iter()
+        .filter(|line| {
+            if let Some(pid) = lead_pid(line, "netns of ") {
+                netns(pid).is_some_and(|n| ours_net.contains(&n))
+            } else if let Some(pid) = lead_pid(line, "process ") {
+                // A zombie has left its cgroup but not its parent.
+                cgroup_dir(pid, "cpuacct").is_ok_and(|c| ours_cgroup.contains(&c))
+                    || parent(pid).is_some_and(|p| pids.contains(&p))
+            } else {
+                true
+            }
+        })
+        .collect())
+}
+
+/// The parent of process `pid`, if it still exists.
+fn parent(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("PPid:"))?
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// What Chaos Mesh's recoveries left inert on the real node: the chains
 /// and ipsets nothing jumps to or matches any more.
 pub fn inert() -> Result<Vec<String>, InsideError> {

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use common::real_node::{
     START, TICK, await_ready, await_ready_gateways, await_scraped_and_up, cluster_ip, create_sale,
-    ended_run, gateways_up, http, operator, pod_ip, prometheus_value, ready_pods, run_now_drill,
-    token, token_expiring,
+    ended_run, gateways_up, http, operator, pod_ip, prometheus_value, ready_pods, residue,
+    run_now_drill, token, token_expiring,
 };
 use common::setup;
 use flashsale_api::{ChaosDrill, chaosdrill::RunOutcome, children::OPS_PORT_NUMBER};
@@ -76,7 +76,7 @@ async fn a_delay_on_a_real_gateway_is_seen_from_inside_and_removed_or_fails_nami
     } else {
         delay_not_injected(&client, &drills, &ns.name, &sale.name, &gateways).await?;
     }
-    assert_eq!(inside::residue()?, Vec::<String>::new());
+    assert_eq!(residue(&client, &ns.name).await?, Vec::<String>::new());
     drop(operator);
     Ok(())
 }
@@ -308,7 +308,7 @@ async fn a_partition_cuts_a_real_gateway_off_the_inventory_alone_until_its_guard
     let rules = inside::iptables(pid)?;
     assert!(!rules.contains("-A CHAOS-OUTPUT -j"), "{rules}");
     eprintln!("left inert: {:?}", inside::inert()?);
-    assert_eq!(inside::residue()?, Vec::<String>::new());
+    assert_eq!(residue(&client, &ns.name).await?, Vec::<String>::new());
     drop(operator);
     Ok(())
 }
@@ -433,7 +433,7 @@ async fn a_container_kill_restarts_the_gateway_in_its_pod_and_the_restart_aborts
         "the killed gateway ready again",
     )
     .await?;
-    assert_eq!(inside::residue()?, Vec::<String>::new());
+    assert_eq!(residue(&client, &ns.name).await?, Vec::<String>::new());
     drop(operator);
     Ok(())
 }
@@ -524,7 +524,7 @@ async fn a_stress_burns_the_asked_cpu_and_memory_in_the_gateways_container_until
     assert_eq!(inside::processes_beside(pid, &STRESSORS)?, vec![]);
     let after = cores_used(pid).await?;
     assert!(after < 0.1, "{after} cores after the stop");
-    assert_eq!(inside::residue()?, Vec::<String>::new());
+    assert_eq!(residue(&client, &ns.name).await?, Vec::<String>::new());
     drop(operator);
     Ok(())
 }
@@ -631,7 +631,7 @@ async fn a_clock_skew_moves_the_gateways_clock_but_not_the_sales_and_its_guard_a
             .ok_or(format!("{after} s"))
     })
     .await?;
-    assert_eq!(inside::residue()?, Vec::<String>::new());
+    assert_eq!(residue(&client, &ns.name).await?, Vec::<String>::new());
     drop(operator);
     Ok(())
 }
@@ -679,7 +679,7 @@ async fn the_kill_switch_ends_a_stress_and_its_stressors_leave_the_container() -
         (Some(RunOutcome::Aborted), Some("KillSwitch")),
         "{ended:?}"
     );
-    assert_eq!(inside::residue()?, Vec::<String>::new());
+    assert_eq!(residue(&client, &ns.name).await?, Vec::<String>::new());
     drop(operator);
     Ok(())
 }

@@ -367,3 +367,12 @@ pub async fn cluster_ip(client: &Client, ns: &str, service: &str) -> anyhow::Res
         .and_then(|s| s.cluster_ip)
         .ok_or_else(|| anyhow::anyhow!("Service {service} has no cluster IP"))
 }
+
+/// What chaos still does to the pods of namespace `ns`, as the node's
+/// residue check finds it; empty when they are clean.
+pub async fn residue(client: &Client, ns: &str) -> anyhow::Result<Vec<String>> {
+    let pods = Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await?;
+    Ok(flashsale_e2e::inside::residue_of(&pods.items)?)
+}
