@@ -454,6 +454,15 @@ fn invalid_drills() -> Vec<Invalid> {
             "spec.experiments[0].podChaos",
         ),
         (
+            "a clock offset in words",
+            with(
+                with(drill(), "/spec/experiments/0/podChaos", json!(null)),
+                "/spec/experiments/0/timeChaos",
+                json!({"offset": "30 seconds"}),
+            ),
+            "spec.experiments[0].timeChaos.offset",
+        ),
+        (
             "experiment of 2h",
             with(drill(), "/spec/experiments/0/duration", json!("2h")),
             "spec.experiments[0].duration",

@@ -9,11 +9,11 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::real_node::{
-    START, TICK, await_ready, await_ready_gateways, await_scraped_and_up, cluster_ip, create_sale,
-    ended_run, gateways_up, http, operator, pod_ip, prometheus_value, ready_pods, residue,
-    run_now_drill, token, token_expiring,
+    START, Sale, TICK, await_ready, await_ready_gateways, await_scraped_and_up, cluster_ip,
+    create_sale, ended_run, gateways_up, http, operator, pod_ip, prometheus_value, ready_pods,
+    residue, run_now_drill, token, token_expiring,
 };
-use common::setup;
+use common::{Operator, setup};
 use flashsale_api::{ChaosDrill, chaosdrill::RunOutcome, children::OPS_PORT_NUMBER};
 use flashsale_controller_drill::{KILL_SWITCH_ANNOTATION, chaos::Kind};
 use flashsale_e2e::{inside, kube::TestNamespace, wait::poll_until};
@@ -59,17 +59,46 @@ fn inventory_connect(pid: u32, inventory: &Pod) -> anyhow::Result<Duration> {
     Ok(times[2])
 }
 
+/// Where every fault test starts: a sale on the real node opening in an
+/// hour, ready, with its operator, and its gateways scraped by Prometheus.
+struct Scene {
+    client: Client,
+    ns: TestNamespace,
+    operator: Operator,
+    sale: Sale,
+    gateways: Vec<Pod>,
+}
+
+impl Scene {
+    async fn start(prefix: &str) -> anyhow::Result<Self> {
+        let client = setup().await?;
+        let ns = TestNamespace::create(&client, prefix).await?;
+        let operator = operator(&ns.name)?;
+        let sale = create_sale(&client, &ns.name, SignedDuration::from_hours(1)).await?;
+        await_ready(&client, &ns.name, &sale.name).await?;
+        let gateways = ready_pods(&client, &ns.name, &sale.name, "gateway").await?;
+        await_scraped_and_up(&ns.name, &gateways).await?;
+        Ok(Self {
+            client,
+            ns,
+            operator,
+            sale,
+            gateways,
+        })
+    }
+}
+
 #[tokio::test]
 async fn a_delay_on_a_real_gateway_is_seen_from_inside_and_removed_or_fails_naming_the_kernel()
 -> anyhow::Result<()> {
-    let client = setup().await?;
-    let ns = TestNamespace::create(&client, "real-delay").await?;
-    let operator = operator(&ns.name)?;
-    let sale = create_sale(&client, &ns.name, SignedDuration::from_hours(1)).await?;
-    await_ready(&client, &ns.name, &sale.name).await?;
-    let gateways = ready_pods(&client, &ns.name, &sale.name, "gateway").await?;
+    let Scene {
+        client,
+        ns,
+        operator,
+        sale,
+        gateways,
+    } = Scene::start("real-delay").await?;
     let inventory = ready_pods(&client, &ns.name, &sale.name, "inventory").await?;
-    await_scraped_and_up(&ns.name, &gateways).await?;
     let drills: Api<ChaosDrill> = Api::namespaced(client.clone(), &ns.name);
     if inside::kernel_has_netem()? {
         delay_seen_and_removed(&drills, &ns.name, &sale.name, &gateways, &inventory[0]).await?;
@@ -247,14 +276,14 @@ fn connects(pid: u32, ip: &str, port: u16) -> bool {
 #[tokio::test]
 async fn a_partition_cuts_a_real_gateway_off_the_inventory_alone_until_its_guard_aborts()
 -> anyhow::Result<()> {
-    let client = setup().await?;
-    let ns = TestNamespace::create(&client, "real-partition").await?;
-    let operator = operator(&ns.name)?;
-    let sale = create_sale(&client, &ns.name, SignedDuration::from_hours(1)).await?;
-    await_ready(&client, &ns.name, &sale.name).await?;
-    let gateways = ready_pods(&client, &ns.name, &sale.name, "gateway").await?;
+    let Scene {
+        client,
+        ns,
+        operator,
+        sale,
+        gateways,
+    } = Scene::start("real-partition").await?;
     let inventory_pods = ready_pods(&client, &ns.name, &sale.name, "inventory").await?;
-    await_scraped_and_up(&ns.name, &gateways).await?;
     let inventory = [
         pod_ip(&inventory_pods[0])?,
         cluster_ip(&client, &ns.name, &format!("{}-inventory", sale.name)).await?,
@@ -379,13 +408,13 @@ fn gateway_container(pod: &Pod) -> Option<(String, i32)> {
 #[tokio::test]
 async fn a_container_kill_restarts_the_gateway_in_its_pod_and_the_restart_aborts_the_run()
 -> anyhow::Result<()> {
-    let client = setup().await?;
-    let ns = TestNamespace::create(&client, "real-container").await?;
-    let operator = operator(&ns.name)?;
-    let sale = create_sale(&client, &ns.name, SignedDuration::from_hours(1)).await?;
-    await_ready(&client, &ns.name, &sale.name).await?;
-    let gateways = ready_pods(&client, &ns.name, &sale.name, "gateway").await?;
-    await_scraped_and_up(&ns.name, &gateways).await?;
+    let Scene {
+        client,
+        ns,
+        operator,
+        sale,
+        gateways,
+    } = Scene::start("real-container").await?;
     let pids = gateways
         .iter()
         .map(inside::pid_of)
@@ -462,13 +491,13 @@ const STRESSORS: [&str; 2] = ["stress-ng", "memStress"];
 #[tokio::test]
 async fn a_stress_burns_the_asked_cpu_and_memory_in_the_gateways_container_until_its_guard_aborts()
 -> anyhow::Result<()> {
-    let client = setup().await?;
-    let ns = TestNamespace::create(&client, "real-stress").await?;
-    let operator = operator(&ns.name)?;
-    let sale = create_sale(&client, &ns.name, SignedDuration::from_hours(1)).await?;
-    await_ready(&client, &ns.name, &sale.name).await?;
-    let gateways = ready_pods(&client, &ns.name, &sale.name, "gateway").await?;
-    await_scraped_and_up(&ns.name, &gateways).await?;
+    let Scene {
+        client,
+        ns,
+        operator,
+        sale,
+        gateways,
+    } = Scene::start("real-stress").await?;
     let query = gateway_cpu(&ns.name, &sale.name);
     poll_until(
         "the gateways' CPU measured and low",
@@ -569,13 +598,13 @@ async fn gateway_clock(gateway: &Pod) -> anyhow::Result<(f64, u16)> {
 #[tokio::test]
 async fn a_clock_skew_moves_the_gateways_clock_but_not_the_sales_and_its_guard_aborts()
 -> anyhow::Result<()> {
-    let client = setup().await?;
-    let ns = TestNamespace::create(&client, "real-time").await?;
-    let operator = operator(&ns.name)?;
-    let sale = create_sale(&client, &ns.name, SignedDuration::from_hours(1)).await?;
-    await_ready(&client, &ns.name, &sale.name).await?;
-    let gateways = ready_pods(&client, &ns.name, &sale.name, "gateway").await?;
-    await_scraped_and_up(&ns.name, &gateways).await?;
+    let Scene {
+        client,
+        ns,
+        operator,
+        sale,
+        gateways,
+    } = Scene::start("real-time").await?;
     let query = gateway_skew(&ns.name, &sale.name);
     poll_until(
         "the gateways' skew measured and small",
@@ -639,13 +668,13 @@ async fn a_clock_skew_moves_the_gateways_clock_but_not_the_sales_and_its_guard_a
 #[tokio::test]
 async fn the_kill_switch_ends_a_stress_and_its_stressors_leave_the_container() -> anyhow::Result<()>
 {
-    let client = setup().await?;
-    let ns = TestNamespace::create(&client, "real-switch").await?;
-    let operator = operator(&ns.name)?;
-    let sale = create_sale(&client, &ns.name, SignedDuration::from_hours(1)).await?;
-    await_ready(&client, &ns.name, &sale.name).await?;
-    let gateways = ready_pods(&client, &ns.name, &sale.name, "gateway").await?;
-    await_scraped_and_up(&ns.name, &gateways).await?;
+    let Scene {
+        client,
+        ns,
+        operator,
+        sale,
+        gateways,
+    } = Scene::start("real-switch").await?;
     let drills: Api<ChaosDrill> = Api::namespaced(client.clone(), &ns.name);
     // An objective this stress cannot break: only the switch ends the run.
     let drill = run_now_drill(
