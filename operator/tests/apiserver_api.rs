@@ -436,6 +436,40 @@ fn invalid_drills() -> Vec<Invalid> {
             "spec.windows[0].days[0]",
         ),
         (
+            "dead-man shorter than interval",
+            with(drill(), "/spec/sloGuard/staleAfter", json!("100ms")),
+            "spec.sloGuard",
+        ),
+        (
+            "guard blind for 31s before it aborts",
+            with(drill(), "/spec/sloGuard/staleAfter", json!("31s")),
+            "spec.sloGuard.staleAfter",
+        ),
+        (
+            "guard looking every 11s",
+            with(
+                with(drill(), "/spec/sloGuard/interval", json!("11s")),
+                "/spec/sloGuard/staleAfter",
+                json!("30s"),
+            ),
+            "spec.sloGuard.interval",
+        ),
+        (
+            "drill name of 64 characters",
+            with(drill(), "/metadata/name", json!("d".repeat(64))),
+            "at most 63 characters",
+        ),
+    ]
+    .into_iter()
+    .chain(invalid_experiments())
+    .collect()
+}
+
+/// Drills whose one experiment is invalid.
+fn invalid_experiments() -> Vec<Invalid> {
+    let drill = || valid_drill("bad");
+    vec![
+        (
             "two fault kinds in one experiment",
             with(
                 drill(),
@@ -466,30 +500,6 @@ fn invalid_drills() -> Vec<Invalid> {
             "experiment of 2h",
             with(drill(), "/spec/experiments/0/duration", json!("2h")),
             "spec.experiments[0].duration",
-        ),
-        (
-            "dead-man shorter than interval",
-            with(drill(), "/spec/sloGuard/staleAfter", json!("100ms")),
-            "spec.sloGuard",
-        ),
-        (
-            "guard blind for 31s before it aborts",
-            with(drill(), "/spec/sloGuard/staleAfter", json!("31s")),
-            "spec.sloGuard.staleAfter",
-        ),
-        (
-            "guard looking every 11s",
-            with(
-                with(drill(), "/spec/sloGuard/interval", json!("11s")),
-                "/spec/sloGuard/staleAfter",
-                json!("30s"),
-            ),
-            "spec.sloGuard.interval",
-        ),
-        (
-            "drill name of 64 characters",
-            with(drill(), "/metadata/name", json!("d".repeat(64))),
-            "at most 63 characters",
         ),
     ]
 }
