@@ -4,7 +4,12 @@
 //! left behind. The tests run as root on the node's host, so they enter a
 //! pod's network namespace through its first container's process.
 
-use std::{process::Command, time::Duration};
+use std::{
+    net::{SocketAddr, TcpStream},
+    os::fd::AsFd,
+    process::Command,
+    time::Duration,
+};
 
 use k8s_openapi::api::core::v1::Pod;
 
@@ -19,6 +24,14 @@ pub enum InsideError {
     /// The pod has no running container yet.
     #[error("pod {0} has no running container")]
     NoContainer(String),
+    /// A thread could not enter a process's network namespace.
+    #[error("entering the network namespace of process {pid}: {source}")]
+    Enter {
+        /// The process.
+        pid: u32,
+        /// Why.
+        source: std::io::Error,
+    },
     /// A command could not be run.
     #[error("running {command}: {source}")]
     Spawn {
@@ -111,6 +124,30 @@ pub fn connect_time(
             message: format!("no connection to {host}:{port} within {limit} s"),
         }),
     }
+}
+
+/// Whether a TCP connect from process `pid`'s network namespace to `to`
+/// succeeds within `timeout`. A thread of this process enters the namespace
+/// for the one connect, so a probe costs a connect rather than a process
+/// started with `nsenter`, and the end of a partition is seen within the
+/// probe's own timeout.
+pub fn connects_from(pid: u32, to: SocketAddr, timeout: Duration) -> Result<bool, InsideError> {
+    let enter = |source: std::io::Error| InsideError::Enter { pid, source };
+    let namespace = std::fs::File::open(format!("/proc/{pid}/ns/net")).map_err(enter)?;
+    // The thread ends with the connect, and its namespace with it.
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                rustix::thread::move_into_link_name_space(
+                    namespace.as_fd(),
+                    Some(rustix::thread::LinkNameSpaceType::Network),
+                )
+                .map_err(|e| enter(e.into()))?;
+                Ok(TcpStream::connect_timeout(&to, timeout).is_ok())
+            })
+            .join()
+            .unwrap_or_else(|_| Err(enter(std::io::Error::other("the probing thread panicked"))))
+    })
 }
 
 /// CPU time used so far by the container of process `pid`: its cgroup's

@@ -1,6 +1,11 @@
 //! Kubernetes helpers for tests against the local control plane.
 
-use std::{collections::BTreeMap, time::Duration};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    time::{Duration, Instant},
+};
+
+use futures::StreamExt;
 
 use k8s_openapi::{
     ByteString,
@@ -8,8 +13,11 @@ use k8s_openapi::{
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
 };
 use kube::{
-    Api, Client,
-    api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams},
+    Api, Client, ResourceExt,
+    api::{
+        DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams, WatchEvent,
+        WatchParams,
+    },
 };
 
 use crate::{
@@ -215,4 +223,39 @@ where
         });
     });
     let _ = done.join();
+}
+
+/// From `since` until nothing `selector` selects is left: a list, then a
+/// watch from the list's version, so each delete is seen the moment the
+/// apiserver makes it (a poll would add up to a list's time).
+pub async fn until_gone<K>(
+    api: &Api<K>,
+    selector: &str,
+    since: Instant,
+    bound: Duration,
+) -> anyhow::Result<Duration>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + 'static,
+{
+    let list = api.list(&ListParams::default().labels(selector)).await?;
+    let mut left: BTreeSet<String> = list.items.iter().map(ResourceExt::name_any).collect();
+    if left.is_empty() {
+        return Ok(since.elapsed());
+    }
+    let version = list.metadata.resource_version.unwrap_or_default();
+    let mut events = api
+        .watch(&WatchParams::default().labels(selector), &version)
+        .await?
+        .boxed();
+    let deadline = since + bound;
+    while !left.is_empty() {
+        let event = tokio::time::timeout_at(deadline.into(), events.next())
+            .await
+            .map_err(|_| anyhow::anyhow!("{left:?} of {selector} still there after {bound:?}"))?
+            .ok_or_else(|| anyhow::anyhow!("the watch of {selector} ended"))??;
+        if let WatchEvent::Deleted(object) = event {
+            left.remove(&object.name_any());
+        }
+    }
+    Ok(since.elapsed())
 }

@@ -2,7 +2,7 @@
 //! against the local stack (`e2e/local/stack`): where each component is, how
 //! to wait for a condition with a deadline instead of sleeping, the operator
 //! process, and the worlds tests build (a drill's scene, an exporter the
-//! test sets, the chart's rights, the gateway's funnel, order topics).
+//! test sets, the chart's rights, the gateway's funnel, order topics, a sale on the real node).
 
 pub mod browser;
 pub mod chart;
@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod operator;
 pub mod orders;
 pub mod private_redis;
+pub mod real_node;
 pub mod redis_keys;
 pub mod sales;
 pub mod stack;

@@ -59,3 +59,12 @@ pub fn scheduled(name: &str, start: Timestamp, end: Timestamp, warm_up: &str) ->
         }
     })
 }
+
+/// The sale's `type_` condition as (status, reason, message), if set.
+pub fn condition(sale: &flashsale_api::FlashSale, type_: &str) -> Option<(String, String, String)> {
+    sale.status
+        .as_ref()?
+        .observed
+        .get(type_)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}

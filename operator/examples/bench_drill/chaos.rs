@@ -1,17 +1,13 @@
 //! Reading Chaos Mesh's experiments as the benchmark waits on them: until
-//! Chaos Mesh says it injected the fault, and until the object is gone.
+//! Chaos Mesh says it injected the fault.
 
-use std::{
-    collections::BTreeSet,
-    time::{Duration, Instant},
-};
+use std::time::Duration;
 
 use flashsale_controller_drill::chaos::Kind;
 use flashsale_e2e::wait::poll_until;
-use futures::StreamExt;
 use kube::{
-    Api, Client, ResourceExt,
-    api::{DynamicObject, ListParams, WatchEvent, WatchParams},
+    Api, Client,
+    api::{DynamicObject, ListParams},
 };
 
 /// The namespace's PodChaos objects.
@@ -53,36 +49,4 @@ pub async fn until_injected(
     )
     .await?;
     Ok(())
-}
-
-/// From `since` until nothing `selector` selects is left: a list, then a
-/// watch from the list's version, so each delete is seen the moment the
-/// apiserver makes it (a poll would add up to a list's time).
-pub async fn until_gone(
-    api: &Api<DynamicObject>,
-    selector: &str,
-    since: Instant,
-    bound: Duration,
-) -> anyhow::Result<Duration> {
-    let list = api.list(&ListParams::default().labels(selector)).await?;
-    let mut left: BTreeSet<String> = list.items.iter().map(ResourceExt::name_any).collect();
-    if left.is_empty() {
-        return Ok(since.elapsed());
-    }
-    let version = list.metadata.resource_version.unwrap_or_default();
-    let mut events = api
-        .watch(&WatchParams::default().labels(selector), &version)
-        .await?
-        .boxed();
-    let deadline = since + bound;
-    while !left.is_empty() {
-        let event = tokio::time::timeout_at(deadline.into(), events.next())
-            .await
-            .map_err(|_| anyhow::anyhow!("{left:?} of {selector} still there after {bound:?}"))?
-            .ok_or_else(|| anyhow::anyhow!("the watch of {selector} ended"))??;
-        if let WatchEvent::Deleted(object) = event {
-            left.remove(&object.name_any());
-        }
-    }
-    Ok(since.elapsed())
 }

@@ -26,7 +26,8 @@ use flashsale_e2e::{
 use flashsale_observe::{pods::is_ready, signal::Reading, signal::SignalReader};
 use jiff::Timestamp;
 
-use super::chaos::{pod_chaos, until_gone, until_injected};
+use super::chaos::{pod_chaos, until_injected};
+use flashsale_e2e::kube::until_gone;
 
 /// The drill's name.
 const DRILL: &str = "guarded";

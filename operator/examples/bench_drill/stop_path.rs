@@ -21,7 +21,8 @@ use kube::{
 };
 use serde_json::json;
 
-use super::chaos::{pod_chaos, until_gone, until_injected};
+use super::chaos::{pod_chaos, until_injected};
+use flashsale_e2e::kube::until_gone;
 
 /// The drill label of the benchmark's own experiments.
 const DRILL: &str = "bench";

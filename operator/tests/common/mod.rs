@@ -18,16 +18,7 @@ use std::{
 pub use flashsale_e2e::kube::create_secret as secret;
 use flashsale_e2e::operator::{FAST_LEASE, Launcher};
 #[allow(unused_imports)] // each test binary uses a different part
-pub use flashsale_e2e::{chart, exporter, operator::setup};
-
-/// The sale's `type_` condition as (status, reason, message), if set.
-pub fn condition(sale: &flashsale_api::FlashSale, type_: &str) -> Option<(String, String, String)> {
-    sale.status
-        .as_ref()?
-        .observed
-        .get(type_)
-        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
-}
+pub use flashsale_e2e::{chart, exporter, operator::setup, sales::condition};
 
 /// Lease timings short enough for tests: a standby takes over within 4 s.
 pub const LEASE_DURATION: Duration = Duration::from_secs(4);

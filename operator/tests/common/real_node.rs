@@ -1,378 +1,91 @@
-//! A sale on the local stack's real node (kubelet, containerd, CNI,
-//! kube-proxy, cluster DNS) and the waits its tests share: pods that really
-//! run from the project's images and Prometheus really scraping them.
+//! A sale on the local stack's real node, from the test kit, and the
+//! operator the tests run it with.
 
-use std::{collections::BTreeSet, time::Duration};
+pub use flashsale_e2e::real_node::*;
 
-use flashsale_api::{ChaosDrill, FlashSale, chaosdrill::RunRecord};
-use flashsale_e2e::{
-    kafka,
-    stack::{self, unique_name},
-    wait::poll_until,
-};
-use flashsale_observe::pods::is_ready;
-use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::{
-    api::core::v1::{Pod, Secret, Service},
-    apimachinery::pkg::apis::meta::v1::ObjectMeta,
-};
-use kube::{
-    Api, Client, ResourceExt,
-    api::{ListParams, PostParams},
-};
-use serde_json::{Value, json};
+use super::{Operator, setup};
+use flashsale_api::ChaosDrill;
+use flashsale_e2e::{inside, kube::TestNamespace, wait::poll_until};
+use jiff::SignedDuration;
+use k8s_openapi::api::core::v1::Pod;
+use kube::{Api, Client, ResourceExt};
 
-use super::{Operator, condition, secret};
-
-/// Pods start in seconds, but a loaded two-core machine starting a dozen
-/// containers at once can take a minute.
-pub const START: Duration = Duration::from_secs(180);
-
-pub const TICK: Duration = Duration::from_millis(250);
-
-/// The label and taint that keep everything else off the real node.
-pub const REAL_NODE_KEY: &str = "flashsale.dev/real-node";
-
-/// What `secret()` puts in every test Secret.
-pub const HS256_SECRET: &[u8] = b"0123456789abcdef0123456789abcdef";
-
-pub fn image(name: &str) -> String {
-    format!("ghcr.io/flashsale-dev/{name}:{}", env!("CARGO_PKG_VERSION"))
-}
-
-pub fn placement() -> Value {
-    json!({
-        "nodeSelector": {REAL_NODE_KEY: "true"},
-        "tolerations": [{"key": REAL_NODE_KEY, "operator": "Exists", "effect": "NoSchedule"}]
-    })
-}
-
-/// Small enough that several sales fit on one two-core node.
-pub fn small() -> Value {
-    json!({"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "256Mi"}})
-}
-
-/// What each test sale is made of.
-pub struct Sale {
-    pub name: String,
-    pub topic: String,
-}
-
-/// A sale on the real node that opens in `opens_in` (warming up until then),
-/// with its own Kafka topics, reaching the stack's stores through the
-/// `flashsale-stack` Services.
-pub async fn create_sale(
-    client: &Client,
-    ns: &str,
-    opens_in: SignedDuration,
-) -> anyhow::Result<Sale> {
-    let brokers = stack::kafka_brokers()?;
-    let name = "real".to_owned();
-    let topic = unique_name("orders");
-    let dlq = format!("{topic}.dlq");
-    kafka::create_topic(&brokers, &topic, 3).await?;
-    kafka::create_topic(&brokers, &dlq, 1).await?;
-    secret(client, ns, "jwt", "hs256").await?;
-    let db = Secret {
-        metadata: ObjectMeta {
-            name: Some("db".into()),
-            ..ObjectMeta::default()
-        },
-        string_data: Some([("url".to_owned(), stack::in_cluster::database_url()?)].into()),
-        ..Secret::default()
-    };
-    Api::<Secret>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &db)
-        .await?;
-    let start = Timestamp::now() + opens_in;
-    let object = json!({
-        "apiVersion": "flashsale.dev/v1alpha1",
-        "kind": "FlashSale",
-        "metadata": {"name": name},
-        "spec": {
-            "schedule": {
-                "start": start.to_string(),
-                "end": (start + SignedDuration::from_hours(1)).to_string(),
-                "warmUp": "2h"
-            },
-            "region": "local",
-            "reservationTTL": "5m",
-            "placement": placement(),
-            "items": [{"sku": "CASE", "stock": 10, "perUserLimit": 3, "priceMinor": 1900}],
-            "gateway": {
-                "replicas": 2,
-                "resources": small(),
-                "auth": {"hs256SecretRef": {"name": "jwt", "key": "hs256"}}
-            },
-            "inventory": {
-                "replicas": 1,
-                "resources": small(),
-                "redis": {"url": stack::in_cluster::redis_url()?}
-            },
-            "orderWriter": {
-                "replicas": 1,
-                "resources": small(),
-                "kafka": {
-                    "brokers": [stack::in_cluster::kafka_brokers()?],
-                    "topic": topic,
-                    "dlqTopic": dlq
-                },
-                "database": {"driver": "postgres", "urlSecretRef": {"name": "db", "key": "url"}}
-            }
-        }
-    });
-    let sale: FlashSale = serde_json::from_value(object)?;
-    Api::<FlashSale>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &sale)
-        .await?;
-    Ok(Sale { name, topic })
-}
-
-/// The operator for the test's namespace; the test images are the
-/// operator's defaults, and anything else under the project's image prefix
-/// is allowed for the failure cases.
+/// The operator for the test's namespace, with the real node's flags.
 pub fn operator(ns: &str) -> anyhow::Result<Operator> {
-    let prometheus = stack::prometheus_url()?;
-    Operator::start(
-        ns,
-        "real-node",
-        &[
-            "--allowed-image",
-            "ghcr.io/flashsale-dev/",
-            "--prometheus-url",
-            &prometheus,
-        ],
-    )
+    let flags = operator_flags()?;
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    Operator::start(ns, "real-node", &flags)
 }
 
-/// Waits until the sale's `type_` condition is `status` with a reason
-/// `reason` accepts.
-pub async fn await_condition(
-    client: &Client,
-    ns: &str,
-    name: &str,
-    type_: &str,
-    status: &str,
-    reason: impl Fn(&str) -> bool,
-) -> anyhow::Result<FlashSale> {
-    let sales: Api<FlashSale> = Api::namespaced(client.clone(), ns);
-    Ok(
-        poll_until(&format!("{name} {type_}={status}"), START, TICK, || {
-            let sales = sales.clone();
-            let reason = &reason;
-            async move {
-                let sale = sales.get(name).await.map_err(|e| e.to_string())?;
-                match condition(&sale, type_) {
-                    Some((s, r, _)) if s == status && reason(&r) => Ok(sale),
-                    other => Err(format!("{type_}: {other:?}")),
-                }
-            }
+/// Where every fault test starts: a sale on the real node opening in an
+/// hour, ready, with its operator, and its gateways scraped by Prometheus.
+pub struct Scene {
+    pub client: Client,
+    pub ns: TestNamespace,
+    pub operator: Operator,
+    pub sale: Sale,
+    pub gateways: Vec<Pod>,
+}
+
+impl Scene {
+    pub async fn start(prefix: &str) -> anyhow::Result<Self> {
+        let client = setup().await?;
+        let ns = TestNamespace::create(&client, prefix).await?;
+        let operator = operator(&ns.name)?;
+        let sale = create_sale(&client, &ns.name, SignedDuration::from_hours(1)).await?;
+        await_ready(&client, &ns.name, &sale.name).await?;
+        let gateways = ready_pods(&client, &ns.name, &sale.name, "gateway").await?;
+        await_scraped_and_up(&ns.name, &gateways).await?;
+        Ok(Self {
+            client,
+            ns,
+            operator,
+            sale,
+            gateways,
         })
-        .await?,
-    )
+    }
 }
 
-pub async fn await_ready(client: &Client, ns: &str, name: &str) -> anyhow::Result<FlashSale> {
-    await_condition(client, ns, name, "Ready", "True", |_| true).await
-}
-
-/// The sale's ready pods of one component, with their uids.
-pub async fn ready_pods(
-    client: &Client,
-    ns: &str,
-    sale: &str,
-    component: &str,
-) -> anyhow::Result<Vec<Pod>> {
-    let selector =
-        format!("app.kubernetes.io/part-of={sale},app.kubernetes.io/component={component}");
-    let pods = Api::<Pod>::namespaced(client.clone(), ns)
-        .list(&ListParams::default().labels(&selector))
-        .await?;
-    Ok(pods
-        .items
-        .into_iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none() && is_ready(p))
-        .collect())
-}
-
-pub fn uids(pods: &[Pod]) -> BTreeSet<String> {
-    pods.iter().filter_map(|p| p.uid()).collect()
-}
-
-/// A buyer's token for `user`, valid for an hour.
-pub fn token(user: &str) -> anyhow::Result<String> {
-    token_expiring(user, Timestamp::now().as_second() + 3600)
-}
-
-/// A buyer's token for `user` that expires at `exp` (Unix seconds).
-pub fn token_expiring(user: &str, exp: i64) -> anyhow::Result<String> {
-    let claims = json!({"sub": user, "exp": exp});
-    Ok(jsonwebtoken::encode(
-        &jsonwebtoken::Header::default(),
-        &claims,
-        &jsonwebtoken::EncodingKey::from_secret(HS256_SECRET)?,
-    )?)
-}
-
-pub fn http() -> anyhow::Result<reqwest::Client> {
-    Ok(reqwest::Client::builder()
-        .timeout(Duration::from_secs(5))
-        .build()?)
-}
-
-/// What Prometheus's pod discovery currently scrapes for the namespace:
-/// pod name → health.
-pub async fn scraped(ns: &str) -> Result<Vec<(String, String)>, String> {
-    let url = format!(
-        "{}/api/v1/targets?state=active",
-        stack::prometheus_url().map_err(|e| e.to_string())?
-    );
-    let body: Value = reqwest::get(&url)
-        .await
-        .map_err(|e| e.to_string())?
-        .json()
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok(body["data"]["activeTargets"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|t| t["labels"]["namespace"] == ns)
-        .filter_map(|t| {
-            Some((
-                t["labels"]["pod"].as_str()?.to_owned(),
-                t["health"].as_str()?.to_owned(),
-            ))
-        })
-        .collect())
-}
-
-/// Waits until Prometheus scrapes every one of `gateways` and finds it up.
-pub async fn await_scraped_and_up(ns: &str, gateways: &[Pod]) -> anyhow::Result<()> {
-    poll_until("both gateways scraped and up", START, TICK, || async {
-        let targets = scraped(ns).await?;
-        let up = |pod: &Pod| targets.contains(&(pod.name_any(), "up".to_owned()));
-        if gateways.iter().all(up) {
-            Ok(())
-        } else {
-            Err(format!("{targets:?}"))
-        }
-    })
-    .await?;
-    Ok(())
-}
-
-/// Waits until the sale has `count` ready gateway pods; `what` names the
-/// wait in a timeout.
-pub async fn await_ready_gateways(
-    client: &Client,
-    ns: &str,
-    sale: &str,
-    count: usize,
-    what: &str,
-) -> anyhow::Result<()> {
-    poll_until(what, START, TICK, || async {
-        let now = ready_pods(client, ns, sale, "gateway")
-            .await
-            .map_err(|e| e.to_string())?;
-        (now.len() == count)
-            .then_some(())
-            .ok_or(format!("{} ready", now.len()))
-    })
-    .await?;
-    Ok(())
-}
-
-/// The sale's live gateways as Prometheus sees them: the SLO a drill on the
-/// real node guards.
-pub fn gateways_up(ns: &str, sale: &str) -> String {
-    format!(r#"count(up{{namespace="{ns}", pod=~"{sale}-gateway-.*"}} == 1)"#)
-}
-
-/// The ended run of the drill `name`.
-pub async fn ended_run(drills: &Api<ChaosDrill>, name: &str) -> anyhow::Result<RunRecord> {
-    Ok(poll_until("the run ended", START, TICK, || async {
-        let drill = drills.get(name).await.map_err(|e| e.to_string())?;
-        let status = drill.status.unwrap_or_default();
-        status
-            .history
-            .first()
-            .cloned()
-            .ok_or(format!("{:?}", status.phase))
-    })
-    .await?)
-}
-
-/// A drill of `sale` named `name`, asked to run now: one experiment on at
-/// most one pod (and half the fleet), guarded every 250 ms by one
-/// objective.
-pub fn run_now_drill(
+/// Waits until the drill `name`'s running experiment is seen inside its
+/// target (one of `gateways`) by `seen`; the target's index and process.
+pub async fn await_injected(
+    drills: &Api<ChaosDrill>,
     name: &str,
-    sale: &str,
-    experiment: Value,
-    objective: Value,
-) -> anyhow::Result<ChaosDrill> {
-    Ok(serde_json::from_value(json!({
-        "apiVersion": "flashsale.dev/v1alpha1",
-        "kind": "ChaosDrill",
-        "metadata": {"name": name, "annotations": {"flashsale.dev/run-now": "first"}},
-        "spec": {
-            "saleRef": {"name": sale},
-            "schedule": {"cron": "0 0 1 1 *", "timeZone": "UTC"},
-            "experiments": [experiment],
-            "blastRadius": {"maxPercent": 50, "maxPods": 1},
-            "sloGuard": {
-                "objectives": [objective],
-                "interval": "250ms", "staleAfter": "10s", "steadyState": "2s"
+    gateways: &[Pod],
+    seen: impl Fn(u32) -> anyhow::Result<bool>,
+) -> anyhow::Result<(usize, u32)> {
+    let seen = &seen;
+    // A run that ends before its fault is seen ends the wait with its record.
+    let found = poll_until(
+        "the fault seen inside its target",
+        START,
+        TICK,
+        || async move {
+            let drill = drills.get(name).await.map_err(|e| e.to_string())?;
+            let status = drill.status.unwrap_or_default();
+            let Some(run) = status.current_run else {
+                return match status.history.first() {
+                    Some(ended) => Ok(Err(format!("the run ended first: {ended:?}"))),
+                    None => Err("no run yet".to_owned()),
+                };
+            };
+            let target = run
+                .targets
+                .first()
+                .and_then(|t| t.rsplit('/').next())
+                .ok_or("no target")?;
+            let index = gateways
+                .iter()
+                .position(|g| g.name_any() == target)
+                .ok_or("unknown target")?;
+            let pid = inside::pid_of(&gateways[index]).map_err(|e| e.to_string())?;
+            match seen(pid) {
+                Ok(true) => Ok(Ok((index, pid))),
+                Ok(false) => Err(format!("not yet inside {target}")),
+                Err(e) => Err(e.to_string()),
             }
-        }
-    }))?)
-}
-
-/// The pod IP of `pod`.
-pub fn pod_ip(pod: &Pod) -> anyhow::Result<String> {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.pod_ip.clone())
-        .ok_or_else(|| anyhow::anyhow!("{} has no pod IP", pod.name_any()))
-}
-
-/// The value of the instant `query` at the stack's Prometheus: `None`
-/// when it returns no series.
-pub async fn prometheus_value(query: &str) -> Result<Option<f64>, String> {
-    let url = format!(
-        "{}/api/v1/query",
-        stack::prometheus_url().map_err(|e| e.to_string())?
-    );
-    let body: Value = reqwest::Client::new()
-        .get(&url)
-        .query(&[("query", query)])
-        .send()
-        .await
-        .map_err(|e| e.to_string())?
-        .json()
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok(body["data"]["result"][0]["value"][1]
-        .as_str()
-        .and_then(|v| v.parse().ok()))
-}
-
-/// The cluster IP of Service `service`.
-pub async fn cluster_ip(client: &Client, ns: &str, service: &str) -> anyhow::Result<String> {
-    Api::<Service>::namespaced(client.clone(), ns)
-        .get(service)
-        .await?
-        .spec
-        .and_then(|s| s.cluster_ip)
-        .ok_or_else(|| anyhow::anyhow!("Service {service} has no cluster IP"))
-}
-
-/// What chaos still does to the pods of namespace `ns`, as the node's
-/// residue check finds it; empty when they are clean.
-pub async fn residue(client: &Client, ns: &str) -> anyhow::Result<Vec<String>> {
-    let pods = Api::<Pod>::namespaced(client.clone(), ns)
-        .list(&ListParams::default())
-        .await?;
-    Ok(flashsale_e2e::inside::residue_of(&pods.items)?)
+        },
+    )
+    .await?;
+    found.map_err(|ended| anyhow::anyhow!(ended))
 }
