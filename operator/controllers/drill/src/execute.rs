@@ -228,15 +228,11 @@ async fn finish(ctx: &Ctx, plan: &Plan, guard: &Guard, steady: Duration) -> Endi
             "Chaos Mesh's StatusCheck found the guard silent and aborted the run's Workflow before its time was up",
         );
     }
-    if !stopped.remaining.is_empty() {
+    if let Some(left) = stopped.not_removed() {
         return Ending::new(
             RunOutcome::Failed,
             DrillReason::ExperimentsNotRemoved,
-            format!(
-                "Chaos Mesh did not remove {} within {}",
-                stopped.remaining.join(", "),
-                flashsale_api::Duration(STOP_BOUND)
-            ),
+            format!("the experiments' time was up; {left}"),
         );
     }
     set_phase(ctx, plan, guard, DrillPhase::Verifying);
@@ -459,13 +455,14 @@ async fn inject(ctx: &Ctx, plan: &Plan, guard: &Guard, sale_uid: &str) -> Result
         // apply keeps failing keeps its finalizer, which the operator does
         // not strip; the run says so, naming what is left.
         match stop_run(ctx, plan, guard).await {
-            Ok(stopped) if !stopped.remaining.is_empty() => ending.message.push_str(&format!(
-                "; still present after {}: {} (Chaos Mesh holds an experiment it could not inject \
-                 until its apply succeeds or the target pod is gone)",
-                flashsale_api::Duration(STOP_BOUND),
-                stopped.remaining.join(", ")
-            )),
-            Ok(_) => {}
+            Ok(stopped) => {
+                if let Some(left) = stopped.not_removed() {
+                    ending.message.push_str(&format!(
+                        "; {left} (an experiment Chaos Mesh could not inject stays until its \
+                         apply succeeds or the target pod is gone)"
+                    ));
+                }
+            }
             Err(err) => ending
                 .message
                 .push_str(&format!("; stopping failed: {err}")),
@@ -985,15 +982,16 @@ async fn abort(ctx: &Ctx, plan: &Plan, guard: &Guard, cause: Cause) -> Ending {
                 progress.record.gone_at = stopped.gone_at.map(MicroTime);
                 progress.record.abort_latency = latency.map(flashsale_api::Duration);
             });
-            let mut message = cause.message;
-            if !stopped.remaining.is_empty() {
-                message.push_str(&format!(
-                    "; still present after {}: {}",
-                    flashsale_api::Duration(STOP_BOUND),
-                    stopped.remaining.join(", ")
-                ));
+            match stopped.not_removed() {
+                // The abort did not end the fault: the run failed, and
+                // says why it was aborted.
+                Some(left) => Ending::new(
+                    RunOutcome::Failed,
+                    DrillReason::ExperimentsNotRemoved,
+                    format!("Aborted ({}: {}); {left}", cause.reason, cause.message),
+                ),
+                None => Ending::new(RunOutcome::Aborted, cause.reason, cause.message),
             }
-            Ending::new(RunOutcome::Aborted, cause.reason, message)
         }
         Err(err) => Ending::new(
             RunOutcome::Aborted,

@@ -212,7 +212,7 @@ impl<'a> Pass<'a> {
     async fn kill(&mut self, why: String) -> Result<(State, After), Error> {
         let stopped = super::sweep(self.ctx, &self.namespace).await?;
         if let Some(current) = self.old.current_run.clone() {
-            let message = format!("{why}: every experiment stopped");
+            let message = format!("{why}: every experiment deleted");
             let aborted = RunOutcome::Aborted;
             self.end(ended(
                 current,
@@ -479,7 +479,8 @@ async fn stop_stale(
     Ok(record)
 }
 
-/// `record`, ended now with `outcome`, and what the stop saw.
+/// `record`, ended now with `outcome`, and what the stop saw: a stop that
+/// left experiments behind fails the run, naming them.
 fn ended(
     mut record: RunRecord,
     outcome: RunOutcome,
@@ -488,6 +489,14 @@ fn ended(
     now: Timestamp,
     stopped: &stop::Stopped,
 ) -> RunRecord {
+    let (outcome, reason, message) = match stopped.not_removed() {
+        Some(left) => (
+            RunOutcome::Failed,
+            DrillReason::ExperimentsNotRemoved,
+            format!("{} ({reason}: {message}); {left}", outcome.name()),
+        ),
+        None => (outcome, reason, message),
+    };
     record.outcome = Some(outcome);
     record.reason = Some(reason.to_string());
     record.message = Some(message);
@@ -784,6 +793,47 @@ pub(crate) mod tests {
             SaleView::default().state(at("2026-11-11T01:00:00Z[UTC]")?),
             SaleState::Missing
         );
+        Ok(())
+    }
+
+    #[test]
+    fn a_stop_that_left_an_experiment_fails_the_run_naming_it_and_why_it_ended()
+    -> anyhow::Result<()> {
+        let now = at("2026-11-11T01:00:00Z[UTC]")?;
+        let stopped = |remaining: Vec<String>| stop::Stopped {
+            experiments: 1,
+            workflows: 1,
+            recovered_at: None,
+            gone_at: remaining.is_empty().then_some(now),
+            gone_after: None,
+            remaining,
+            waited: std::time::Duration::from_secs(60),
+        };
+        let end = |stopped: &stop::Stopped| {
+            ended(
+                RunRecord::default(),
+                RunOutcome::Aborted,
+                DrillReason::KillSwitch,
+                "the kill switch is on: every experiment deleted".to_owned(),
+                now,
+                stopped,
+            )
+        };
+        let clean = end(&stopped(vec![]));
+        assert_eq!(clean.outcome, Some(RunOutcome::Aborted));
+        assert_eq!(clean.reason.as_deref(), Some("KillSwitch"));
+        let left = end(&stopped(vec!["NetworkChaos/cut".to_owned()]));
+        assert_eq!(left.outcome, Some(RunOutcome::Failed));
+        assert_eq!(left.reason.as_deref(), Some("ExperimentsNotRemoved"));
+        let message = left.message.unwrap_or_default();
+        for part in [
+            "Aborted (KillSwitch",
+            "NetworkChaos/cut",
+            "1m",
+            "chaos-daemon",
+        ] {
+            assert!(message.contains(part), "{part} not in {message}");
+        }
         Ok(())
     }
 

@@ -38,6 +38,27 @@ pub struct Stopped {
     pub gone_after: Option<Duration>,
     /// What still remained at the bound, `Kind/name`.
     pub remaining: Vec<String>,
+    /// How long the stop waited for Chaos Mesh.
+    pub waited: Duration,
+}
+
+impl Stopped {
+    /// What a run's record says when Chaos Mesh did not remove everything:
+    /// the objects, what the operator did, and why they stay; `None` when
+    /// everything went.
+    pub fn not_removed(&self) -> Option<String> {
+        if self.remaining.is_empty() {
+            return None;
+        }
+        Some(format!(
+            "Chaos Mesh still held {} {} after the operator deleted them: its finalizer keeps \
+             each until chaos-daemon on the target's node answers and recovers the target, \
+             and the operator does not strip it (the fault may still act; the object goes by \
+             itself once chaos-daemon is back)",
+            self.remaining.join(", "),
+            flashsale_api::Duration(self.waited),
+        ))
+    }
 }
 
 /// What a stop removes: everything `selector` selects in `namespace`, of
@@ -155,6 +176,7 @@ pub async fn stop(
             .keys()
             .map(|(kind, name)| format!("{}/{name}", kind.name()))
             .collect(),
+        waited: bound,
     })
 }
 
