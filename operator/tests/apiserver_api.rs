@@ -497,6 +497,15 @@ fn invalid_experiments() -> Vec<Invalid> {
             "spec.experiments[0].timeChaos.offset",
         ),
         (
+            "a store's address as a URL",
+            with(
+                with(drill(), "/spec/experiments/0/podChaos", json!(null)),
+                "/spec/experiments/0/networkChaos",
+                json!({"action": "partition", "toAddresses": ["redis://redis.shop.svc:6379"]}),
+            ),
+            "spec.experiments[0].networkChaos.toAddresses[0]",
+        ),
+        (
             "experiment of 2h",
             with(drill(), "/spec/experiments/0/duration", json!("2h")),
             "spec.experiments[0].duration",

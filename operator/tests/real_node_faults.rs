@@ -9,15 +9,13 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::real_node::{
-    START, Sale, TICK, await_ready, await_ready_gateways, await_scraped_and_up, cluster_ip,
-    create_sale, ended_run, gateways_up, http, operator, pod_ip, prometheus_value, ready_pods,
-    residue, run_now_drill, token, token_expiring,
+    START, Scene, TICK, await_injected, await_ready_gateways, cluster_ip, ended_run, gateways_up,
+    http, pod_ip, prometheus_value, ready_pods, residue, run_now_drill, token, token_expiring,
 };
-use common::{Operator, setup};
 use flashsale_api::{ChaosDrill, chaosdrill::RunOutcome, children::OPS_PORT_NUMBER};
 use flashsale_controller_drill::{KILL_SWITCH_ANNOTATION, chaos::Kind};
-use flashsale_e2e::{inside, kube::TestNamespace, wait::poll_until};
-use jiff::{SignedDuration, Timestamp};
+use flashsale_e2e::{inside, stack, wait::poll_until};
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::{
     Api, Client, ResourceExt,
@@ -57,35 +55,6 @@ fn inventory_connect(pid: u32, inventory: &Pod) -> anyhow::Result<Duration> {
         .collect::<Result<Vec<_>, _>>()?;
     times.sort();
     Ok(times[2])
-}
-
-/// Where every fault test starts: a sale on the real node opening in an
-/// hour, ready, with its operator, and its gateways scraped by Prometheus.
-struct Scene {
-    client: Client,
-    ns: TestNamespace,
-    operator: Operator,
-    sale: Sale,
-    gateways: Vec<Pod>,
-}
-
-impl Scene {
-    async fn start(prefix: &str) -> anyhow::Result<Self> {
-        let client = setup().await?;
-        let ns = TestNamespace::create(&client, prefix).await?;
-        let operator = operator(&ns.name)?;
-        let sale = create_sale(&client, &ns.name, SignedDuration::from_hours(1)).await?;
-        await_ready(&client, &ns.name, &sale.name).await?;
-        let gateways = ready_pods(&client, &ns.name, &sale.name, "gateway").await?;
-        await_scraped_and_up(&ns.name, &gateways).await?;
-        Ok(Self {
-            client,
-            ns,
-            operator,
-            sale,
-            gateways,
-        })
-    }
 }
 
 #[tokio::test]
@@ -221,9 +190,9 @@ fn item_page_p99(ns: &str) -> String {
     )
 }
 
-/// Shoppers viewing the item on every gateway, ten views a second each,
-/// each view its own user, until dropped (and never past five minutes).
-/// A view is not waited for: a slow answer must not slow the views.
+/// Shoppers viewing `path` on every gateway, ten views a second each, each
+/// view its own user, until dropped (and never past five minutes). A view
+/// is not waited for: a slow answer must not slow the views.
 struct PageViews(tokio::task::JoinHandle<()>);
 
 impl Drop for PageViews {
@@ -232,10 +201,10 @@ impl Drop for PageViews {
     }
 }
 
-fn page_views(gateways: &[Pod]) -> anyhow::Result<PageViews> {
+fn page_views(gateways: &[Pod], path: &str) -> anyhow::Result<PageViews> {
     let urls = gateways
         .iter()
-        .map(|g| Ok(format!("http://{}:8080/api/v1/items/CASE", pod_ip(g)?)))
+        .map(|g| Ok(format!("http://{}:8080{path}", pod_ip(g)?)))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let client = http()?;
     Ok(PageViews(tokio::spawn(async move {
@@ -288,7 +257,7 @@ async fn a_partition_cuts_a_real_gateway_off_the_inventory_alone_until_its_guard
         pod_ip(&inventory_pods[0])?,
         cluster_ip(&client, &ns.name, &format!("{}-inventory", sale.name)).await?,
     ];
-    let views = page_views(&gateways)?;
+    let views = page_views(&gateways, "/api/v1/items/CASE")?;
     let query = item_page_p99(&ns.name);
     poll_until("the item page measured and fast", START, TICK, || async {
         match prometheus_value(&query).await? {
@@ -342,48 +311,80 @@ async fn a_partition_cuts_a_real_gateway_off_the_inventory_alone_until_its_guard
     Ok(())
 }
 
-/// Waits until the drill `name`'s running experiment is seen inside its
-/// target (one of `gateways`) by `seen`; the target's index and process.
-async fn await_injected(
-    drills: &Api<ChaosDrill>,
-    name: &str,
-    gateways: &[Pod],
-    seen: impl Fn(u32) -> anyhow::Result<bool>,
-) -> anyhow::Result<(usize, u32)> {
-    let seen = &seen;
-    // A run that ends before its fault is seen ends the wait with its record.
-    let found = poll_until(
-        "the fault seen inside its target",
+/// Rate-limit decisions a second that the busiest gateway of `ns` took
+/// alone, over 10 s: a gateway that cannot reach Redis decides locally.
+fn local_decisions(ns: &str) -> String {
+    format!(
+        r#"max(sum by (pod) (rate(gateway_rate_limit_decisions_total{{namespace="{ns}", source="local"}}[10s])))"#
+    )
+}
+
+#[tokio::test]
+async fn a_partition_towards_redis_by_its_service_name_cuts_one_gateway_off_the_store_alone()
+-> anyhow::Result<()> {
+    let Scene {
+        client,
+        ns,
+        operator,
+        sale,
+        gateways,
+    } = Scene::start("real-store-cut").await?;
+    // The store as the sale names it: its Service's DNS name and port.
+    let url = stack::in_cluster::redis_url()?;
+    let address = url.trim_start_matches("redis://").trim_end_matches('/');
+    let redis = cluster_ip(&client, "flashsale-stack", "redis").await?;
+    let inventory = pod_ip(&ready_pods(&client, &ns.name, &sale.name, "inventory").await?[0])?;
+    // Order histories take the shared rate limit's decision in Redis.
+    let views = page_views(&gateways, "/api/v1/orders/history")?;
+    let query = local_decisions(&ns.name);
+    poll_until(
+        "the rate-limit decisions measured, none local",
         START,
         TICK,
-        || async move {
-            let drill = drills.get(name).await.map_err(|e| e.to_string())?;
-            let status = drill.status.unwrap_or_default();
-            let Some(run) = status.current_run else {
-                return match status.history.first() {
-                    Some(ended) => Ok(Err(format!("the run ended first: {ended:?}"))),
-                    None => Err("no run yet".to_owned()),
-                };
-            };
-            let target = run
-                .targets
-                .first()
-                .and_then(|t| t.rsplit('/').next())
-                .ok_or("no target")?;
-            let index = gateways
-                .iter()
-                .position(|g| g.name_any() == target)
-                .ok_or("unknown target")?;
-            let pid = inside::pid_of(&gateways[index]).map_err(|e| e.to_string())?;
-            match seen(pid) {
-                Ok(true) => Ok(Ok((index, pid))),
-                Ok(false) => Err(format!("not yet inside {target}")),
-                Err(e) => Err(e.to_string()),
+        || async {
+            match prometheus_value(&query).await? {
+                Some(local) if local == 0.0 => Ok(()),
+                other => Err(format!("{other:?}")),
             }
         },
     )
     .await?;
-    found.map_err(|ended| anyhow::anyhow!(ended))
+    let drills: Api<ChaosDrill> = Api::namespaced(client.clone(), &ns.name);
+    let drill = run_now_drill(
+        "store-cut",
+        &sale.name,
+        json!({"name": "cut", "target": "gateway", "duration": "1m",
+               "networkChaos": {"action": "partition", "toAddresses": [address]}}),
+        json!({"name": "local-decisions", "query": query, "threshold": 1, "breachWhen": "Above"}),
+    )?;
+    drills.create(&PostParams::default(), &drill).await?;
+    let (index, pid) = await_injected(&drills, "store-cut", &gateways, |pid| {
+        Ok(inside::iptables(pid)?.contains("-j DROP"))
+    })
+    .await?;
+    // Across the cut: Redis through its Service; the inventory still
+    // answers, and the other gateway still reaches Redis.
+    assert!(!connects(pid, &redis, 6379), "the target reached Redis");
+    assert!(
+        connects(pid, &inventory, 8080),
+        "the target lost the inventory"
+    );
+    let bystander = inside::pid_of(&gateways[1 - index])?;
+    assert!(
+        connects(bystander, &redis, 6379),
+        "the bystander lost Redis"
+    );
+    let ended = ended_run(&drills, "store-cut").await?;
+    assert_eq!(ended.outcome, Some(RunOutcome::Aborted), "{ended:?}");
+    assert_eq!(ended.reason.as_deref(), Some("SloBreached"), "{ended:?}");
+    drop(views);
+    assert!(
+        connects(pid, &redis, 6379),
+        "still cut from Redis after the stop"
+    );
+    assert_eq!(residue(&client, &ns.name).await?, Vec::<String>::new());
+    drop(operator);
+    Ok(())
 }
 
 /// Restarts of any gateway of `sale` in the last minute as Prometheus sees

@@ -208,12 +208,13 @@ chaos_mesh_certs() {
 # Out of cluster with the admin kubeconfig. No webhooks are registered, so
 # experiments must name selector.namespaces (or selector.pods) themselves;
 # leader election is off: one instance, and a restart must not wait for a
-# stale Lease.
+# stale Lease. It resolves names as in its pod: a NetworkChaos's
+# externalTargets (a store by its Service's name) through the cluster's DNS.
 up_chaos-mesh() {
   chaos_mesh_certs
   chaos_daemon_certs
   chaos_mesh_namespace
-  local bin; bin="$(chaos_mesh_bin_dir)/chaos-controller-manager"
+  local bin; bin=$(chaos_mesh_launcher "$(chaos_mesh_bin_dir)/chaos-controller-manager")
   # It reads its settings from the environment only; it talks to
   # chaos-daemon over mutual TLS (chaos-daemon.sh).
   (
@@ -226,6 +227,30 @@ up_chaos-mesh() {
     start_process chaos-mesh -- "$bin" --kubeconfig="$(KUBECONFIG_FILE)"
   )
   wait_ready chaos-mesh 60 chaos_mesh_ready
+}
+
+# chaos_mesh_launcher BIN: prints a launcher, named like the controller so
+# the stack's liveness check knows the process before and after the exec,
+# that runs BIN in a mount namespace of its own whose /etc/resolv.conf asks
+# the cluster's DNS (CoreDNS on the bridge) first and the host's resolvers
+# after, with the search path of a pod in the controller's namespace.
+chaos_mesh_launcher() {
+  local bin=$1 d="$STATE/chaos-mesh/launch"
+  mkdir -p "$d"
+  {
+    echo "nameserver $HOST_POD_IP"
+    awk '$1 == "nameserver" && $2 !~ /^127\./ {print}' /etc/resolv.conf | head -n 2
+    echo "search $CHAOS_MESH_NAMESPACE.svc.$CLUSTER_DOMAIN svc.$CLUSTER_DOMAIN $CLUSTER_DOMAIN"
+    echo "options ndots:5 timeout:1 attempts:2"
+  } >"$d/resolv.conf"
+  cat >"$d/chaos-controller-manager" <<EOF
+#!/bin/sh
+# Written by e2e/local/stack: chaos-controller-manager with the cluster's DNS.
+exec unshare --mount --propagation private -- sh -c '
+  mount --bind "$d/resolv.conf" /etc/resolv.conf && exec "$bin" "\$@"' chaos-controller-manager "\$@"
+EOF
+  chmod +x "$d/chaos-controller-manager"
+  echo "$d/chaos-controller-manager"
 }
 
 # The namespace the controller and the daemon's EndpointSlice live in.

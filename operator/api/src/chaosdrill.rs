@@ -260,9 +260,24 @@ pub struct NetworkChaosAction {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0.0, max = 100.0))]
     pub correlation_percent: Option<f64>,
-    /// Only traffic to this workload of the sale (all traffic when empty).
+    /// Only traffic to this workload of the sale (with `toAddresses`, to
+    /// either; all traffic when both are empty).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to: Option<TargetWorkload>,
+    /// Only traffic to these addresses outside the sale's workloads, such
+    /// as one of its stores by its Service's DNS name
+    /// (`redis.shop.svc.cluster.local`), an IPv4 address or a CIDR, each
+    /// with an optional `:port`. Chaos Mesh's controller resolves names
+    /// when it injects, as the cluster's DNS answers it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 8),
+        inner(length(min = 1, max = 253)),
+        inner(regex(
+            pattern = r"^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(/[0-9]{1,2})?(:[0-9]{1,5})?$"
+        ))
+    )]
+    pub to_addresses: Vec<String>,
 }
 
 /// Chaos Mesh NetworkChaos actions.

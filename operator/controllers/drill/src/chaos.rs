@@ -321,7 +321,7 @@ fn pod_spec(spec: &mut Value, pod: &PodChaosAction, duration: String, target: Ta
 }
 
 /// A NetworkChaos's action, its parameters and, for traffic towards another
-/// component of `sale`, the target side.
+/// component of `sale` or named addresses, the target side.
 fn network_spec(spec: &mut Value, net: &NetworkChaosAction, sale: &str, namespace: &str) {
     spec["action"] = json!(network_action(net.action));
     // Chaos Mesh parses the correlation as a number and has no default for
@@ -346,8 +346,13 @@ fn network_spec(spec: &mut Value, net: &NetworkChaosAction, sale: &str, namespac
         }
         NetworkChaosKind::Partition => {}
     }
-    if let Some(to) = net.to {
+    if net.to.is_some() || !net.to_addresses.is_empty() {
         spec["direction"] = json!("to");
+    }
+    if !net.to_addresses.is_empty() {
+        spec["externalTargets"] = json!(net.to_addresses);
+    }
+    if let Some(to) = net.to {
         spec["target"] = json!({
             "mode": "all",
             "selector": {
@@ -563,6 +568,7 @@ mod tests {
             loss_percent: Some(25.0),
             correlation_percent: correlation,
             to: None,
+            to_addresses: Vec::new(),
         });
         Ok(experiment(
             &drill,
@@ -592,6 +598,40 @@ mod tests {
             assert_eq!(object["spec"]["duration"], "120000ms");
             assert!(object["spec"].get("direction").is_none(), "{object}");
         }
+        Ok(())
+    }
+
+    #[test]
+    fn a_partition_towards_addresses_names_them_for_chaos_mesh_to_resolve() -> anyhow::Result<()> {
+        let mut drill = drill()?;
+        let store = "redis.shop.svc.cluster.local:6379".to_owned();
+        let mut cut = |to: Option<TargetWorkload>, to_addresses: Vec<String>| {
+            let exp = &mut drill.spec.experiments[0];
+            exp.pod_chaos = None;
+            exp.network_chaos = Some(NetworkChaosAction {
+                action: NetworkChaosKind::Partition,
+                latency: None,
+                jitter: None,
+                loss_percent: None,
+                correlation_percent: None,
+                to,
+                to_addresses,
+            });
+            experiment(&drill, "r", &drill.spec.experiments[0], &[], ("s", "u"))
+        };
+        // A store alone: only traffic to it, no pods on the other side.
+        let alone = cut(None, vec![store.clone()]);
+        assert_eq!(alone["spec"]["direction"], "to");
+        assert_eq!(alone["spec"]["externalTargets"], json!([store]));
+        assert!(alone["spec"].get("target").is_none(), "{alone}");
+        // With a workload: both sides of the cut.
+        let both = cut(Some(TargetWorkload::Inventory), vec![store.clone()]);
+        assert_eq!(both["spec"]["externalTargets"], json!([store]));
+        assert_eq!(both["spec"]["target"]["mode"], "all");
+        // Neither: all traffic, no direction.
+        let all = cut(None, Vec::new());
+        assert!(all["spec"].get("direction").is_none(), "{all}");
+        assert!(all["spec"].get("externalTargets").is_none(), "{all}");
         Ok(())
     }
 
