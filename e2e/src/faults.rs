@@ -1,6 +1,7 @@
 //! Real outages of stack components for fault tests: a component is stopped
-//! with `e2e/local/stack down` and started again with `up`, exactly as an
-//! operator would see a crashed database or broker come back.
+//! with `e2e/local/stack down` (or crashed with `kill`) and started again
+//! with `up`, exactly as an operator would see a crashed database or broker
+//! come back.
 
 use std::process::Command;
 
@@ -17,7 +18,7 @@ pub enum FaultError {
     /// The script could not be run.
     #[error("running `stack {command} {component}`: {source}")]
     Spawn {
-        /// `up` or `down`.
+        /// `up`, `down` or `kill`.
         command: &'static str,
         /// The component.
         component: String,
@@ -27,7 +28,7 @@ pub enum FaultError {
     /// The script failed.
     #[error("`stack {command} {component}` failed: {stderr}")]
     Failed {
-        /// `up` or `down`.
+        /// `up`, `down` or `kill`.
         command: &'static str,
         /// The component.
         component: String,
@@ -57,7 +58,16 @@ pub struct Outage {
 impl Outage {
     /// Stops `component` (for example `postgres` or `kafka`).
     pub async fn begin(component: &str) -> Result<Self, FaultError> {
-        run("down", component).await?;
+        Self::by("down", component).await
+    }
+
+    /// Crashes `component`: its process SIGKILLed, nothing it did undone.
+    pub async fn crash(component: &str) -> Result<Self, FaultError> {
+        Self::by("kill", component).await
+    }
+
+    async fn by(command: &'static str, component: &str) -> Result<Self, FaultError> {
+        run(command, component).await?;
         Ok(Self {
             component: component.to_owned(),
             ended: false,
