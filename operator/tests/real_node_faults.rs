@@ -125,7 +125,7 @@ async fn delay_not_injected(
     for left in network.list(&params).await?.items {
         let named = format!("NetworkChaos/{}", left.name_any());
         assert!(
-            message.contains("still present after") && message.contains(&named),
+            message.contains("Chaos Mesh still held") && message.contains(&named),
             "{message}"
         );
     }
