@@ -83,17 +83,12 @@ async fn until_healed(
     (since, bound): (Instant, Duration),
 ) -> anyhow::Result<Duration> {
     poll_until("the partition removed and healed", bound, TICK, || async {
-        let mut left = Vec::new();
-        for kind in [Kind::NetworkChaos, Kind::Workflow] {
-            let objects = left_of(client, ns, kind, run)
-                .await
-                .map_err(|e| e.to_string())?;
-            left.extend(
-                objects
-                    .iter()
-                    .map(|o| format!("{}/{}", kind.name(), o.name_any())),
-            );
-        }
+        let left: Vec<String> = left_of(client, ns, Kind::NetworkChaos, run)
+            .await
+            .map_err(|e| e.to_string())?
+            .iter()
+            .map(ResourceExt::name_any)
+            .collect();
         let reached = reaches(pid, inventory).map_err(|e| e.to_string())?;
         (left.is_empty() && reached)
             .then_some(())
@@ -209,10 +204,15 @@ async fn the_operator_sigkilled_mid_partition_leaves_chaos_mesh_to_end_it_and_th
     .await?;
     eprintln!("operator SIGKILLed → the partition removed by Chaos Mesh and healed: {healed:?}");
     assert_eq!(residue(&client, &ns.name).await?, Vec::<String>::new());
-    // The next operator records what happened to the run.
+    // Chaos Mesh aborted the run's Workflow but keeps it; the next
+    // operator records what happened to the run and removes it.
+    let aborted = left_of(&client, &ns.name, Kind::Workflow, &run).await?;
+    assert_eq!(aborted.len(), 1, "{aborted:?}");
     let _next = operator(&ns.name)?;
     let ended = ended_run(&drills, "cut").await?;
     assert_eq!(ended.id, run);
+    let left = left_of(&client, &ns.name, Kind::Workflow, &run).await?;
+    assert!(left.is_empty(), "{left:?}");
     assert_eq!(ended.outcome, Some(RunOutcome::Aborted), "{ended:?}");
     assert!(
         matches!(ended.reason.as_deref(), Some("GuardLost" | "BackstopFired")),
