@@ -140,10 +140,14 @@ impl Fault {
         Ok((chaos::Kind::of(experiment), chaos::dynamic(value)?))
     }
 
-    /// Whether stopping this fault undoes something in the pod: a killed
-    /// container is restarted by the kubelet whatever Chaos Mesh does.
-    pub fn has_effect_to_undo(self) -> bool {
-        self != Self::ContainerKill
+    /// Whether the end of this fault is timed from the pod. A killed
+    /// container is restarted by the kubelet whatever Chaos Mesh does; a
+    /// clock's end is not: under a TimeChaos some of the gateway's answers
+    /// carry the real time (the `Date` header is rendered by whichever
+    /// worker serves the request), so a fresh header does not mean the
+    /// fault ended, while a stale one still shows it was injected.
+    pub fn end_is_seen(self) -> bool {
+        !matches!(self, Self::ContainerKill | Self::Time)
     }
 
     /// What a look at `target` sees of this fault now. A killed container

@@ -10,9 +10,10 @@
 //! it is ended by `drill::stop::stop` (the guard's abort, the kill switch,
 //! the end of a run), then injected again and ended by a plain delete, as
 //! `kubectl delete` sends it. The effect is looked at every 5 ms from the
-//! host: the gateway's liveness answer (pod-failure), its `Date` header
-//! (time), a connect from its network namespace to the inventory
-//! (partition), its cgroup's processes (stress), its qdiscs (delay).
+//! host: the gateway's liveness answer (pod-failure), a connect from its
+//! network namespace to the inventory (partition), its cgroup's processes
+//! (stress), its qdiscs (delay); a clock's injection is seen in a stale
+//! `Date` header, its end is not timed (see `Fault::end_is_seen`).
 //!
 //! ```text
 //! eval "$(e2e/local/stack env)"
@@ -181,7 +182,7 @@ fn print(measured: &[(Fault, measure::Measured)], aborts: usize) {
             pick(&m.deleted, |e| e.effect),
         );
         let within = if effect.is_empty() {
-            "n/a (one-shot)".to_owned()
+            "n/a".to_owned()
         } else {
             let fast = effect.iter().filter(|&&e| e <= 500.0).count();
             format!("{fast} of {}", effect.len())

@@ -29,7 +29,7 @@ pub struct Ending {
     pub recovered: Option<f64>,
     /// Every object of the run gone.
     pub gone: f64,
-    /// The effect gone as the pod shows it (none for a one-shot fault).
+    /// The effect gone as the pod shows it (none where that is not seen).
     pub effect: Option<f64>,
 }
 
@@ -97,7 +97,7 @@ impl Bench<'_> {
         // The effect is watched from before the decision, so its end is
         // not missed while the stop's requests go out.
         let watching = fault
-            .has_effect_to_undo()
+            .end_is_seen()
             .then(|| self.watch_end(fault, target.clone()));
         let selector = chaos::run_selector(DRILL, &run);
         let (decided, decided_at) = (Instant::now(), Timestamp::now());
