@@ -363,6 +363,19 @@ pub async fn prometheus_value(query: &str) -> Result<Option<f64>, String> {
         .and_then(|v| v.parse().ok()))
 }
 
+/// Waits until the instant `query` answers a value below `bound` (the
+/// quiet baseline a fault test starts from); `what` names the wait.
+pub async fn await_below(what: &str, query: &str, bound: f64) -> anyhow::Result<()> {
+    poll_until(what, START, TICK, || async {
+        match prometheus_value(query).await? {
+            Some(value) if value < bound => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await?;
+    Ok(())
+}
+
 /// The cluster IP of Service `service`.
 pub async fn cluster_ip(client: &Client, ns: &str, service: &str) -> anyhow::Result<String> {
     Api::<Service>::namespaced(client.clone(), ns)

@@ -9,8 +9,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::real_node::{
-    START, Scene, TICK, await_injected, await_ready_gateways, cluster_ip, ended_run, gateways_up,
-    http, pod_ip, prometheus_value, ready_pods, residue, run_now_drill, token, token_expiring,
+    START, Scene, TICK, await_below, await_injected, await_ready_gateways, cluster_ip, ended_run,
+    gateways_up, http, pod_ip, ready_pods, residue, run_now_drill, token, token_expiring,
 };
 use flashsale_api::{ChaosDrill, chaosdrill::RunOutcome, children::OPS_PORT_NUMBER};
 use flashsale_controller_drill::{KILL_SWITCH_ANNOTATION, chaos::Kind};
@@ -259,13 +259,7 @@ async fn a_partition_cuts_a_real_gateway_off_the_inventory_alone_until_its_guard
     ];
     let views = page_views(&gateways, "/api/v1/items/CASE")?;
     let query = item_page_p99(&ns.name);
-    poll_until("the item page measured and fast", START, TICK, || async {
-        match prometheus_value(&query).await? {
-            Some(p99) if p99 < 0.3 => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await?;
+    await_below("the item page measured and fast", &query, 0.3).await?;
     let drills: Api<ChaosDrill> = Api::namespaced(client.clone(), &ns.name);
     drills
         .create(
@@ -337,16 +331,10 @@ async fn a_partition_towards_redis_by_its_service_name_cuts_one_gateway_off_the_
     // Order histories take the shared rate limit's decision in Redis.
     let views = page_views(&gateways, "/api/v1/orders/history")?;
     let query = local_decisions(&ns.name);
-    poll_until(
+    await_below(
         "the rate-limit decisions measured, none local",
-        START,
-        TICK,
-        || async {
-            match prometheus_value(&query).await? {
-                Some(local) if local < 0.01 => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        },
+        &query,
+        0.01,
     )
     .await?;
     let drills: Api<ChaosDrill> = Api::namespaced(client.clone(), &ns.name);
@@ -500,18 +488,7 @@ async fn a_stress_burns_the_asked_cpu_and_memory_in_the_gateways_container_until
         gateways,
     } = Scene::start("real-stress").await?;
     let query = gateway_cpu(&ns.name, &sale.name);
-    poll_until(
-        "the gateways' CPU measured and low",
-        START,
-        TICK,
-        || async {
-            match prometheus_value(&query).await? {
-                Some(cores) if cores < 0.25 => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        },
-    )
-    .await?;
+    await_below("the gateways' CPU measured and low", &query, 0.25).await?;
     let memory_before: Vec<u64> = gateways
         .iter()
         .map(|g| Ok(inside::cgroup_memory(inside::pid_of(g)?)?))
@@ -607,18 +584,7 @@ async fn a_clock_skew_moves_the_gateways_clock_but_not_the_sales_and_its_guard_a
         gateways,
     } = Scene::start("real-time").await?;
     let query = gateway_skew(&ns.name, &sale.name);
-    poll_until(
-        "the gateways' skew measured and small",
-        START,
-        TICK,
-        || async {
-            match prometheus_value(&query).await? {
-                Some(skew) if skew < 2.0 => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        },
-    )
-    .await?;
+    await_below("the gateways' skew measured and small", &query, 2.0).await?;
     let drills: Api<ChaosDrill> = Api::namespaced(client.clone(), &ns.name);
     let drill = run_now_drill(
         "skew",
