@@ -333,9 +333,12 @@ fn network_spec(spec: &mut Value, net: &NetworkChaosAction, sale: &str, namespac
             if let Some(latency) = &net.latency {
                 delay["latency"] = json!(go_duration(latency.0));
             }
-            if let Some(jitter) = &net.jitter {
-                delay["jitter"] = json!(go_duration(jitter.0));
-            }
+            // Chaos Mesh's webhook defaults the jitter to 0ms; without it an
+            // absent jitter fails every apply ("time: invalid duration").
+            delay["jitter"] = json!(
+                net.jitter
+                    .map_or_else(|| "0ms".to_owned(), |j| go_duration(j.0))
+            );
             spec["delay"] = delay;
         }
         NetworkChaosKind::Loss => {
@@ -553,7 +556,11 @@ mod tests {
     }
 
     /// The drill's experiment turned into a NetworkChaos `action`.
-    fn network(action: NetworkChaosKind, correlation: Option<f64>) -> anyhow::Result<Value> {
+    fn network(
+        action: NetworkChaosKind,
+        correlation: Option<f64>,
+        jitter: Option<u64>,
+    ) -> anyhow::Result<Value> {
         let mut drill = drill()?;
         let exp = &mut drill.spec.experiments[0];
         exp.pod_chaos = None;
@@ -562,9 +569,7 @@ mod tests {
             latency: Some(flashsale_api::Duration(std::time::Duration::from_millis(
                 150,
             ))),
-            jitter: Some(flashsale_api::Duration(std::time::Duration::from_millis(
-                20,
-            ))),
+            jitter: jitter.map(|ms| flashsale_api::Duration(std::time::Duration::from_millis(ms))),
             loss_percent: Some(25.0),
             correlation_percent: correlation,
             to: None,
@@ -583,13 +588,16 @@ mod tests {
     fn delay_and_loss_always_carry_a_correlation_chaos_mesh_can_parse() -> anyhow::Result<()> {
         // Without its webhook Chaos Mesh defaults nothing, and an empty
         // correlation fails every apply ("strconv.ParseFloat: parsing \"\"").
-        let delay = network(NetworkChaosKind::Delay, None)?;
+        let delay = network(NetworkChaosKind::Delay, None, Some(20))?;
         assert_eq!(delay["kind"], "NetworkChaos");
         assert_eq!(
             delay["spec"]["delay"],
             json!({"latency": "150ms", "jitter": "20ms", "correlation": "0"})
         );
-        let loss = network(NetworkChaosKind::Loss, Some(50.0))?;
+        // Nor a jitter: one not given is written as none.
+        let steady = network(NetworkChaosKind::Delay, None, None)?;
+        assert_eq!(steady["spec"]["delay"]["jitter"], "0ms");
+        let loss = network(NetworkChaosKind::Loss, Some(50.0), Some(20))?;
         assert_eq!(
             loss["spec"]["loss"],
             json!({"loss": "25", "correlation": "50"})
