@@ -592,16 +592,21 @@ EOF
 
 # --- stack-services --------------------------------------------------------------
 
-# The host's stores as Services, so pods use the names a cluster would give them.
+# Prometheus as pods reach it (the operator's pods read it).
+POD_PROMETHEUS_URL=http://prometheus.flashsale-stack.svc.cluster.local:9090
+
+# The host's stores and Prometheus as Services, so pods use the names a
+# cluster would give them (the operator's pods read Prometheus).
 up_stack-services() {
   apply_endpoints flashsale-stack redis "" "redis:6379:TCP:$REDIS_PORT"
   apply_endpoints flashsale-stack postgres "" "postgres:5432:TCP:$POSTGRES_PORT"
   apply_endpoints flashsale-stack kafka "" "kafka:9092:TCP:$KAFKA_PODS_PORT"
+  apply_endpoints flashsale-stack prometheus "" "http:9090:TCP:$PROMETHEUS_PORT"
 }
 is_up_stack-services() {
-  live_pid apiserver >/dev/null && kubectl -n flashsale-stack get endpointslice kafka-host >/dev/null 2>&1
+  live_pid apiserver >/dev/null && kubectl -n flashsale-stack get endpointslice prometheus-host >/dev/null 2>&1
 }
-address_stack-services() { echo "{redis,postgres,kafka}.flashsale-stack.svc"; }
+address_stack-services() { echo "{redis,postgres,kafka,prometheus}.flashsale-stack.svc"; }
 
 # --- env -----------------------------------------------------------------------
 
@@ -619,4 +624,5 @@ env_stack-services() {
   echo "export POD_REDIS_URL='redis://redis.flashsale-stack.svc.cluster.local:6379'"
   echo "export POD_DATABASE_URL='postgres://$DB_USER:$DB_PASSWORD@postgres.flashsale-stack.svc.cluster.local:5432/$DB_NAME'"
   echo "export POD_KAFKA_BROKERS='kafka.flashsale-stack.svc.cluster.local:9092'"
+  echo "export POD_PROMETHEUS_URL='$POD_PROMETHEUS_URL'"
 }
