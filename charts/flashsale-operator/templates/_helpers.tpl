@@ -20,6 +20,16 @@ app.kubernetes.io/name: {{ .Chart.Name }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* Spread over nodes, then zones, without ever leaving a replica pending. */}}
+{{- define "flashsale-operator.defaultSpread" -}}
+- maxSkew: 1
+  topologyKey: kubernetes.io/hostname
+  whenUnsatisfiable: ScheduleAnyway
+- maxSkew: 1
+  topologyKey: topology.kubernetes.io/zone
+  whenUnsatisfiable: ScheduleAnyway
+{{- end -}}
+
 {{- define "flashsale-operator.serviceAccountName" -}}
 {{- default (include "flashsale-operator.fullname" .) .Values.serviceAccount.name -}}
 {{- end -}}
