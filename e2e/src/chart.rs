@@ -1,7 +1,8 @@
-//! The operator's RBAC as the Helm chart installs it: the chart rendered in
-//! namespaced mode, its ServiceAccount, Roles and RoleBindings created in a
-//! test's namespace, and a kubeconfig holding that account's token, so a
-//! test's operator runs with exactly the rights users give it.
+//! The operator's Helm chart: a release installed for real with `helm`
+//! ([`Release`]), and its RBAC alone: the chart rendered in namespaced
+//! mode, its ServiceAccount, Roles and RoleBindings created in a test's
+//! namespace, and a kubeconfig holding that account's token, so a test's
+//! operator process runs with exactly the rights users give it.
 
 use std::{
     path::{Path, PathBuf},
@@ -22,24 +23,40 @@ use kube::{
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-/// The chart rendered for `namespace` in namespaced mode (release and
-/// watched namespace alike), one JSON value per object.
-pub fn render(namespace: &str) -> anyhow::Result<Vec<Value>> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/flashsale-operator");
+/// The chart's folder in this checkout.
+pub fn dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/flashsale-operator")
+}
+
+/// Runs `helm` with `args`; its standard output, or an error with its
+/// standard error.
+pub fn helm(args: &[&str]) -> anyhow::Result<String> {
     let out = Command::new("helm")
-        .arg("template")
-        .arg("flashsale")
-        .arg(&dir)
-        .args(["--namespace", namespace])
-        .args(["--set", &format!("watchNamespace={namespace}")])
+        .args(args)
         .output()
         .context("running helm (`e2e/local/stack env` puts it on PATH)")?;
     ensure!(
         out.status.success(),
-        "helm template failed: {}",
+        "helm {} failed: {}",
+        args.first().copied().unwrap_or_default(),
         String::from_utf8_lossy(&out.stderr)
     );
-    let text = String::from_utf8(out.stdout)?;
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+/// The chart rendered for `namespace` in namespaced mode (release and
+/// watched namespace alike), one JSON value per object.
+pub fn render(namespace: &str) -> anyhow::Result<Vec<Value>> {
+    let dir = dir();
+    let text = helm(&[
+        "template",
+        "flashsale",
+        &dir.to_string_lossy(),
+        "--namespace",
+        namespace,
+        "--set",
+        &format!("watchNamespace={namespace}"),
+    ])?;
     let mut objects = Vec::new();
     for document in serde_yaml_ng::Deserializer::from_str(&text) {
         let object = Value::deserialize(document)?;
@@ -67,8 +84,9 @@ impl Drop for KubeconfigFile {
 }
 
 /// Installs the chart's ServiceAccount, Roles and RoleBindings (not its
-/// Deployment: the test runs the binary) into `namespace`, each Role passed
-/// through `edit` first, and returns a kubeconfig file for the account.
+/// Deployment, PodDisruptionBudget or Service: the test runs the binary)
+/// into `namespace`, each Role passed through `edit` first, and returns a
+/// kubeconfig file for the account.
 pub async fn install(
     client: &Client,
     namespace: &str,
@@ -97,7 +115,8 @@ pub async fn install(
                     .create(&PostParams::default(), &binding)
                     .await?;
             }
-            Some("Deployment") => {}
+            // The operator's own objects: the test runs the binary instead.
+            Some("Deployment" | "PodDisruptionBudget" | "Service") => {}
             other => {
                 bail!("the namespaced chart renders a {other:?}: nothing cluster-wide expected")
             }
@@ -158,4 +177,101 @@ pub async fn client_of(path: &Path) -> anyhow::Result<Client> {
     )
     .await?;
     Ok(Client::try_from(config)?)
+}
+
+/// The chart's CRDs applied the way its upgrade path says (Helm never
+/// upgrades CRDs): `kubectl apply --server-side --force-conflicts -f
+/// <chart>/crds/`; kubectl's output.
+pub fn apply_crds() -> anyhow::Result<String> {
+    let out = Command::new("kubectl")
+        .args(["apply", "--server-side", "--force-conflicts", "-f"])
+        .arg(dir().join("crds"))
+        .output()
+        .context("running kubectl (`e2e/local/stack env` puts it on PATH)")?;
+    ensure!(
+        out.status.success(),
+        "applying the chart's CRDs failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+/// A release of the chart, installed with `helm upgrade --install --wait`
+/// and uninstalled when dropped.
+pub struct Release {
+    /// The release's name.
+    pub name: String,
+    /// The namespace it is installed in.
+    pub namespace: String,
+}
+
+impl Release {
+    /// Installs (or upgrades to) the chart `chart` as `name` in
+    /// `namespace` with `values`, and waits until its pods are ready.
+    pub fn install(
+        chart: &Path,
+        name: &str,
+        namespace: &str,
+        values: &Value,
+    ) -> anyhow::Result<Self> {
+        let release = Self {
+            name: name.to_owned(),
+            namespace: namespace.to_owned(),
+        };
+        release.upgrade(chart, values)?;
+        Ok(release)
+    }
+
+    /// `helm upgrade --install` of `chart` with `values` (every value
+    /// given, none reused), waiting until the rollout is ready.
+    pub fn upgrade(&self, chart: &Path, values: &Value) -> anyhow::Result<()> {
+        let mut file = tempfile::NamedTempFile::new()?;
+        serde_json::to_writer(&mut file, values)?;
+        helm(&[
+            "upgrade",
+            "--install",
+            &self.name,
+            &chart.to_string_lossy(),
+            "--namespace",
+            &self.namespace,
+            "--values",
+            &file.path().to_string_lossy(),
+            "--wait",
+            "--timeout",
+            "180s",
+        ])?;
+        Ok(())
+    }
+
+    /// The names the chart gives its objects: the release's full name.
+    pub fn full_name(&self) -> String {
+        if self.name.contains("flashsale-operator") {
+            self.name.clone()
+        } else {
+            format!("{}-flashsale-operator", self.name)
+        }
+    }
+
+    /// The user the operator's pods act as.
+    pub fn service_account_user(&self) -> String {
+        format!(
+            "system:serviceaccount:{}:{}",
+            self.namespace,
+            self.full_name()
+        )
+    }
+}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        let _ = helm(&[
+            "uninstall",
+            &self.name,
+            "--namespace",
+            &self.namespace,
+            "--wait",
+            "--timeout",
+            "120s",
+        ]);
+    }
 }

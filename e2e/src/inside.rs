@@ -61,7 +61,7 @@ pub fn pid_of(pod: &Pod) -> Result<u32, InsideError> {
         .and_then(|cs| cs.iter().find_map(|c| c.container_id.clone()))
         .and_then(|id| id.strip_prefix("containerd://").map(str::to_owned))
         .ok_or_else(|| InsideError::NoContainer(name.clone()))?;
-    let address = containerd_address()?;
+    let address = stack::containerd_address()?;
     let tasks =
         run(Command::new("ctr").args(["--address", &address, "-n", "k8s.io", "task", "ls"]))?;
     tasks
@@ -335,16 +335,6 @@ fn stack_residue(args: &[&str]) -> Result<Vec<String>, InsideError> {
     let script = stack::script()?;
     let out = run(Command::new(script).arg("residue").args(args))?;
     Ok(out.lines().map(str::to_owned).collect())
-}
-
-fn containerd_address() -> Result<String, MissingComponent> {
-    std::env::var("CONTAINERD_ADDRESS")
-        .ok()
-        .filter(|v| !v.is_empty())
-        .ok_or(MissingComponent {
-            var: "CONTAINERD_ADDRESS",
-            component: "real node's containerd",
-        })
 }
 
 fn in_net(pid: u32) -> Command {

@@ -176,10 +176,25 @@ pub struct TestNamespace {
 impl TestNamespace {
     /// Creates a namespace named after `prefix` and a unique suffix.
     pub async fn create(client: &Client, prefix: &str) -> Result<Self, kube::Error> {
+        Self::create_labelled(client, prefix, &[]).await
+    }
+
+    /// Creates a namespace named after `prefix` and a unique suffix, with
+    /// `labels` (a Pod Security level, for one).
+    pub async fn create_labelled(
+        client: &Client,
+        prefix: &str,
+        labels: &[(&str, &str)],
+    ) -> Result<Self, kube::Error> {
         let name = stack::unique_name(prefix);
+        let labels = labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect::<BTreeMap<_, _>>();
         let ns = Namespace {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
+                labels: (!labels.is_empty()).then_some(labels),
                 ..ObjectMeta::default()
             },
             ..Namespace::default()

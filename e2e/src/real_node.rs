@@ -43,6 +43,21 @@ pub fn image(name: &str) -> String {
     format!("ghcr.io/flashsale-dev/{name}:{}", env!("CARGO_PKG_VERSION"))
 }
 
+/// Tags the real node's image `from` as `to` too (the same bits under a
+/// new tag, as a release of a new version would bring a new tag).
+pub fn tag_image(from: &str, to: &str) -> anyhow::Result<()> {
+    let out = std::process::Command::new("ctr")
+        .args(["--address", &stack::containerd_address()?, "-n", "k8s.io"])
+        .args(["images", "tag", "--force", from, to])
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "ctr images tag {from} {to}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
 /// The FlashSale placement that puts a workload on the real node.
 pub fn placement() -> Value {
     json!({

@@ -71,12 +71,17 @@ pub fn script() -> Result<String, MissingComponent> {
     var("FLASHSALE_STACK", "stack script")
 }
 
+/// Socket of the real node's containerd (images in namespace `k8s.io`).
+pub fn containerd_address() -> Result<String, MissingComponent> {
+    var("CONTAINERD_ADDRESS", "real node's containerd")
+}
+
 /// Name of the stack's real node (kubelet + containerd), where pods run.
 pub fn real_node() -> Result<String, MissingComponent> {
     var("FLASHSALE_NODE", "real node")
 }
 
-/// The stack's stores as pods on the real node reach them: through the
+/// The stack's stores and Prometheus as pods on the real node reach them: through the
 /// `flashsale-stack` namespace's Services.
 pub mod in_cluster {
     use super::{MissingComponent, var};
@@ -94,6 +99,11 @@ pub mod in_cluster {
     /// Bootstrap servers of the Kafka broker.
     pub fn kafka_brokers() -> Result<String, MissingComponent> {
         var("POD_KAFKA_BROKERS", "Kafka broker (from pods)")
+    }
+
+    /// Base URL of Prometheus.
+    pub fn prometheus_url() -> Result<String, MissingComponent> {
+        var("POD_PROMETHEUS_URL", "Prometheus server (from pods)")
     }
 }
 

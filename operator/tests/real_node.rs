@@ -11,8 +11,8 @@ use common::{
     condition,
     real_node::{
         REAL_NODE_KEY, START, TICK, await_condition, await_ready, await_ready_gateways,
-        await_scraped_and_up, cluster_ip, create_sale, gateways_up, http, image, operator,
-        ready_pods, run_now_drill, scraped, token, uids,
+        await_scraped_and_up, cluster_ip, create_sale, example_policy, gateway_drill, http, image,
+        operator, ready_pods, scraped, token, uids,
     },
     setup,
 };
@@ -533,22 +533,6 @@ async fn chaos_mesh_pod_failure_stops_a_real_gateway_until_the_experiment_is_del
     Ok(())
 }
 
-/// The shipped example policy, pointed at the test's sale and namespace.
-fn example_policy(ns: &str, sale: &str) -> anyhow::Result<DegradationPolicy> {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../crds/examples/degradationpolicy-two-tier.yaml"
-    );
-    let text = std::fs::read_to_string(path)?
-        .replace("namespace=\"default\"", &format!("namespace=\"{ns}\""))
-        .replace("singles-day-gateway-", &format!("{sale}-gateway-"));
-    let mut policy: DegradationPolicy = serde_yaml_ng::from_str(&text)?;
-    policy.metadata.namespace = None;
-    policy.spec.sale_ref.name = sale.to_owned();
-    policy.spec.signal.interval = "1s".parse()?;
-    Ok(policy)
-}
-
 #[tokio::test]
 async fn the_example_policy_reads_the_real_gateways_and_every_gateway_applies_its_switches()
 -> anyhow::Result<()> {
@@ -730,20 +714,6 @@ async fn a_drill_kills_a_real_gateway_and_the_real_slo_breach_aborts_the_run() -
     await_ready_gateways(&client, &ns.name, &sale.name, 2, what).await?;
     drop(operator);
     Ok(())
-}
-
-/// A drill of the sale, asked to run now, whose SLO is both gateways up.
-/// Killing one (half the fleet, the cap) breaks it for real: the killed
-/// process stops answering its scrape.
-fn gateway_drill(ns: &str, sale: &str) -> anyhow::Result<ChaosDrill> {
-    run_now_drill(
-        "real",
-        sale,
-        json!({"name": "kill", "target": "gateway", "duration": "2m",
-               "podChaos": {"action": "pod-kill"}}),
-        json!({"name": "gateways-up", "query": gateways_up(ns, sale),
-               "threshold": 2, "breachWhen": "Below"}),
-    )
 }
 
 /// Exactly the gateway the run `ended` named was killed; the others kept

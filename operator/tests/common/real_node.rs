@@ -4,11 +4,12 @@
 pub use flashsale_e2e::real_node::*;
 
 use super::{Operator, setup};
-use flashsale_api::ChaosDrill;
+use flashsale_api::{ChaosDrill, DegradationPolicy};
 use flashsale_e2e::{inside, kube::TestNamespace, wait::poll_until};
 use jiff::SignedDuration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, Client, ResourceExt};
+use serde_json::json;
 
 /// The operator for the test's namespace, with the real node's flags.
 pub fn operator(ns: &str) -> anyhow::Result<Operator> {
@@ -88,4 +89,34 @@ pub async fn await_injected(
     )
     .await?;
     found.map_err(|ended| anyhow::anyhow!(ended))
+}
+
+/// The shipped example policy, pointed at the test's sale and namespace.
+pub fn example_policy(ns: &str, sale: &str) -> anyhow::Result<DegradationPolicy> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../crds/examples/degradationpolicy-two-tier.yaml"
+    );
+    let text = std::fs::read_to_string(path)?
+        .replace("namespace=\"default\"", &format!("namespace=\"{ns}\""))
+        .replace("singles-day-gateway-", &format!("{sale}-gateway-"));
+    let mut policy: DegradationPolicy = serde_yaml_ng::from_str(&text)?;
+    policy.metadata.namespace = None;
+    policy.spec.sale_ref.name = sale.to_owned();
+    policy.spec.signal.interval = "1s".parse()?;
+    Ok(policy)
+}
+
+/// A drill of the sale, asked to run now, whose SLO is both gateways up.
+/// Killing one (half the fleet, the cap) breaks it for real: the killed
+/// process stops answering its scrape.
+pub fn gateway_drill(ns: &str, sale: &str) -> anyhow::Result<ChaosDrill> {
+    run_now_drill(
+        "real",
+        sale,
+        json!({"name": "kill", "target": "gateway", "duration": "2m",
+               "podChaos": {"action": "pod-kill"}}),
+        json!({"name": "gateways-up", "query": gateways_up(ns, sale),
+               "threshold": 2, "breachWhen": "Below"}),
+    )
 }
