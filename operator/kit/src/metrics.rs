@@ -72,6 +72,7 @@ pub struct OperatorMetrics {
     propagation: Family<PolicyLabels, Histogram, Buckets>,
     abort_latency: Family<DrillLabels, Histogram, Buckets>,
     runs: Family<RunLabels, Counter>,
+    guard_blind: Family<DrillLabels, Counter>,
 }
 
 impl Default for OperatorMetrics {
@@ -88,6 +89,7 @@ impl Default for OperatorMetrics {
             propagation: Family::new_with_constructor(LATENCY_BUCKETS),
             abort_latency: Family::new_with_constructor(LATENCY_BUCKETS),
             runs: Family::default(),
+            guard_blind: Family::default(),
         }
     }
 }
@@ -156,6 +158,12 @@ impl OperatorMetrics {
             "ChaosDrill runs ended, by outcome (Succeeded, Aborted, Skipped, Failed)",
             m.runs.clone(),
         );
+        registry.register(
+            "flashsale_drill_guard_blind",
+            "ChaosDrill runs aborted because the guard could not read its signal \
+             (Prometheus unreachable, a query failing or returning nothing)",
+            m.guard_blind.clone(),
+        );
         m
     }
 
@@ -221,37 +229,47 @@ impl OperatorMetrics {
     /// Records the abort latency of one run of `namespace/drill`.
     pub fn drill_aborted(&self, namespace: &str, drill: &str, took: Duration) {
         self.abort_latency
-            .get_or_create(&DrillLabels {
-                namespace: namespace.to_owned(),
-                drill: drill.to_owned(),
-            })
+            .get_or_create(&drill_labels(namespace, drill))
             .observe(took.as_secs_f64());
+    }
+
+    /// Creates a drill's run and blind-guard counters at 0, so that an alert
+    /// on their increase sees the first run end, not only the second.
+    pub fn drill_seen(&self, namespace: &str, drill: &str) {
+        // The guards are dropped at once: creating the series is the point.
+        for outcome in RunOutcome::ALL.map(RunOutcome::name) {
+            drop(
+                self.runs
+                    .get_or_create(&run_labels(namespace, drill, outcome)),
+            );
+        }
+        drop(
+            self.guard_blind
+                .get_or_create(&drill_labels(namespace, drill)),
+        );
+    }
+
+    /// Counts one run of `namespace/drill` aborted by a blind guard.
+    pub fn drill_guard_blind(&self, namespace: &str, drill: &str) {
+        self.guard_blind
+            .get_or_create(&drill_labels(namespace, drill))
+            .inc();
     }
 
     /// Counts one ended run of `namespace/drill`.
     pub fn drill_run(&self, namespace: &str, drill: &str, outcome: &'static str) {
         self.runs
-            .get_or_create(&RunLabels {
-                namespace: namespace.to_owned(),
-                drill: drill.to_owned(),
-                outcome,
-            })
+            .get_or_create(&run_labels(namespace, drill, outcome))
             .inc();
     }
 
     /// Drops the series of a drill that no longer exists.
     pub fn forget_drill(&self, namespace: &str, drill: &str) {
-        let labels = DrillLabels {
-            namespace: namespace.to_owned(),
-            drill: drill.to_owned(),
-        };
+        let labels = drill_labels(namespace, drill);
         self.abort_latency.remove(&labels);
+        self.guard_blind.remove(&labels);
         for outcome in RunOutcome::ALL.map(RunOutcome::name) {
-            self.runs.remove(&RunLabels {
-                namespace: namespace.to_owned(),
-                drill: drill.to_owned(),
-                outcome,
-            });
+            self.runs.remove(&run_labels(namespace, drill, outcome));
         }
     }
 
@@ -267,5 +285,61 @@ fn policy_labels(namespace: &str, policy: &str) -> PolicyLabels {
     PolicyLabels {
         namespace: namespace.to_owned(),
         policy: policy.to_owned(),
+    }
+}
+
+fn drill_labels(namespace: &str, drill: &str) -> DrillLabels {
+    DrillLabels {
+        namespace: namespace.to_owned(),
+        drill: drill.to_owned(),
+    }
+}
+
+fn run_labels(namespace: &str, drill: &str, outcome: &'static str) -> RunLabels {
+    RunLabels {
+        namespace: namespace.to_owned(),
+        drill: drill.to_owned(),
+        outcome,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prometheus_client::encoding::text::encode;
+
+    fn exposition(registry: &Registry) -> Result<String, std::fmt::Error> {
+        let mut text = String::new();
+        encode(&mut text, registry)?;
+        Ok(text)
+    }
+
+    #[test]
+    fn a_seen_drill_exposes_every_outcome_at_zero_and_forgetting_it_drops_them()
+    -> Result<(), std::fmt::Error> {
+        let mut registry = Registry::default();
+        let metrics = OperatorMetrics::register(&mut registry);
+        metrics.drill_seen("shop", "kill");
+        let text = exposition(&registry)?;
+        for outcome in RunOutcome::ALL.map(RunOutcome::name) {
+            let line = format!(
+                "flashsale_drill_runs_total{{namespace=\"shop\",drill=\"kill\",outcome=\"{outcome}\"}} 0"
+            );
+            assert!(text.contains(&line), "missing {line} in:\n{text}");
+        }
+        assert!(
+            text.contains("flashsale_drill_guard_blind_total{namespace=\"shop\",drill=\"kill\"} 0")
+        );
+
+        metrics.drill_guard_blind("shop", "kill");
+        metrics.drill_seen("shop", "kill");
+        assert!(
+            exposition(&registry)?
+                .contains("flashsale_drill_guard_blind_total{namespace=\"shop\",drill=\"kill\"} 1")
+        );
+
+        metrics.forget_drill("shop", "kill");
+        assert!(!exposition(&registry)?.contains("drill=\"kill\""));
+        Ok(())
     }
 }

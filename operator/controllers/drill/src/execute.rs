@@ -156,6 +156,9 @@ pub async fn execute(ctx: Arc<Ctx>, plan: Plan, guard: Arc<Guard>) {
     ctx.settings.budgets.release(&namespace, &plan.key());
     ctx.metrics
         .drill_run(&namespace, &drill.name_any(), ending.outcome.name());
+    if matches!(ending.reason, DrillReason::Signal(_)) {
+        ctx.metrics.drill_guard_blind(&namespace, &drill.name_any());
+    }
     guard.update(|progress| {
         progress.record.outcome = Some(ending.outcome);
         progress.record.reason = Some(ending.reason.to_string());
@@ -1052,6 +1055,8 @@ pub fn describe(verdict: &Verdict) -> String {
 struct Sampler<'a> {
     ctx: &'a Ctx,
     plan: &'a Plan,
+    /// Each objective's query for this drill's namespace and sale.
+    queries: Vec<String>,
     started: Duration,
     latest: Vec<Option<Reading>>,
     last_usable: Vec<Option<Duration>>,
@@ -1059,10 +1064,20 @@ struct Sampler<'a> {
 
 impl<'a> Sampler<'a> {
     fn new(ctx: &'a Ctx, plan: &'a Plan) -> Self {
-        let n = plan.drill.spec.slo_guard.objectives.len();
+        let drill = &plan.drill;
+        let namespace = drill.namespace().unwrap_or_default();
+        let queries: Vec<String> = drill
+            .spec
+            .slo_guard
+            .objectives
+            .iter()
+            .map(|o| o.query_in(&namespace, &drill.spec.sale_ref.name))
+            .collect();
+        let n = queries.len();
         Self {
             ctx,
             plan,
+            queries,
             started: ctx.clock.monotonic(),
             latest: vec![None; n],
             last_usable: vec![None; n],
@@ -1080,10 +1095,10 @@ impl<'a> Sampler<'a> {
             .max(Duration::from_millis(250))
             .min(stale_after);
         let now = self.ctx.clock.now();
-        let reads = spec.objectives.iter().map(|objective| {
+        let reads = self.queries.iter().map(|query| {
             self.ctx.settings.signal.read(
                 &self.plan.prometheus_url,
-                &objective.query,
+                query,
                 timeout,
                 stale_after,
                 now,

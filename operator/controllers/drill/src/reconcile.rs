@@ -56,6 +56,8 @@ pub async fn reconcile(drill: Arc<ChaosDrill>, ctx: Arc<Ctx>) -> Result<Action, 
 }
 
 async fn reconcile_drill(drill: &ChaosDrill, ctx: &Arc<Ctx>) -> Result<Action, Error> {
+    ctx.metrics
+        .drill_seen(&drill.namespace().unwrap_or_default(), &drill.name_any());
     let mut pass = Pass::new(drill, ctx)?;
     pass.take_requests().await?;
     let (state, after) = pass.look().await?;
