@@ -401,7 +401,8 @@ pub struct SloObjective {
     /// Name, e.g. `error-rate` or `checkout-p99`.
     #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"))]
     pub name: String,
-    /// Instant query returning one sample.
+    /// Instant query returning one sample; `$namespace` and `$sale` stand
+    /// for the drill's namespace and its sale's name.
     #[schemars(length(min = 1, max = 4096))]
     pub query: String,
     /// The breach threshold.
@@ -409,6 +410,17 @@ pub struct SloObjective {
     /// A breach is a value above (default) or below the threshold.
     #[serde(default)]
     pub breach_when: BreachWhen,
+}
+
+impl SloObjective {
+    /// The query with `$namespace` and `$sale` replaced by the drill's
+    /// namespace and its sale's name, so that one drill file serves every
+    /// namespace it is applied in (the drills in `chaos/` rely on it).
+    pub fn query_in(&self, namespace: &str, sale: &str) -> String {
+        self.query
+            .replace("$namespace", namespace)
+            .replace("$sale", sale)
+    }
 }
 
 /// Direction of a breach.
@@ -600,4 +612,23 @@ pub struct RunRecord {
         rename = "failoverRPO"
     )]
     pub failover_rpo: Option<Duration>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_objective_query_names_the_drills_namespace_and_sale() {
+        let objective = SloObjective {
+            name: "gateways-up".to_owned(),
+            query: r#"count(up{namespace="$namespace", pod=~"$sale-gateway-.*"} == 1)"#.to_owned(),
+            threshold: 2.0,
+            breach_when: BreachWhen::Below,
+        };
+        assert_eq!(
+            objective.query_in("shop", "singles-day"),
+            r#"count(up{namespace="shop", pod=~"singles-day-gateway-.*"} == 1)"#
+        );
+    }
 }
