@@ -47,15 +47,25 @@ pub fn helm(args: &[&str]) -> anyhow::Result<String> {
 /// The chart rendered for `namespace` in namespaced mode (release and
 /// watched namespace alike), one JSON value per object.
 pub fn render(namespace: &str) -> anyhow::Result<Vec<Value>> {
-    let dir = dir();
+    render_with(
+        "flashsale",
+        namespace,
+        &json!({ "watchNamespace": namespace }),
+    )
+}
+
+/// The chart rendered as release `release` in `namespace` with `values`,
+/// one JSON value per object.
+pub fn render_with(release: &str, namespace: &str, values: &Value) -> anyhow::Result<Vec<Value>> {
+    let file = values_file(values)?;
     let text = helm(&[
         "template",
-        "flashsale",
-        &dir.to_string_lossy(),
+        release,
+        &dir().to_string_lossy(),
         "--namespace",
         namespace,
-        "--set",
-        &format!("watchNamespace={namespace}"),
+        "--values",
+        &file.path().to_string_lossy(),
     ])?;
     let mut objects = Vec::new();
     for document in serde_yaml_ng::Deserializer::from_str(&text) {
@@ -65,6 +75,58 @@ pub fn render(namespace: &str) -> anyhow::Result<Vec<Value>> {
         }
     }
     Ok(objects)
+}
+
+/// `values` in a file for `helm --values`, removed when dropped.
+fn values_file(values: &Value) -> anyhow::Result<tempfile::NamedTempFile> {
+    let mut file = tempfile::NamedTempFile::new()?;
+    serde_json::to_writer(&mut file, values)?;
+    Ok(file)
+}
+
+/// The one object of `kind` among `objects`.
+pub fn only<'a>(objects: &'a [Value], kind: &str) -> anyhow::Result<&'a Value> {
+    let mut of_kind = objects.iter().filter(|o| o["kind"] == kind);
+    let object = of_kind
+        .next()
+        .with_context(|| format!("the chart renders no {kind}"))?;
+    ensure!(of_kind.next().is_none(), "the chart renders two {kind}s");
+    Ok(object)
+}
+
+/// The alerting rule groups of the chart's PrometheusRule, rendered as
+/// release `release` in `namespace` with `values` (`prometheusRule`
+/// enabled): what a Prometheus rule file holds.
+pub fn alert_groups(release: &str, namespace: &str, values: &Value) -> anyhow::Result<Value> {
+    let mut values = values.clone();
+    values["prometheusRule"]["enabled"] = json!(true);
+    let objects = render_with(release, namespace, &values)?;
+    Ok(only(&objects, "PrometheusRule")?["spec"].clone())
+}
+
+/// Every query of the chart's Grafana dashboard, as its ConfigMap carries
+/// them, with the dashboard's variables set to match everything.
+pub fn dashboard_queries() -> anyhow::Result<Vec<String>> {
+    let objects = render_with(
+        "flashsale",
+        "default",
+        &json!({"dashboard": {"enabled": true}}),
+    )?;
+    let config_map = only(&objects, "ConfigMap")?;
+    let text = config_map["data"]["flashsale.json"]
+        .as_str()
+        .context("the dashboard ConfigMap has no flashsale.json")?;
+    let dashboard: Value = serde_json::from_str(text).context("the dashboard is not JSON")?;
+    let mut queries = Vec::new();
+    for panel in dashboard["panels"].as_array().into_iter().flatten() {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let expr = target["expr"]
+                .as_str()
+                .with_context(|| format!("a target of {} has no expr", panel["title"]))?;
+            queries.push(expr.replace("$namespace", ".*"));
+        }
+    }
+    Ok(queries)
 }
 
 /// A kubeconfig file with a token in it, removed when dropped.
@@ -225,8 +287,7 @@ impl Release {
     /// `helm upgrade --install` of `chart` with `values` (every value
     /// given, none reused), waiting until the rollout is ready.
     pub fn upgrade(&self, chart: &Path, values: &Value) -> anyhow::Result<()> {
-        let mut file = tempfile::NamedTempFile::new()?;
-        serde_json::to_writer(&mut file, values)?;
+        let file = values_file(values)?;
         helm(&[
             "upgrade",
             "--install",

@@ -2,8 +2,8 @@
 //! against the local stack (`e2e/local/stack`): where each component is, how
 //! to wait for a condition with a deadline instead of sleeping, the operator
 //! process, and the worlds tests build (a drill's scene, an exporter the
-//! test sets, the chart and its rights, the audit log, the gateway's
-//! funnel, order topics, a sale on the real node).
+//! test sets, the chart and its rights, the audit log, Prometheus's
+//! rules and alerts, the gateway's funnel, order topics, a sale on the real node).
 
 pub mod audit;
 pub mod browser;
@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod operator;
 pub mod orders;
 pub mod private_redis;
+pub mod prometheus;
 pub mod real_node;
 pub mod redis_keys;
 pub mod sales;

@@ -243,17 +243,8 @@ pub fn http() -> anyhow::Result<reqwest::Client> {
 /// What Prometheus's pod discovery currently scrapes for the namespace:
 /// pod name → health.
 pub async fn scraped(ns: &str) -> Result<Vec<(String, String)>, String> {
-    let url = format!(
-        "{}/api/v1/targets?state=active",
-        stack::prometheus_url().map_err(|e| e.to_string())?
-    );
-    let body: Value = reqwest::get(&url)
-        .await
-        .map_err(|e| e.to_string())?
-        .json()
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok(body["data"]["activeTargets"]
+    let data = crate::prometheus::api_get("/api/v1/targets", &[("state", "active")]).await?;
+    Ok(data["activeTargets"]
         .as_array()
         .into_iter()
         .flatten()
@@ -360,20 +351,8 @@ pub fn pod_ip(pod: &Pod) -> anyhow::Result<String> {
 /// The value of the instant `query` at the stack's Prometheus: `None`
 /// when it returns no series.
 pub async fn prometheus_value(query: &str) -> Result<Option<f64>, String> {
-    let url = format!(
-        "{}/api/v1/query",
-        stack::prometheus_url().map_err(|e| e.to_string())?
-    );
-    let body: Value = reqwest::Client::new()
-        .get(&url)
-        .query(&[("query", query)])
-        .send()
-        .await
-        .map_err(|e| e.to_string())?
-        .json()
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok(body["data"]["result"][0]["value"][1]
+    let data = crate::prometheus::api_get("/api/v1/query", &[("query", query)]).await?;
+    Ok(data["result"][0]["value"][1]
         .as_str()
         .and_then(|v| v.parse().ok()))
 }

@@ -30,7 +30,7 @@ use flashsale_controller_drill::chaos::Kind;
 use flashsale_e2e::{
     audit::{self, Request},
     kube::TestNamespace,
-    stack,
+    prometheus, stack,
     wait::poll_until,
 };
 use jiff::{SignedDuration, Timestamp};
@@ -283,10 +283,17 @@ fn forbidden(home: &str, watched: &str) -> Vec<Request> {
     ]
 }
 
+/// The objects [`force_a_tier_and_an_abort`] made in its namespace.
+struct Worked {
+    sale: String,
+    policy: String,
+    drill: String,
+}
+
 /// Puts every controller to work in `ns`: a sale on the real node, its
-/// policy forced to a tier by on-call, a drill that kills a gateway until
-/// its guard aborts it; then deletes each.
-async fn exercise_every_controller(client: &Client, ns: &str) -> anyhow::Result<()> {
+/// policy forced to tier 1 by on-call, a drill that kills a gateway until
+/// its guard aborts it.
+async fn force_a_tier_and_an_abort(client: &Client, ns: &str) -> anyhow::Result<Worked> {
     let sale = create_sale(client, ns, SignedDuration::from_hours(1)).await?;
     await_ready(client, ns, &sale.name).await?;
     let gateways = ready_pods(client, ns, &sale.name, "gateway").await?;
@@ -295,7 +302,7 @@ async fn exercise_every_controller(client: &Client, ns: &str) -> anyhow::Result<
     let policies: Api<DegradationPolicy> = Api::namespaced(client.clone(), ns);
     let mut policy = example_policy(ns, &sale.name)?;
     policy.spec.r#override = serde_json::from_value(json!({
-        "tier": 1, "reason": "rights test",
+        "tier": 1, "reason": "on-call test",
         "expires": (Timestamp::now() + SignedDuration::from_mins(10)).to_string()
     }))?;
     let policy = policies
@@ -336,29 +343,44 @@ async fn exercise_every_controller(client: &Client, ns: &str) -> anyhow::Result<
     })
     .await?;
     assert_eq!(ended.outcome, Some(RunOutcome::Aborted), "{ended:?}");
+    Ok(Worked {
+        sale: sale.name,
+        policy,
+        drill,
+    })
+}
 
-    let sales: Api<FlashSale> = Api::namespaced(client.clone(), ns);
-    drills.delete(&drill, &DeleteParams::default()).await?;
-    policies.delete(&policy, &DeleteParams::default()).await?;
-    sales.delete(&sale.name, &DeleteParams::default()).await?;
-    poll_until(
-        "the drill, the policy and the sale gone",
-        START,
-        TICK,
-        || async {
-            let left = (
-                drills.get_opt(&drill).await,
-                policies.get_opt(&policy).await,
-                sales.get_opt(&sale.name).await,
-            );
-            match left {
-                (Ok(None), Ok(None), Ok(None)) => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        },
-    )
-    .await?;
-    Ok(())
+impl Worked {
+    /// Deletes the drill, the policy and the sale, and waits until they
+    /// are gone (the operator's finalizers done).
+    async fn delete(self, client: &Client, ns: &str) -> anyhow::Result<()> {
+        let drills: Api<ChaosDrill> = Api::namespaced(client.clone(), ns);
+        let policies: Api<DegradationPolicy> = Api::namespaced(client.clone(), ns);
+        let sales: Api<FlashSale> = Api::namespaced(client.clone(), ns);
+        drills.delete(&self.drill, &DeleteParams::default()).await?;
+        policies
+            .delete(&self.policy, &DeleteParams::default())
+            .await?;
+        sales.delete(&self.sale, &DeleteParams::default()).await?;
+        poll_until(
+            "the drill, the policy and the sale gone",
+            START,
+            TICK,
+            || async {
+                let left = (
+                    drills.get_opt(&self.drill).await,
+                    policies.get_opt(&self.policy).await,
+                    sales.get_opt(&self.sale).await,
+                );
+                match left {
+                    (Ok(None), Ok(None), Ok(None)) => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        )
+        .await?;
+        Ok(())
+    }
 }
 
 /// The requests `user` made, once the audit log holds its drill's.
@@ -387,7 +409,10 @@ async fn every_request_the_operator_makes_is_allowed_and_no_more_than_that() -> 
     let release = Release::install(&chart::dir(), RELEASE, &home.name, &values(&shop.name)?)?;
     let user = release.service_account_user();
     ready_operator_pods(&client, &home.name, 2).await?;
-    exercise_every_controller(&client, &shop.name).await?;
+    force_a_tier_and_an_abort(&client, &shop.name)
+        .await?
+        .delete(&client, &shop.name)
+        .await?;
 
     // What the operator did, from the audit log: none of it refused, every
     // kind of request allowed by the chart's rights.
@@ -614,6 +639,14 @@ fn the_values_schema_refuses_bad_values_naming_each() -> anyhow::Result<()> {
             "podDisruptionBudget.minAvailable=half",
             "/podDisruptionBudget/minAvailable",
         ),
+        (
+            "prometheusRule.tierHeldFor=30",
+            "/prometheusRule/tierHeldFor",
+        ),
+        (
+            "serviceMonitor.labels.team=null",
+            "/serviceMonitor/labels/team",
+        ),
         ("prometheusURL=prometheus:9090", "/prometheusURL"),
         ("replica=2", "'replica' not allowed"),
     ] {
@@ -624,5 +657,168 @@ fn the_values_schema_refuses_bad_values_naming_each() -> anyhow::Result<()> {
             "--set {set}: the error does not name {named}: {message}"
         );
     }
+    Ok(())
+}
+
+/// The release's namespace the rules are rendered for when no release runs.
+const RULES_NAMESPACE: &str = "flashsale-system";
+
+#[tokio::test]
+async fn the_charts_rules_pass_promtool_and_every_dashboard_query_parses() -> anyhow::Result<()> {
+    let groups = chart::alert_groups(RELEASE, RULES_NAMESPACE, &json!({}))?;
+    let said = prometheus::promtool_check(&groups)?;
+    assert!(said.contains("SUCCESS: 7 rules found"), "promtool: {said}");
+
+    // Every expression, the rules' and the dashboard's, evaluates at the
+    // stack's Prometheus (of the same version as promtool).
+    let rules: Vec<String> = groups["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
+        .filter_map(|r| r["expr"].as_str().map(str::to_owned))
+        .collect();
+    let queries = chart::dashboard_queries()?;
+    assert_eq!(rules.len(), 7);
+    assert!(queries.len() >= 20, "{} dashboard queries", queries.len());
+    let mut refused = Vec::new();
+    for query in rules.iter().chain(&queries) {
+        if let Err(e) = prometheus::evaluates(query).await {
+            refused.push(format!("{query}: {e}"));
+        }
+    }
+    assert!(
+        refused.is_empty(),
+        "queries Prometheus refuses: {refused:#?}"
+    );
+
+    // The ServiceMonitor selects the metrics Service and scrapes its port.
+    let objects = chart::render_with(
+        RELEASE,
+        RULES_NAMESPACE,
+        &json!({"serviceMonitor": {"enabled": true, "labels": {"release": "kube-prometheus"}}}),
+    )?;
+    let monitor = chart::only(&objects, "ServiceMonitor")?;
+    let service = chart::only(&objects, "Service")?;
+    let selected = monitor["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    assert!(!selected.is_empty());
+    for (key, value) in &selected {
+        assert_eq!(&service["metadata"]["labels"][key], value, "label {key}");
+    }
+    assert_eq!(monitor["metadata"]["labels"]["release"], "kube-prometheus");
+    assert_eq!(
+        monitor["spec"]["endpoints"][0]["port"],
+        service["spec"]["ports"][0]["name"]
+    );
+    eprintln!(
+        "chart monitoring: {} rules and {} dashboard queries evaluate",
+        rules.len(),
+        queries.len()
+    );
+    Ok(())
+}
+
+/// Waits until Prometheus scrapes `replicas` operator replicas in `ns`,
+/// one of them leading.
+async fn await_operator_scraped(ns: &str, replicas: usize) -> anyhow::Result<()> {
+    let query = format!(
+        "count(flashsale_operator_leader{{namespace=\"{ns}\"}}) * 10 + sum(flashsale_operator_leader{{namespace=\"{ns}\"}})"
+    );
+    let want = (replicas * 10 + 1) as f64;
+    poll_until(
+        "the operator's replicas scraped, one leading",
+        START,
+        TICK,
+        || async {
+            match real_node::prometheus_value(&query).await? {
+                Some(v) if v == want => Ok(()),
+                other => Err(format!("{query} = {other:?}")),
+            }
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+/// Waits until the alert `name` fires with `labels`.
+async fn await_firing(name: &str, labels: &[(&str, &str)]) -> anyhow::Result<Value> {
+    Ok(poll_until(
+        &format!("{name} firing with {labels:?}"),
+        Duration::from_secs(60),
+        TICK,
+        || async {
+            prometheus::firing(name, labels)
+                .await?
+                .ok_or_else(|| "not firing".to_owned())
+        },
+    )
+    .await?)
+}
+
+#[tokio::test]
+async fn the_charts_alerts_fire_on_a_real_tier_and_a_real_abort() -> anyhow::Result<()> {
+    let client = setup().await?;
+    let home = TestNamespace::create_labelled(&client, "fs-alerts", &RESTRICTED).await?;
+    let shop = TestNamespace::create(&client, "fs-alerts-shop").await?;
+    let values = values(&shop.name)?;
+    let release = Release::install(&chart::dir(), RELEASE, &home.name, &values)?;
+    ready_operator_pods(&client, &home.name, 2).await?;
+    await_operator_scraped(&home.name, 2).await?;
+
+    // The rules as the release's PrometheusRule holds them, a tier held
+    // for no time at all so that the test need not wait 30 minutes.
+    let mut alerting = values.clone();
+    alerting["prometheusRule"] = json!({"tierHeldFor": "0s"});
+    let rules = prometheus::RuleFile::load(
+        &home.name,
+        &chart::alert_groups(RELEASE, &home.name, &alerting)?,
+    )
+    .await?;
+
+    let worked = force_a_tier_and_an_abort(&client, &shop.name).await?;
+    let tier = await_firing(
+        "FlashSaleDegradationTierHeld",
+        &[
+            ("exported_namespace", &shop.name),
+            ("policy", &worked.policy),
+        ],
+    )
+    .await?;
+    assert_eq!(
+        tier["value"].as_str().and_then(|v| v.parse::<f64>().ok()),
+        Some(1.0)
+    );
+    await_firing(
+        "FlashSaleDrillAborted",
+        &[("exported_namespace", &shop.name), ("drill", &worked.drill)],
+    )
+    .await?;
+    // The operator runs and leads: its own alerts, whose selectors must
+    // match what Prometheus scraped, are not even pending; nor is a blind
+    // guard reported for a run whose guard read its signal.
+    let raised: Vec<String> = prometheus::alerts()
+        .await
+        .map_err(anyhow::Error::msg)?
+        .iter()
+        .filter_map(|a| a["labels"]["alertname"].as_str().map(str::to_owned))
+        .collect();
+    for quiet in [
+        "FlashSaleOperatorDown",
+        "FlashSaleOperatorNoLeader",
+        "FlashSaleDrillGuardBlind",
+    ] {
+        assert!(
+            !raised.iter().any(|a| a == quiet),
+            "{quiet} raised: {raised:?}"
+        );
+    }
+    eprintln!("chart alerts: raised {raised:?}");
+
+    worked.delete(&client, &shop.name).await?;
+    drop(rules);
+    drop(release);
     Ok(())
 }

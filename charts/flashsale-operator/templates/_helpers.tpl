@@ -91,3 +91,75 @@ docs/design/operator.md, "Permissions".
   resources: ["replicasets"]
   verbs: ["get", "list"]
 {{- end -}}
+
+{{/*
+The alerting rules, as Prometheus rule groups: the PrometheusRule's spec and
+what a plain Prometheus loads from a rule file. The operator's series carry
+the scrape's `namespace` (the release's); a drill's or policy's own namespace
+label is then `exported_namespace`, as Prometheus renames a clash.
+*/}}
+{{- define "flashsale-operator.alertGroups" -}}
+{{- $sel := printf "namespace=%q" .Release.Namespace -}}
+{{- $r := .Values.prometheusRule -}}
+groups:
+  - name: flashsale-operator
+    rules:
+      - alert: FlashSaleOperatorDown
+        expr: absent(flashsale_operator_leader{ {{- $sel -}} })
+        for: {{ $r.operatorDownFor }}
+        labels:
+          severity: critical
+        annotations:
+          summary: No flashsale-operator replica in {{ .Release.Namespace }} is scraped.
+          description: Sales, degradation tiers and drills are not reconciled; a running drill's guard is not watched by anyone.
+      - alert: FlashSaleOperatorNoLeader
+        expr: max(flashsale_operator_leader{ {{- $sel -}} }) < 1
+        for: 2m
+        labels:
+          severity: critical
+        annotations:
+          summary: flashsale-operator replicas run but none holds the leader lease.
+          description: Nothing is reconciled; check the Lease in {{ .Release.Namespace }} and the replicas' logs.
+      - alert: FlashSaleOperatorReconcileErrors
+        expr: sum by (controller) (rate(flashsale_operator_reconcile_total{ {{- $sel -}} ,result="error"}[5m])) > 0
+        for: 15m
+        labels:
+          severity: warning
+        annotations:
+          summary: 'The {{ "{{" }} $labels.controller {{ "}}" }} controller has failed reconciles for 15 minutes.'
+          description: The Warning Events of the objects it reconciles, and flashsale_operator_reconcile_failures_total, give the reason.
+      - alert: FlashSaleOperatorWatchFailing
+        expr: sum by (controller) (increase(flashsale_operator_watch_errors_total{ {{- $sel -}} }[5m])) > 0
+        for: 5m
+        labels:
+          severity: warning
+        annotations:
+          summary: 'A watch of the {{ "{{" }} $labels.controller {{ "}}" }} controller keeps failing.'
+          description: Usually a right the operator lacks or an unreachable apiserver; the operator's log names the watch.
+  - name: flashsale-drills
+    rules:
+      - alert: FlashSaleDrillAborted
+        expr: increase(flashsale_drill_runs_total{ {{- $sel -}} ,outcome="Aborted"}[10m]) > 0
+        labels:
+          severity: warning
+        annotations:
+          summary: 'ChaosDrill {{ "{{" }} $labels.exported_namespace {{ "}}" }}/{{ "{{" }} $labels.drill {{ "}}" }} was aborted by its SLO guard.'
+          description: The sale did not hold its SLO under the fault; the drill's status.history names the objective that breached.
+      - alert: FlashSaleDrillGuardBlind
+        expr: increase(flashsale_drill_guard_blind_total{ {{- $sel -}} }[10m]) > 0
+        labels:
+          severity: warning
+        annotations:
+          summary: 'ChaosDrill {{ "{{" }} $labels.exported_namespace {{ "}}" }}/{{ "{{" }} $labels.drill {{ "}}" }} was aborted because its guard could not read its signal.'
+          description: Prometheus was unreachable or a guard query failed or returned nothing; no drill can run safely until it reads again.
+  - name: flashsale-degradation
+    rules:
+      - alert: FlashSaleDegradationTierHeld
+        expr: max by (exported_namespace, policy) (flashsale_degradation_tier{ {{- $sel -}} }) > 0
+        for: {{ $r.tierHeldFor }}
+        labels:
+          severity: warning
+        annotations:
+          summary: 'DegradationPolicy {{ "{{" }} $labels.exported_namespace {{ "}}" }}/{{ "{{" }} $labels.policy {{ "}}" }} has held tier {{ "{{" }} $value {{ "}}" }} for {{ $r.tierHeldFor }}.'
+          description: Buyers see a degraded sale; check the load signal and any manual override (kubectl get degradationpolicy -o wide).
+{{- end -}}
