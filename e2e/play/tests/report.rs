@@ -710,3 +710,118 @@ async fn chromium_screenshots_the_page() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// A run whose drill ended by the end of the load, as a short scenario's
+/// does: four moments within 12 s of each other at the SLO plot's right
+/// edge, tiers changing every few seconds at the load plot's end, and
+/// latencies whose value labels are wider than their bars and close in
+/// height.
+fn crowded_report() -> Report {
+    let mut report = report();
+    let end = LENGTH as f64 / 1000.0;
+    let markers: Vec<Marker> = [
+        (end - 12.0, "chaos injected"),
+        (end - 8.0, "guard aborts"),
+        (end - 7.5, "chaos gone"),
+        (end - 1.0, "gateways up"),
+    ]
+    .into_iter()
+    .map(|(s, label)| Marker {
+        at_ms: at(s),
+        label: label.into(),
+    })
+    .collect();
+    for plot in &mut report.time_plots {
+        plot.markers = markers.clone();
+    }
+    report.time_plots[0].spans = [
+        (end - 20.0, end - 15.0, "tier 1"),
+        (end - 15.0, end - 11.0, "tier 2"),
+        (end - 11.0, end - 7.0, "tier 3"),
+        (end - 7.0, end - 3.0, "tier 2"),
+    ]
+    .into_iter()
+    .map(|(from, to, label)| Span {
+        from_ms: at(from),
+        to_ms: at(to),
+        label: label.into(),
+    })
+    .collect();
+    report.bar_plots[1].groups = [
+        "/chat/messages",
+        "/games",
+        "/items/{sku}",
+        "/orders",
+        "/orders/history",
+        "/orders/{id}/pay",
+        "/payments/callback",
+        "/queue/status",
+        "/recommendations",
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, route)| {
+        let base = 0.81 + 0.023 * i as f64;
+        let bars = [("p50", 1.0), ("p95", 1.04), ("p99", 1.09)]
+            .into_iter()
+            .map(|(name, factor)| Bar {
+                name: name.into(),
+                value: base * factor,
+            })
+            .collect();
+        ((*route).to_owned(), bars)
+    })
+    .collect();
+    report
+}
+
+/// A script that lists every pair of `<text>` elements of one plot whose
+/// boxes, as Chromium lays them out, intersect, into `<pre id="overlaps">`.
+const OVERLAPS: &str = r#"<script>
+(() => {
+  const found = [];
+  for (const svg of document.querySelectorAll('svg')) {
+    const boxes = [...svg.querySelectorAll('text')]
+      .map(t => [t.textContent, t.getBoundingClientRect()])
+      .filter(([, r]) => r.width > 0 && r.height > 0);
+    for (let i = 0; i < boxes.length; i++) {
+      for (let j = i + 1; j < boxes.length; j++) {
+        const [a, r] = boxes[i];
+        const [b, s] = boxes[j];
+        const w = Math.min(r.right, s.right) - Math.max(r.left, s.left);
+        const h = Math.min(r.bottom, s.bottom) - Math.max(r.top, s.top);
+        if (w > 0.5 && h > 0.5) found.push(`${svg.id}: "${a}" and "${b}"`);
+      }
+    }
+  }
+  const out = document.createElement('pre');
+  out.id = 'overlaps';
+  out.textContent = JSON.stringify(found);
+  document.body.appendChild(out);
+})();
+</script>"#;
+
+#[tokio::test]
+async fn no_two_labels_overlap_in_chromium_even_when_moments_and_values_crowd() -> anyhow::Result<()>
+{
+    let chromium = Chromium::find().await?;
+    let (dir, _temp) = out_dir()?;
+    for (name, report) in [("report", report()), ("crowded", crowded_report())] {
+        let page = dir.join(format!("{name}-overlaps.html"));
+        let html = render_html(&report).replace("</body>", &format!("{OVERLAPS}</body>"));
+        std::fs::write(&page, html)?;
+        let dom = chromium.dump_dom(&file_url(&page)?).await?;
+        let start = dom
+            .find(r#"<pre id="overlaps">"#)
+            .ok_or_else(|| anyhow::anyhow!("the script did not run: {dom}"))?;
+        let listed = &dom[start + r#"<pre id="overlaps">"#.len()..];
+        let listed = &listed[..listed.find("</pre>").unwrap_or(listed.len())];
+        let listed = listed
+            .replace("&lt;", "<")
+            .replace("&gt;", ">")
+            .replace("&amp;", "&");
+        let overlaps: Vec<String> = serde_json::from_str(&listed)?;
+        assert!(overlaps.is_empty(), "{name}: labels overlap: {overlaps:#?}");
+    }
+    Ok(())
+}

@@ -16,7 +16,7 @@ use super::{
     buyer::{Buyer, unexpected},
     decide::{self, Ack, Attempt, Ending, OrderNext, PollNext, Verdict},
     ledger::{OrderRecord, Unresolved},
-    tally::Count,
+    tally::{Count, Counters},
 };
 
 /// Units per purchase.
@@ -169,6 +169,17 @@ impl Buyer {
     async fn acknowledged(&mut self, key: String, ack: Ack) -> Result<(), Error> {
         let counters = self.shared.gateway.counters().clone();
         counters.add(Count::Acknowledged);
+        if self.ledger.orders.is_empty() {
+            counters.add(Count::OrderingBuyer);
+        }
+        // Counted once per buyer, at its first paid order.
+        let paid = |counters: &Counters, paid_before: bool| {
+            counters.add(Count::Paid);
+            if !paid_before {
+                counters.add(Count::PayingBuyer);
+            }
+        };
+        let paid_before = self.ledger.orders.iter().any(|o| o.paid);
         *self.bought.entry(ack.sku.clone()).or_default() += ack.quantity;
         self.ledger.orders.push(OrderRecord {
             order_id: ack.order_id.clone(),
@@ -180,7 +191,7 @@ impl Buyer {
             paid: ack.paid,
         });
         if ack.paid {
-            counters.add(Count::Paid);
+            paid(&counters, paid_before);
             return Ok(());
         }
         if self.rng.random::<f64>() < self.shared.config.abandon {
@@ -191,9 +202,8 @@ impl Buyer {
         // pays at once.
         let think = self.shared.config.think;
         self.pause(think).await;
-        let paid = self.pay(&ack.order_id).await?;
-        if paid {
-            counters.add(Count::Paid);
+        if self.pay(&ack.order_id).await? {
+            paid(&counters, paid_before);
             if let Some(order) = self.ledger.orders.last_mut() {
                 order.paid = true;
             }

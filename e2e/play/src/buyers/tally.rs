@@ -39,6 +39,10 @@ pub struct Tally {
     pub rate_limited: u64,
     /// Orders the gateway acknowledged.
     pub acknowledged: u64,
+    /// Buyers with at least one acknowledged order.
+    pub ordering_buyers: u64,
+    /// Buyers with at least one paid order.
+    pub paying_buyers: u64,
     /// Acknowledged orders whose payment callback was answered 2xx.
     pub paid: u64,
     /// Acknowledged orders the buyer chose never to pay.
@@ -98,6 +102,8 @@ struct Inner {
     admitted: AtomicU64,
     rate_limited: AtomicU64,
     acknowledged: AtomicU64,
+    ordering_buyers: AtomicU64,
+    paying_buyers: AtomicU64,
     paid: AtomicU64,
     abandoned: AtomicU64,
     payment_failed: AtomicU64,
@@ -124,6 +130,8 @@ pub(crate) enum Count {
     Admitted,
     RateLimited,
     Acknowledged,
+    OrderingBuyer,
+    PayingBuyer,
     Paid,
     Abandoned,
     PaymentFailed,
@@ -165,6 +173,8 @@ impl Counters {
             admitted: get(&inner.admitted),
             rate_limited: get(&inner.rate_limited),
             acknowledged: get(&inner.acknowledged),
+            ordering_buyers: get(&inner.ordering_buyers),
+            paying_buyers: get(&inner.paying_buyers),
             paid: get(&inner.paid),
             abandoned: get(&inner.abandoned),
             payment_failed: get(&inner.payment_failed),
@@ -192,6 +202,8 @@ impl Counters {
             Count::Admitted => &inner.admitted,
             Count::RateLimited => &inner.rate_limited,
             Count::Acknowledged => &inner.acknowledged,
+            Count::OrderingBuyer => &inner.ordering_buyers,
+            Count::PayingBuyer => &inner.paying_buyers,
             Count::Paid => &inner.paid,
             Count::Abandoned => &inner.abandoned,
             Count::PaymentFailed => &inner.payment_failed,

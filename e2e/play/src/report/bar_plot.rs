@@ -19,6 +19,20 @@ const MAX_BAR: f64 = 80.0;
 const BAR_GAP: f64 = 3.0;
 /// About how wide one character of a group label is, in pixels.
 const CHAR_WIDTH: f64 = 6.8;
+/// Size of the value labels.
+const VALUE: f64 = 10.5;
+/// The narrowest bar a value label is drawn on, turned upright: a line of
+/// text is this wide. Narrower bars carry their value in their tooltip.
+const UPRIGHT_LINE: f64 = 14.0;
+
+/// How the value labels are set: across above each bar, or turned to read
+/// upwards where a label is wider than its bar (so neighbours never touch).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Values {
+    Across,
+    Upright,
+    Hidden,
+}
 
 /// Draws `plot` as an `<svg>`.
 pub(crate) fn bar_plot(out: &mut String, plot: &BarPlot) -> fmt::Result {
@@ -26,10 +40,17 @@ pub(crate) fn bar_plot(out: &mut String, plot: &BarPlot) -> fmt::Result {
     let color = |name: &str| svg::color(names.iter().position(|n| *n == name).unwrap_or(0));
     let legend = legend(plot, &names);
     let staggered = staggered_labels(plot);
+    let (values_set, widest) = value_labels(plot);
+    // Upright labels stand above the bars: room for the longest.
+    let above = if values_set == Values::Upright {
+        (widest - 14.0).max(0.0)
+    } else {
+        0.0
+    };
     let frame = Frame::new(
         68.0,
         24.0,
-        26.0 + legend.height(),
+        26.0 + legend.height() + above,
         if staggered { 56.0 } else { 40.0 },
     );
 
@@ -55,7 +76,7 @@ pub(crate) fn bar_plot(out: &mut String, plot: &BarPlot) -> fmt::Result {
     let band = (frame.x1 - frame.x0) / plot.groups.len().max(1) as f64;
     for (g, (group, bars)) in plot.groups.iter().enumerate() {
         let centre = frame.x0 + band * (g as f64 + 0.5);
-        group_bars(out, &y, (centre, band), group, bars, &color)?;
+        group_bars(out, &y, (centre, band), (group, bars), values_set, &color)?;
         write!(
             out,
             r#"<text class="group" x="{}" y="{}" text-anchor="middle">{}</text>"#,
@@ -111,18 +132,51 @@ fn staggered_labels(plot: &BarPlot) -> bool {
     widest > (svg::WIDTH - 68.0 - 24.0) / bands - 6.0
 }
 
+/// The bars' width in a group of `bars` in a band `band` wide, and the
+/// gap between them.
+fn slot(band: f64, bars: usize) -> (f64, f64) {
+    let slot = (band * FILL / bars.max(1) as f64).min(MAX_BAR);
+    let gap = if bars > 1 { BAR_GAP } else { 0.0 };
+    (slot, gap)
+}
+
+/// How the value labels are set, and the widest one's width.
+fn value_labels(plot: &BarPlot) -> (Values, f64) {
+    let band = (svg::WIDTH - 68.0 - 24.0) / plot.groups.len().max(1) as f64;
+    let mut narrowest = f64::MAX;
+    let mut widest: f64 = 0.0;
+    let mut across = true;
+    for (_, bars) in &plot.groups {
+        let (slot, gap) = slot(band, bars.len());
+        narrowest = narrowest.min(slot - gap);
+        for bar in bars {
+            let width = svg::text_width(&number::value(bar.value), VALUE);
+            widest = widest.max(width);
+            across &= width + 4.0 <= slot - gap + BAR_GAP;
+        }
+    }
+    let set = if across {
+        Values::Across
+    } else if narrowest >= UPRIGHT_LINE {
+        Values::Upright
+    } else {
+        Values::Hidden
+    };
+    (set, widest)
+}
+
 /// One group's bars, side by side around the band's centre, each with its
-/// value above it (below one that goes down). `band` is (centre, width).
+/// value above it (below one that goes down), set as `values` says. `band`
+/// is (centre, width).
 fn group_bars(
     out: &mut String,
     y: &Linear,
     (centre, band): (f64, f64),
-    group: &str,
-    bars: &[Bar],
+    (group, bars): (&str, &[Bar]),
+    values: Values,
     color: &impl Fn(&str) -> &'static str,
 ) -> fmt::Result {
-    let slot = (band * FILL / bars.len().max(1) as f64).min(MAX_BAR);
-    let gap = if bars.len() > 1 { BAR_GAP } else { 0.0 };
+    let (slot, gap) = slot(band, bars.len());
     let start = centre - slot * bars.len() as f64 / 2.0;
     for (b, bar) in bars.iter().enumerate() {
         let value = if bar.value.is_finite() {
@@ -134,14 +188,9 @@ fn group_bars(
         let width = slot - gap;
         let top = y.map(value.max(0.0));
         let bottom = y.map(value.min(0.0));
-        let label_y = if value < 0.0 {
-            bottom + 13.0
-        } else {
-            top - 5.0
-        };
         write!(
             out,
-            r#"<rect data-series="{}" x="{}" y="{}" width="{}" height="{}" rx="2" fill="{}"><title>{}: {}</title></rect><text class="value" x="{}" y="{}" text-anchor="middle">{}</text>"#,
+            r#"<rect data-series="{}" x="{}" y="{}" width="{}" height="{}" rx="2" fill="{}"><title>{}: {}</title></rect>"#,
             escape(&bar.name),
             Px(left),
             Px(top),
@@ -150,10 +199,34 @@ fn group_bars(
             color(&bar.name),
             escape(group),
             number::value(value),
-            Px(left + width / 2.0),
-            Px(label_y),
-            number::value(value),
         )?;
+        let x = left + width / 2.0;
+        let text = number::value(value);
+        match (values, value < 0.0) {
+            (Values::Hidden, _) => {}
+            (Values::Across, down) => write!(
+                out,
+                r#"<text class="value" x="{}" y="{}" text-anchor="middle">{text}</text>"#,
+                Px(x),
+                Px(if down { bottom + 13.0 } else { top - 5.0 }),
+            )?,
+            // Turned a quarter anticlockwise about its anchor, reading
+            // upwards from the bar's top (downwards from a negative bar's
+            // end), centred on the bar.
+            (Values::Upright, down) => {
+                let (at, anchor) = if down {
+                    (bottom + 4.0, "end")
+                } else {
+                    (top - 4.0, "start")
+                };
+                write!(
+                    out,
+                    r#"<text class="value" x="{x}" y="{y}" text-anchor="{anchor}" dominant-baseline="central" transform="rotate(-90 {x} {y})">{text}</text>"#,
+                    x = Px(x),
+                    y = Px(at),
+                )?;
+            }
+        }
     }
     Ok(())
 }

@@ -29,7 +29,7 @@ pub(crate) fn color(index: usize) -> &'static str {
 
 /// About how wide `text` is at `size` px in a system sans-serif font.
 pub(crate) fn text_width(text: &str, size: f64) -> f64 {
-    text.chars().count() as f64 * size * 0.56
+    text.chars().count() as f64 * size * 0.6
 }
 
 /// Where the data is drawn inside the plot.
@@ -277,33 +277,71 @@ pub(crate) fn no_data(out: &mut String, frame: Frame) -> fmt::Result {
     )
 }
 
-/// A row for each label spanning `extents` (left, right): the first row
-/// where it overlaps no earlier label; when all `rows` are taken, the one
-/// whose last label ends first.
-pub(crate) fn stagger(extents: &[(f64, f64)], rows: usize) -> Vec<usize> {
-    const GAP: f64 = 6.0;
-    let mut taken: Vec<Vec<(f64, f64)>> = vec![Vec::new(); rows.max(1)];
-    extents
-        .iter()
-        .map(|&(left, right)| {
-            let free = taken.iter().position(|row| {
-                row.iter()
-                    .all(|&(l, r)| right + GAP <= l || left >= r + GAP)
-            });
-            let row = free.unwrap_or_else(|| {
-                (0..taken.len())
-                    .min_by(|&a, &b| reach(&taken[a]).total_cmp(&reach(&taken[b])))
-                    .unwrap_or(0)
-            });
-            taken[row].push((left, right));
-            row
-        })
-        .collect()
+/// The box a text line takes, as the page's fonts draw it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct TextBox {
+    /// Left edge.
+    pub left: f64,
+    /// Right edge.
+    pub right: f64,
+    /// Top edge.
+    pub top: f64,
+    /// Bottom edge.
+    pub bottom: f64,
 }
 
-/// How far right a row of labels reaches.
-fn reach(row: &[(f64, f64)]) -> f64 {
-    row.iter().map(|&(_, r)| r).fold(f64::MIN, f64::max)
+impl TextBox {
+    /// The box of `text` at `size` pixels whose anchor point, on the
+    /// baseline, is `(x, baseline)`; `anchor` is SVG's `text-anchor`.
+    pub fn of(text: &str, size: f64, (x, baseline): (f64, f64), anchor: &str) -> Self {
+        let width = text_width(text, size);
+        let left = match anchor {
+            "end" => x - width,
+            "middle" => x - width / 2.0,
+            _ => x,
+        };
+        // Ascent and descent of the system sans-serif fonts.
+        Self {
+            left,
+            right: left + width,
+            top: baseline - size * 0.93,
+            bottom: baseline + size * 0.24,
+        }
+    }
+
+    /// Whether the two boxes overlap, or come closer side by side than a
+    /// small gap.
+    fn near(&self, other: &Self) -> bool {
+        const GAP: f64 = 3.0;
+        self.left < other.right + GAP
+            && other.left < self.right + GAP
+            && self.top < other.bottom
+            && other.top < self.bottom
+    }
+}
+
+/// Labels placed on a plot so that none touches another.
+#[derive(Debug, Default)]
+pub(crate) struct Placement(Vec<TextBox>);
+
+impl Placement {
+    /// Takes `place` whatever else is there (a label that cannot move).
+    pub fn fix(&mut self, place: TextBox) {
+        self.0.push(place);
+    }
+
+    /// Takes the first of `candidates` that touches nothing placed so far
+    /// and returns its index; the last one when every one does.
+    pub fn first_free(&mut self, candidates: &[TextBox]) -> usize {
+        let index = candidates
+            .iter()
+            .position(|c| !self.0.iter().any(|taken| taken.near(c)))
+            .unwrap_or(candidates.len().saturating_sub(1));
+        if let Some(&chosen) = candidates.get(index) {
+            self.0.push(chosen);
+        }
+        index
+    }
 }
 
 #[cfg(test)]
@@ -337,18 +375,20 @@ mod tests {
     }
 
     #[test]
-    fn overlapping_labels_go_to_the_next_free_row() {
-        let rows = stagger(
-            &[(0.0, 50.0), (40.0, 90.0), (100.0, 150.0), (45.0, 60.0)],
-            3,
-        );
-        assert_eq!(rows, vec![0, 1, 0, 2]);
-    }
-
-    #[test]
-    fn labels_beyond_the_rows_share_the_least_crowded_one() {
-        let rows = stagger(&[(0.0, 50.0), (10.0, 100.0), (20.0, 30.0)], 2);
-        assert_eq!(rows, vec![0, 1, 0]);
+    fn a_label_takes_the_first_place_free_of_every_other() {
+        let at =
+            |x: f64, row: f64| TextBox::of("chaos gone", 11.0, (x, 20.0 + 14.0 * row), "start");
+        let rows = |x: f64| [at(x, 0.0), at(x, 1.0), at(x, 2.0), at(x, 3.0)];
+        let mut placed = Placement::default();
+        placed.fix(TextBox::of("abort guard", 11.0, (100.0, 34.0), "start"));
+        // Row 0 is free; row 1 holds the fixed label, so the next close
+        // one skips it; one far to the right takes row 0 again.
+        assert_eq!(placed.first_free(&rows(0.0)), 0);
+        assert_eq!(placed.first_free(&rows(40.0)), 2);
+        assert_eq!(placed.first_free(&rows(60.0)), 3);
+        assert_eq!(placed.first_free(&rows(400.0)), 0);
+        // With no free place, the last candidate.
+        assert_eq!(placed.first_free(&rows(50.0)), 3);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use super::{
     model::{Series, TimePlot},
     number::{self, Px},
     scale::{Linear, Ticks, extent},
-    svg::{self, Frame, Legend, LegendItem, PathData, Side, Swatch},
+    svg::{self, Frame, Legend, LegendItem, PathData, Placement, Side, Swatch, TextBox},
 };
 
 /// Shades for spans, one per label.
@@ -17,10 +17,10 @@ const SPAN_FILLS: [&str; 4] = ["#e9eff6", "#f6eee3", "#e8f2eb", "#f2ecf5"];
 const THRESHOLD: &str = "#b4474d";
 /// Marker lines.
 const MARKER: &str = "#4a4a4a";
-/// Rows for staggered marker and span labels.
-const LABEL_ROWS: usize = 3;
 /// Height of a row of labels.
 const LABEL_ROW: f64 = 14.0;
+/// Size of the notes: threshold, marker and span labels.
+const NOTE: f64 = 11.0;
 
 /// Draws `plot` as an `<svg>`.
 pub(crate) fn time_plot(out: &mut String, plot: &TimePlot) -> fmt::Result {
@@ -87,10 +87,11 @@ pub(crate) fn time_plot(out: &mut String, plot: &TimePlot) -> fmt::Result {
         .collect();
     marker_lines(out, frame, &markers)?;
 
-    // Labels last, so lines never cross them.
-    threshold_labels(out, frame, &y_left, &thresholds)?;
-    marker_labels(out, frame, &markers)?;
-    span_labels(out, frame, &spans)?;
+    // Labels last, so lines never cross them; each where no other is.
+    let mut placement = Placement::default();
+    threshold_labels(out, frame, &y_left, &thresholds, &mut placement)?;
+    marker_labels(out, frame, &markers, &mut placement)?;
+    span_labels(out, frame, &spans, &mut placement)?;
     if left_values
         .iter()
         .chain(&right_values)
@@ -179,19 +180,23 @@ fn threshold_lines(
     Ok(())
 }
 
-/// The thresholds' labels, right-aligned just above their lines.
+/// The thresholds' labels, right-aligned just above their lines: fixed,
+/// the other labels make way for them.
 fn threshold_labels(
     out: &mut String,
     frame: Frame,
     y: &Linear,
     thresholds: &[&(f64, String)],
+    placement: &mut Placement,
 ) -> fmt::Result {
     for (value, label) in thresholds {
+        let anchor = (frame.x1 - 6.0, y.map(*value) - 5.0);
+        placement.fix(TextBox::of(label, NOTE, anchor, "end"));
         write!(
             out,
             r#"<text class="note" x="{}" y="{}" text-anchor="end" fill="{THRESHOLD}">{}</text>"#,
-            Px(frame.x1 - 6.0),
-            Px(y.map(*value) - 5.0),
+            Px(anchor.0),
+            Px(anchor.1),
             escape(label),
         )?;
     }
@@ -351,53 +356,68 @@ fn span_shades(out: &mut String, frame: Frame, spans: &[(f64, f64, &str)]) -> fm
     Ok(())
 }
 
-/// Marker labels along the top, beside their line, staggered when close.
-fn marker_labels(out: &mut String, frame: Frame, markers: &[(f64, &str)]) -> fmt::Result {
-    let placed: Vec<_> = markers
-        .iter()
-        .map(|&(px, label)| {
-            let width = svg::text_width(label, 11.0);
-            // Beside the line, on its left when the right edge is too near.
-            if px + 5.0 + width <= frame.x1 {
-                ((px + 5.0, px + 5.0 + width), px + 5.0, "start")
-            } else {
-                ((px - 5.0 - width, px - 5.0), px - 5.0, "end")
-            }
-        })
-        .collect();
-    let extents: Vec<_> = placed.iter().map(|&(extent, _, _)| extent).collect();
-    let rows = svg::stagger(&extents, LABEL_ROWS);
-    for ((&(_, label), &(_, x, anchor)), row) in markers.iter().zip(&placed).zip(rows) {
+/// Marker labels along the top, beside their line, each in the highest
+/// row where it touches no other label.
+fn marker_labels(
+    out: &mut String,
+    frame: Frame,
+    markers: &[(f64, &str)],
+    placement: &mut Placement,
+) -> fmt::Result {
+    let rows = label_rows(frame);
+    for &(px, label) in markers {
+        let width = svg::text_width(label, NOTE);
+        // Beside the line, on its left when the right edge is too near.
+        let (x, anchor) = if px + 5.0 + width <= frame.x1 {
+            (px + 5.0, "start")
+        } else {
+            (px - 5.0, "end")
+        };
+        let baseline = |row: usize| frame.y0 + 12.0 + row as f64 * LABEL_ROW;
+        let candidates: Vec<_> = (0..rows)
+            .map(|row| TextBox::of(label, NOTE, (x, baseline(row)), anchor))
+            .collect();
+        let row = placement.first_free(&candidates);
         write!(
             out,
             r#"<text class="note" x="{}" y="{}" text-anchor="{anchor}">{}</text>"#,
             Px(x),
-            Px(frame.y0 + 12.0 + row as f64 * LABEL_ROW),
+            Px(baseline(row)),
             escape(label),
         )?;
     }
     Ok(())
 }
 
-/// Span labels along the bottom, centred in their span, staggered upwards.
-fn span_labels(out: &mut String, frame: Frame, spans: &[(f64, f64, &str)]) -> fmt::Result {
-    let extents: Vec<_> = spans
-        .iter()
-        .map(|&(left, right, label)| {
-            let middle = (left + right) / 2.0;
-            let half = svg::text_width(label, 11.0) / 2.0;
-            (middle - half, middle + half)
-        })
-        .collect();
-    let rows = svg::stagger(&extents, LABEL_ROWS);
-    for (&(left, right, label), row) in spans.iter().zip(rows) {
+/// Span labels along the bottom, centred in their span, each in the lowest
+/// row where it touches no other label.
+fn span_labels(
+    out: &mut String,
+    frame: Frame,
+    spans: &[(f64, f64, &str)],
+    placement: &mut Placement,
+) -> fmt::Result {
+    let rows = label_rows(frame);
+    for &(left, right, label) in spans {
+        let x = (left + right) / 2.0;
+        let baseline = |row: usize| frame.y1 - 7.0 - row as f64 * LABEL_ROW;
+        let candidates: Vec<_> = (0..rows)
+            .map(|row| TextBox::of(label, NOTE, (x, baseline(row)), "middle"))
+            .collect();
+        let row = placement.first_free(&candidates);
         write!(
             out,
             r#"<text class="note span-label" x="{}" y="{}" text-anchor="middle">{}</text>"#,
-            Px((left + right) / 2.0),
-            Px(frame.y1 - 7.0 - row as f64 * LABEL_ROW),
+            Px(x),
+            Px(baseline(row)),
             escape(label),
         )?;
     }
     Ok(())
+}
+
+/// How many rows of notes fit in half the plot's height: markers fill it
+/// from the top, spans from the bottom.
+fn label_rows(frame: Frame) -> usize {
+    (((frame.y1 - frame.y0) / 2.0 / LABEL_ROW).floor() as usize).max(1)
 }

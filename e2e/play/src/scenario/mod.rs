@@ -283,7 +283,7 @@ async fn figures(
         source.buyers(played.active.clone()).await?,
         source.slo(run).await?,
     ];
-    let bars: Vec<BarPlot> = vec![funnel.plot(), source.latency().await?];
+    let bars: Vec<BarPlot> = vec![funnel.plot(), funnel.orders_plot(), source.latency().await?];
     Ok((funnel, plots, bars))
 }
 
@@ -441,6 +441,8 @@ async fn funnel(
         arrived: tally.arrived,
         queued: tally.queued,
         admitted: tally.admitted,
+        ordered: tally.ordering_buyers,
+        paying: tally.paying_buyers,
         rate_limited: tally.rate_limited,
         reserved: source.reserved().await?,
         acknowledged: acked.len() as u64,

@@ -10,7 +10,9 @@ use super::{
 };
 use crate::report::{Bar, BarPlot};
 
-/// How far buyers got, stage by stage.
+/// How far buyers got, stage by stage, and what became of the orders. The
+/// funnel counts buyers only; orders and answers are counted apart, since
+/// one buyer may send many of each.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct Funnel {
     /// Buyers who came.
@@ -19,7 +21,11 @@ pub struct Funnel {
     pub queued: u64,
     /// Buyers it let through to checkout.
     pub admitted: u64,
-    /// Requests refused by the per-user rate limit.
+    /// Buyers with at least one acknowledged order.
+    pub ordered: u64,
+    /// Buyers with at least one paid order.
+    pub paying: u64,
+    /// Answers refused by the per-user rate limit (429).
     pub rate_limited: u64,
     /// Reservations the inventory made.
     pub reserved: u64,
@@ -32,13 +38,21 @@ pub struct Funnel {
 }
 
 impl Funnel {
-    /// The stages as (label, count), in funnel order.
-    pub fn stages(&self) -> [(&'static str, u64); 8] {
+    /// The buyers' stages as (label, buyers), in funnel order.
+    pub fn stages(&self) -> [(&'static str, u64); 5] {
         [
             ("arrived", self.arrived),
             ("queued", self.queued),
             ("admitted", self.admitted),
-            ("rate-limited", self.rate_limited),
+            ("ordered", self.ordered),
+            ("paid", self.paying),
+        ]
+    }
+
+    /// The orders' stages as (label, orders), from the reservation to the
+    /// payment.
+    pub fn order_stages(&self) -> [(&'static str, u64); 4] {
+        [
             ("reserved", self.reserved),
             ("acknowledged", self.acknowledged),
             ("persisted", self.persisted),
@@ -46,26 +60,45 @@ impl Funnel {
         ]
     }
 
-    /// The funnel as a bar plot.
+    /// The buyers' funnel as a bar plot, in buyers.
     pub fn plot(&self) -> BarPlot {
-        BarPlot {
-            id: "funnel".into(),
-            title: "Funnel: from arrival to a paid order".into(),
-            unit: "buyers, requests or orders".into(),
-            groups: self
-                .stages()
-                .into_iter()
-                .map(|(label, n)| {
-                    (
-                        label.to_owned(),
-                        vec![Bar {
-                            name: label.to_owned(),
-                            value: n as f64,
-                        }],
-                    )
-                })
-                .collect(),
-        }
+        stage_plot(
+            "funnel",
+            "Funnel: buyers from arrival to a paid order",
+            "buyers",
+            &self.stages(),
+        )
+    }
+
+    /// The orders as a bar plot, in orders.
+    pub fn orders_plot(&self) -> BarPlot {
+        stage_plot(
+            "orders",
+            "Orders: reserved, acknowledged, stored, paid",
+            "orders",
+            &self.order_stages(),
+        )
+    }
+}
+
+/// One bar per stage, all in `unit`.
+fn stage_plot(id: &str, title: &str, unit: &str, stages: &[(&str, u64)]) -> BarPlot {
+    BarPlot {
+        id: id.into(),
+        title: title.into(),
+        unit: unit.into(),
+        groups: stages
+            .iter()
+            .map(|&(label, n)| {
+                (
+                    label.to_owned(),
+                    vec![Bar {
+                        name: unit.to_owned(),
+                        value: n as f64,
+                    }],
+                )
+            })
+            .collect(),
     }
 }
 
@@ -74,6 +107,13 @@ pub fn figures(outcome: &Outcome, plan: &Plan) -> Vec<(String, String)> {
     let mut out = vec![
         ("buyers at the peak".to_owned(), plan.users.to_string()),
         ("load".to_owned(), format!("{} s", plan.load.as_secs())),
+        (
+            "rate-limited answers".to_owned(),
+            format!(
+                "{} (429, the per-user limit; counted apart from buyers)",
+                outcome.funnel.rate_limited
+            ),
+        ),
         (
             "checks".to_owned(),
             format!(
@@ -103,14 +143,27 @@ pub fn figures(outcome: &Outcome, plan: &Plan) -> Vec<(String, String)> {
     out
 }
 
-/// The terminal summary: funnel, tiers, drill, checks and the report's path.
-pub fn text(outcome: &Outcome) -> String {
-    let mut out = String::from("\nFunnel\n");
-    let top = outcome.funnel.arrived.max(1) as f64;
-    for (label, n) in outcome.funnel.stages() {
+/// Rows of `stages` with bars scaled to the first stage.
+fn bars(out: &mut String, stages: &[(&str, u64)]) {
+    let top = stages.first().map_or(0, |&(_, n)| n).max(1) as f64;
+    for &(label, n) in stages {
         let width = ((n as f64 / top) * 30.0).round().clamp(0.0, 30.0) as usize;
         out.push_str(&format!("  {label:<13} {n:>7}  {}\n", "█".repeat(width)));
     }
+}
+
+/// The terminal summary: funnel, orders, tiers, drill, checks and the
+/// report's path.
+pub fn text(outcome: &Outcome) -> String {
+    let funnel = &outcome.funnel;
+    let mut out = String::from("\nFunnel (buyers)\n");
+    bars(&mut out, &funnel.stages());
+    out.push_str("Orders\n");
+    bars(&mut out, &funnel.order_stages());
+    out.push_str(&format!(
+        "  rate-limited answers: {}\n",
+        funnel.rate_limited
+    ));
     out.push_str("Tiers\n");
     for change in &outcome.tiers.changes {
         out.push_str(&format!(
@@ -153,12 +206,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_funnel_keeps_its_order_and_scales_its_bars() {
+    fn the_funnel_counts_buyers_and_the_orders_are_plotted_apart() {
         let funnel = Funnel {
             arrived: 100,
             queued: 80,
             admitted: 70,
-            rate_limited: 12,
+            ordered: 38,
+            paying: 29,
+            rate_limited: 2_034,
             reserved: 40,
             acknowledged: 39,
             persisted: 39,
@@ -166,19 +221,21 @@ mod tests {
         };
         let plot = funnel.plot();
         let labels: Vec<&str> = plot.groups.iter().map(|(l, _)| l.as_str()).collect();
-        assert_eq!(
-            labels,
-            [
-                "arrived",
-                "queued",
-                "admitted",
-                "rate-limited",
-                "reserved",
-                "acknowledged",
-                "persisted",
-                "paid"
-            ]
+        assert_eq!(labels, ["arrived", "queued", "admitted", "ordered", "paid"]);
+        assert_eq!(plot.unit, "buyers");
+        let values: Vec<f64> = plot.groups.iter().map(|(_, b)| b[0].value).collect();
+        assert_eq!(values, [100.0, 80.0, 70.0, 38.0, 29.0]);
+
+        let orders = funnel.orders_plot();
+        assert_eq!(orders.unit, "orders");
+        let values: Vec<f64> = orders.groups.iter().map(|(_, b)| b[0].value).collect();
+        assert_eq!(values, [40.0, 39.0, 39.0, 30.0]);
+        // The 2,034 answers are in neither plot.
+        assert!(
+            plot.groups
+                .iter()
+                .chain(&orders.groups)
+                .all(|(_, b)| b[0].value < 2_034.0)
         );
-        assert_eq!(plot.groups[5].1[0].value, 39.0);
     }
 }
