@@ -136,10 +136,31 @@ pub async fn await_running_pods(
     selector: &str,
     count: usize,
 ) -> Result<Vec<Pod>, Timeout> {
+    await_pods(
+        client,
+        (namespace, selector),
+        count,
+        ("Running", Duration::from_secs(60)),
+        |p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"),
+    )
+    .await
+}
+
+/// Waits up to `deadline` until exactly `count` pods matching `selector` in
+/// `namespace` are what `keep` accepts (`state` names it for the timeout's
+/// message), and returns them.
+pub async fn await_pods(
+    client: &Client,
+    (namespace, selector): (&str, &str),
+    count: usize,
+    (state, deadline): (&str, Duration),
+    keep: impl Fn(&Pod) -> bool,
+) -> Result<Vec<Pod>, Timeout> {
     let pods = Api::<Pod>::namespaced(client.clone(), namespace);
+    let keep = &keep;
     poll_until(
-        &format!("{count} pods {selector} Running"),
-        Duration::from_secs(60),
+        &format!("{count} pods {selector} {state}"),
+        deadline,
         Duration::from_millis(200),
         || {
             let pods = pods.clone();
@@ -148,17 +169,11 @@ pub async fn await_running_pods(
                     .list(&ListParams::default().labels(selector))
                     .await
                     .map_err(|e| e.to_string())?;
-                let running: Vec<Pod> = list
-                    .items
-                    .into_iter()
-                    .filter(|p| {
-                        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-                    })
-                    .collect();
-                if running.len() == count {
-                    Ok(running)
+                let kept: Vec<Pod> = list.items.into_iter().filter(|p| keep(p)).collect();
+                if kept.len() == count {
+                    Ok(kept)
                 } else {
-                    Err(format!("{} of {count} Running", running.len()))
+                    Err(format!("{} of {count} {state}", kept.len()))
                 }
             }
         },

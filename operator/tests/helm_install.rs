@@ -29,7 +29,7 @@ use flashsale_api::{
 use flashsale_controller_drill::chaos::Kind;
 use flashsale_e2e::{
     audit::{self, Request},
-    kube::TestNamespace,
+    kube::{TestNamespace, await_pods},
     prometheus, stack,
     wait::poll_until,
 };
@@ -65,34 +65,45 @@ fn values(watched: &str) -> anyhow::Result<Value> {
 
 /// The release's pods, once `want` of them are ready.
 async fn ready_operator_pods(client: &Client, ns: &str, want: usize) -> anyhow::Result<Vec<Pod>> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let selector = format!("app.kubernetes.io/instance={RELEASE}");
-    Ok(
-        poll_until(&format!("{want} ready operator pods"), START, TICK, || {
-            let pods = pods.clone();
-            let selector = selector.clone();
-            async move {
-                let list = pods
-                    .list(&ListParams::default().labels(&selector))
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let ready: Vec<Pod> = list
-                    .items
-                    .into_iter()
-                    .filter(|p| {
-                        p.metadata.deletion_timestamp.is_none()
-                            && flashsale_observe::pods::is_ready(p)
-                    })
-                    .collect();
-                if ready.len() == want {
-                    Ok(ready)
-                } else {
-                    Err(format!("{} ready", ready.len()))
-                }
-            }
-        })
-        .await?,
+    Ok(await_pods(
+        client,
+        (ns, &selector),
+        want,
+        ("ready operator pods", START),
+        |p| p.metadata.deletion_timestamp.is_none() && flashsale_observe::pods::is_ready(p),
     )
+    .await?)
+}
+
+/// A test's install: the release (uninstalled first when dropped), the
+/// namespace it runs in, with Pod Security `restricted` enforced, the shop
+/// namespace it watches, the values it was installed with, and its two
+/// ready pods.
+struct Installed {
+    release: Release,
+    home: TestNamespace,
+    shop: TestNamespace,
+    values: Value,
+    pods: Vec<Pod>,
+}
+
+/// Installs the chart into namespaces named after `prefix`, once the home
+/// namespace is seen to refuse a privileged pod, and waits for both pods.
+async fn install(client: &Client, prefix: &str) -> anyhow::Result<Installed> {
+    let home = TestNamespace::create_labelled(client, prefix, &RESTRICTED).await?;
+    let shop = TestNamespace::create(client, &format!("{prefix}-shop")).await?;
+    assert_restricted(client, &home.name).await?;
+    let values = values(&shop.name)?;
+    let release = Release::install(&chart::dir(), RELEASE, &home.name, &values)?;
+    let pods = ready_operator_pods(client, &home.name, 2).await?;
+    Ok(Installed {
+        release,
+        home,
+        shop,
+        values,
+        pods,
+    })
 }
 
 /// The release's pod holding the operator's Lease in `ns`, other than
@@ -216,12 +227,13 @@ async fn hand_edit_reverted(client: &Client, ns: &str, sale: &str) -> anyhow::Re
 async fn the_chart_runs_two_restricted_replicas_that_lead_run_a_sale_and_hand_over()
 -> anyhow::Result<()> {
     let client = setup().await?;
-    let home = TestNamespace::create_labelled(&client, "fs-chart", &RESTRICTED).await?;
-    let shop = TestNamespace::create(&client, "fs-chart-shop").await?;
-    assert_restricted(&client, &home.name).await?;
-
-    let release = Release::install(&chart::dir(), RELEASE, &home.name, &values(&shop.name)?)?;
-    let pods = ready_operator_pods(&client, &home.name, 2).await?;
+    let Installed {
+        release,
+        home,
+        shop,
+        pods,
+        ..
+    } = install(&client, "fs-chart").await?;
     assert_pods_as_installed(&pods, &release)?;
     await_pdb(&client, &release).await?;
     let leading = leader(&client, &home.name, None).await?;
@@ -404,11 +416,13 @@ async fn audited_requests(user: &str) -> anyhow::Result<Vec<audit::Audited>> {
 #[tokio::test]
 async fn every_request_the_operator_makes_is_allowed_and_no_more_than_that() -> anyhow::Result<()> {
     let client = setup().await?;
-    let home = TestNamespace::create_labelled(&client, "fs-rights", &RESTRICTED).await?;
-    let shop = TestNamespace::create(&client, "fs-rights-shop").await?;
-    let release = Release::install(&chart::dir(), RELEASE, &home.name, &values(&shop.name)?)?;
+    let Installed {
+        release,
+        home,
+        shop,
+        ..
+    } = install(&client, "fs-rights").await?;
     let user = release.service_account_user();
-    ready_operator_pods(&client, &home.name, 2).await?;
     force_a_tier_and_an_abort(&client, &shop.name)
         .await?
         .delete(&client, &shop.name)
@@ -554,11 +568,13 @@ async fn ended_without_chaos(
 async fn an_upgrade_keeps_the_sale_ready_and_untouched_and_leaves_no_drill_orphaned()
 -> anyhow::Result<()> {
     let client = setup().await?;
-    let home = TestNamespace::create_labelled(&client, "fs-upgrade", &RESTRICTED).await?;
-    let shop = TestNamespace::create(&client, "fs-upgrade-shop").await?;
-    let mut values = values(&shop.name)?;
-    let release = Release::install(&chart::dir(), RELEASE, &home.name, &values)?;
-    let before = ready_operator_pods(&client, &home.name, 2).await?;
+    let Installed {
+        release,
+        home,
+        shop,
+        mut values,
+        pods: before,
+    } = install(&client, "fs-upgrade").await?;
     let sale = create_sale(&client, &shop.name, SignedDuration::from_hours(1)).await?;
     await_ready(&client, &shop.name, &sale.name).await?;
     let gateways = ready_pods(&client, &shop.name, &sale.name, "gateway").await?;
@@ -761,11 +777,13 @@ async fn await_firing(name: &str, labels: &[(&str, &str)]) -> anyhow::Result<Val
 #[tokio::test]
 async fn the_charts_alerts_fire_on_a_real_tier_and_a_real_abort() -> anyhow::Result<()> {
     let client = setup().await?;
-    let home = TestNamespace::create_labelled(&client, "fs-alerts", &RESTRICTED).await?;
-    let shop = TestNamespace::create(&client, "fs-alerts-shop").await?;
-    let values = values(&shop.name)?;
-    let release = Release::install(&chart::dir(), RELEASE, &home.name, &values)?;
-    ready_operator_pods(&client, &home.name, 2).await?;
+    let Installed {
+        release,
+        home,
+        shop,
+        values,
+        ..
+    } = install(&client, "fs-alerts").await?;
     await_operator_scraped(&home.name, 2).await?;
 
     // The rules as the release's PrometheusRule holds them, a tier held
