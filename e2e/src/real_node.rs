@@ -240,6 +240,45 @@ pub fn http() -> anyhow::Result<reqwest::Client> {
         .build()?)
 }
 
+/// Shoppers viewing pages, ten views a second at each URL, each view its
+/// own user, until dropped (and never past five minutes). A view is not
+/// waited for: a slow answer must not slow the views.
+pub struct PageViews(tokio::task::JoinHandle<()>);
+
+impl Drop for PageViews {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Views of `path` on every one of `gateways`, by pod IP.
+pub fn page_views(gateways: &[Pod], path: &str) -> anyhow::Result<PageViews> {
+    let urls = gateways
+        .iter()
+        .map(|g| Ok(format!("http://{}:8080{path}", pod_ip(g)?)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    views_of(urls)
+}
+
+/// Views of each of `urls`.
+pub fn views_of(urls: Vec<String>) -> anyhow::Result<PageViews> {
+    let client = http()?;
+    Ok(PageViews(tokio::spawn(async move {
+        let until = std::time::Instant::now() + Duration::from_secs(300);
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        let mut views = 0u64;
+        while std::time::Instant::now() < until {
+            tick.tick().await;
+            for url in &urls {
+                views += 1;
+                if let Ok(buyer) = token(&format!("viewer-{views}")) {
+                    tokio::spawn(client.get(url).bearer_auth(buyer).send());
+                }
+            }
+        }
+    })))
+}
+
 /// What Prometheus's pod discovery currently scrapes for the namespace:
 /// pod name → health.
 pub async fn scraped(ns: &str) -> Result<Vec<(String, String)>, String> {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::real_node::{
     START, Scene, TICK, await_below, await_injected, await_ready_gateways, cluster_ip, ended_run,
-    gateways_up, http, pod_ip, ready_pods, residue, run_now_drill, token, token_expiring,
+    gateways_up, http, page_views, pod_ip, ready_pods, residue, run_now_drill, token_expiring,
 };
 use flashsale_api::{ChaosDrill, chaosdrill::RunOutcome, children::OPS_PORT_NUMBER};
 use flashsale_controller_drill::{KILL_SWITCH_ANNOTATION, chaos::Kind};
@@ -188,39 +188,6 @@ fn item_page_p99(ns: &str) -> String {
     format!(
         r#"avg_over_time((max(histogram_quantile(0.99, sum by (pod, le) (rate(gateway_request_duration_seconds_bucket{{namespace="{ns}", route="/api/v1/items/{{sku}}"}}[5s])))))[15s:1s])"#
     )
-}
-
-/// Shoppers viewing `path` on every gateway, ten views a second each, each
-/// view its own user, until dropped (and never past five minutes). A view
-/// is not waited for: a slow answer must not slow the views.
-struct PageViews(tokio::task::JoinHandle<()>);
-
-impl Drop for PageViews {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-fn page_views(gateways: &[Pod], path: &str) -> anyhow::Result<PageViews> {
-    let urls = gateways
-        .iter()
-        .map(|g| Ok(format!("http://{}:8080{path}", pod_ip(g)?)))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let client = http()?;
-    Ok(PageViews(tokio::spawn(async move {
-        let until = Instant::now() + Duration::from_secs(300);
-        let mut tick = tokio::time::interval(Duration::from_millis(100));
-        let mut views = 0u64;
-        while Instant::now() < until {
-            tick.tick().await;
-            for url in &urls {
-                views += 1;
-                if let Ok(buyer) = token(&format!("viewer-{views}")) {
-                    tokio::spawn(client.get(url).bearer_auth(buyer).send());
-                }
-            }
-        }
-    })))
 }
 
 /// A drill cutting one gateway off from the sale's inventory, guarded by
