@@ -66,6 +66,7 @@ async fn the_short_scenario_passes_every_check_and_its_report_renders() -> anyho
     assert!(status.success(), "the scenario exited with {status}");
     assert_tiers_and_drill(&result);
     assert_funnel(&result);
+    assert_junit_lists_every_check(&out)?;
     assert_report_renders(&out).await?;
     drop(operator);
     Ok(())
@@ -91,6 +92,24 @@ fn assert_every_check_passed(result: &Value) -> anyhow::Result<()> {
             .ok_or_else(|| anyhow::anyhow!("check {name:?} missing: {checks:?}"))?;
         eprintln!("{} {name}: {detail}", if passed { "✓" } else { "✗" });
         assert!(passed, "{name}: {detail}");
+    }
+    Ok(())
+}
+
+/// `junit.xml` holds one passed test case per check of [`CHECKS`].
+fn assert_junit_lists_every_check(out: &Path) -> anyhow::Result<()> {
+    let xml = std::fs::read_to_string(out.join("junit.xml"))?;
+    let doc = roxmltree::Document::parse(&xml)?;
+    let cases: Vec<(&str, bool)> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("testcase"))
+        .map(|n| {
+            let failed = n.children().any(|c| c.has_tag_name("failure"));
+            (n.attribute("name").unwrap_or(""), failed)
+        })
+        .collect();
+    for name in CHECKS {
+        assert!(cases.contains(&(name, false)), "{name} in {xml}");
     }
     Ok(())
 }

@@ -96,6 +96,8 @@ impl Outcome {
 pub const RESULT_FILE: &str = "result.json";
 /// The name of the report in the output folder.
 pub const REPORT_FILE: &str = "report.html";
+/// The name of the checks as JUnit XML in the output folder.
+pub const JUNIT_FILE: &str = "junit.xml";
 
 const TICK: Duration = Duration::from_millis(250);
 /// How long the buyers stay once the SLO holds again, so the report shows
@@ -881,7 +883,7 @@ async fn end_sale(sales: &Api<FlashSale>, plan: &Plan, progress: &Progress) -> a
     Ok(())
 }
 
-/// Writes the report, the result and the ledger.
+/// Writes the report, the checks as JUnit XML, the result and the ledger.
 fn write_outputs(
     dir: &Path,
     report: &Report,
@@ -894,6 +896,10 @@ fn write_outputs(
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
     };
     write(REPORT_FILE, crate::report::render_html(report))?;
+    write(
+        JUNIT_FILE,
+        crate::report::render_junit("flashsale-scenario", &outcome.checks, outcome.seconds),
+    )?;
     write(RESULT_FILE, serde_json::to_string_pretty(outcome)?)?;
     write("ledger.json", serde_json::to_string_pretty(ledger)?)?;
     Ok(())
