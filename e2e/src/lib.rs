@@ -1,7 +1,8 @@
 //! The test kit of the project, for tests, benchmarks and the play that run
 //! against the local stack (`e2e/local/stack`): where each component is, how
 //! to wait for a condition with a deadline instead of sleeping, the operator
-//! process, and the worlds tests build (a drill's scene, an exporter the
+//! process, a Service reached through the apiserver alone, and the worlds
+//! tests build (a drill's scene, an exporter the
 //! test sets, the chart and its rights, the audit log, Prometheus's
 //! rules and alerts, the gateway's funnel, order topics, a sale on the real node).
 
@@ -12,12 +13,14 @@ pub mod clusters;
 pub mod drill;
 pub mod exporter;
 pub mod faults;
+pub mod forward;
 pub mod funnel;
 pub mod inside;
 pub mod kafka;
 pub mod kube;
 pub mod metrics;
 pub mod operator;
+pub mod order_flow;
 pub mod orders;
 pub mod private_redis;
 pub mod prometheus;

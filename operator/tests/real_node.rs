@@ -5,7 +5,10 @@
 
 mod common;
 
-use std::{collections::BTreeSet, time::Duration};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    time::Duration,
+};
 
 use common::{
     condition,
@@ -22,7 +25,7 @@ use flashsale_api::{
     degradation::DegradationPolicyStatus,
 };
 use flashsale_controller_drill::chaos::Kind;
-use flashsale_e2e::{kafka, kube::TestNamespace, stack, wait::poll_until};
+use flashsale_e2e::{forward::Forward, kafka, kube::TestNamespace, stack, wait::poll_until};
 use flashsale_observe::pods::is_ready;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::{apps::v1::Deployment, core::v1::Pod, events::v1::Event};
@@ -744,5 +747,91 @@ async fn assert_only_the_target_killed(
             );
         }
     }
+    Ok(())
+}
+
+/// `count` GETs of `url`, each on a new connection as each of many buyers
+/// makes one; the first answer that is not 200 as an error.
+async fn gets_on_new_connections(url: &str, count: usize) -> Result<(), String> {
+    let fresh = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .timeout(Duration::from_secs(10))
+        .build()
+        .map_err(|e| e.to_string())?;
+    for _ in 0..count {
+        let answer = fresh.get(url).send().await.map_err(|e| e.to_string())?;
+        if answer.status() != 200 {
+            return Err(format!("answered {}", answer.status()));
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_forward_through_the_apiserver_spreads_connections_over_ready_gateways_and_skips_a_deleted_one()
+-> anyhow::Result<()> {
+    let client = setup().await?;
+    let ns = TestNamespace::create(&client, "real-forward").await?;
+    let operator = operator(&ns.name)?;
+    let sale = create_sale(&client, &ns.name, SignedDuration::from_hours(1)).await?;
+    await_ready(&client, &ns.name, &sale.name).await?;
+    let gateways = ready_pods(&client, &ns.name, &sale.name, "gateway").await?;
+    assert_eq!(gateways.len(), 2);
+
+    // The gateways' Service with nothing but the kubeconfig, as a run from
+    // a CI runner reaches a kind cluster: its ops port (named, like every
+    // port of the sale's Services), where a ready gateway answers 200.
+    let service = format!("{}-gateway", sale.name);
+    let forward = Forward::to_service(&client, &ns.name, &service, 9090).await?;
+    let ready = format!("{}/readyz", forward.url());
+    gets_on_new_connections(&ready, 20)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let each: BTreeMap<String, u64> = gateways.iter().map(|g| (g.name_any(), 10)).collect();
+    assert_eq!(forward.forwarded(), each, "connections by gateway");
+
+    // A gateway deleted: once its endpoint is gone, no new connection
+    // goes to it.
+    let gone = gateways[0].name_any();
+    Api::<Pod>::namespaced(client.clone(), &ns.name)
+        .delete(
+            &gone,
+            &DeleteParams {
+                grace_period_seconds: Some(0),
+                ..DeleteParams::default()
+            },
+        )
+        .await?;
+    poll_until(
+        "ten answers in a row, none from the deleted gateway",
+        START,
+        TICK,
+        || async {
+            let before = forward.forwarded().get(&gone).copied();
+            gets_on_new_connections(&ready, 10).await?;
+            let after = forward.forwarded().get(&gone).copied();
+            if before == after {
+                Ok(())
+            } else {
+                Err(format!("{gone} still took connections"))
+            }
+        },
+    )
+    .await?;
+    let spread = forward.forwarded();
+    eprintln!(
+        "forward: {spread:?}, {} refused while the gateway went",
+        forward.refused()
+    );
+    let others: u64 = spread
+        .iter()
+        .filter(|(pod, _)| **pod != gone)
+        .map(|(_, n)| n)
+        .sum();
+    assert!(
+        others >= 20,
+        "the other gateways took the connections: {spread:?}"
+    );
+    drop(operator);
     Ok(())
 }

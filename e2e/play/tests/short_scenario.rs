@@ -1,7 +1,7 @@
 //! The short scenario, end to end on the local stack's real node: the
-//! operator for a namespace of its own, then `flashsale-scenario --short`,
-//! then every check it reports and the report rendered in headless
-//! Chromium.
+//! operator for a namespace of its own, then `flashsale-scenario --short`
+//! with the buyers reaching the gateways through the apiserver, then every
+//! check it reports and the report rendered in headless Chromium.
 
 use std::{collections::BTreeMap, path::Path, time::Duration};
 
@@ -52,7 +52,10 @@ async fn the_short_scenario_passes_every_check_and_its_report_renders() -> anyho
     let out = std::env::temp_dir().join(format!("{}-report", ns.name));
 
     let status = tokio::process::Command::new(env!("CARGO_BIN_EXE_flashsale-scenario"))
-        .args(["--short", "--namespace", &ns.name, "--out"])
+        // Through the apiserver, as a CI job reaches a kind cluster; the
+        // README's run goes through the Service's cluster IP.
+        .args(["--short", "--reach", "apiserver", "--namespace", &ns.name])
+        .arg("--out")
         .arg(&out)
         .kill_on_drop(true)
         .status();

@@ -8,7 +8,7 @@ use clap::Parser;
 
 use flashsale_play::{
     buyers::Progress,
-    scenario::{self, Options, plan::Plan},
+    scenario::{self, Options, Reach, plan::Plan},
 };
 
 /// Plays a whole flash sale on the local stack and proves it survived.
@@ -47,6 +47,11 @@ struct Cli {
     /// Seeds the buyers' choices, for a reproducible run.
     #[arg(long, default_value_t = 1111)]
     seed: u64,
+    /// How the buyers reach the gateways: by the Service's cluster IP (the
+    /// host routes to it) or through the apiserver, as `kubectl
+    /// port-forward` does, when only a kubeconfig reaches the cluster.
+    #[arg(long, value_enum, default_value_t = Reach::ServiceIp)]
+    reach: Reach,
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -83,6 +88,7 @@ async fn main() -> ExitCode {
         plan,
         out_dir: cli.out,
         seed: cli.seed,
+        reach: cli.reach,
     };
     match scenario::play(options, progress).await {
         Ok(outcome) if outcome.passed() => ExitCode::SUCCESS,

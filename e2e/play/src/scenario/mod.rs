@@ -27,7 +27,7 @@ use anyhow::{Context, bail};
 use flashsale_api::{
     ChaosDrill, DegradationPolicy, FlashSale, chaosdrill::RunRecord, flashsale::SalePhase,
 };
-use flashsale_e2e::{kafka, stack, wait::poll_until};
+use flashsale_e2e::{forward::Forward, kafka, stack, wait::poll_until};
 use jiff::Timestamp;
 use k8s_openapi::{
     ByteString,
@@ -66,6 +66,21 @@ pub struct Options {
     pub out_dir: PathBuf,
     /// Seeds the buyers' choices.
     pub seed: u64,
+    /// How the buyers reach the sale's gateways.
+    pub reach: Reach,
+}
+
+/// How the buyers reach the sale's gateways from where the scenario runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Reach {
+    /// The gateway Service's cluster IP, which the host routes to (the
+    /// local stack's node is the host).
+    #[default]
+    ServiceIp,
+    /// Through the apiserver, as `kubectl port-forward` does: all a
+    /// kubeconfig gives a runner outside the cluster, such as a kind
+    /// cluster's CI job.
+    Apiserver,
 }
 
 /// How a played sale ended.
@@ -133,6 +148,7 @@ pub async fn play(options: Options, progress: Progress) -> anyhow::Result<Outcom
         plan,
         out_dir,
         seed,
+        reach,
     } = options;
     let mut steps = Steps {
         progress: progress.clone(),
@@ -170,7 +186,8 @@ pub async fn play(options: Options, progress: Progress) -> anyhow::Result<Outcom
         plan.users,
         plan.load.as_secs()
     ));
-    let gateway = gateway_url(&client, &ns, &plan.sale).await?;
+    // Kept until the buyers are done: dropping it closes a forward.
+    let (gateway, _forward) = reach.gateways(&client, &ns, &plan.sale).await?;
     let played = play_load(
         &client,
         &prometheus,
@@ -830,13 +847,37 @@ async fn await_scraped(
     Ok(())
 }
 
-/// `http://<cluster IP>` of the sale's gateway Service (kube-proxy routes
-/// it from the host too).
-async fn gateway_url(client: &Client, ns: &str, sale: &str) -> anyhow::Result<String> {
+/// The port of the sale's gateway Service.
+const GATEWAY_PORT: u16 = 80;
+
+impl Reach {
+    /// The base URL of `sale`'s gateways, and the forward behind it while
+    /// one is needed.
+    async fn gateways(
+        self,
+        client: &Client,
+        ns: &str,
+        sale: &str,
+    ) -> anyhow::Result<(String, Option<Forward>)> {
+        let service = format!("{sale}-gateway");
+        Ok(match self {
+            Self::ServiceIp => (gateway_url(client, ns, &service).await?, None),
+            Self::Apiserver => {
+                let forward = Forward::to_service(client, ns, &service, GATEWAY_PORT)
+                    .await
+                    .context("forwarding to the gateways through the apiserver")?;
+                (forward.url(), Some(forward))
+            }
+        })
+    }
+}
+
+/// `http://<cluster IP>` of the Service `name` (kube-proxy routes it from
+/// the host too).
+async fn gateway_url(client: &Client, ns: &str, name: &str) -> anyhow::Result<String> {
     let services: Api<Service> = Api::namespaced(client.clone(), ns);
-    let name = format!("{sale}-gateway");
     let service = services
-        .get(&name)
+        .get(name)
         .await
         .with_context(|| format!("Service {name}"))?;
     let ip = service
