@@ -81,11 +81,21 @@ pub struct Sale {
 
 /// A sale on the real node that opens in `opens_in` (warming up until then),
 /// with its own Kafka topics, reaching the stack's stores through the
-/// `flashsale-stack` Services.
+/// `flashsale-stack` Services: 10 units of `CASE`, at most 3 per buyer.
 pub async fn create_sale(
     client: &Client,
     ns: &str,
     opens_in: SignedDuration,
+) -> anyhow::Result<Sale> {
+    create_stocked_sale(client, ns, opens_in, 10).await
+}
+
+/// [`create_sale`] with `stock` units of `CASE`.
+pub async fn create_stocked_sale(
+    client: &Client,
+    ns: &str,
+    opens_in: SignedDuration,
+    stock: u32,
 ) -> anyhow::Result<Sale> {
     let brokers = stack::kafka_brokers()?;
     let name = "real".to_owned();
@@ -119,7 +129,7 @@ pub async fn create_sale(
             "region": "local",
             "reservationTTL": "5m",
             "placement": placement(),
-            "items": [{"sku": "CASE", "stock": 10, "perUserLimit": 3, "priceMinor": 1900}],
+            "items": [{"sku": "CASE", "stock": stock, "perUserLimit": 3, "priceMinor": 1900}],
             "gateway": {
                 "replicas": 2,
                 "resources": small(),
