@@ -47,6 +47,11 @@ use kube::{
 };
 use serde_json::{Value, json};
 
+/// Held by each test that runs drills on the real node, so they take turns:
+/// the CPU stress of one would starve the other's gateways (their scrapes,
+/// their answers) and turn its verdicts into the machine's.
+static REAL_NODE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Every `chaos/*.yaml`, by file name, with its text.
 fn library() -> anyhow::Result<Vec<(String, String)>> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../chaos");
@@ -235,6 +240,7 @@ async fn run(client: &Client, ns: &str, drill: Value) -> anyhow::Result<(ChaosDr
 #[tokio::test]
 async fn the_librarys_gateway_drills_run_on_the_real_node_and_end_as_their_comments_say()
 -> anyhow::Result<()> {
+    let _turn = REAL_NODE.lock().await;
     let scene = Scene::start("chaos-library-run").await?;
     let (client, ns, sale) = (&scene.client, &scene.ns.name, &scene.sale.name);
     // Shoppers view the item page through the gateways' Service, as buyers
@@ -451,6 +457,7 @@ async fn run_under_orders(
 #[tokio::test]
 async fn the_librarys_store_and_zone_drills_run_under_orders_lose_none_and_end_as_their_comments_say()
 -> anyhow::Result<()> {
+    let _turn = REAL_NODE.lock().await;
     let client = setup().await?;
     let ns = TestNamespace::create(&client, "chaos-library-orders").await?;
     let ns = &ns.name;
