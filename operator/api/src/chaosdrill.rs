@@ -421,6 +421,15 @@ impl SloObjective {
             .replace("$namespace", namespace)
             .replace("$sale", sale)
     }
+
+    /// Whether `value` is on the safe side of the threshold, equality
+    /// included. Written as the safe case so that a NaN is never safe.
+    pub fn holds(&self, value: f64) -> bool {
+        match self.breach_when {
+            BreachWhen::Above => value <= self.threshold,
+            BreachWhen::Below => value >= self.threshold,
+        }
+    }
 }
 
 /// Direction of a breach.

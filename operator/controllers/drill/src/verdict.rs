@@ -199,7 +199,7 @@ fn judge(
                     format!("the query's value is {}, not a number", sample.value),
                 );
             }
-            if within(sample.value, objective.threshold, objective.breach_when) {
+            if objective.holds(sample.value) {
                 Verdict::Healthy
             } else {
                 Verdict::Breach {
@@ -211,15 +211,6 @@ fn judge(
                 }
             }
         }
-    }
-}
-
-/// Whether `value` is on the safe side of `threshold`, equality included.
-/// Written as the safe case so that a NaN threshold is never safe.
-fn within(value: f64, threshold: f64, breach_when: BreachWhen) -> bool {
-    match breach_when {
-        BreachWhen::Above => value <= threshold,
-        BreachWhen::Below => value >= threshold,
     }
 }
 
