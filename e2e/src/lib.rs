@@ -1,7 +1,9 @@
 //! The test kit of the project, for tests, benchmarks and the play that run
 //! against the local stack (`e2e/local/stack`): where each component is, how
 //! to wait for a condition with a deadline instead of sleeping, the operator
-//! process, a Service reached through the apiserver alone, and the worlds
+//! process, a Service reached from outside the cluster (by its cluster IP or
+//! through the apiserver alone), the cluster's stores as its Secret names
+//! them, and the worlds
 //! tests build (a drill's scene, an exporter the
 //! test sets, the chart and its rights, the audit log, Prometheus's
 //! rules and alerts, the gateway's funnel, order topics, a sale on the real node).
@@ -24,8 +26,10 @@ pub mod order_flow;
 pub mod orders;
 pub mod private_redis;
 pub mod prometheus;
+pub mod reach;
 pub mod real_node;
 pub mod redis_keys;
 pub mod sales;
 pub mod stack;
+pub mod stores;
 pub mod wait;

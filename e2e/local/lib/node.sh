@@ -596,15 +596,24 @@ EOF
 POD_PROMETHEUS_URL=http://prometheus.flashsale-stack.svc.cluster.local:9090
 
 # The host's stores and Prometheus as Services, so pods use the names a
-# cluster would give them (the operator's pods read Prometheus).
+# cluster would give them (the operator's pods read Prometheus), and the
+# Secret `stores` naming them, from which the scenario finds them with a
+# kubeconfig alone (as it does on a kind cluster, whose install writes it).
 up_stack-services() {
   apply_endpoints flashsale-stack redis "" "redis:6379:TCP:$REDIS_PORT"
   apply_endpoints flashsale-stack postgres "" "postgres:5432:TCP:$POSTGRES_PORT"
   apply_endpoints flashsale-stack kafka "" "kafka:9092:TCP:$KAFKA_PODS_PORT"
   apply_endpoints flashsale-stack prometheus "" "http:9090:TCP:$PROMETHEUS_PORT"
+  eval "$(env_stack-services)"
+  kubectl -n flashsale-stack create secret generic stores \
+    --from-literal=redis-url="$POD_REDIS_URL" --from-literal=database-url="$POD_DATABASE_URL" \
+    --from-literal=kafka-brokers="$POD_KAFKA_BROKERS" --from-literal=prometheus-url="$POD_PROMETHEUS_URL" \
+    --dry-run=client -o yaml | kubectl apply --server-side --force-conflicts -f - >/dev/null \
+    || die "applying Secret flashsale-stack/stores failed"
 }
 is_up_stack-services() {
-  live_pid apiserver >/dev/null && kubectl -n flashsale-stack get endpointslice prometheus-host >/dev/null 2>&1
+  live_pid apiserver >/dev/null && kubectl -n flashsale-stack get endpointslice prometheus-host >/dev/null 2>&1 \
+    && kubectl -n flashsale-stack get secret stores >/dev/null 2>&1
 }
 address_stack-services() { echo "{redis,postgres,kafka,prometheus}.flashsale-stack.svc"; }
 

@@ -7,3 +7,4 @@ mod kube;
 mod prometheus;
 mod redis;
 mod sql;
+mod stores;

@@ -1,4 +1,4 @@
-//! `flashsale-scenario`: plays a whole flash sale on the local stack (load,
+//! `flashsale-scenario`: plays a whole flash sale on a cluster (load,
 //! degradation, a chaos drill aborted by its SLO guard), checks it against
 //! the systems of record and writes a report.
 
@@ -11,10 +11,12 @@ use flashsale_play::{
     scenario::{self, Options, Reach, plan::Plan},
 };
 
-/// Plays a whole flash sale on the local stack and proves it survived.
+/// Plays a whole flash sale on a cluster and proves it survived.
 ///
-/// Needs the stack's variables (`eval "$(e2e/local/stack env)"`) and an
-/// operator watching the namespace; `e2e/local/stack run` sets up both.
+/// Needs a kubeconfig (`KUBECONFIG` or `~/.kube/config`) for a cluster with
+/// the operator watching the namespace, Chaos Mesh, and the Secret
+/// `flashsale-stack/stores` naming its Redis, PostgreSQL, Kafka and
+/// Prometheus; the local stack (`e2e/local/stack up`) has all of them.
 /// Exits 0 when every check passed, 1 when one failed, 2 when the scenario
 /// could not run.
 #[derive(Debug, Parser)]
@@ -47,9 +49,10 @@ struct Cli {
     /// Seeds the buyers' choices, for a reproducible run.
     #[arg(long, default_value_t = 1111)]
     seed: u64,
-    /// How the buyers reach the gateways: by the Service's cluster IP (the
-    /// host routes to it) or through the apiserver, as `kubectl
-    /// port-forward` does, when only a kubeconfig reaches the cluster.
+    /// How the scenario reaches the gateways, the stores and Prometheus: by
+    /// their Services' cluster IPs (the host routes to them) or through the
+    /// apiserver, as `kubectl port-forward` does, when only a kubeconfig
+    /// reaches the cluster.
     #[arg(long, value_enum, default_value_t = Reach::ServiceIp)]
     reach: Reach,
 }

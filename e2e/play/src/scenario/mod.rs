@@ -1,5 +1,6 @@
-//! The scenario: a whole flash sale on the local stack's real node, played
-//! and then proven.
+//! The scenario: a whole flash sale on a cluster (the local stack's real
+//! node, or any cluster whose stores a Secret names), played and then
+//! proven.
 //!
 //! 1. The sale is applied and warms up; its pods start on the real node.
 //! 2. A DegradationPolicy reads the gateways' load from Prometheus.
@@ -27,15 +28,21 @@ use anyhow::{Context, bail};
 use flashsale_api::{
     ChaosDrill, DegradationPolicy, FlashSale, chaosdrill::RunRecord, flashsale::SalePhase,
 };
-use flashsale_e2e::{forward::Forward, kafka, stack, wait::poll_until};
+pub use flashsale_e2e::reach::Reach;
+use flashsale_e2e::{
+    kafka,
+    real_node::REAL_NODE_KEY,
+    stores::{Stores, Urls},
+    wait::poll_until,
+};
 use jiff::Timestamp;
 use k8s_openapi::{
     ByteString,
-    api::core::v1::{Namespace, Secret, Service},
+    api::core::v1::{Namespace, Node, Secret},
 };
 use kube::{
     Client, Resource,
-    api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams},
+    api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams},
 };
 use rand::RngCore;
 use serde::Serialize;
@@ -66,21 +73,9 @@ pub struct Options {
     pub out_dir: PathBuf,
     /// Seeds the buyers' choices.
     pub seed: u64,
-    /// How the buyers reach the sale's gateways.
+    /// How the scenario reaches the sale's gateways and the cluster's
+    /// stores and Prometheus.
     pub reach: Reach,
-}
-
-/// How the buyers reach the sale's gateways from where the scenario runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum Reach {
-    /// The gateway Service's cluster IP, which the host routes to (the
-    /// local stack's node is the host).
-    #[default]
-    ServiceIp,
-    /// Through the apiserver, as `kubectl port-forward` does: all a
-    /// kubeconfig gives a runner outside the cluster, such as a kind
-    /// cluster's CI job.
-    Apiserver,
 }
 
 /// How a played sale ended.
@@ -156,20 +151,16 @@ pub async fn play(options: Options, progress: Progress) -> anyhow::Result<Outcom
         n: 0,
         started,
     };
-    let client = flashsale_e2e::kube::client()
-        .await
-        .context("connecting to the apiserver")?;
-    let prometheus: prometheus_http_query::Client =
-        stack::prometheus_url()?.parse().context("Prometheus URL")?;
+    let (client, stores, prometheus) = connect(reach).await?;
 
     steps.begin(&format!(
         "preparing {ns}: the previous run's objects go, new keys and topics"
     ));
-    let keys = prepare(&client, &ns, &plan).await?;
-    let wiring = wire_kafka().await?;
+    let keys = prepare(&client, &ns, &plan, &stores.in_cluster.database).await?;
+    let wiring = wire(&client, &stores).await?;
 
     steps.begin(&format!(
-        "applying sale {ns}/{}: it warms up now and opens in {}s; its pods start on the real node",
+        "applying sale {ns}/{}: it warms up now and opens in {}s; its pods start",
         plan.sale,
         plan.opens_in.as_secs()
     ));
@@ -187,7 +178,11 @@ pub async fn play(options: Options, progress: Progress) -> anyhow::Result<Outcom
         plan.load.as_secs()
     ));
     // Kept until the buyers are done: dropping it closes a forward.
-    let (gateway, _forward) = reach.gateways(&client, &ns, &plan.sale).await?;
+    let gateways = reach
+        .service(&client, &ns, &plan.gateway_service(), GATEWAY_PORT)
+        .await
+        .context("reaching the gateways")?;
+    let gateway = format!("http://{}", gateways.address);
     let played = play_load(
         &client,
         &prometheus,
@@ -205,7 +200,7 @@ pub async fn play(options: Options, progress: Progress) -> anyhow::Result<Outcom
     end_sale(&sales, &plan, &progress).await?;
 
     steps.begin("checking stock, orders, tiers and the drill against the systems of record");
-    let proven = prove(&client, &ns, &plan, &sale_id, &played, &progress).await?;
+    let proven = prove(&client, &stores, &ns, &plan, &sale_id, &played, &progress).await?;
 
     steps.begin("writing the report from the run's Prometheus data");
     let (funnel, plots, bars) = figures(&prometheus, &plan, &ns, &played, &proven).await?;
@@ -230,6 +225,19 @@ pub async fn play(options: Options, progress: Progress) -> anyhow::Result<Outcom
     Ok(outcome)
 }
 
+/// The apiserver, the cluster's stores and its Prometheus, reached `reach`.
+async fn connect(reach: Reach) -> anyhow::Result<(Client, Stores, prometheus_http_query::Client)> {
+    // Any kubeconfig: `KUBECONFIG`, `~/.kube/config` or the pod's own.
+    let client = Client::try_default()
+        .await
+        .context("connecting to the apiserver")?;
+    let stores = Stores::discover(&client, reach)
+        .await
+        .context("finding the cluster's stores")?;
+    let prometheus = stores.here.prometheus.parse().context("Prometheus URL")?;
+    Ok((client, stores, prometheus))
+}
+
 /// What the checks found, with the facts the report draws from too.
 struct Proven {
     /// The checks, in order.
@@ -246,6 +254,7 @@ struct Proven {
 /// tiers, the drill, and that no chaos is left.
 async fn prove(
     client: &Client,
+    stores: &Stores,
     ns: &str,
     plan: &Plan,
     sale_id: &str,
@@ -259,7 +268,8 @@ async fn prove(
         .get_opt(&plan.sale)
         .await?
         .and_then(|d| d.status.unwrap_or_default().history.into_iter().next());
-    let (stock, rows) = settled_facts(sale_id, plan, &acked, &unresolved, progress).await?;
+    let (stock, rows) =
+        settled_facts(&stores.here, sale_id, plan, &acked, &unresolved, progress).await?;
     let left = facts::chaos_left(client, ns).await?;
     let checks = vec![
         checks::stock_conserved(&stock),
@@ -318,21 +328,26 @@ fn subtitle(plan: &Plan, sale_id: &str, from: Timestamp, ended_at: Timestamp) ->
 }
 
 /// Creates this run's order topic and its dead-letter topic, and returns
-/// how the sale reaches Redis and Kafka from inside the cluster.
-async fn wire_kafka() -> anyhow::Result<Wiring> {
+/// how the sale reaches Redis and Kafka from inside the cluster, and the
+/// nodes it must run on.
+async fn wire(client: &Client, stores: &Stores) -> anyhow::Result<Wiring> {
     let topic = format!("play-orders-{}", Timestamp::now().as_second());
-    let brokers = stack::kafka_brokers()?;
-    kafka::create_topic(&brokers, &topic, 3)
+    let brokers = &stores.here.kafka_brokers;
+    kafka::create_topic(brokers, &topic, 3)
         .await
         .context("creating the order topic")?;
-    kafka::create_topic(&brokers, &format!("{topic}.dlq"), 1)
+    kafka::create_topic(brokers, &format!("{topic}.dlq"), 1)
         .await
         .context("creating the dead-letter topic")?;
+    let kept_apart = Api::<Node>::all(client.clone())
+        .list(&ListParams::default().labels(REAL_NODE_KEY).limit(1))
+        .await
+        .context("listing the nodes")?;
     Ok(Wiring {
-        redis_url: stack::in_cluster::redis_url()?,
-        kafka_brokers: stack::in_cluster::kafka_brokers()?,
+        redis_url: stores.in_cluster.redis.clone(),
+        kafka_brokers: stores.in_cluster.kafka_brokers.clone(),
         topic,
-        node_label: "flashsale.dev/real-node".into(),
+        node_label: (!kept_apart.items.is_empty()).then(|| REAL_NODE_KEY.to_owned()),
     })
 }
 
@@ -407,13 +422,14 @@ fn unresolved_requests(ledger: &buyers::Ledger, sale_id: &str) -> Vec<String> {
 /// events may still be on their way to the database when the sale has
 /// drained, hence the polling.
 async fn settled_facts(
+    stores: &Urls,
     sale_id: &str,
     plan: &Plan,
     acked: &[Acked],
     unresolved: &[String],
     progress: &Progress,
 ) -> anyhow::Result<(Vec<Stock>, Vec<Row>)> {
-    let records = facts::Records::connect(&stack::redis_url()?, &stack::postgres_url()?).await?;
+    let records = facts::Records::connect(&stores.redis, &stores.database).await?;
     let facts = Mutex::new(None);
     let settled = poll_until(
         "the orders settle",
@@ -679,7 +695,7 @@ struct Keys {
 
 /// Makes the namespace ready: the previous run's sale, policy and drill
 /// deleted (the sale with its pods), then fresh Secrets.
-async fn prepare(client: &Client, ns: &str, plan: &Plan) -> anyhow::Result<Keys> {
+async fn prepare(client: &Client, ns: &str, plan: &Plan, database: &str) -> anyhow::Result<Keys> {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     if namespaces.get_opt(ns).await?.is_none() {
         let object = Namespace {
@@ -704,7 +720,7 @@ async fn prepare(client: &Client, ns: &str, plan: &Plan) -> anyhow::Result<Keys>
         ("jwt", "key", keys.jwt.clone()),
         ("payment", "key", keys.payment.clone()),
         ("queue", "key", queue),
-        ("db", "url", stack::in_cluster::database_url()?.into_bytes()),
+        ("db", "url", database.as_bytes().to_vec()),
     ] {
         let name = plan.secret(what);
         let secret = Secret {
@@ -849,43 +865,6 @@ async fn await_scraped(
 
 /// The port of the sale's gateway Service.
 const GATEWAY_PORT: u16 = 80;
-
-impl Reach {
-    /// The base URL of `sale`'s gateways, and the forward behind it while
-    /// one is needed.
-    async fn gateways(
-        self,
-        client: &Client,
-        ns: &str,
-        sale: &str,
-    ) -> anyhow::Result<(String, Option<Forward>)> {
-        let service = format!("{sale}-gateway");
-        Ok(match self {
-            Self::ServiceIp => (gateway_url(client, ns, &service).await?, None),
-            Self::Apiserver => {
-                let forward = Forward::to_service(client, ns, &service, GATEWAY_PORT)
-                    .await
-                    .context("forwarding to the gateways through the apiserver")?;
-                (forward.url(), Some(forward))
-            }
-        })
-    }
-}
-
-/// `http://<cluster IP>` of the Service `name` (kube-proxy routes it from
-/// the host too).
-async fn gateway_url(client: &Client, ns: &str, name: &str) -> anyhow::Result<String> {
-    let services: Api<Service> = Api::namespaced(client.clone(), ns);
-    let service = services
-        .get(name)
-        .await
-        .with_context(|| format!("Service {name}"))?;
-    let ip = service
-        .spec
-        .and_then(|s| s.cluster_ip)
-        .with_context(|| format!("Service {name} has no cluster IP"))?;
-    Ok(format!("http://{ip}"))
-}
 
 /// Ends the sale now and waits until it has drained: unpaid reservations
 /// returned at `end + reservationTTL`, the order-writer's lag read as 0.

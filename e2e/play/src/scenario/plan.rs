@@ -31,8 +31,10 @@ pub struct Wiring {
     pub kafka_brokers: String,
     /// The run's own order topic (its dead letters go to `<topic>.dlq`).
     pub topic: String,
-    /// The label and taint key of the real node.
-    pub node_label: String,
+    /// The label and taint key of the nodes the sale's pods must run on,
+    /// when the cluster keeps some apart (the local stack's real node,
+    /// among simulated ones); none on a cluster whose nodes all run pods.
+    pub node_label: Option<String>,
 }
 
 /// The whole scenario's numbers.
@@ -167,10 +169,10 @@ impl Plan {
                 "schedule": {"start": start.to_string(), "end": end.to_string(), "warmUp": "10m"},
                 "region": "local",
                 "reservationTTL": format!("{}s", self.reservation_ttl.as_secs()),
-                "placement": {
-                    "nodeSelector": {wiring.node_label.clone(): "true"},
-                    "tolerations": [{"key": wiring.node_label, "operator": "Exists", "effect": "NoSchedule"}]
-                },
+                "placement": wiring.node_label.as_ref().map(|label| json!({
+                    "nodeSelector": {label.clone(): "true"},
+                    "tolerations": [{"key": label, "operator": "Exists", "effect": "NoSchedule"}]
+                })),
                 "items": items,
                 "gateway": {
                     "replicas": 2,
@@ -200,6 +202,11 @@ impl Plan {
     /// The name of the sale's Secret `what` (jwt, payment, queue, db).
     pub fn secret(&self, what: &str) -> String {
         format!("{}-{what}", self.sale)
+    }
+
+    /// The name of the Service in front of the sale's gateways.
+    pub fn gateway_service(&self) -> String {
+        format!("{}-gateway", self.sale)
     }
 
     /// The DegradationPolicy: two tiers on the share of the planned peak
@@ -286,7 +293,7 @@ mod tests {
             redis_url: "redis://redis:6379".into(),
             kafka_brokers: "kafka:9094".into(),
             topic: "play-orders".into(),
-            node_label: "flashsale.dev/real-node".into(),
+            node_label: Some("flashsale.dev/real-node".into()),
         }
     }
 
