@@ -82,13 +82,25 @@ struct Target {
 }
 
 impl Forward {
-    /// Forwards a local port on 127.0.0.1 to port `port` of Service
+    /// Forwards a free local port on 127.0.0.1 to port `port` of Service
     /// `service` in `ns`.
     pub async fn to_service(
         client: &Client,
         ns: &str,
         service: &str,
         port: u16,
+    ) -> Result<Self, ForwardError> {
+        Self::to_service_from(client, ns, service, port, 0).await
+    }
+
+    /// Forwards local port `local` on 127.0.0.1 (0: any free one) to port
+    /// `port` of Service `service` in `ns`.
+    pub async fn to_service_from(
+        client: &Client,
+        ns: &str,
+        service: &str,
+        port: u16,
+        local: u16,
     ) -> Result<Self, ForwardError> {
         let named = format!("{ns}/{service}");
         let found = Api::<Service>::namespaced(client.clone(), ns)
@@ -123,7 +135,7 @@ impl Forward {
             target_port,
             next: AtomicUsize::new(0),
         });
-        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        let listener = TcpListener::bind(("127.0.0.1", local)).await?;
         let address = listener.local_addr()?;
         let stats = Arc::new(Stats::default());
         let task = tokio::spawn(serve(listener, target, stats.clone()));

@@ -65,6 +65,19 @@ impl Reach {
         name: &str,
         port: u16,
     ) -> Result<Reached, ReachError> {
+        self.service_from(client, ns, name, port, 0).await
+    }
+
+    /// Reaches port `port` of Service `ns/name`; a forward through the
+    /// apiserver listens on local port `local` (0: any free one).
+    pub async fn service_from(
+        self,
+        client: &Client,
+        ns: &str,
+        name: &str,
+        port: u16,
+        local: u16,
+    ) -> Result<Reached, ReachError> {
         let named = format!("{ns}/{name}");
         let read = |source| ReachError::Read {
             service: named.clone(),
@@ -118,7 +131,7 @@ impl Reach {
                 })
             }
             Self::Apiserver => {
-                let forward = Forward::to_service(client, ns, name, port).await?;
+                let forward = Forward::to_service_from(client, ns, name, port, local).await?;
                 Ok(Reached {
                     address: forward.address().to_string(),
                     forward: Some(forward),

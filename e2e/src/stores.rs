@@ -7,6 +7,14 @@
 //! Services. The local stack writes it for its host processes; a kind
 //! cluster's install writes it for the stores it runs as pods. A run
 //! outside the cluster reaches each of those Services by its [`Reach`].
+//!
+//! Kafka clients connect to the addresses the brokers advertise, not to
+//! the one they bootstrapped from, so a forwarded bootstrap address alone
+//! leads nowhere. The optional key `kafka-outside` names a listener of the
+//! brokers' Service for clients outside the cluster that advertises
+//! `127.0.0.1` and its own port: through the apiserver, the run forwards
+//! that same local port to it, as `kubectl port-forward svc/kafka
+//! 29092:29092` would.
 
 use std::collections::BTreeMap;
 
@@ -39,6 +47,14 @@ pub enum StoresError {
     /// An address has no port, or one that is not a number.
     #[error("{key}: `{address}` names no port")]
     Port {
+        /// The Secret's key.
+        key: &'static str,
+        /// The address in it.
+        address: String,
+    },
+    /// An address that must be a Service's is not.
+    #[error("{key}: `{address}` is not <service>.<namespace>.svc:<port>")]
+    NotService {
         /// The Secret's key.
         key: &'static str,
         /// The address in it.
@@ -107,9 +123,16 @@ impl Stores {
         let here = Urls {
             redis: reacher.url("redis-url", &in_cluster.redis).await?,
             database: reacher.url("database-url", &in_cluster.database).await?,
-            kafka_brokers: reacher
-                .brokers("kafka-brokers", &in_cluster.kafka_brokers)
-                .await?,
+            kafka_brokers: match (reach, text("kafka-outside").ok()) {
+                (Reach::Apiserver, Some(outside)) => {
+                    reacher.outside("kafka-outside", &outside).await?
+                }
+                _ => {
+                    reacher
+                        .brokers("kafka-brokers", &in_cluster.kafka_brokers)
+                        .await?
+                }
+            },
             prometheus: reacher
                 .url("prometheus-url", &in_cluster.prometheus)
                 .await?,
@@ -153,6 +176,27 @@ impl Reacher<'_> {
             reached.push(self.address(key, broker, None).await?);
         }
         Ok(reached.join(","))
+    }
+
+    /// `127.0.0.1:<port>`, forwarded through the apiserver to the same
+    /// port of the Service `host_port` names.
+    async fn outside(&mut self, key: &'static str, host_port: &str) -> Result<String, StoresError> {
+        let port_error = || StoresError::Port {
+            key,
+            address: host_port.to_owned(),
+        };
+        let (host, port) = host_port.rsplit_once(':').ok_or_else(port_error)?;
+        let port = port.parse::<u16>().map_err(|_| port_error())?;
+        let (name, ns) = service_of(host).ok_or_else(|| StoresError::NotService {
+            key,
+            address: host_port.to_owned(),
+        })?;
+        let reached = Reach::Apiserver
+            .service_from(self.client, ns, name, port, port)
+            .await
+            .map_err(|source| StoresError::Reach { key, source })?;
+        self.forwards.extend(reached.forward);
+        Ok(reached.address)
     }
 
     /// `host:port` as reached from here: a Service's cluster DNS name is

@@ -1,14 +1,28 @@
 //! The Secret `flashsale-stack/stores` leads a run holding only a
 //! kubeconfig to the stack's own stores and Prometheus, by either reach:
-//! what it writes through them, the stack's addresses read back.
+//! what it writes through them, the stack's addresses read back. And the
+//! stores a kind cluster's install puts up are valid objects the Secret
+//! names.
 
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::Path,
+};
+
+use anyhow::Context;
 use flashsale_e2e::{
     kafka,
     reach::Reach,
     stack,
     stores::{Stores, Urls},
 };
+use kube::{
+    Api, ResourceExt,
+    api::{DynamicObject, GroupVersionKind, Patch, PatchParams, ValidationDirective},
+    discovery::Scope,
+};
 use redis::AsyncCommands;
+use serde::Deserialize;
 use sqlx::{Connection, PgConnection};
 
 #[tokio::test]
@@ -79,5 +93,84 @@ async fn same_kafka(brokers: &str) -> anyhow::Result<()> {
         refused.to_lowercase().contains("already exists"),
         "Kafka at {brokers}: the stack's Kafka does not know {topic}: {refused:?}"
     );
+    Ok(())
+}
+
+/// What a kind cluster's install puts up for the suite
+/// (`e2e/kind/stores.yaml`, which kind alone runs): every object is one
+/// the apiserver takes as written (a server-side dry run with strict field
+/// validation), and its Secret names every store by a Service the file
+/// defines, at one of that Service's ports.
+#[tokio::test]
+async fn the_kind_installs_stores_are_valid_and_its_secret_names_their_services()
+-> anyhow::Result<()> {
+    let client = flashsale_e2e::kube::client().await?;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("kind/stores.yaml");
+    let text = std::fs::read_to_string(&path)?;
+    let dry_run = PatchParams {
+        dry_run: true,
+        force: true,
+        field_manager: Some("kind-stores-check".into()),
+        field_validation: Some(ValidationDirective::Strict),
+    };
+    let mut ports = BTreeSet::new();
+    let mut named = BTreeMap::new();
+    for document in serde_yaml_ng::Deserializer::from_str(&text) {
+        let object = DynamicObject::deserialize(document)?;
+        let types = object
+            .types
+            .as_ref()
+            .ok_or_else(|| anyhow::anyhow!("an object without a kind"))?;
+        let gvk = GroupVersionKind::try_from(types)?;
+        let (resource, capabilities) = kube::discovery::pinned_kind(&client, &gvk).await?;
+        let name = object.name_any();
+        let api: Api<DynamicObject> = match (&capabilities.scope, object.namespace()) {
+            (Scope::Namespaced, Some(ns)) => Api::namespaced_with(client.clone(), &ns, &resource),
+            _ => Api::all_with(client.clone(), &resource),
+        };
+        api.patch(&name, &dry_run, &Patch::Apply(&object))
+            .await
+            .with_context(|| format!("{} {name}", gvk.kind))?;
+        match gvk.kind.as_str() {
+            "Service" => {
+                let ns = object.namespace().unwrap_or_default();
+                for port in object.data["spec"]["ports"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                {
+                    ports.insert(format!("{name}.{ns}.svc.cluster.local:{}", port["port"]));
+                }
+            }
+            "Secret" if name == "stores" => {
+                for (key, value) in object.data["stringData"].as_object().into_iter().flatten() {
+                    named.insert(key.clone(), value.as_str().unwrap_or_default().to_owned());
+                }
+            }
+            _ => {}
+        }
+    }
+    let keys: BTreeSet<&str> = named.keys().map(String::as_str).collect();
+    assert_eq!(
+        keys,
+        BTreeSet::from([
+            "database-url",
+            "kafka-brokers",
+            "kafka-outside",
+            "prometheus-url",
+            "redis-url"
+        ]),
+        "the Secret's keys"
+    );
+    for (key, value) in &named {
+        // host:port after any scheme and credentials, before any path.
+        let after_scheme = value.split("://").last().unwrap_or_default();
+        let authority = after_scheme.split('/').next().unwrap_or_default();
+        let host_port = authority.rsplit('@').next().unwrap_or_default();
+        assert!(
+            ports.contains(host_port),
+            "{key}: {host_port} is no port of a Service in the file: {ports:?}"
+        );
+    }
     Ok(())
 }
