@@ -31,12 +31,13 @@ fn operator(namespace: &str) -> anyhow::Result<Operator> {
     Launcher::new(bin).start(namespace, "operator", &args, &[])
 }
 
-const CHECKS: [&str; 6] = [
+const CHECKS: [&str; 7] = [
     "stock is conserved: sold + available == stock",
     "units sold == units paid (inventory, buyers, database)",
     "every acknowledged order is exactly one row, and nothing else is",
     "tiers went 0 → 1 → 2 → 1 → 0 with the load",
     "the drill was aborted by its SLO guard",
+    "the sale, the policy and the drill told it in Events",
     "no chaos object is left",
 ];
 

@@ -255,6 +255,37 @@ pub fn drill_aborted(run: Option<&RunRecord>, slo: &str) -> Check {
     check("the drill was aborted by its SLO guard", passed, detail)
 }
 
+/// The Events an SRE reads with `kubectl describe` tell the run: the sale's
+/// phases, each tier change of the policy, the drill's run started and
+/// aborted. `told` holds each kind's reasons.
+pub fn events_told(told: &BTreeMap<String, Vec<String>>) -> Check {
+    let count = |kind: &str, reason: &str| {
+        told.get(kind)
+            .map_or(0, |reasons| reasons.iter().filter(|r| *r == reason).count())
+    };
+    let expected = [
+        ("FlashSale", "PhaseWarmingUp", 1),
+        ("FlashSale", "PhaseLive", 1),
+        ("FlashSale", "PhaseEnded", 1),
+        ("DegradationPolicy", "TierChanged", TIER_WALK.len() - 1),
+        ("ChaosDrill", "RunStarted", 1),
+        ("ChaosDrill", "RunAborted", 1),
+    ];
+    let passed = expected
+        .iter()
+        .all(|(kind, reason, n)| count(kind, reason) == *n);
+    let detail = expected
+        .iter()
+        .map(|(kind, reason, n)| format!("{kind} {reason} {}/{n}", count(kind, reason)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    check(
+        "the sale, the policy and the drill told it in Events",
+        passed,
+        detail,
+    )
+}
+
 /// No Chaos Mesh object of the drill is left: `left` counts them by kind.
 pub fn no_chaos_left(left: &BTreeMap<String, usize>) -> Check {
     let total: usize = left.values().sum();
@@ -444,5 +475,48 @@ mod tests {
         let check = no_chaos_left(&left);
         assert!(!check.passed);
         assert_eq!(check.detail, "1 PodChaos");
+    }
+
+    #[test]
+    fn the_events_must_tell_every_phase_tier_change_and_the_run() {
+        let reasons = |list: &[&str]| list.iter().map(|r| (*r).to_owned()).collect::<Vec<_>>();
+        let mut told = BTreeMap::from([
+            (
+                "FlashSale".to_owned(),
+                reasons(&["PhaseWarmingUp", "PhaseLive", "PhaseEnded"]),
+            ),
+            (
+                "DegradationPolicy".to_owned(),
+                reasons(&[
+                    "EmptyResult",
+                    "TierChanged",
+                    "TierChanged",
+                    "TierChanged",
+                    "TierChanged",
+                ]),
+            ),
+            (
+                "ChaosDrill".to_owned(),
+                reasons(&["RunStarted", "RunAborted"]),
+            ),
+        ]);
+        assert!(events_told(&told).passed, "{}", events_told(&told).detail);
+        told.insert(
+            "ChaosDrill".into(),
+            reasons(&["RunStarted", "RunSucceeded"]),
+        );
+        let check = events_told(&told);
+        assert!(!check.passed);
+        assert!(
+            check.detail.contains("ChaosDrill RunAborted 0/1"),
+            "{}",
+            check.detail
+        );
+        told.remove("FlashSale");
+        assert!(
+            events_told(&told)
+                .detail
+                .contains("FlashSale PhaseLive 0/1")
+        );
     }
 }

@@ -1,11 +1,13 @@
 //! Reading what really happened, from the systems of record: the stock in
-//! Redis, the order rows in PostgreSQL, Chaos Mesh objects in the apiserver.
+//! Redis, the order rows in PostgreSQL, Chaos Mesh objects and the
+//! operator's Events in the apiserver.
 
 use std::collections::BTreeMap;
 
 use anyhow::Context;
 use flashsale_controller_drill::chaos::Kind;
 use inventory::keys::SaleKeys;
+use k8s_openapi::api::core::v1::Event;
 use kube::{
     Client,
     api::{Api, DynamicObject, ListParams},
@@ -113,4 +115,29 @@ pub async fn chaos_left(
         left.insert(resource.kind.clone(), list.items.len());
     }
     Ok(left)
+}
+
+/// The Events of the objects whose uids are `uids` in `namespace`: for
+/// each, its kind and every reason it was given, once per Event.
+pub async fn events(
+    client: &Client,
+    namespace: &str,
+    uids: &[String],
+) -> anyhow::Result<BTreeMap<String, Vec<String>>> {
+    let events: Api<Event> = Api::namespaced(client.clone(), namespace);
+    let list = events
+        .list(&ListParams::default())
+        .await
+        .context("listing Events")?;
+    let mut told: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for event in list.items {
+        let about = &event.involved_object;
+        // An earlier object of the same name has other uids.
+        if about.uid.as_ref().is_some_and(|uid| uids.contains(uid)) {
+            told.entry(about.kind.clone().unwrap_or_default())
+                .or_default()
+                .push(event.reason.unwrap_or_default());
+        }
+    }
+    Ok(told)
 }

@@ -271,12 +271,14 @@ async fn prove(
     let (stock, rows) =
         settled_facts(&stores.here, sale_id, plan, &acked, &unresolved, progress).await?;
     let left = facts::chaos_left(client, ns).await?;
+    let told = facts::events(client, ns, &uids(client, ns, &plan.sale).await?).await?;
     let checks = vec![
         checks::stock_conserved(&stock),
         checks::sold_is_paid(&stock, &acked, &rows),
         checks::orders_persisted_once(&acked, &unresolved, &rows),
         checks::tiers_walked(&played.tiers),
         checks::drill_aborted(run.as_ref(), SLO),
+        checks::events_told(&told),
         checks::no_chaos_left(&left),
     ];
     Ok(Proven {
@@ -285,6 +287,28 @@ async fn prove(
         rows,
         run,
     })
+}
+
+/// The uids of this run's sale, policy and drill (all named `name`), whose
+/// Events the checks read: earlier objects of the same name had others.
+async fn uids(client: &Client, ns: &str, name: &str) -> anyhow::Result<Vec<String>> {
+    let sale = Api::<FlashSale>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await?;
+    let policy = Api::<DegradationPolicy>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await?;
+    let drill = Api::<ChaosDrill>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await?;
+    Ok([
+        sale.and_then(|o| o.metadata.uid),
+        policy.and_then(|o| o.metadata.uid),
+        drill.and_then(|o| o.metadata.uid),
+    ]
+    .into_iter()
+    .flatten()
+    .collect())
 }
 
 /// The report's figures from the run's Prometheus data and the facts: the
