@@ -7,8 +7,12 @@
 //! turn: a pod a drill kills takes its open connections with it, as behind
 //! a real load balancer, and the next connections go to the pods left.
 //!
-//! The kubeconfig's user needs `create` on `pods/portforward` and `list` on
-//! `endpointslices` in the Service's namespace.
+//! The Service's EndpointSlices are watched, so picking an endpoint for a
+//! new connection asks the apiserver nothing; the forward itself costs a
+//! WebSocket to the apiserver per connection (`docs/benchmarks.md`).
+//!
+//! The kubeconfig's user needs `create` on `pods/portforward` and `list`
+//! and `watch` on `endpointslices` in the Service's namespace.
 
 use std::{
     collections::BTreeMap,
@@ -19,13 +23,14 @@ use std::{
     },
 };
 
+use futures::StreamExt;
 use k8s_openapi::api::{
     core::v1::{Pod, Service},
     discovery::v1::EndpointSlice,
 };
 use kube::{
     Api, Client,
-    api::{ListParams, ObjectList},
+    runtime::{WatchStreamExt, reflector, watcher},
 };
 use tokio::{io::copy_bidirectional, net::TcpListener, task::JoinHandle};
 
@@ -51,6 +56,9 @@ pub enum ForwardError {
     /// No local port could be had.
     #[error("listening on a local port: {0}")]
     Listen(#[from] std::io::Error),
+    /// The Service's EndpointSlices could not be watched.
+    #[error("watching the EndpointSlices of Service {0}")]
+    Watch(String),
 }
 
 /// A local port forwarding to a Service's ready pods until dropped.
@@ -58,6 +66,8 @@ pub struct Forward {
     address: SocketAddr,
     stats: Arc<Stats>,
     task: JoinHandle<()>,
+    /// Keeps the endpoint cache current.
+    watch: JoinHandle<()>,
 }
 
 /// What a forward did.
@@ -71,8 +81,8 @@ struct Stats {
 /// Where one Service port leads.
 struct Target {
     pods: Api<Pod>,
-    slices: Api<EndpointSlice>,
-    service: String,
+    /// The Service's EndpointSlices, as last watched.
+    slices: reflector::Store<EndpointSlice>,
     /// The Service port's name, which its EndpointSlices repeat with the
     /// pods' own port number.
     port_name: Option<String>,
@@ -127,15 +137,35 @@ impl Forward {
             Some(_) => None,
             None => Some(port),
         };
+        let (slices, writer) = reflector::store();
+        let config =
+            watcher::Config::default().labels(&format!("kubernetes.io/service-name={service}"));
+        let stream = watcher::watcher(Api::<EndpointSlice>::namespaced(client.clone(), ns), config)
+            .default_backoff()
+            .reflect(writer)
+            .applied_objects();
+        let watch = tokio::spawn(stream.for_each(|_| std::future::ready(())));
+        if tokio::time::timeout(WATCH_START, slices.wait_until_ready())
+            .await
+            .map_or(true, |ready| ready.is_err())
+        {
+            watch.abort();
+            return Err(ForwardError::Watch(named));
+        }
         let target = Arc::new(Target {
             pods: Api::namespaced(client.clone(), ns),
-            slices: Api::namespaced(client.clone(), ns),
-            service: service.to_owned(),
+            slices,
             port_name: spec_port.name,
             target_port,
             next: AtomicUsize::new(0),
         });
-        let listener = TcpListener::bind(("127.0.0.1", local)).await?;
+        let listener = match TcpListener::bind(("127.0.0.1", local)).await {
+            Ok(listener) => listener,
+            Err(err) => {
+                watch.abort();
+                return Err(err.into());
+            }
+        };
         let address = listener.local_addr()?;
         let stats = Arc::new(Stats::default());
         let task = tokio::spawn(serve(listener, target, stats.clone()));
@@ -143,6 +173,7 @@ impl Forward {
             address,
             stats,
             task,
+            watch,
         })
     }
 
@@ -174,8 +205,12 @@ impl Forward {
 impl Drop for Forward {
     fn drop(&mut self) {
         self.task.abort();
+        self.watch.abort();
     }
 }
+
+/// How long the first list of the Service's EndpointSlices may take.
+const WATCH_START: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The pause after a failed accept.
 const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(50);
@@ -211,7 +246,7 @@ impl Target {
     /// A stream to the next ready endpoint that accepts one, trying each
     /// ready endpoint at most once, with the pod it leads to.
     async fn open(&self) -> Option<(String, tokio::io::DuplexStream)> {
-        let ready = self.ready().await;
+        let ready = self.ready();
         if ready.is_empty() {
             return None;
         }
@@ -231,16 +266,11 @@ impl Target {
         None
     }
 
-    /// The Service's ready endpoints now: (pod, port), in a stable order.
-    async fn ready(&self) -> Vec<(String, u16)> {
-        let params =
-            ListParams::default().labels(&format!("kubernetes.io/service-name={}", self.service));
-        let slices: ObjectList<EndpointSlice> = match self.slices.list(&params).await {
-            Ok(slices) => slices,
-            Err(_) => return Vec::new(),
-        };
+    /// The Service's ready endpoints as last watched: (pod, port), in a
+    /// stable order.
+    fn ready(&self) -> Vec<(String, u16)> {
         let mut ready = Vec::new();
-        for slice in slices.items {
+        for slice in self.slices.state() {
             let port = slice
                 .ports
                 .as_ref()
@@ -249,7 +279,7 @@ impl Target {
                 .and_then(|p| u16::try_from(p).ok())
                 .or(self.target_port);
             let Some(port) = port else { continue };
-            for endpoint in slice.endpoints.into_iter().flatten() {
+            for endpoint in slice.endpoints.iter().flatten() {
                 let is_ready = endpoint
                     .conditions
                     .as_ref()
@@ -257,8 +287,9 @@ impl Target {
                     .unwrap_or(true);
                 let pod = endpoint
                     .target_ref
+                    .as_ref()
                     .filter(|r| r.kind.as_deref() == Some("Pod"))
-                    .and_then(|r| r.name);
+                    .and_then(|r| r.name.clone());
                 if let (true, Some(pod)) = (is_ready, pod) {
                     ready.push((pod, port));
                 }

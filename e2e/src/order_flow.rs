@@ -51,13 +51,7 @@ impl OrderFlow {
     /// (`http://host[:port]`) by buyers `<buyers>-1`, `<buyers>-2`, …; an
     /// order is not waited for before the next.
     pub fn start(gateway: &str, buyers: &str, sku: &str, per_second: u32) -> anyhow::Result<Self> {
-        // A new connection per order, as from many buyers' devices: behind
-        // a Service each lands on a gateway of its own choosing, not on the
-        // one a kept-alive connection happens to hold.
-        let client = reqwest::Client::builder()
-            .pool_max_idle_per_host(0)
-            .timeout(Duration::from_secs(5))
-            .build()?;
+        let client = crate::real_node::http_per_request()?;
         let url = format!("{gateway}/api/v1/orders");
         let (sku, buyers) = (sku.to_owned(), buyers.to_owned());
         let tally = Arc::new(Mutex::new(OrderTally::default()));

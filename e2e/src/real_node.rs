@@ -250,6 +250,17 @@ pub fn http() -> anyhow::Result<reqwest::Client> {
         .build()?)
 }
 
+/// An HTTP client for the pods, with a 5 s timeout, that opens a new
+/// connection for every request, as many buyers' devices do: behind a
+/// Service each lands on a pod of its own choosing, not on the one a
+/// kept-alive connection happens to hold.
+pub fn http_per_request() -> reqwest::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .timeout(Duration::from_secs(5))
+        .build()
+}
+
 /// Shoppers viewing pages, ten views a second at each URL, each view its
 /// own user, until dropped (and never past five minutes). A view is not
 /// waited for: a slow answer must not slow the views.

@@ -13,9 +13,9 @@ use std::{
 use common::{
     condition,
     real_node::{
-        REAL_NODE_KEY, START, TICK, await_condition, await_ready, await_ready_gateways,
-        await_scraped_and_up, cluster_ip, create_sale, example_policy, gateway_drill, http, image,
-        operator, ready_pods, scraped, token, uids,
+        REAL_NODE_KEY, START, Scene, TICK, await_condition, await_ready, await_ready_gateways,
+        await_scraped_and_up, cluster_ip, create_sale, example_policy, gateway_drill, http,
+        http_per_request, image, operator, ready_pods, scraped, token, uids,
     },
     setup,
 };
@@ -753,11 +753,7 @@ async fn assert_only_the_target_killed(
 /// `count` GETs of `url`, each on a new connection as each of many buyers
 /// makes one; the first answer that is not 200 as an error.
 async fn gets_on_new_connections(url: &str, count: usize) -> Result<(), String> {
-    let fresh = reqwest::Client::builder()
-        .pool_max_idle_per_host(0)
-        .timeout(Duration::from_secs(10))
-        .build()
-        .map_err(|e| e.to_string())?;
+    let fresh = http_per_request().map_err(|e| e.to_string())?;
     for _ in 0..count {
         let answer = fresh.get(url).send().await.map_err(|e| e.to_string())?;
         if answer.status() != 200 {
@@ -770,19 +766,21 @@ async fn gets_on_new_connections(url: &str, count: usize) -> Result<(), String> 
 #[tokio::test]
 async fn a_forward_through_the_apiserver_spreads_connections_over_ready_gateways_and_skips_a_deleted_one()
 -> anyhow::Result<()> {
-    let client = setup().await?;
-    let ns = TestNamespace::create(&client, "real-forward").await?;
-    let operator = operator(&ns.name)?;
-    let sale = create_sale(&client, &ns.name, SignedDuration::from_hours(1)).await?;
-    await_ready(&client, &ns.name, &sale.name).await?;
-    let gateways = ready_pods(&client, &ns.name, &sale.name, "gateway").await?;
+    let scene = Scene::start("real-forward").await?;
+    let Scene {
+        client,
+        ns,
+        sale,
+        gateways,
+        ..
+    } = &scene;
     assert_eq!(gateways.len(), 2);
 
     // The gateways' Service with nothing but the kubeconfig, as a run from
     // a CI runner reaches a kind cluster: its ops port (named, like every
     // port of the sale's Services), where a ready gateway answers 200.
     let service = format!("{}-gateway", sale.name);
-    let forward = Forward::to_service(&client, &ns.name, &service, 9090).await?;
+    let forward = Forward::to_service(client, &ns.name, &service, 9090).await?;
     let ready = format!("{}/readyz", forward.url());
     gets_on_new_connections(&ready, 20)
         .await
@@ -832,6 +830,5 @@ async fn a_forward_through_the_apiserver_spreads_connections_over_ready_gateways
         others >= 20,
         "the other gateways took the connections: {spread:?}"
     );
-    drop(operator);
     Ok(())
 }
