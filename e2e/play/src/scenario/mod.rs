@@ -644,7 +644,7 @@ async fn follow_load(
                 && (tiers.changes.last().is_some_and(|c| c.tier == 0)
                     || elapsed >= tail_deadline) =>
             {
-                request_drill(&drills, ns, plan, progress).await?;
+                request_drill(&drills, plan, progress).await?;
                 drill_requested = Some(Instant::now());
             }
             Some(asked) => {
@@ -690,16 +690,16 @@ async fn record_tier(
     }
 }
 
-/// Creates the drill, asking for a run inside a window opened now.
+/// Creates the library's guard check for the sale, asking for a run inside
+/// a window opened now.
 async fn request_drill(
     drills: &Api<ChaosDrill>,
-    ns: &str,
     plan: &Plan,
     progress: &Progress,
 ) -> anyhow::Result<()> {
     let now = Timestamp::now();
     let request = format!("play-{}", now.as_second());
-    let drill: ChaosDrill = serde_json::from_value(plan.drill(ns, now, &request))?;
+    let drill: ChaosDrill = serde_json::from_value(plan.drill(now, &request)?)?;
     drills
         .create(&PostParams::default(), &drill)
         .await

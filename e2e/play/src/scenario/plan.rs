@@ -233,40 +233,32 @@ impl Plan {
         })
     }
 
-    /// The ChaosDrill: fail one of the two gateways (the blast-radius cap)
-    /// for up to two minutes: pod-failure swaps its container for a pause
-    /// image, so the process is gone until the chaos ends, and the pod stays
-    /// (a killed pod is replaced within a scrape, too fast for the SLO to
-    /// see every time)
-    /// under the SLO "both gateways up", in a window opened from `now` for
-    /// ten minutes (UTC, within the day), run at once by the `run-now`
-    /// request `request`.
-    pub fn drill(&self, namespace: &str, now: Timestamp, request: &str) -> Value {
+    /// The ChaosDrill: the library's guard check
+    /// (`chaos/gateway-guard-check.yaml`) as a user applies it, for this
+    /// sale: one of the two gateways failed (the blast-radius cap) for up to
+    /// two minutes under the SLO "both gateways up", so its guard must
+    /// abort. Its calendar gives way to a window opened from `now` for ten
+    /// minutes (UTC, within the day), its steady state to 3 s, and it runs
+    /// at once on the `run-now` request `request`.
+    pub fn drill(&self, now: Timestamp, request: &str) -> Result<Value, serde_yaml_ng::Error> {
+        let mut drill: Value = serde_yaml_ng::from_str(GUARD_CHECK)?;
         let (start, end) = window_from(now);
-        json!({
-            "apiVersion": "flashsale.dev/v1alpha1",
-            "kind": "ChaosDrill",
-            "metadata": {"name": self.sale, "annotations": {"flashsale.dev/run-now": request}},
-            "spec": {
-                "saleRef": {"name": self.sale},
-                // Scheduled runs only on New Year's Day: this one runs on request.
-                "schedule": {"cron": "0 3 1 1 *", "timeZone": "UTC"},
-                "windows": [{"days": ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"],
-                             "start": start, "end": end}],
-                "avoidLiveSale": false,
-                "experiments": [{"name": "fail-gateway", "target": "gateway", "duration": "2m",
-                                 "podChaos": {"action": "pod-failure"}}],
-                "blastRadius": {"maxPercent": 50, "maxPods": 1},
-                "sloGuard": {
-                    "objectives": [{"name": SLO, "query": self.slo_query(namespace),
-                                    "threshold": 2, "breachWhen": "Below"}],
-                    "interval": "250ms", "staleAfter": "5s", "steadyState": "3s"
-                },
-                "historyLimit": 5
-            }
-        })
+        drill["metadata"] =
+            json!({"name": self.sale, "annotations": {"flashsale.dev/run-now": request}});
+        let spec = &mut drill["spec"];
+        spec["saleRef"]["name"] = self.sale.clone().into();
+        // Scheduled runs only on New Year's Day: this one runs on request.
+        spec["schedule"] = json!({"cron": "0 3 1 1 *", "timeZone": "UTC"});
+        spec["windows"] = json!([{"days": ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"],
+                                  "start": start, "end": end}]);
+        spec["avoidLiveSale"] = false.into();
+        spec["sloGuard"]["steadyState"] = "3s".into();
+        Ok(drill)
     }
 }
+
+/// The library's guard check, as users find it in `chaos/`.
+const GUARD_CHECK: &str = include_str!("../../../../chaos/gateway-guard-check.yaml");
 
 /// A window `[start, end)` of local UTC times of day opening at `now`'s
 /// minute and lasting ten minutes, cut at midnight (`24:00`): windows do not
@@ -306,10 +298,16 @@ mod tests {
         assert_eq!(sale.spec.items.len(), 2);
         let policy: DegradationPolicy = serde_json::from_value(plan.policy("shop"))?;
         assert_eq!(policy.spec.tiers.len(), 2);
-        let drill: ChaosDrill = serde_json::from_value(plan.drill("shop", now, "r1"))?;
+        let drill: ChaosDrill = serde_json::from_value(plan.drill(now, "r1")?)?;
         assert_eq!(drill.spec.windows[0].start, "10:15");
         assert_eq!(drill.spec.windows[0].end, "10:25");
         assert!(!drill.spec.avoid_live_sale);
+        assert_eq!(drill.spec.sale_ref.name, "play");
+        // The guard the checks read is the library file's.
+        let objectives = &drill.spec.slo_guard.objectives;
+        assert_eq!(objectives.len(), 1);
+        assert_eq!(objectives[0].name, SLO);
+        assert_eq!(objectives[0].threshold, 2.0);
         Ok(())
     }
 
