@@ -18,7 +18,7 @@ use common::{
     condition,
     real_node::{
         self, START, TICK, await_ready, await_scraped_and_up, create_sale, example_policy,
-        gateway_drill, placement, ready_pods, run_now_drill,
+        gateway_failure_drill, placement, ready_pods, run_now_drill,
     },
     setup,
 };
@@ -337,7 +337,10 @@ async fn force_a_tier_and_an_abort(client: &Client, ns: &str) -> anyhow::Result<
 
     let drills: Api<ChaosDrill> = Api::namespaced(client.clone(), ns);
     let drill = drills
-        .create(&PostParams::default(), &gateway_drill(ns, &sale.name)?)
+        .create(
+            &PostParams::default(),
+            &gateway_failure_drill(ns, &sale.name)?,
+        )
         .await?
         .name_any();
     let ended = poll_until("the drill's run ended", START, TICK, || async {

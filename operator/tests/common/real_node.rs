@@ -111,11 +111,25 @@ pub fn example_policy(ns: &str, sale: &str) -> anyhow::Result<DegradationPolicy>
 /// Killing one (half the fleet, the cap) breaks it for real: the killed
 /// process stops answering its scrape.
 pub fn gateway_drill(ns: &str, sale: &str) -> anyhow::Result<ChaosDrill> {
+    gateway_drill_of(ns, sale, "kill", "pod-kill")
+}
+
+/// As [`gateway_drill`], but the gateway's process is stopped
+/// (pod-failure) rather than its pod killed: it stays down until the guard
+/// aborts, so the breach is seen every time, where a killed pod may be
+/// replaced between two scrapes.
+pub fn gateway_failure_drill(ns: &str, sale: &str) -> anyhow::Result<ChaosDrill> {
+    gateway_drill_of(ns, sale, "fail", "pod-failure")
+}
+
+/// A run-now drill `real` whose experiment `name`, pod fault `action`, hits
+/// one gateway under the SLO "both gateways up".
+fn gateway_drill_of(ns: &str, sale: &str, name: &str, action: &str) -> anyhow::Result<ChaosDrill> {
     run_now_drill(
         "real",
         sale,
-        json!({"name": "kill", "target": "gateway", "duration": "2m",
-               "podChaos": {"action": "pod-kill"}}),
+        json!({"name": name, "target": "gateway", "duration": "2m",
+               "podChaos": {"action": action}}),
         json!({"name": "gateways-up", "query": gateways_up(ns, sale),
                "threshold": 2, "breachWhen": "Below"}),
     )
