@@ -284,7 +284,7 @@ impl DrillScene {
             .ok_or_else(|| anyhow::anyhow!("no current run"))
     }
 
-    /// The newest finished run, once there is one with id `run` (or any,
+    /// The finished run with id `run` once there is one (or the newest,
     /// when `run` is `None`).
     pub async fn until_ended(
         &self,
@@ -292,17 +292,18 @@ impl DrillScene {
         run: Option<&str>,
         deadline: Duration,
     ) -> anyhow::Result<RunRecord> {
+        // The run asked for may already sit below a later record (a request
+        // refused right after it), so it is looked for anywhere.
+        let wanted = |r: &RunRecord| run.is_none_or(|id| r.id == id);
         let status = self
             .until_status(name, "the run ended", deadline, |s| {
-                s.history
-                    .first()
-                    .is_some_and(|r| run.is_none_or(|id| r.id == id))
+                s.history.iter().any(wanted)
             })
             .await?;
         status
             .history
             .into_iter()
-            .next()
+            .find(wanted)
             .ok_or_else(|| anyhow::anyhow!("no history"))
     }
 
