@@ -532,6 +532,18 @@ async fn the_namespace_kill_switch_removes_every_experiment_and_blocks_new_runs(
         Some(("False", "KillSwitch")),
         "{ready:?}"
     );
+    // The request that started the aborted run is not refused again as a
+    // second one; only r2 is.
+    let refused: Vec<&str> = status
+        .history
+        .iter()
+        .filter_map(|r| r.message.as_deref())
+        .filter(|m| m.contains("refused"))
+        .collect();
+    assert!(
+        refused.iter().all(|m| m.contains("request r2 ")),
+        "{refused:?}"
+    );
     Ok(())
 }
 

@@ -153,10 +153,19 @@ impl<'a> Pass<'a> {
     /// off the drill whether it was used or not.
     async fn take_requests(&mut self) -> Result<(), Error> {
         let annotations = self.drill.annotations();
-        self.request = annotations
+        let unhandled = annotations
             .get(RUN_NOW_ANNOTATION)
             .filter(|r| self.old.last_run_request.as_ref() != Some(*r))
             .cloned();
+        // The request that started this replica's run is handled whatever
+        // the status says: a status written from a read older than the
+        // run's start lacks it, and it must not be taken for a new one.
+        match unhandled {
+            Some(r) if self.guard.as_ref().is_some_and(|g| g.started(&r)) => {
+                self.handled = Some(r);
+            }
+            other => self.request = other,
+        }
         self.force = annotations.get(FORCE_ANNOTATION).cloned();
         let Some(force) = &self.force else {
             return Ok(());
@@ -270,11 +279,13 @@ impl<'a> Pass<'a> {
         let progress = guard.progress();
         if progress.finished() {
             self.end(progress.record).await;
-            self.handled = self.request.clone();
+            if self.request.is_some() {
+                self.handled = self.request.clone();
+            }
             let next_run = calendar.next_run(self.now);
             return (State::Scheduled { next_run }, After::NextRun);
         }
-        if self.request.as_deref().is_some_and(|r| !guard.started(r)) {
+        if self.request.is_some() {
             let message = format!("run {} is in progress", guard.run);
             self.refuse_request(DrillReason::RunInProgress, &message)
                 .await;
@@ -948,41 +959,62 @@ pub(crate) mod tests {
         Ok(())
     }
 
+    /// The shipped example drill in namespace `shop`, and operator
+    /// settings over `guards`.
+    fn scripted_drill(
+        guards: crate::guard::Guards,
+    ) -> anyhow::Result<(ChaosDrill, crate::Settings)> {
+        let mut drill: ChaosDrill = serde_yaml_ng::from_str(include_str!(
+            "../../../../crds/examples/chaosdrill-pod-kill.yaml"
+        ))?;
+        drill.metadata.namespace = Some("shop".to_owned());
+        drill.metadata.uid = Some("uid-1".to_owned());
+        let settings = crate::Settings::new(
+            None,
+            flashsale_observe::signal::SignalReader::new()?,
+            "http://127.0.0.1:9".to_owned(),
+            false,
+            guards,
+        );
+        Ok((drill, settings))
+    }
+
+    /// The namespace read for its kill switch, here off.
+    fn namespace_without_switch() -> flashsale_kit::mock::Step {
+        flashsale_kit::mock::Step::expect(http::Method::GET, "/api/v1/namespaces/shop").answer(
+            http::StatusCode::OK,
+            serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}}),
+        )
+    }
+
+    /// The drill's status write, holding `pointer` = `value`.
+    fn status_write(
+        drill: &ChaosDrill,
+        holds: &[(&str, serde_json::Value)],
+    ) -> anyhow::Result<flashsale_kit::mock::Step> {
+        let name = drill.name_any();
+        let path =
+            format!("/apis/flashsale.dev/v1alpha1/namespaces/shop/chaosdrills/{name}/status");
+        let step = holds.iter().fold(
+            flashsale_kit::mock::Step::expect(http::Method::PATCH, path),
+            |step, (pointer, value)| step.holding(pointer, value.clone()),
+        );
+        Ok(step.answer(http::StatusCode::OK, serde_json::to_value(drill)?))
+    }
+
     /// The request sequence on a scripted apiserver: the namespace's kill
     /// switch is read first, then an invalid spec is a status, not a run:
     /// nothing else is asked or written.
     #[tokio::test]
     async fn an_invalid_spec_reads_the_kill_switch_then_writes_only_its_status()
     -> anyhow::Result<()> {
-        use flashsale_kit::mock::{Scripted, Step};
-        use http::{Method, StatusCode};
-        use serde_json::json;
+        use flashsale_kit::mock::Scripted;
 
-        let mut drill: ChaosDrill = serde_yaml_ng::from_str(include_str!(
-            "../../../../crds/examples/chaosdrill-pod-kill.yaml"
-        ))?;
-        drill.metadata.namespace = Some("shop".to_owned());
-        drill.metadata.uid = Some("uid-1".to_owned());
+        let (mut drill, settings) = scripted_drill(crate::guard::Guards::default())?;
         drill.spec.schedule.cron = "every tuesday".to_owned();
-        let name = drill.name_any();
-        let settings = crate::Settings::new(
-            None,
-            flashsale_observe::signal::SignalReader::new()?,
-            "http://127.0.0.1:9".to_owned(),
-            false,
-            crate::guard::Guards::default(),
-        );
         let script = vec![
-            Step::expect(Method::GET, "/api/v1/namespaces/shop").answer(
-                StatusCode::OK,
-                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}}),
-            ),
-            Step::expect(
-                Method::PATCH,
-                format!("/apis/flashsale.dev/v1alpha1/namespaces/shop/chaosdrills/{name}/status"),
-            )
-            .holding("/status/phase", json!("Failed"))
-            .answer(StatusCode::OK, serde_json::to_value(&drill)?),
+            namespace_without_switch(),
+            status_write(&drill, &[("/status/phase", serde_json::json!("Failed"))])?,
         ];
         let scripted = Scripted::new(IDENTITY, settings, script);
         let outcome = reconcile_drill(&drill, &scripted.ctx).await;
@@ -992,6 +1024,68 @@ pub(crate) mod tests {
             Action::await_change(),
             "an invalid spec waits for an edit"
         );
+        Ok(())
+    }
+
+    /// A look made from a read older than the run's start (the watch had
+    /// not caught up) sees the run-now request that started the run as
+    /// new. It is the run's own request: the status written keeps it as
+    /// handled, rather than leaving it to be refused as a second request,
+    /// which the kill switch then recorded as a skipped run.
+    #[tokio::test]
+    async fn the_request_that_started_the_run_stays_handled_after_a_stale_read()
+    -> anyhow::Result<()> {
+        use flashsale_kit::mock::Scripted;
+        use serde_json::json;
+
+        let guards = crate::guard::Guards::default();
+        let (mut drill, settings) = scripted_drill(guards.clone())?;
+        drill
+            .annotations_mut()
+            .insert(RUN_NOW_ANNOTATION.to_owned(), "r1".to_owned());
+        let record = RunRecord {
+            id: "20261111-010000-000".to_owned(),
+            ..RunRecord::default()
+        };
+        let progress = Progress {
+            phase: DrillPhase::SteadyState,
+            record: record.clone(),
+        };
+        let guard = Guard::new(
+            "uid-1".to_owned(),
+            record.id.clone(),
+            drill.spec.slo_guard.stale_after.0,
+            progress,
+        )
+        .started_by(Some("r1".to_owned()));
+        // The task that drives the run, still under way.
+        let task = tokio::spawn(std::future::pending::<()>());
+        guard.attach(task.abort_handle());
+        guards.insert(&flashsale_kit::key(&drill), Arc::new(guard));
+        // The status as a write from the stale read left it: the run, and
+        // no handled request.
+        drill.status = Some(ChaosDrillStatus {
+            current_run: Some(record.clone()),
+            ..ChaosDrillStatus::default()
+        });
+        let sale = format!(
+            "/apis/flashsale.dev/v1alpha1/namespaces/shop/flashsales/{}",
+            drill.spec.sale_ref.name
+        );
+        let script = vec![
+            namespace_without_switch(),
+            flashsale_kit::mock::Step::expect(http::Method::GET, sale).not_found(),
+            status_write(
+                &drill,
+                &[
+                    ("/status/lastRunRequest", json!("r1")),
+                    ("/status/currentRun/id", json!(record.id)),
+                ],
+            )?,
+        ];
+        let scripted = Scripted::new(IDENTITY, settings, script);
+        let outcome = reconcile_drill(&drill, &scripted.ctx).await;
+        scripted.check(outcome).await.map_err(anyhow::Error::msg)?;
         Ok(())
     }
 }
