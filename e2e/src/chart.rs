@@ -24,8 +24,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 /// The chart's folder in this checkout.
-pub fn dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/flashsale-operator")
+pub fn dir() -> anyhow::Result<PathBuf> {
+    crate::checkout::path("charts/flashsale-operator")
 }
 
 /// Runs `helm` with `args`; its standard output, or an error with its
@@ -61,7 +61,7 @@ pub fn render_with(release: &str, namespace: &str, values: &Value) -> anyhow::Re
     let text = helm(&[
         "template",
         release,
-        &dir().to_string_lossy(),
+        &dir()?.to_string_lossy(),
         "--namespace",
         namespace,
         "--values",
@@ -247,7 +247,7 @@ pub async fn client_of(path: &Path) -> anyhow::Result<Client> {
 pub fn apply_crds() -> anyhow::Result<String> {
     let out = Command::new("kubectl")
         .args(["apply", "--server-side", "--force-conflicts", "-f"])
-        .arg(dir().join("crds"))
+        .arg(dir()?.join("crds"))
         .output()
         .context("running kubectl (`e2e/local/stack env` puts it on PATH)")?;
     ensure!(

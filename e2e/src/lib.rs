@@ -1,6 +1,6 @@
 //! The test kit of the project, for tests, benchmarks and the play that run
 //! against the local stack (`e2e/local/stack`): where each component is, how
-//! to wait for a condition with a deadline instead of sleeping, the operator
+//! to wait for a condition with a deadline, where the checkout is instead of sleeping, the operator
 //! process, a Service reached from outside the cluster (by its cluster IP or
 //! through the apiserver alone), the cluster's stores as its Secret names
 //! them, and the worlds
@@ -11,6 +11,7 @@
 pub mod audit;
 pub mod browser;
 pub mod chart;
+pub mod checkout;
 pub mod clusters;
 pub mod drill;
 pub mod exporter;

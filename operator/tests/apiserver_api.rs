@@ -2,7 +2,7 @@
 //! apply, invalid objects are rejected with the field named, protected fields
 //! stay put on a Live sale, and kubectl shows the columns.
 
-use std::{path::Path, process::Command};
+use std::process::Command;
 
 mod common;
 
@@ -29,9 +29,7 @@ fn api_for(client: &Client, ns: &str, kind: &str) -> Api<DynamicObject> {
 }
 
 fn example(file: &str) -> anyhow::Result<Value> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../crds/examples")
-        .join(file);
+    let path = flashsale_e2e::checkout::path("crds/examples")?.join(file);
     Ok(serde_yaml_ng::from_str(&std::fs::read_to_string(path)?)?)
 }
 

@@ -33,7 +33,7 @@ fn packages() -> anyhow::Result<Vec<Package>> {
             "--no-deps",
             "--offline",
         ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .current_dir(flashsale_e2e::checkout::root()?)
         .output()
         .context("running cargo metadata")?;
     if !output.status.success() {
@@ -137,7 +137,7 @@ fn the_api_crate_builds_without_a_client_or_the_controller_runtime() -> anyhow::
         }
     }
     // The workspace's kube entry is what the API crate inherits.
-    let manifest = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.toml"))?;
+    let manifest = std::fs::read_to_string(flashsale_e2e::checkout::path("Cargo.toml")?)?;
     let kube = manifest
         .lines()
         .find(|line| line.starts_with("kube = "))

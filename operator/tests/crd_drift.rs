@@ -1,12 +1,12 @@
 //! `crds/` must be exactly what the Rust types generate.
 
-use std::{collections::BTreeSet, path::Path};
+use std::collections::BTreeSet;
 
 use flashsale_operator::crdgen;
 
 #[test]
 fn crds_folder_matches_the_code() -> anyhow::Result<()> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../crds");
+    let dir = flashsale_e2e::checkout::path("crds")?;
     let fix = "regenerate with `cargo run -p flashsale-operator -- crd --output-dir crds`";
     let generated = crdgen::render_all()?;
     for (name, yaml) in &generated {

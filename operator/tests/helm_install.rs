@@ -95,7 +95,7 @@ async fn install(client: &Client, prefix: &str) -> anyhow::Result<Installed> {
     let shop = TestNamespace::create(client, &format!("{prefix}-shop")).await?;
     assert_restricted(client, &home.name).await?;
     let values = values(&shop.name)?;
-    let release = Release::install(&chart::dir(), RELEASE, &home.name, &values)?;
+    let release = Release::install(&chart::dir()?, RELEASE, &home.name, &values)?;
     let pods = ready_operator_pods(client, &home.name, 2).await?;
     Ok(Installed {
         release,
@@ -597,7 +597,7 @@ async fn an_upgrade_keeps_the_sale_ready_and_untouched_and_leaves_no_drill_orpha
     let tag = next.rsplit(':').next().unwrap_or_default().to_owned();
     values["image"] = json!({"tag": tag});
     values["logFilter"] = json!("info,flashsale=debug");
-    release.upgrade(&chart::dir(), &values)?;
+    release.upgrade(&chart::dir()?, &values)?;
 
     let after = ready_operator_pods(&client, &home.name, 2).await?;
     for pod in &after {
@@ -649,7 +649,7 @@ async fn an_upgrade_keeps_the_sale_ready_and_untouched_and_leaves_no_drill_orpha
 
 #[test]
 fn the_values_schema_refuses_bad_values_naming_each() -> anyhow::Result<()> {
-    let dir = chart::dir();
+    let dir = chart::dir()?;
     for (set, named) in [
         ("replicas=0", "/replicas"),
         ("logFormat=xml", "/logFormat"),

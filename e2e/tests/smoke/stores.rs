@@ -4,10 +4,7 @@
 //! stores a kind cluster's install puts up are valid objects the Secret
 //! names.
 
-use std::{
-    collections::{BTreeMap, BTreeSet},
-    path::Path,
-};
+use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::Context;
 use flashsale_e2e::{
@@ -105,7 +102,7 @@ async fn same_kafka(brokers: &str) -> anyhow::Result<()> {
 async fn the_kind_installs_stores_are_valid_and_its_secret_names_their_services()
 -> anyhow::Result<()> {
     let client = flashsale_e2e::kube::client().await?;
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("kind/stores.yaml");
+    let path = flashsale_e2e::checkout::path("e2e/kind/stores.yaml")?;
     let text = std::fs::read_to_string(&path)?;
     let dry_run = PatchParams {
         dry_run: true,

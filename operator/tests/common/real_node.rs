@@ -93,10 +93,7 @@ pub async fn await_injected(
 
 /// The shipped example policy, pointed at the test's sale and namespace.
 pub fn example_policy(ns: &str, sale: &str) -> anyhow::Result<DegradationPolicy> {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../crds/examples/degradationpolicy-two-tier.yaml"
-    );
+    let path = flashsale_e2e::checkout::path("crds/examples/degradationpolicy-two-tier.yaml")?;
     let text = std::fs::read_to_string(path)?
         .replace("namespace=\"default\"", &format!("namespace=\"{ns}\""))
         .replace("singles-day-gateway-", &format!("{sale}-gateway-"));

@@ -9,11 +9,9 @@ use super::{holder, switches_for};
 use flashsale_api::DegradationPolicy;
 
 fn example() -> anyhow::Result<DegradationPolicy> {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../crds/examples/degradationpolicy-two-tier.yaml"
-    );
-    Ok(serde_yaml_ng::from_str(&std::fs::read_to_string(path)?)?)
+    Ok(serde_yaml_ng::from_str(include_str!(
+        "../../../../../crds/examples/degradationpolicy-two-tier.yaml"
+    ))?)
 }
 
 #[test]
