@@ -5,7 +5,7 @@
 //! through the apiserver alone), the cluster's stores as its Secret names
 //! them, and the worlds
 //! tests build (a drill's scene, an exporter the
-//! test sets, the chart and its rights, the audit log, Prometheus's
+//! test sets, the chart and its rights, the drill library, the audit log, Prometheus's
 //! rules and alerts, the gateway's funnel, order topics, a sale on the real node).
 
 pub mod audit;
@@ -21,6 +21,7 @@ pub mod funnel;
 pub mod inside;
 pub mod kafka;
 pub mod kube;
+pub mod library;
 pub mod metrics;
 pub mod operator;
 pub mod order_flow;

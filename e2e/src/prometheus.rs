@@ -19,10 +19,13 @@ use crate::{stack, wait::poll_until};
 /// answer's `data`, or Prometheus's own error (a query that does not parse
 /// is `bad_data: …`).
 pub async fn api_get(path: &str, params: &[(&str, &str)]) -> Result<Value, String> {
-    let url = format!(
-        "{}{path}",
-        stack::prometheus_url().map_err(|e| e.to_string())?
-    );
+    let base = stack::prometheus_url().map_err(|e| e.to_string())?;
+    api_get_at(&base, path, params).await
+}
+
+/// [`api_get`] at the Prometheus of base URL `base`.
+pub async fn api_get_at(base: &str, path: &str, params: &[(&str, &str)]) -> Result<Value, String> {
+    let url = format!("{}{path}", base.trim_end_matches('/'));
     let body: Value = reqwest::Client::new()
         .get(&url)
         .query(params)
@@ -37,6 +40,15 @@ pub async fn api_get(path: &str, params: &[(&str, &str)]) -> Result<Value, Strin
     } else {
         Err(format!("{}: {}", body["errorType"], body["error"]))
     }
+}
+
+/// The value of the instant `query` at the Prometheus of base URL `base`:
+/// `None` when it returns no series.
+pub async fn value_at(base: &str, query: &str) -> Result<Option<f64>, String> {
+    let data = api_get_at(base, "/api/v1/query", &[("query", query)]).await?;
+    Ok(data["result"][0]["value"][1]
+        .as_str()
+        .and_then(|v| v.parse().ok()))
 }
 
 /// Whether `query` parses and evaluates at Prometheus (an empty result

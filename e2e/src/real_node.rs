@@ -235,11 +235,17 @@ pub fn token(user: &str) -> anyhow::Result<String> {
 
 /// A buyer's token for `user` that expires at `exp` (Unix seconds).
 pub fn token_expiring(user: &str, exp: i64) -> anyhow::Result<String> {
+    token_signed(user, exp, HS256_SECRET)
+}
+
+/// A buyer's token for `user` that expires at `exp` (Unix seconds), signed
+/// with the sale's HS256 key `secret`.
+pub fn token_signed(user: &str, exp: i64, secret: &[u8]) -> anyhow::Result<String> {
     let claims = json!({"sub": user, "exp": exp});
     Ok(jsonwebtoken::encode(
         &jsonwebtoken::Header::default(),
         &claims,
-        &jsonwebtoken::EncodingKey::from_secret(HS256_SECRET)?,
+        &jsonwebtoken::EncodingKey::from_secret(secret)?,
     )?)
 }
 
@@ -411,10 +417,8 @@ pub fn pod_ip(pod: &Pod) -> anyhow::Result<String> {
 /// The value of the instant `query` at the stack's Prometheus: `None`
 /// when it returns no series.
 pub async fn prometheus_value(query: &str) -> Result<Option<f64>, String> {
-    let data = crate::prometheus::api_get("/api/v1/query", &[("query", query)]).await?;
-    Ok(data["result"][0]["value"][1]
-        .as_str()
-        .and_then(|v| v.parse().ok()))
+    let base = stack::prometheus_url().map_err(|e| e.to_string())?;
+    crate::prometheus::value_at(&base, query).await
 }
 
 /// Waits until the instant `query` answers a value below `bound` (the

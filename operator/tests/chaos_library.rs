@@ -10,15 +10,12 @@
 
 mod common;
 
-use std::{
-    collections::{BTreeMap, BTreeSet},
-    path::Path,
-};
+use std::collections::{BTreeMap, BTreeSet};
 
 use common::{
     real_node::{
         START, Scene, TICK, await_ready, await_scraped_and_up, cluster_ip, create_stocked_sale,
-        ended_run, operator, prometheus_value, ready_pods, residue, views_of,
+        operator, ready_pods, residue, views_of,
     },
     setup,
 };
@@ -31,8 +28,12 @@ use flashsale_api::{
 use flashsale_e2e::{
     inside,
     kube::TestNamespace,
+    library,
     order_flow::{OrderFlow, OrderTally},
-    prometheus, stack,
+    prometheus,
+    reach::Reach,
+    stack,
+    stores::Stores,
     wait::poll_until,
 };
 use jiff::{
@@ -40,35 +41,16 @@ use jiff::{
     civil::{Date, Weekday},
     tz::TimeZone,
 };
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::{
-    Api, Client, ResourceExt,
-    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
+    Api, Client,
+    api::{Patch, PatchParams},
 };
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// Held by each test that runs drills on the real node, so they take turns:
 /// the CPU stress of one would starve the other's gateways (their scrapes,
 /// their answers) and turn its verdicts into the machine's.
 static REAL_NODE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// Every `chaos/*.yaml`, by file name, with its text.
-fn library() -> anyhow::Result<Vec<(String, String)>> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../chaos");
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(&dir)? {
-        let path = entry?.path();
-        if path.extension().is_some_and(|e| e == "yaml") {
-            let name = path
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            files.push((name, std::fs::read_to_string(&path)?));
-        }
-    }
-    files.sort();
-    Ok(files)
-}
 
 /// The fault a drill's first experiment injects, as its action names it.
 fn fault(drill: &ChaosDrill) -> anyhow::Result<String> {
@@ -96,11 +78,11 @@ async fn every_drill_in_the_library_applies_says_what_it_proves_and_its_objectiv
     let client = setup().await?;
     let ns = TestNamespace::create(&client, "chaos-library").await?;
     let drills: Api<ChaosDrill> = Api::namespaced(client.clone(), &ns.name);
-    let files = library()?;
+    let files = library::FILES;
     assert!(files.len() >= 8, "{} drills in chaos/", files.len());
 
     let mut faults = BTreeSet::new();
-    for (file, text) in &files {
+    for (file, text) in files {
         for heading in ["Proves:", "Blast radius:", "SLO:", "Ends:"] {
             assert!(
                 text.contains(&format!("\n# {heading}")),
@@ -113,11 +95,7 @@ async fn every_drill_in_the_library_applies_says_what_it_proves_and_its_objectiv
             .as_str()
             .unwrap_or_default()
             .to_owned();
-        assert_eq!(
-            format!("{name}.yaml"),
-            *file,
-            "a drill is named as its file"
-        );
+        assert_eq!(format!("{name}.yaml"), file, "a drill is named as its file");
         let drill = drills
             .patch(
                 &name,
@@ -155,11 +133,8 @@ async fn every_drill_in_the_library_applies_says_what_it_proves_and_its_objectiv
 #[test]
 fn the_friday_evening_drill_never_runs_on_a_friday_evening_nor_in_a_sale_week() -> anyhow::Result<()>
 {
-    let (_, text) = library()?
-        .into_iter()
-        .find(|(file, _)| file == "friday-evening-blackout.yaml")
-        .ok_or_else(|| anyhow::anyhow!("no friday-evening-blackout.yaml"))?;
-    let drill: ChaosDrill = serde_yaml_ng::from_str(&text)?;
+    let drill: ChaosDrill =
+        serde_yaml_ng::from_str(library::text("friday-evening-blackout.yaml")?)?;
     let calendar = Calendar::new(&drill.spec)?;
     let zone = TimeZone::get("Asia/Shanghai")?;
 
@@ -203,66 +178,6 @@ fn the_friday_evening_drill_never_runs_on_a_friday_evening_nor_in_a_sale_week() 
     Ok(())
 }
 
-/// The library's drill `file` for `sale`, made to run now: its calendar
-/// lifted (a run-now request, no windows or blackouts, a sale that may be
-/// anything but Live), its experiment cut to `duration` and its steady
-/// state to 5 s, so the test need not wait for Tuesday. Its fault, blast
-/// radius, objectives and thresholds stay as written.
-fn run_now(file: &str, sale: &str, duration: &str) -> anyhow::Result<Value> {
-    let (_, text) = library()?
-        .into_iter()
-        .find(|(name, _)| name == file)
-        .ok_or_else(|| anyhow::anyhow!("no {file}"))?;
-    let mut drill: Value = serde_yaml_ng::from_str(&text)?;
-    drill["metadata"]["annotations"] = json!({"flashsale.dev/run-now": "test"});
-    let spec = &mut drill["spec"];
-    spec["saleRef"]["name"] = sale.into();
-    spec["windows"] = json!([]);
-    spec["blackouts"] = json!([]);
-    spec["experiments"][0]["duration"] = duration.into();
-    spec["sloGuard"]["steadyState"] = "5s".into();
-    Ok(drill)
-}
-
-/// Waits until every objective of the library's `file`, as `drill` has it,
-/// holds for `sale`: the state an SRE starts a drill from. Their windows
-/// still hold the drill before's errors for a while, and a busy machine's
-/// first page views can fail; a drill started then is rightly skipped
-/// (SteadyStateNotReached), which is not what these tests run it for.
-async fn await_objectives_hold(
-    file: &str,
-    drill: &Value,
-    ns: &str,
-    sale: &str,
-) -> anyhow::Result<()> {
-    let typed: ChaosDrill = serde_json::from_value(drill.clone())?;
-    for objective in &typed.spec.slo_guard.objectives {
-        let query = objective.query_in(ns, sale);
-        let what = format!("{file}: {} holds", objective.name);
-        poll_until(&what, START, TICK, || async {
-            match prometheus_value(&query).await? {
-                Some(value) if objective.holds(value) => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        })
-        .await?;
-    }
-    Ok(())
-}
-
-/// Runs `drill` in `ns` to its end, then deletes it.
-async fn run(client: &Client, ns: &str, drill: Value) -> anyhow::Result<(ChaosDrill, RunRecord)> {
-    let drills: Api<ChaosDrill> = Api::namespaced(client.clone(), ns);
-    let drill = drills
-        .create(&PostParams::default(), &serde_json::from_value(drill)?)
-        .await?;
-    let ended = ended_run(&drills, &drill.name_any()).await?;
-    drills
-        .delete(&drill.name_any(), &DeleteParams::default())
-        .await?;
-    Ok((drill, ended))
-}
-
 #[tokio::test]
 async fn the_librarys_gateway_drills_run_on_the_real_node_and_end_as_their_comments_say()
 -> anyhow::Result<()> {
@@ -278,15 +193,14 @@ async fn the_librarys_gateway_drills_run_on_the_real_node_and_end_as_their_comme
         "gateway-pod-kill.yaml",
         "gateway-container-kill.yaml",
         "gateway-clock-skew.yaml",
+        "friday-evening-blackout.yaml",
     ] {
-        let drill = run_now(file, sale, "20s")?;
-        await_objectives_hold(file, &drill, ns, sale).await?;
-        let (drill, ended) = run(client, ns, drill).await?;
-        assert_eq!(
-            ended.outcome,
-            Some(RunOutcome::Succeeded),
-            "{file} ends Succeeded: {ended:?}"
-        );
+        let drill = library::run_now(file, sale, "test", "20s", &BTreeMap::new())?;
+        library::await_objectives_hold(&drill, ns, sale, &stack::prometheus_url()?).await?;
+        let (drill, ended) = library::run(client, ns, drill).await?;
+        let (outcome, reason) = library::ending(file, true);
+        assert_eq!(ended.outcome, Some(outcome), "{file}: {ended:?}");
+        assert_eq!(ended.reason.as_deref(), Some(reason), "{file}: {ended:?}");
         assert_eq!(ended.targets.len(), 1, "{file}: one gateway: {ended:?}");
         // Every objective was read from Prometheus with the drill's
         // namespace and sale filled in: none was blind.
@@ -308,75 +222,6 @@ async fn the_librarys_gateway_drills_run_on_the_real_node_and_end_as_their_comme
     let left = residue(client, ns).await?;
     assert!(left.is_empty(), "chaos left in the pods: {left:?}");
     Ok(())
-}
-
-/// Where the library's files name the stores (the example shop's), and
-/// where the stack's are: each address a network drill names, made the
-/// stack's. The brokers' advertised address is the `kafka` Service's
-/// endpoint, where pods' Kafka clients connect after bootstrapping.
-async fn stack_addresses(client: &Client) -> anyhow::Result<BTreeMap<&'static str, String>> {
-    let host_port = |url: &str| {
-        url.trim_start_matches("redis://")
-            .trim_end_matches('/')
-            .to_owned()
-    };
-    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "flashsale-stack");
-    let kafka = slices
-        .list(&ListParams::default().labels("kubernetes.io/service-name=kafka"))
-        .await?;
-    let advertised = kafka
-        .items
-        .iter()
-        .find_map(|slice| {
-            let port = slice.ports.as_ref()?.first()?.port?;
-            let ip = slice
-                .endpoints
-                .as_ref()?
-                .first()?
-                .addresses
-                .first()?
-                .clone();
-            Some(format!("{ip}:{port}"))
-        })
-        .ok_or_else(|| anyhow::anyhow!("the kafka Service has no endpoint"))?;
-    Ok([
-        (
-            "redis.shop.svc.cluster.local:6379",
-            host_port(&stack::in_cluster::redis_url()?),
-        ),
-        (
-            "kafka.shop.svc.cluster.local:9092",
-            stack::in_cluster::kafka_brokers()?,
-        ),
-        (
-            "kafka-0.kafka-headless.shop.svc.cluster.local:9092",
-            advertised,
-        ),
-    ]
-    .into())
-}
-
-/// [`run_now`] on a Live sale (the files keep off Live sales; the buyers'
-/// orders that threaten these SLOs flow only while one is), with the
-/// stores' addresses the stack's.
-fn run_now_live(
-    file: &str,
-    sale: &str,
-    addresses: &BTreeMap<&str, String>,
-) -> anyhow::Result<Value> {
-    let mut drill = run_now(file, sale, "20s")?;
-    drill["spec"]["avoidLiveSale"] = false.into();
-    let to = drill.pointer_mut("/spec/experiments/0/networkChaos/toAddresses");
-    if let Some(list) = to.and_then(Value::as_array_mut) {
-        for address in list {
-            let named = address.as_str().unwrap_or_default();
-            let stack = addresses
-                .get(named)
-                .ok_or_else(|| anyhow::anyhow!("{file} names {named}, not a store of the shop"))?;
-            *address = stack.clone().into();
-        }
-    }
-    Ok(drill)
 }
 
 /// Every one of `acknowledged` is exactly one row of the database, once the
@@ -436,7 +281,7 @@ async fn run_under_orders(
     sale: &str,
     gateway: &str,
     file: &str,
-    addresses: &BTreeMap<&str, String>,
+    addresses: &BTreeMap<String, String>,
 ) -> anyhow::Result<UnderOrders> {
     let flow = OrderFlow::start(gateway, file.trim_end_matches(".yaml"), "CASE", 10)?;
     // The sale is open once orders are acknowledged.
@@ -449,9 +294,9 @@ async fn run_under_orders(
         }
     })
     .await?;
-    let drill = run_now_live(file, sale, addresses)?;
-    await_objectives_hold(file, &drill, ns, sale).await?;
-    let (drill, ended) = run(client, ns, drill).await?;
+    let drill = library::run_now(file, sale, "test", "20s", addresses)?;
+    library::await_objectives_hold(&drill, ns, sale, &stack::prometheus_url()?).await?;
+    let (drill, ended) = library::run(client, ns, drill).await?;
     let tally = flow.stop().await;
     let (stored, waited) = every_acknowledged_order_stored(&tally.acknowledged).await?;
     eprintln!(
@@ -493,31 +338,21 @@ async fn the_librarys_store_and_zone_drills_run_under_orders_lose_none_and_end_a
         "http://{}",
         cluster_ip(&client, ns, &format!("{sale}-gateway")).await?
     );
-    let addresses = stack_addresses(&client).await?;
+    // The stores as the stack's Secret names them, as a user's suite finds
+    // them.
+    let stores = Stores::discover(&client, Reach::ServiceIp).await?;
+    let addresses = library::addresses(&client, &stores.in_cluster).await?;
     // As the delay drill's comment says: without netem in the node's kernel
-    // Chaos Mesh cannot delay a packet, and the run says so. It goes last:
-    // Chaos Mesh keeps retrying a delay it could not apply for as long as
-    // the pod lives, and fails every other network fault on that pod too.
-    let (delay, delay_reason) = if inside::kernel_has_netem()? {
-        (RunOutcome::Succeeded, "SloHeld")
-    } else {
-        (RunOutcome::Failed, "NotInjected")
-    };
+    // Chaos Mesh cannot delay a packet, and the run says so.
+    let netem = inside::kernel_has_netem()?;
 
-    for (file, expected, reason) in [
-        (
-            "order-writer-kafka-partition.yaml",
-            RunOutcome::Succeeded,
-            "SloHeld",
-        ),
-        (
-            "order-writer-cpu-stress.yaml",
-            RunOutcome::Succeeded,
-            "SloHeld",
-        ),
-        ("zone-partition.yaml", RunOutcome::Aborted, "SloBreached"),
-        ("inventory-redis-delay.yaml", delay, delay_reason),
+    for file in [
+        "order-writer-kafka-partition.yaml",
+        "order-writer-cpu-stress.yaml",
+        "zone-partition.yaml",
+        "inventory-redis-delay.yaml",
     ] {
+        let (expected, reason) = library::ending(file, netem);
         let UnderOrders {
             drill,
             ended,
