@@ -177,10 +177,7 @@ pub async fn addresses(
 /// names one by its DNS name.
 async fn advertised(client: &Client, bootstrap: &str) -> anyhow::Result<Option<String>> {
     let host = bootstrap.split(':').next().unwrap_or_default();
-    let mut labels = host.split('.');
-    let (Some(service), Some(namespace), Some("svc")) =
-        (labels.next(), labels.next(), labels.next())
-    else {
+    let Some((service, namespace)) = crate::stores::service_of(host) else {
         return Ok(None);
     };
     let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), namespace);

@@ -11,7 +11,7 @@ use std::{
 use serde_json::{Value, json};
 use tokio::{sync::watch, task::JoinSet};
 
-use crate::real_node::token;
+use crate::real_node::{HS256_SECRET, token_signed};
 
 /// The longest a flow runs, whoever forgets to stop it.
 const LONGEST: Duration = Duration::from_secs(300);
@@ -51,6 +51,19 @@ impl OrderFlow {
     /// (`http://host[:port]`) by buyers `<buyers>-1`, `<buyers>-2`, …; an
     /// order is not waited for before the next.
     pub fn start(gateway: &str, buyers: &str, sku: &str, per_second: u32) -> anyhow::Result<Self> {
+        Self::signed(gateway, buyers, sku, per_second, HS256_SECRET.to_vec())
+    }
+
+    /// [`OrderFlow::start`] on a sale whose buyers' tokens are signed with
+    /// the HS256 key `secret`.
+    pub fn signed(
+        gateway: &str,
+        buyers: &str,
+        sku: &str,
+        per_second: u32,
+        secret: Vec<u8>,
+    ) -> anyhow::Result<Self> {
+        let secret: Arc<[u8]> = secret.into();
         let client = crate::real_node::http_per_request()?;
         let url = format!("{gateway}/api/v1/orders");
         let (sku, buyers) = (sku.to_owned(), buyers.to_owned());
@@ -69,7 +82,7 @@ impl OrderFlow {
                     _ = stopped.changed() => break,
                 }
                 n += 1;
-                let request = order(&client, &url, &sku, &format!("{buyers}-{n}"));
+                let request = order(&client, &url, &sku, &format!("{buyers}-{n}"), &secret);
                 let kept = kept.clone();
                 orders.spawn(async move {
                     let answer = request.await;
@@ -130,11 +143,13 @@ fn order(
     url: &str,
     sku: &str,
     buyer: &str,
+    secret: &[u8],
 ) -> impl Future<Output = Answer> + use<> {
     let request = client
         .post(url)
         .json(&json!({"sku": sku, "quantity": 1, "idempotencyKey": buyer}));
-    let buyer = token(buyer).ok();
+    let exp = jiff::Timestamp::now().as_second() + 3600;
+    let buyer = token_signed(buyer, exp, secret).ok();
     async move {
         let response = request.bearer_auth(buyer?).send().await.ok()?;
         let status = response.status().as_u16();

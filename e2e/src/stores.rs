@@ -181,12 +181,7 @@ impl Reacher<'_> {
     /// `127.0.0.1:<port>`, forwarded through the apiserver to the same
     /// port of the Service `host_port` names.
     async fn outside(&mut self, key: &'static str, host_port: &str) -> Result<String, StoresError> {
-        let port_error = || StoresError::Port {
-            key,
-            address: host_port.to_owned(),
-        };
-        let (host, port) = host_port.rsplit_once(':').ok_or_else(port_error)?;
-        let port = port.parse::<u16>().map_err(|_| port_error())?;
+        let (host, port) = split_port(key, host_port, None)?;
         let (name, ns) = service_of(host).ok_or_else(|| StoresError::NotService {
             key,
             address: host_port.to_owned(),
@@ -207,14 +202,7 @@ impl Reacher<'_> {
         host_port: &str,
         default: Option<u16>,
     ) -> Result<String, StoresError> {
-        let port_error = || StoresError::Port {
-            key,
-            address: host_port.to_owned(),
-        };
-        let (host, port) = match host_port.rsplit_once(':') {
-            Some((host, port)) => (host, port.parse::<u16>().map_err(|_| port_error())?),
-            None => (host_port, default.ok_or_else(port_error)?),
-        };
+        let (host, port) = split_port(key, host_port, default)?;
         let Some((name, ns)) = service_of(host) else {
             return Ok(format!("{host}:{port}"));
         };
@@ -241,6 +229,23 @@ fn split_url(url: &str) -> (&str, &str, &str) {
     (&url[..start], &url[start..end], &url[end..])
 }
 
+/// `(host, port)` of `host_port` (the Secret's `key`), the port `default`
+/// when it names none.
+fn split_port<'a>(
+    key: &'static str,
+    host_port: &'a str,
+    default: Option<u16>,
+) -> Result<(&'a str, u16), StoresError> {
+    let port_error = || StoresError::Port {
+        key,
+        address: host_port.to_owned(),
+    };
+    match host_port.rsplit_once(':') {
+        Some((host, port)) => Ok((host, port.parse::<u16>().map_err(|_| port_error())?)),
+        None => Ok((host_port, default.ok_or_else(port_error)?)),
+    }
+}
+
 /// The port a URL's scheme implies when it names none.
 fn default_port(scheme: &str) -> Option<u16> {
     match scheme.trim_end_matches("://") {
@@ -253,7 +258,7 @@ fn default_port(scheme: &str) -> Option<u16> {
 
 /// `(service, namespace)` when `host` is a Service's cluster DNS name
 /// (`<service>.<namespace>.svc[.<cluster domain>]`).
-fn service_of(host: &str) -> Option<(&str, &str)> {
+pub fn service_of(host: &str) -> Option<(&str, &str)> {
     let mut labels = host.split('.');
     let (service, ns, svc) = (labels.next()?, labels.next()?, labels.next()?);
     (svc == "svc" && !service.is_empty() && !ns.is_empty()).then_some((service, ns))
@@ -293,6 +298,25 @@ mod tests {
         );
         assert_eq!(service_of("10.0.0.1"), None);
         assert_eq!(service_of("redis.example.com"), None);
+    }
+
+    #[test]
+    fn an_address_without_a_port_takes_the_default_or_is_refused() {
+        assert!(matches!(
+            split_port("redis-url", "redis.s.svc:6380", Some(6379)),
+            Ok(("redis.s.svc", 6380))
+        ));
+        assert!(matches!(
+            split_port("redis-url", "redis.s.svc", Some(6379)),
+            Ok(("redis.s.svc", 6379))
+        ));
+        for bad in ["kafka.s.svc", "kafka.s.svc:x"] {
+            let err = split_port("kafka-brokers", bad, None).map(|_| ());
+            assert!(
+                matches!(&err, Err(StoresError::Port { key: "kafka-brokers", address }) if address == bad),
+                "{err:?}"
+            );
+        }
     }
 
     #[test]

@@ -11,7 +11,8 @@ use flashsale_play::{
     scenario::{self, Options, Reach, plan::Plan},
 };
 
-/// Plays a whole flash sale on a cluster and proves it survived.
+/// Plays a whole flash sale on a cluster and proves it survived; with
+/// `--library`, runs the drill library too.
 ///
 /// Needs a kubeconfig (`KUBECONFIG` or `~/.kube/config`) for a cluster with
 /// the operator watching the namespace, Chaos Mesh, and the Secret
@@ -55,6 +56,12 @@ struct Cli {
     /// reaches the cluster.
     #[arg(long, value_enum, default_value_t = Reach::ServiceIp)]
     reach: Reach,
+    /// Also run every other drill of the library in `chaos/`, one after
+    /// the other, on a sale of their own while buyers order (about a
+    /// minute each): each must end as its comment says, and every order
+    /// acknowledged meanwhile must be stored once.
+    #[arg(long)]
+    library: bool,
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -85,13 +92,19 @@ async fn main() -> ExitCode {
     );
     // The bar runs over the sale's opening, the load and about two minutes
     // for the drill, the end and the checks.
-    let progress = Progress::new(plan.opens_in + plan.load + Duration::from_secs(120));
+    let library = if cli.library {
+        Duration::from_secs(600)
+    } else {
+        Duration::ZERO
+    };
+    let progress = Progress::new(plan.opens_in + plan.load + Duration::from_secs(120) + library);
     let options = Options {
         namespace: cli.namespace,
         plan,
         out_dir: cli.out,
         seed: cli.seed,
         reach: cli.reach,
+        library: cli.library,
     };
     match scenario::play(options, progress).await {
         Ok(outcome) if outcome.passed() => ExitCode::SUCCESS,

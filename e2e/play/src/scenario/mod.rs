@@ -13,6 +13,7 @@
 
 mod checks;
 mod facts;
+mod library;
 pub mod plan;
 mod series;
 mod summary;
@@ -76,6 +77,8 @@ pub struct Options {
     /// How the scenario reaches the sale's gateways and the cluster's
     /// stores and Prometheus.
     pub reach: Reach,
+    /// Whether the library's other drills run too, on a sale of their own.
+    pub library: bool,
 }
 
 /// How a played sale ended.
@@ -144,30 +147,30 @@ pub async fn play(options: Options, progress: Progress) -> anyhow::Result<Outcom
         out_dir,
         seed,
         reach,
+        library,
     } = options;
     let mut steps = Steps {
         progress: progress.clone(),
-        total: 7,
+        total: 6 + usize::from(library),
         n: 0,
         started,
     };
     let (client, stores, prometheus) = connect(reach).await?;
+    let scene = Scene {
+        client: &client,
+        stores: &stores,
+        prometheus: &prometheus,
+        reach,
+        ns: &ns,
+    };
 
     steps.begin(&format!(
-        "preparing {ns}: the previous run's objects go, new keys and topics"
-    ));
-    let keys = prepare(&client, &ns, &plan, &stores.in_cluster.database).await?;
-    let wiring = wire(&client, &stores).await?;
-
-    steps.begin(&format!(
-        "applying sale {ns}/{}: it warms up now and opens in {}s; its pods start",
+        "applying sale {ns}/{} with new keys and topics (the previous run's objects go first): \
+         it warms up now and opens in {}s; its pods start",
         plan.sale,
         plan.opens_in.as_secs()
     ));
-    let sales: Api<FlashSale> = Api::namespaced(client.clone(), &ns);
-    let sale_id = create_sale(&sales, &plan, &wiring).await?;
-    await_live(&sales, &plan, &progress).await?;
-    await_scraped(&prometheus, &plan, &ns).await?;
+    let (keys, sale_id) = open_sale(&scene, &plan, &progress).await?;
 
     steps.begin("applying the DegradationPolicy: two tiers on the share of the planned peak load");
     apply_policy(&client, &ns, &plan).await?;
@@ -177,30 +180,22 @@ pub async fn play(options: Options, progress: Progress) -> anyhow::Result<Outcom
         plan.users,
         plan.load.as_secs()
     ));
-    // Kept until the buyers are done: dropping it closes a forward.
-    let gateways = reach
-        .service(&client, &ns, &plan.gateway_service(), GATEWAY_PORT)
-        .await
-        .context("reaching the gateways")?;
-    let gateway = format!("http://{}", gateways.address);
-    let played = play_load(
-        &client,
-        &prometheus,
-        &ns,
-        &plan,
-        &gateway,
-        &keys,
-        seed,
-        &progress,
-    )
-    .await?;
+    let played = play_load(&scene, &plan, &keys, seed, &progress).await?;
 
     steps.begin("ending the sale: unpaid reservations return to stock, the order-writer drains");
     let ended_at = Timestamp::now();
-    end_sale(&sales, &plan, &progress).await?;
+    end_sale(&Api::namespaced(client.clone(), &ns), &plan, &progress).await?;
+
+    let library_checks = if library {
+        steps.begin("running the drill library on a sale of its own under orders");
+        library::play(&scene, &format!("{}-library", plan.sale), &progress).await?
+    } else {
+        Vec::new()
+    };
 
     steps.begin("checking stock, orders, tiers and the drill against the systems of record");
-    let proven = prove(&client, &stores, &ns, &plan, &sale_id, &played, &progress).await?;
+    let mut proven = prove(&client, &stores, &ns, &plan, &sale_id, &played, &progress).await?;
+    proven.checks.extend(library_checks);
 
     steps.begin("writing the report from the run's Prometheus data");
     let (funnel, plots, bars) = figures(&prometheus, &plan, &ns, &played, &proven).await?;
@@ -223,6 +218,36 @@ pub async fn play(options: Options, progress: Progress) -> anyhow::Result<Outcom
     write_outputs(&out_dir, &report, &outcome, &played.outcome.ledger)?;
     progress.line(summary::text(&outcome));
     Ok(outcome)
+}
+
+/// Where the scenario plays: the apiserver, the cluster's stores and its
+/// Prometheus, how the gateways are reached, and the namespace.
+struct Scene<'a> {
+    client: &'a Client,
+    stores: &'a Stores,
+    prometheus: &'a prometheus_http_query::Client,
+    reach: Reach,
+    ns: &'a str,
+}
+
+/// Opens `plan`'s sale: the previous run's objects of its name go, new
+/// keys, Secrets and topics, then the sale, waited for until it is Live with
+/// both gateways scraped. Its keys and sale id.
+async fn open_sale(
+    scene: &Scene<'_>,
+    plan: &Plan,
+    progress: &Progress,
+) -> anyhow::Result<(Keys, String)> {
+    let Scene {
+        client, stores, ns, ..
+    } = *scene;
+    let keys = prepare(client, ns, plan, &stores.in_cluster.database).await?;
+    let wiring = wire(client, stores).await?;
+    let sales: Api<FlashSale> = Api::namespaced(client.clone(), ns);
+    let sale_id = create_sale(&sales, plan, &wiring).await?;
+    await_live(&sales, plan, progress).await?;
+    await_scraped(scene.prometheus, plan, ns).await?;
+    Ok((keys, sale_id))
 }
 
 /// The apiserver, the cluster's stores and its Prometheus, reached `reach`.
@@ -520,17 +545,26 @@ struct Played {
     to: Timestamp,
 }
 
-#[allow(clippy::too_many_arguments)] // one call site; a struct would only rename them
 async fn play_load(
-    client: &Client,
-    prometheus: &prometheus_http_query::Client,
-    ns: &str,
+    scene: &Scene<'_>,
     plan: &Plan,
-    gateway: &str,
     keys: &Keys,
     seed: u64,
     progress: &Progress,
 ) -> anyhow::Result<Played> {
+    let Scene {
+        client,
+        prometheus,
+        reach,
+        ns,
+        ..
+    } = *scene;
+    // Kept until the buyers are done: dropping it closes a forward.
+    let gateways = reach
+        .service(client, ns, &plan.gateway_service(), GATEWAY_PORT)
+        .await
+        .context("reaching the gateways")?;
+    let gateway = &format!("http://{}", gateways.address);
     let profile = buyers::Profile::sale(plan.load);
     let config = buyers_config(plan, gateway, keys, seed, profile.clone());
     let (stop_tx, mut stop_rx) = watch::channel(false);

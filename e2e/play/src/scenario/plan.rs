@@ -59,6 +59,8 @@ pub struct Plan {
     pub admit_per_second: u32,
     /// What is on sale.
     pub items: Vec<Item>,
+    /// Whether buyers queue in the waiting room before they order.
+    pub waiting_room: bool,
 }
 
 /// Share of the planned peak load above which tier 1 (tier 2) is entered,
@@ -66,6 +68,9 @@ pub struct Plan {
 pub const TIER1: (f64, f64) = (0.35, 0.25);
 /// See [`TIER1`].
 pub const TIER2: (f64, f64) = (0.65, 0.50);
+
+/// The SKU the library's sale sells.
+pub const LIBRARY_SKU: &str = "CASE";
 
 /// The drill's SLO name.
 pub const SLO: &str = "gateways-up";
@@ -114,6 +119,25 @@ impl Plan {
                     shards: 1,
                 },
             ],
+            waiting_room: true,
+        }
+    }
+
+    /// The sale the library's drills run on: open 20 s after it is
+    /// applied, without a waiting room, with stock for every order a steady
+    /// flow places while they run (each order a buyer of its own).
+    pub fn library(sale: &str) -> Self {
+        Self {
+            opens_in: Duration::from_secs(20),
+            items: vec![Item {
+                sku: LIBRARY_SKU.into(),
+                stock: 100_000,
+                per_user_limit: 1,
+                price_minor: 1_900,
+                shards: 1,
+            }],
+            waiting_room: false,
+            ..Self::scaled(sale, 10, Duration::from_secs(60))
         }
     }
 
@@ -181,7 +205,7 @@ impl Plan {
                     "payment": {"secretRef": {"name": self.secret("payment"), "key": "key"}},
                     "rateLimit": {"perUserPerSecond": 2, "burst": 5},
                     "waitingRoom": {
-                        "enabled": true,
+                        "enabled": self.waiting_room,
                         "admitPerSecond": self.admit_per_second,
                         "ticketSecretRef": {"name": self.secret("queue"), "key": "key"}
                     }
@@ -308,6 +332,18 @@ mod tests {
         assert_eq!(objectives.len(), 1);
         assert_eq!(objectives[0].name, SLO);
         assert_eq!(objectives[0].threshold, 2.0);
+        Ok(())
+    }
+
+    #[test]
+    fn the_librarys_sale_orders_without_a_waiting_room_from_ample_stock() -> anyhow::Result<()> {
+        let plan = Plan::library("play-library");
+        let now: Timestamp = "2026-11-11T10:15:30Z".parse()?;
+        let sale: FlashSale = serde_json::from_value(plan.sale(now, &wiring()))?;
+        assert!(!sale.spec.gateway.waiting_room.enabled);
+        assert_eq!(sale.spec.items.len(), 1);
+        assert_eq!(sale.spec.items[0].sku, LIBRARY_SKU);
+        assert!(sale.spec.items[0].stock >= 10_000);
         Ok(())
     }
 
