@@ -36,14 +36,24 @@ pub const SECRET: &str = "stores";
 pub enum StoresError {
     /// The Secret could not be read.
     #[error(
-        "reading Secret {NAMESPACE}/{SECRET}, which names the cluster's stores: {0}. \
+        "reading Secret {namespace}/{SECRET}, which names the cluster's stores: {source}. \
          The local stack writes it (`e2e/local/stack up`); on another cluster, create it \
          with the keys redis-url, database-url, kafka-brokers and prometheus-url"
     )]
-    Secret(#[source] kube::Error),
+    Secret {
+        /// The Secret's namespace.
+        namespace: String,
+        /// Why.
+        source: kube::Error,
+    },
     /// A key is missing or not text.
-    #[error("Secret {NAMESPACE}/{SECRET} has no text key {0}")]
-    Key(&'static str),
+    #[error("Secret {namespace}/{SECRET} has no text key {key}")]
+    Key {
+        /// The Secret's namespace.
+        namespace: String,
+        /// The key.
+        key: &'static str,
+    },
     /// An address has no port, or one that is not a number.
     #[error("{key}: `{address}` names no port")]
     Port {
@@ -96,17 +106,32 @@ pub struct Stores {
 impl Stores {
     /// Reads the Secret naming the stores and reaches each of them `reach`.
     pub async fn discover(client: &Client, reach: Reach) -> Result<Self, StoresError> {
-        let secret = Api::<Secret>::namespaced(client.clone(), NAMESPACE)
+        Self::discover_in(client, NAMESPACE, reach).await
+    }
+
+    /// [`Stores::discover`] from the Secret `stores` of `namespace`.
+    pub async fn discover_in(
+        client: &Client,
+        namespace: &str,
+        reach: Reach,
+    ) -> Result<Self, StoresError> {
+        let secret = Api::<Secret>::namespaced(client.clone(), namespace)
             .get(SECRET)
             .await
-            .map_err(StoresError::Secret)?;
+            .map_err(|source| StoresError::Secret {
+                namespace: namespace.to_owned(),
+                source,
+            })?;
         let data = secret.data.unwrap_or_default();
         let text = |key: &'static str| {
             data.get(key)
                 .and_then(|v| String::from_utf8(v.0.clone()).ok())
                 .map(|v| v.trim().to_owned())
                 .filter(|v| !v.is_empty())
-                .ok_or(StoresError::Key(key))
+                .ok_or_else(|| StoresError::Key {
+                    namespace: namespace.to_owned(),
+                    key,
+                })
         };
         let in_cluster = Urls {
             redis: text("redis-url")?,

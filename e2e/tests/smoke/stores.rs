@@ -9,10 +9,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use anyhow::Context;
 use flashsale_e2e::{
     kafka,
+    kube::TestNamespace,
     reach::Reach,
     stack,
-    stores::{Stores, Urls},
+    stores::{Stores, StoresError, Urls},
 };
+use k8s_openapi::{api::core::v1::Secret, apimachinery::pkg::apis::meta::v1::ObjectMeta};
 use kube::{
     Api, ResourceExt,
     api::{DynamicObject, GroupVersionKind, Patch, PatchParams, ValidationDirective},
@@ -48,6 +50,80 @@ async fn the_stores_secret_leads_to_the_stacks_own_stores_by_either_reach() -> a
             stores.here.prometheus
         );
     }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_missing_or_incomplete_stores_secret_is_named_with_what_to_do() -> anyhow::Result<()> {
+    let client = flashsale_e2e::kube::client().await?;
+    let ns = TestNamespace::create(&client, "stores-secret").await?;
+    // Why the stores cannot be found; finding them fails the test.
+    let refusal = || async {
+        match Stores::discover_in(&client, &ns.name, Reach::ServiceIp).await {
+            Ok(_) => anyhow::bail!("stores found without a complete Secret"),
+            Err(err) => Ok(err),
+        }
+    };
+
+    let missing = refusal().await?.to_string();
+    for part in [
+        &format!("{}/stores", ns.name),
+        "create it",
+        "prometheus-url",
+    ] {
+        assert!(missing.contains(part), "{part:?} not in {missing}");
+    }
+
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns.name);
+    let write = |data: &[(&str, &str)]| {
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some("stores".to_owned()),
+                ..ObjectMeta::default()
+            },
+            string_data: Some(
+                data.iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            ),
+            ..Secret::default()
+        };
+        let secrets = secrets.clone();
+        async move {
+            secrets
+                .patch(
+                    "stores",
+                    &PatchParams::apply("smoke").force(),
+                    &Patch::Apply(&secret),
+                )
+                .await
+        }
+    };
+    write(&[("redis-url", "redis://10.0.0.1:6379")]).await?;
+    let key = refusal().await?;
+    assert!(
+        matches!(
+            &key,
+            StoresError::Key {
+                key: "database-url",
+                ..
+            }
+        ),
+        "{key}"
+    );
+
+    write(&[
+        ("redis-url", "redis://10.0.0.1:6379"),
+        ("database-url", "postgres://u@10.0.0.1/orders"),
+        ("kafka-brokers", "kafka.shop.svc"),
+        ("prometheus-url", "http://10.0.0.1:9090"),
+    ])
+    .await?;
+    let port = refusal().await?.to_string();
+    assert!(
+        port.contains("kafka-brokers") && port.contains("kafka.shop.svc") && port.contains("port"),
+        "{port}"
+    );
     Ok(())
 }
 
