@@ -312,20 +312,23 @@ fn check(name: &str, passed: bool, detail: String) -> Check {
     }
 }
 
-/// A run's outcome, reason and latencies in a few words.
+/// A run's outcome, reason and latencies in a few words; a latency the
+/// run did not have (no breach, no abort) is left out.
 pub fn run_text(run: &RunRecord) -> String {
-    let latency = |d: &Option<flashsale_api::Duration>| {
-        d.as_ref().map_or("-".to_owned(), ToString::to_string)
-    };
-    format!(
-        "{} ({}), detection {}, decision → chaos gone {}",
+    let mut text = format!(
+        "{} ({})",
         run.outcome
             .as_ref()
             .map_or("still running".to_owned(), |o| format!("{o:?}")),
         run.reason.as_deref().unwrap_or("no reason"),
-        latency(&run.detection_latency),
-        latency(&run.abort_latency)
-    )
+    );
+    if let Some(detection) = &run.detection_latency {
+        text.push_str(&format!(", detection {detection}"));
+    }
+    if let Some(abort) = &run.abort_latency {
+        text.push_str(&format!(", decision → chaos gone {abort}"));
+    }
+    text
 }
 
 /// `HH:MM:SS` UTC.

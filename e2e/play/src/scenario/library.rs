@@ -127,7 +127,7 @@ fn verdict(file: &str, outcome: anyhow::Result<(ChaosDrill, RunRecord)>) -> Chec
             return Check {
                 name,
                 passed: false,
-                detail: format!("{file}: the run did not happen: {err:#}"),
+                detail: format!("the run did not happen: {err:#}; expected {expected}"),
             };
         }
     };
@@ -143,10 +143,17 @@ fn verdict(file: &str, outcome: anyhow::Result<(ChaosDrill, RunRecord)>) -> Chec
         .filter(|o| !run.slo_extremes.contains_key(&o.name))
         .map(|o| o.name.as_str())
         .collect();
+    let worst = run
+        .slo_extremes
+        .iter()
+        .map(|(name, value)| format!("{name} {value}"))
+        .collect::<Vec<_>>()
+        .join(", ");
     let mut detail = format!(
-        "{file}: {} on {} (expected {expected})",
+        "{} on {}; worst {}; expected {expected}",
         checks::run_text(&run),
-        run.targets.join(", ")
+        run.targets.join(", "),
+        if worst.is_empty() { "-" } else { &worst },
     );
     if !blind.is_empty() {
         detail.push_str(&format!("; never read: {}", blind.join(", ")));
@@ -194,4 +201,68 @@ async fn stored_once(stores: &Stores, acknowledged: &BTreeSet<String>) -> anyhow
             rows - distinct
         ),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flashsale_api::chaosdrill::RunOutcome;
+
+    fn ran(file: &str, outcome: RunOutcome, reason: &str, read: &[&str]) -> anyhow::Result<Check> {
+        let drill: ChaosDrill = serde_yaml_ng::from_str(library::text(file)?)?;
+        let run = RunRecord {
+            id: "r".to_owned(),
+            outcome: Some(outcome),
+            reason: Some(reason.to_owned()),
+            targets: vec!["shop/gateway-1".to_owned()],
+            slo_extremes: read.iter().map(|n| ((*n).to_owned(), 0.0)).collect(),
+            ..RunRecord::default()
+        };
+        Ok(verdict(file, Ok((drill, run))))
+    }
+
+    #[test]
+    fn a_run_passes_only_with_an_ending_its_comment_gives_and_every_objective_read()
+    -> anyhow::Result<()> {
+        let zone = "zone-partition.yaml";
+        let held = ran(zone, RunOutcome::Succeeded, "SloHeld", &["order-errors"])?;
+        assert!(!held.passed, "a zone cut that held nothing: {held:?}");
+        assert!(
+            held.detail.contains("expected Aborted (SloBreached)"),
+            "{held:?}"
+        );
+        let aborted = ran(zone, RunOutcome::Aborted, "SloBreached", &["order-errors"])?;
+        assert!(aborted.passed, "{aborted:?}");
+        assert_eq!(aborted.name, "zone-partition ends as its comment says");
+        let blind = ran(zone, RunOutcome::Aborted, "SloBreached", &[])?;
+        assert!(
+            !blind.passed && blind.detail.contains("never read: order-errors"),
+            "{blind:?}"
+        );
+        // The delay's comment allows either ending.
+        let delay = "inventory-redis-delay.yaml";
+        let names: Vec<String> = {
+            let drill: ChaosDrill = serde_yaml_ng::from_str(library::text(delay)?)?;
+            drill
+                .spec
+                .slo_guard
+                .objectives
+                .iter()
+                .map(|o| o.name.clone())
+                .collect()
+        };
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        for (outcome, reason) in [
+            (RunOutcome::Succeeded, "SloHeld"),
+            (RunOutcome::Failed, "NotInjected"),
+        ] {
+            assert!(ran(delay, outcome, reason, &names)?.passed, "{outcome:?}");
+        }
+        let missing = verdict(delay, Err(anyhow::anyhow!("the objectives never held")));
+        assert!(
+            !missing.passed && missing.detail.contains("never held"),
+            "{missing:?}"
+        );
+        Ok(())
+    }
 }
