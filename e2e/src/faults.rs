@@ -18,9 +18,9 @@ pub enum FaultError {
     /// The script could not be run.
     #[error("running `stack {command} {component}`: {source}")]
     Spawn {
-        /// `up`, `down` or `kill`.
+        /// `up`, `down`, `kill` or `endpoint`.
         command: &'static str,
-        /// The component.
+        /// The component, or the command's arguments.
         component: String,
         /// Why.
         source: std::io::Error,
@@ -28,9 +28,9 @@ pub enum FaultError {
     /// The script failed.
     #[error("`stack {command} {component}` failed: {stderr}")]
     Failed {
-        /// `up`, `down` or `kill`.
+        /// `up`, `down`, `kill` or `endpoint`.
         command: &'static str,
-        /// The component.
+        /// The component, or the command's arguments.
         component: String,
         /// The script's error output.
         stderr: String,
@@ -67,7 +67,7 @@ impl Outage {
     }
 
     async fn by(command: &'static str, component: &str) -> Result<Self, FaultError> {
-        run(command, component).await?;
+        run(command, &[component]).await?;
         Ok(Self {
             component: component.to_owned(),
             ended: false,
@@ -77,7 +77,7 @@ impl Outage {
     /// Starts the component again and returns once it is ready.
     pub async fn end(mut self) -> Result<(), FaultError> {
         self.ended = true;
-        run("up", &self.component).await
+        run("up", &[&self.component]).await
     }
 }
 
@@ -91,14 +91,17 @@ impl Drop for Outage {
     }
 }
 
-async fn run(command: &'static str, component: &str) -> Result<(), FaultError> {
+/// Runs `e2e/local/stack COMMAND ARGS...` and waits for it.
+pub(crate) async fn run(command: &'static str, args: &[&str]) -> Result<(), FaultError> {
+    let component = args.join(" ");
     let output = tokio::process::Command::new(stack::script()?)
-        .args([command, component])
+        .arg(command)
+        .args(args)
         .output()
         .await
         .map_err(|source| FaultError::Spawn {
             command,
-            component: component.to_owned(),
+            component: component.clone(),
             source,
         })?;
     if output.status.success() {
@@ -106,7 +109,7 @@ async fn run(command: &'static str, component: &str) -> Result<(), FaultError> {
     } else {
         Err(FaultError::Failed {
             command,
-            component: component.to_owned(),
+            component,
             stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
         })
     }

@@ -1,7 +1,7 @@
 //! The test kit of the project, for tests, benchmarks and the play that run
 //! against the local stack (`e2e/local/stack`): where each component is, how
-//! to wait for a condition with a deadline, where the checkout is instead of sleeping, the operator
-//! process, a Service reached from outside the cluster (by its cluster IP or
+//! to wait for a condition with a deadline instead of sleeping, where the checkout is, the operator
+//! process, the standby region and its global endpoint, a Service reached from outside the cluster (by its cluster IP or
 //! through the apiserver alone), the cluster's stores as its Secret names
 //! them, and the worlds
 //! tests build (a drill's scene, an exporter the
@@ -31,6 +31,7 @@ pub mod prometheus;
 pub mod reach;
 pub mod real_node;
 pub mod redis_keys;
+pub mod region;
 pub mod sales;
 pub mod stack;
 pub mod stores;

@@ -1,0 +1,220 @@
+//! The standby region of the local stack (`e2e/local/stack up region-b`):
+//! where region A's Redis of a failover pair and region B's stores listen,
+//! and the global endpoint in front of both regions' gateways, which a test
+//! points at two gateways and reads the health view of.
+
+use std::time::Duration;
+
+use crate::{
+    faults::{self, FaultError},
+    stack::{self, MissingComponent},
+};
+
+/// Where the two regions' stores and the global endpoint listen, from the
+/// variables `e2e/local/stack env` exports once region B is up.
+#[derive(Debug, Clone)]
+pub struct Regions {
+    /// Region A's Redis of the failover pair (`redis://`).
+    pub a_redis: String,
+    /// Region B's Redis, a replica of A's (`redis://`).
+    pub b_redis: String,
+    /// Region A's Kafka: the stack's broker.
+    pub a_kafka: String,
+    /// Region B's Kafka, fed by MirrorMaker 2.
+    pub b_kafka: String,
+    /// Region B's PostgreSQL database (`postgres://`).
+    pub b_database: String,
+    /// The global endpoint's base URL.
+    pub endpoint: String,
+    /// The global endpoint's stats as CSV.
+    pub endpoint_stats: String,
+}
+
+/// The component named when region B's variables are missing.
+const COMPONENT: &str = "standby region (e2e/local/stack up region-b)";
+
+fn var(name: &'static str) -> Result<String, MissingComponent> {
+    std::env::var(name)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .ok_or(MissingComponent {
+            var: name,
+            component: COMPONENT,
+        })
+}
+
+impl Regions {
+    /// Reads the addresses, or says how to start region B.
+    pub fn from_env() -> Result<Self, MissingComponent> {
+        Ok(Self {
+            a_redis: var("FLASHSALE_REGION_A_REDIS_URL")?,
+            b_redis: var("FLASHSALE_REGION_B_REDIS_URL")?,
+            a_kafka: stack::kafka_brokers()?,
+            b_kafka: var("FLASHSALE_REGION_B_KAFKA_BROKERS")?,
+            b_database: var("FLASHSALE_REGION_B_DATABASE_URL")?,
+            endpoint: var("FLASHSALE_GLOBAL_ENDPOINT")?,
+            endpoint_stats: var("FLASHSALE_GLOBAL_ENDPOINT_STATS")?,
+        })
+    }
+}
+
+/// How the global endpoint checks the regions' gateways: every `interval`,
+/// a gateway down after `fall` failed checks and up after `rise` passing
+/// ones, its health `/readyz` on `health_port` of its host.
+#[derive(Debug, Clone, Copy)]
+pub struct Checks {
+    /// Time between two checks of one gateway.
+    pub interval: Duration,
+    /// Failed checks before a gateway is taken out.
+    pub fall: u32,
+    /// Passing checks before it is taken back.
+    pub rise: u32,
+    /// The port of the gateway's `/readyz`.
+    pub health_port: u16,
+}
+
+/// Points the global endpoint at `primary` (region A's gateway) and
+/// `standby` (region B's, HAProxy's `backup`), both `host:port`, and
+/// restarts it: `e2e/local/stack endpoint`.
+pub async fn point_endpoint(
+    primary: &str,
+    standby: &str,
+    checks: Checks,
+) -> Result<(), FaultError> {
+    let interval = format!("{}ms", checks.interval.as_millis());
+    let (fall, rise, health) = (
+        checks.fall.to_string(),
+        checks.rise.to_string(),
+        checks.health_port.to_string(),
+    );
+    faults::run(
+        "endpoint",
+        &[
+            primary,
+            standby,
+            "--interval",
+            &interval,
+            "--fall",
+            &fall,
+            "--rise",
+            &rise,
+            "--health-port",
+            &health,
+        ],
+    )
+    .await
+}
+
+/// One gateway as the global endpoint sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointServer {
+    /// `region-a` or `region-b`.
+    pub name: String,
+    /// HAProxy's status: `UP`, `DOWN`, or a transition (`UP 1/2`).
+    pub status: String,
+    /// Requests it served since the endpoint started.
+    pub served: u64,
+}
+
+/// Why the endpoint's stats could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum StatsError {
+    /// The stats page did not answer.
+    #[error("reading the global endpoint's stats at {url}: {source}")]
+    Http {
+        /// The stats URL.
+        url: String,
+        /// Why.
+        source: reqwest::Error,
+    },
+    /// The CSV lacks a column this reader needs.
+    #[error("the global endpoint's stats have no {0} column")]
+    Column(&'static str),
+}
+
+/// The gateways of the endpoint's `sale` backend, from its stats CSV.
+pub async fn endpoint_servers(stats_url: &str) -> Result<Vec<EndpointServer>, StatsError> {
+    let http = |source| StatsError::Http {
+        url: stats_url.to_owned(),
+        source,
+    };
+    let csv = reqwest::get(stats_url)
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .map_err(http)?
+        .text()
+        .await
+        .map_err(http)?;
+    servers_of(&csv)
+}
+
+/// The `sale` backend's servers in HAProxy's CSV (header `# pxname,svname,…`).
+fn servers_of(csv: &str) -> Result<Vec<EndpointServer>, StatsError> {
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .trim_start_matches("# ")
+        .split(',')
+        .collect();
+    let column = |name: &'static str| {
+        header
+            .iter()
+            .position(|h| *h == name)
+            .ok_or(StatsError::Column(name))
+    };
+    let (proxy, server, status, total) = (
+        column("pxname")?,
+        column("svname")?,
+        column("status")?,
+        column("stot")?,
+    );
+    Ok(lines
+        .map(|line| line.split(',').collect::<Vec<_>>())
+        .filter(|f| {
+            f.get(proxy) == Some(&"sale")
+                && !matches!(f.get(server), Some(&"FRONTEND" | &"BACKEND") | None)
+        })
+        .map(|f| EndpointServer {
+            name: f.get(server).copied().unwrap_or_default().to_owned(),
+            status: f.get(status).copied().unwrap_or_default().to_owned(),
+            served: f.get(total).and_then(|n| n.parse().ok()).unwrap_or(0),
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sale_backend_servers_are_read_from_the_stats_csv() -> Result<(), StatsError> {
+        let csv = "# pxname,svname,qcur,stot,status,\n\
+                   global,FRONTEND,0,12,OPEN,\n\
+                   sale,region-a,0,9,UP,\n\
+                   sale,region-b,0,3,DOWN 1/2,\n\
+                   sale,BACKEND,0,12,UP,\n\
+                   stats,FRONTEND,0,1,OPEN,\n";
+        let servers = servers_of(csv)?;
+        assert_eq!(
+            servers,
+            vec![
+                EndpointServer {
+                    name: "region-a".into(),
+                    status: "UP".into(),
+                    served: 9
+                },
+                EndpointServer {
+                    name: "region-b".into(),
+                    status: "DOWN 1/2".into(),
+                    served: 3
+                },
+            ]
+        );
+        assert!(matches!(
+            servers_of("# pxname,svname\n"),
+            Err(StatsError::Column("status"))
+        ));
+        Ok(())
+    }
+}
