@@ -1,12 +1,13 @@
 //! The test kit of the project, for tests, benchmarks and the play that run
 //! against the local stack (`e2e/local/stack`): where each component is, how
-//! to wait for a condition with a deadline instead of sleeping, where the checkout is, the operator
-//! process, the standby region and its global endpoint, a Service reached from outside the cluster (by its cluster IP or
-//! through the apiserver alone), the cluster's stores as its Secret names
-//! them, and the worlds
-//! tests build (a drill's scene, an exporter the
-//! test sets, the chart and its rights, the drill library, the audit log, Prometheus's
-//! rules and alerts, the gateway's funnel, order topics, a sale on the real node).
+//! to wait for a condition with a deadline instead of sleeping, where the
+//! checkout is, the operator process, the standby region and its global
+//! endpoint, a Service reached from outside the cluster (by its cluster IP
+//! or through the apiserver alone), the cluster's stores as its Secret
+//! names them and which store an address leads to, and the worlds tests
+//! build (a drill's scene, an exporter the test sets, the chart and its
+//! rights, the drill library, the audit log, Prometheus's rules and alerts,
+//! the gateway's funnel, order topics, a sale on the real node).
 
 pub mod audit;
 pub mod browser;
@@ -33,6 +34,7 @@ pub mod real_node;
 pub mod redis_keys;
 pub mod region;
 pub mod sales;
+pub mod same_store;
 pub mod stack;
 pub mod stores;
 pub mod wait;

@@ -1,7 +1,8 @@
 //! The standby region on the local stack (`e2e/local/stack up region-b`):
-//! B's Redis follows A's, MirrorMaker 2 copies A's order topics into B's
-//! Kafka partition for partition, and the global endpoint sends buyers to
-//! B only while A fails its health check. `e2e/local/stack test` starts
+//! each region's Secret leads to its own stores, B's Redis follows A's,
+//! MirrorMaker 2 copies A's order topics into B's Kafka partition for
+//! partition, and the global endpoint sends buyers to B only while A fails
+//! its health check. `e2e/local/stack test` starts
 //! region B; without it these tests fail and say how to start it.
 
 use std::{
@@ -17,8 +18,10 @@ use axum::{Router, http::StatusCode, routing::get};
 use flashsale_e2e::{
     faults,
     kafka::create_topic,
+    reach::Reach,
     region::{self, Checks, Regions},
-    stack,
+    same_store, stack,
+    stores::Stores,
     wait::poll_until,
 };
 use rdkafka::{
@@ -30,6 +33,23 @@ use redis::AsyncCommands;
 use tokio::net::TcpListener;
 
 const POLL: Duration = Duration::from_millis(50);
+
+#[tokio::test]
+async fn each_regions_stores_secret_leads_to_that_regions_stores() -> anyhow::Result<()> {
+    let regions = Regions::from_env()?;
+    let client = flashsale_e2e::kube::client().await?;
+    // Region A: its own Redis, the stack's PostgreSQL and Kafka.
+    let a = Stores::discover_in(&client, "flashsale-region-a", Reach::ServiceIp).await?;
+    same_store::redis(&a.here.redis, &regions.a_redis).await?;
+    same_store::database(&a.here.database, &stack::postgres_url()?).await?;
+    same_store::kafka(&a.here.kafka_brokers, &regions.a_kafka).await?;
+    // Region B: all three its own.
+    let b = Stores::discover_in(&client, "flashsale-region-b", Reach::ServiceIp).await?;
+    same_store::redis(&b.here.redis, &regions.b_redis).await?;
+    same_store::database(&b.here.database, &regions.b_database).await?;
+    same_store::kafka(&b.here.kafka_brokers, &regions.b_kafka).await?;
+    Ok(())
+}
 
 #[tokio::test]
 async fn region_b_redis_is_a_read_only_replica_that_follows_region_a() -> anyhow::Result<()> {

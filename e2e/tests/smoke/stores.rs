@@ -1,6 +1,7 @@
 //! The Secret `flashsale-stack/stores` leads a run holding only a
-//! kubeconfig to the stack's own stores and Prometheus, by either reach:
-//! what it writes through them, the stack's addresses read back. And the
+//! kubeconfig to the stack's own stores and Prometheus, by either reach
+//! (`flashsale_e2e::same_store` tells each store by what it says of itself
+//! or what a run writes through it). And the
 //! stores a kind cluster's install puts up are valid objects the Secret
 //! names.
 
@@ -8,10 +9,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::Context;
 use flashsale_e2e::{
-    kafka,
     kube::TestNamespace,
     reach::Reach,
-    stack,
+    same_store, stack,
     stores::{Stores, StoresError, Urls},
 };
 use k8s_openapi::{api::core::v1::Secret, apimachinery::pkg::apis::meta::v1::ObjectMeta};
@@ -20,9 +20,7 @@ use kube::{
     api::{DynamicObject, GroupVersionKind, Patch, PatchParams, ValidationDirective},
     discovery::Scope,
 };
-use redis::AsyncCommands;
 use serde::Deserialize;
-use sqlx::{Connection, PgConnection};
 
 #[tokio::test]
 async fn the_stores_secret_leads_to_the_stacks_own_stores_by_either_reach() -> anyhow::Result<()> {
@@ -39,9 +37,9 @@ async fn the_stores_secret_leads_to_the_stacks_own_stores_by_either_reach() -> a
             },
             "{reach:?}: the pods' addresses are the Secret's"
         );
-        same_redis(&stores.here.redis).await?;
-        same_database(&stores.here.database).await?;
-        same_kafka(&stores.here.kafka_brokers).await?;
+        same_store::redis(&stores.here.redis, &stack::redis_url()?).await?;
+        same_store::database(&stores.here.database, &stack::postgres_url()?).await?;
+        same_store::kafka(&stores.here.kafka_brokers, &stack::kafka_brokers()?).await?;
         let prometheus: prometheus_http_query::Client = stores.here.prometheus.parse()?;
         let up = prometheus.query("up").get().await?;
         assert!(
@@ -123,48 +121,6 @@ async fn a_missing_or_incomplete_stores_secret_is_named_with_what_to_do() -> any
     assert!(
         port.contains("kafka-brokers") && port.contains("kafka.shop.svc") && port.contains("port"),
         "{port}"
-    );
-    Ok(())
-}
-
-/// A key written at `url` is read back at the stack's Redis.
-async fn same_redis(url: &str) -> anyhow::Result<()> {
-    let key = format!("fs:{{{}}}:stores", stack::unique_name("smoke"));
-    let mut there = redis::Client::open(url)?
-        .get_multiplexed_async_connection()
-        .await?;
-    let _: () = there.set_ex(&key, url, 60).await?;
-    let mut stack = redis::Client::open(stack::redis_url()?)?
-        .get_multiplexed_async_connection()
-        .await?;
-    let read: Option<String> = stack.get(&key).await?;
-    assert_eq!(read.as_deref(), Some(url), "Redis at {url}");
-    let _: () = stack.del(&key).await?;
-    Ok(())
-}
-
-/// The database at `url` is the stack's: the same cluster, the same
-/// database.
-async fn same_database(url: &str) -> anyhow::Result<()> {
-    let identity = "SELECT system_identifier::text || '/' || current_database() \
-                    FROM pg_control_system()";
-    let mut there = PgConnection::connect(url).await?;
-    let mut stack = PgConnection::connect(&stack::postgres_url()?).await?;
-    let theirs: String = sqlx::query_scalar(identity).fetch_one(&mut there).await?;
-    let ours: String = sqlx::query_scalar(identity).fetch_one(&mut stack).await?;
-    assert_eq!(theirs, ours, "PostgreSQL at {url}");
-    Ok(())
-}
-
-/// A topic created at `brokers` already exists at the stack's Kafka.
-async fn same_kafka(brokers: &str) -> anyhow::Result<()> {
-    let topic = stack::unique_name("stores");
-    kafka::create_topic(brokers, &topic, 1).await?;
-    let again = kafka::create_topic(&stack::kafka_brokers()?, &topic, 1).await;
-    let refused = again.err().map(|e| e.to_string()).unwrap_or_default();
-    assert!(
-        refused.to_lowercase().contains("already exists"),
-        "Kafka at {brokers}: the stack's Kafka does not know {topic}: {refused:?}"
     );
     Ok(())
 }
