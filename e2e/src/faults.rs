@@ -18,7 +18,7 @@ pub enum FaultError {
     /// The script could not be run.
     #[error("running `stack {command} {component}`: {source}")]
     Spawn {
-        /// `up`, `down`, `kill` or `endpoint`.
+        /// The stack command (`up`, `down`, `kill`, `pause`, …).
         command: &'static str,
         /// The component, or the command's arguments.
         component: String,
@@ -28,7 +28,7 @@ pub enum FaultError {
     /// The script failed.
     #[error("`stack {command} {component}` failed: {stderr}")]
     Failed {
-        /// `up`, `down`, `kill` or `endpoint`.
+        /// The stack command (`up`, `down`, `kill`, `pause`, …).
         command: &'static str,
         /// The component, or the command's arguments.
         component: String,
@@ -46,38 +46,51 @@ pub async fn exclusive() -> MutexGuard<'static, ()> {
     EXCLUSIVE.lock().await
 }
 
-/// A stopped component; [`Outage::end`] starts it again and waits until it
-/// is ready. Dropped without `end` (a failed test), it restarts the
-/// component anyway so later tests find the stack whole.
+/// A stopped, crashed or paused component; [`Outage::end`] starts (or
+/// resumes) it again and waits until it is ready. Dropped without `end` (a
+/// failed test), it does so anyway so later tests find the stack whole.
 #[derive(Debug)]
 pub struct Outage {
     component: String,
+    /// The stack command that ends it: `up`, or `resume` for a pause.
+    undo: &'static str,
     ended: bool,
 }
 
 impl Outage {
     /// Stops `component` (for example `postgres` or `kafka`).
     pub async fn begin(component: &str) -> Result<Self, FaultError> {
-        Self::by("down", component).await
+        Self::by("down", "up", component).await
     }
 
     /// Crashes `component`: its process SIGKILLed, nothing it did undone.
     pub async fn crash(component: &str) -> Result<Self, FaultError> {
-        Self::by("kill", component).await
+        Self::by("kill", "up", component).await
     }
 
-    async fn by(command: &'static str, component: &str) -> Result<Self, FaultError> {
+    /// Pauses `component` (SIGSTOP): it keeps its connections and answers
+    /// nothing, as a hung server; `end` resumes it (SIGCONT).
+    pub async fn pause(component: &str) -> Result<Self, FaultError> {
+        Self::by("pause", "resume", component).await
+    }
+
+    async fn by(
+        command: &'static str,
+        undo: &'static str,
+        component: &str,
+    ) -> Result<Self, FaultError> {
         run(command, &[component]).await?;
         Ok(Self {
             component: component.to_owned(),
+            undo,
             ended: false,
         })
     }
 
-    /// Starts the component again and returns once it is ready.
+    /// Starts (or resumes) the component and returns once it is ready.
     pub async fn end(mut self) -> Result<(), FaultError> {
         self.ended = true;
-        run("up", &[&self.component]).await
+        run(self.undo, &[&self.component]).await
     }
 }
 
@@ -86,7 +99,9 @@ impl Drop for Outage {
         if !self.ended
             && let Ok(script) = stack::script()
         {
-            let _ = Command::new(script).args(["up", &self.component]).status();
+            let _ = Command::new(script)
+                .args([self.undo, &self.component])
+                .status();
         }
     }
 }
