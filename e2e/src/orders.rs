@@ -53,6 +53,19 @@ impl Topics {
             stack::unique_name("orders"),
             stack::unique_name("orders-dlq"),
         );
+        Self::create_named(brokers, topic, dlq, partitions, replicas, min_insync).await
+    }
+
+    /// [`Topics::create_on`] under the names given, for a name a mirror
+    /// copies (`failover.*`).
+    pub async fn create_named(
+        brokers: &str,
+        topic: String,
+        dlq: String,
+        partitions: i32,
+        replicas: i32,
+        min_insync: i32,
+    ) -> anyhow::Result<Self> {
         kafka::create_replicated_topics(
             brokers,
             &[(&topic, partitions), (&dlq, 1)],
