@@ -257,7 +257,7 @@ chaos_residue() {
   seen=" $(readlink "/proc/$$/ns/net") "
   for pid in $(pgrep -x stress-ng; pgrep -x memStress); do
     echo "process $pid $(cat "/proc/$pid/comm" 2>/dev/null)"
-    [ "$remove" = --remove ] && kill -KILL "$pid" 2>/dev/null
+    [ "$remove" = --remove ] && { kill -KILL "$pid" 2>/dev/null || true; }
   done
   for pid in /proc/[0-9]*; do
     pid=${pid#/proc/}
@@ -274,23 +274,27 @@ chaos_netns_residue() {
   local pid=$1 remove=$2 dev chain set in=(nsenter --net="/proc/$1/ns/net" --)
   while read -r dev; do
     echo "netns of $pid: qdisc on $dev: $("${in[@]}" tc qdisc show dev "$dev" root)"
-    [ "$remove" = --remove ] && "${in[@]}" tc qdisc del dev "$dev" root 2>/dev/null
+    [ "$remove" = --remove ] && { "${in[@]}" tc qdisc del dev "$dev" root 2>/dev/null || true; }
   done < <("${in[@]}" tc qdisc show 2>/dev/null | awk '$2 ~ /^(netem|tbf|prio)$/ && $3 == "root" { print $5 }' | sort -u)
   # chaos-daemon keeps its base chains (CHAOS-INPUT, CHAOS-OUTPUT) once
   # made; a jump from one into a fault's chain is a fault still acting.
   while read -r base target; do
     echo "netns of $pid: iptables $base jumps to $target: $("${in[@]}" iptables -S "$target" 2>/dev/null | grep -c '^-A') rules"
-    [ "$remove" = --remove ] && "${in[@]}" iptables -D "$base" -j "$target" 2>/dev/null
+    [ "$remove" = --remove ] && { "${in[@]}" iptables -D "$base" -j "$target" 2>/dev/null || true; }
   done < <("${in[@]}" iptables -S 2>/dev/null | awk '$1 == "-A" && $2 ~ /^CHAOS-(INPUT|OUTPUT)$/ && $3 == "-j" { print $2, $4 }')
   [ -n "$remove" ] || return 0
   while read -r chain; do
     echo "netns of $pid: inert iptables chain $chain"
-    [ "$remove" = --remove ] && "${in[@]}" iptables -F "$chain" 2>/dev/null && "${in[@]}" iptables -X "$chain" 2>/dev/null
+    if [ "$remove" = --remove ] && "${in[@]}" iptables -F "$chain" 2>/dev/null; then
+      "${in[@]}" iptables -X "$chain" 2>/dev/null || true
+    fi
   done < <("${in[@]}" iptables -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^(INPUT|OUTPUT)\// { print $2 }')
-  # A pod has no ipset of its own: each is Chaos Mesh's.
+  # A pod has no ipset of its own: each is Chaos Mesh's. Its list set
+  # (`…_set_tgt`) holds the others and is made last, so the newest go
+  # first: a member of a list set cannot be destroyed before it.
   while read -r set; do
     echo "netns of $pid: inert ipset $set"
-    [ "$remove" = --remove ] && "${in[@]}" ipset destroy "$set" 2>/dev/null
-  done < <("${in[@]}" ipset list -n 2>/dev/null)
+    [ "$remove" = --remove ] && { "${in[@]}" ipset destroy "$set" 2>/dev/null || true; }
+  done < <("${in[@]}" ipset list -n 2>/dev/null | tac)
   return 0
 }
