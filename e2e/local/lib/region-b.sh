@@ -47,16 +47,6 @@ up_redis-b() {
   wait_ready redis-b 30 redis_replica_linked "$REDIS_B_PORT"
 }
 
-# start_redis NAME PORT [ARGS...]: a Redis with its append-only file under
-# $STATE/NAME, for the host and the real node's pods.
-start_redis() {
-  local name=$1 port=$2; shift 2
-  local dir="$STATE/$name"; mkdir -p "$dir"
-  start_process "$name" -- redis-server --bind "127.0.0.1 $HOST_POD_IP" --port "$port" --dir "$dir" \
-    --appendonly yes --appendfsync everysec --save "" --protected-mode no --daemonize no "$@"
-  wait_ready "$name" 20 redis_pong "$port"
-}
-redis_pong() { [ "$(redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null)" = PONG ]; }
 redis_replica_linked() {
   redis-cli -h 127.0.0.1 -p "$1" info replication 2>/dev/null | tr -d '\r' | grep -qx 'master_link_status:up'
 }
