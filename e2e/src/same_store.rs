@@ -20,17 +20,22 @@ pub async fn redis(url: &str, reference: &str) -> anyhow::Result<()> {
 }
 
 async fn run_id(url: &str) -> anyhow::Result<String> {
+    redis_info(url, "server", "run_id").await
+}
+
+/// One field of the `INFO section` answer of the Redis at `url`.
+pub async fn redis_info(url: &str, section: &str, field: &str) -> anyhow::Result<String> {
     let mut connection = redis::Client::open(url)?
         .get_multiplexed_async_connection()
         .await?;
     let info: String = redis::cmd("INFO")
-        .arg("server")
+        .arg(section)
         .query_async(&mut connection)
         .await?;
     info.lines()
-        .find_map(|line| line.trim().strip_prefix("run_id:"))
+        .find_map(|line| line.trim().strip_prefix(field)?.strip_prefix(':'))
         .map(str::to_owned)
-        .ok_or_else(|| anyhow::anyhow!("Redis at {url} reports no run_id"))
+        .ok_or_else(|| anyhow::anyhow!("Redis at {url} reports no {field}"))
 }
 
 /// PostgreSQL at `url` is the one at `reference`: the same cluster (its

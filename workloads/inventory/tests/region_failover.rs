@@ -18,7 +18,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use flashsale_e2e::{faults, region::Regions, stack, wait::poll_until};
+use flashsale_e2e::{faults, region::Regions, same_store, stack, wait::poll_until};
 use inventory::store::{Durability, ReserveOutcome, ReserveRequest, Store};
 use tokio::sync::Mutex;
 
@@ -45,17 +45,7 @@ struct Divergence {
 
 /// `INFO replication` of the Redis at `url`, one field.
 async fn replication_field(url: &str, field: &str) -> anyhow::Result<String> {
-    let mut connection = redis::Client::open(url)?
-        .get_multiplexed_async_connection()
-        .await?;
-    let info: String = redis::cmd("INFO")
-        .arg("replication")
-        .query_async(&mut connection)
-        .await?;
-    info.lines()
-        .find_map(|line| line.trim().strip_prefix(&format!("{field}:")))
-        .map(str::to_owned)
-        .ok_or_else(|| anyhow::anyhow!("{url} reports no {field}"))
+    same_store::redis_info(url, "replication", field).await
 }
 
 /// Polls until B has applied everything A had written when the call began.
