@@ -11,7 +11,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    common::{ObservedConditions, SaleRef},
+    common::{ObservedConditions, SaleRef, SecretKeyRef},
     duration::{self, Duration},
 };
 
@@ -442,7 +442,8 @@ pub enum BreachWhen {
     Below,
 }
 
-/// Checks that a standby can take the sale over.
+/// Checks that a standby can take the sale over: continuously while the
+/// drill exists (readiness), and by moving traffic in an active run.
 #[derive(KubeSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FailoverCheck {
@@ -455,6 +456,129 @@ pub struct FailoverCheck {
     /// Most orders' worth of time that may be lost (0s = none).
     #[serde(rename = "maxRPO", default)]
     pub max_rpo: Duration,
+    /// The standby region's sale.
+    pub standby: StandbySale,
+    /// Whether the standby can carry both regions' load.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<CapacityCheck>,
+    /// How far each replication feeding the standby is behind. Names are
+    /// unique.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
+    pub replication: Vec<ReplicationLag>,
+    /// Whether the global endpoint sees the standby healthy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<EndpointCheck>,
+    /// How often readiness is checked while the drill exists.
+    #[serde(default = "default_check_every")]
+    #[x_kube(validation = duration::rule(
+        &["self"],
+        "duration(self) >= duration('1s') && duration(self) <= duration('10m')",
+    ).message("failover.checkEvery must be between 1s and 10m"))]
+    pub check_every: Duration,
+    /// How long a replication lag may stay above its bound before the
+    /// standby counts as not ready: a shorter spike is reported, not
+    /// alarmed on.
+    #[serde(default = "default_lag_grace")]
+    pub lag_grace: Duration,
+}
+
+fn default_check_every() -> Duration {
+    Duration::from_secs(15)
+}
+
+fn default_lag_grace() -> Duration {
+    Duration::from_secs(30)
+}
+
+/// Where the standby region's FlashSale is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StandbySale {
+    /// Namespace of the standby sale (in the standby's cluster).
+    #[schemars(length(min = 1, max = 63))]
+    pub namespace: String,
+    /// Name of the standby sale.
+    #[schemars(length(min = 1, max = 63))]
+    pub name: String,
+    /// A kubeconfig for the standby's cluster, in a Secret of the drill's
+    /// namespace; unset means this cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeconfig_secret_ref: Option<SecretKeyRef>,
+}
+
+/// The capacity arithmetic: ready standby gateways × `perGatewayRPS` must
+/// cover (primary load + standby load) × `headroom`.
+#[derive(KubeSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.perGatewayRPS > 0.0").message("failover.capacity.perGatewayRPS must be positive"))]
+#[x_kube(validation = Rule::new("self.headroom >= 1.0").message("failover.capacity.headroom must be at least 1"))]
+pub struct CapacityCheck {
+    /// Requests per second one ready standby gateway serves.
+    #[serde(rename = "perGatewayRPS")]
+    pub per_gateway_rps: f64,
+    /// Margin over the summed load.
+    #[serde(default = "default_headroom")]
+    pub headroom: f64,
+    /// PromQL giving a sale's load in requests per second; `$namespace` and
+    /// `$sale` are replaced by each region's sale. Evaluated at the guard's
+    /// Prometheus for both regions.
+    #[schemars(length(min = 1, max = 4096))]
+    pub load: String,
+}
+
+fn default_headroom() -> f64 {
+    1.25
+}
+
+/// One replication feeding the standby, and how far behind it may be.
+#[derive(KubeSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.query) != has(self.redisURLSecretRef)").message("each failover.replication entry needs exactly one of query and redisURLSecretRef"))]
+pub struct ReplicationLag {
+    /// Name, unique in the drill.
+    #[schemars(length(min = 1, max = 63))]
+    pub name: String,
+    /// Most lag that still counts as ready.
+    pub max_lag: Duration,
+    /// PromQL giving the lag in seconds, at the guard's Prometheus.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 4096))]
+    pub query: Option<String>,
+    /// The URL of the primary region's Redis, in a Secret of the drill's
+    /// namespace: the lag is its slowest replica's, read from
+    /// `INFO replication`.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "redisURLSecretRef"
+    )]
+    pub redis_url_secret_ref: Option<SecretKeyRef>,
+}
+
+/// How the global endpoint sees the standby.
+#[derive(KubeSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.query) != has(self.haproxyStatsURL)").message("failover.endpoint needs exactly one of query and haproxyStatsURL"))]
+#[x_kube(validation = Rule::new("!has(self.haproxyStatsURL) || has(self.server)").message("failover.endpoint.server is required with haproxyStatsURL"))]
+pub struct EndpointCheck {
+    /// PromQL that is 1 while the endpoint sees the standby healthy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 4096))]
+    pub query: Option<String>,
+    /// HAProxy's CSV statistics (`…/;csv`).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "haproxyStatsURL"
+    )]
+    #[schemars(regex(pattern = r"^https?://"), length(max = 512))]
+    pub haproxy_stats_url: Option<String>,
+    /// The standby's server in those statistics, `backend/server`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[^/]+/[^/]+$"), length(max = 256))]
+    pub server: Option<String>,
 }
 
 /// How far a failover check goes.
@@ -536,6 +660,9 @@ pub struct ChaosDrillStatus {
     /// Abort latency of the latest aborted run, e.g. `180ms`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_abort_latency: Option<Duration>,
+    /// The standby's readiness as last checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failover: Option<FailoverStatus>,
     /// The last run-now request handled (the annotation's value), so one
     /// request starts one run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -544,6 +671,44 @@ pub struct ChaosDrillStatus {
     /// observedGeneration and conditions.
     #[serde(flatten)]
     pub observed: ObservedConditions,
+}
+
+/// The standby's readiness, with each check's numbers.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FailoverStatus {
+    /// When readiness was last checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checked_at: Option<Time>,
+    /// Whether every check passed.
+    pub ready: bool,
+    /// Each check: standby, capacity, each replication, endpoint.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub checks: Vec<ReadinessCheck>,
+}
+
+/// One readiness check.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadinessCheck {
+    /// `standby`, `capacity`, `endpoint`, or `replication/<name>`.
+    pub name: String,
+    /// Whether it passed.
+    pub passed: bool,
+    /// What was measured, e.g. `1.8s` or `2400 rps`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// The bound it was held to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bound: Option<String>,
+    /// Since when a lag has been above its bound (a spike younger than
+    /// `lagGrace` still passes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub above_since: Option<Time>,
+    /// The check in a sentence.
+    #[schemars(length(max = 512))]
+    pub message: String,
 }
 
 /// One run of a drill.

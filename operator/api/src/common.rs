@@ -131,6 +131,11 @@ impl ObservedConditions {
         }
     }
 
+    /// Drops the condition of `type_` (what it reported no longer applies).
+    pub fn remove(&mut self, type_: &str) {
+        self.conditions.retain(|c| c.type_ != type_);
+    }
+
     /// The condition of `type_`, if set.
     pub fn get(&self, type_: &str) -> Option<&Condition> {
         self.conditions.iter().find(|c| c.type_ == type_)

@@ -17,3 +17,7 @@ pub const DRAINED: &str = "Drained";
 pub const SIGNAL_AVAILABLE: &str = "SignalAvailable";
 /// A DegradationPolicy's switches have reached every ready gateway.
 pub const PROPAGATED: &str = "Propagated";
+/// A ChaosDrill's standby region can take the sale over: it exists and is
+/// Ready, has the capacity, its replication is within bounds and the global
+/// endpoint sees it healthy. The reason names the first check that failed.
+pub const STANDBY_READY: &str = "StandbyReady";

@@ -404,6 +404,24 @@ reasons! {
         NotLeader,
         /// The drill was deleted during a run.
         DrillDeleted,
+        /// Every readiness check of the standby passed.
+        StandbyReady,
+        /// The standby's FlashSale does not exist (or its cluster cannot be
+        /// reached).
+        StandbyMissing,
+        /// The standby's FlashSale is not Ready.
+        StandbyNotReady,
+        /// The standby's ready gateways cannot carry both regions' load
+        /// with the headroom asked.
+        CapacityShort,
+        /// A replication feeding the standby was behind its bound for
+        /// longer than `lagGrace`.
+        ReplicationLagging,
+        /// The global endpoint does not see the standby healthy.
+        EndpointStandbyDown,
+        /// A readiness check could not be read (Prometheus, Redis or the
+        /// endpoint did not answer usably); not ready until it can.
+        ReadinessUnknown,
         ;
         /// The guard is blind: its signal is lost.
         Signal(SignalLoss),

@@ -123,6 +123,28 @@ pub fn chaos_drill(spec: &ChaosDrillSpec) -> Vec<SpecProblem> {
             &objective.query,
         ));
     }
+    if let Some(failover) = &spec.failover {
+        let queries = failover
+            .capacity
+            .iter()
+            .map(|c| ("spec.failover.capacity.load".to_owned(), &c.load))
+            .chain(
+                failover
+                    .replication
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, r)| {
+                        let query = r.query.as_ref()?;
+                        Some((format!("spec.failover.replication[{i}].query"), query))
+                    }),
+            )
+            .chain(failover.endpoint.iter().filter_map(|e| {
+                Some(("spec.failover.endpoint.query".to_owned(), e.query.as_ref()?))
+            }));
+        for (field, query) in queries {
+            problems.extend(promql(&field, query));
+        }
+    }
     problems
 }
 

@@ -2,10 +2,15 @@
 //! controller, `flashsale_degradation_*` for the DegradationPolicy controller,
 //! `flashsale_drill_*` for the ChaosDrill controller.
 
-use std::time::Duration;
+use std::{
+    collections::{HashSet, VecDeque},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use flashsale_api::chaosdrill::RunOutcome;
 use flashsale_runtime::metrics::Buckets;
+use kube::ResourceExt;
 use prometheus_client::{
     encoding::EncodeLabelSet,
     metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
@@ -73,6 +78,32 @@ pub struct OperatorMetrics {
     abort_latency: Family<DrillLabels, Histogram, Buckets>,
     runs: Family<RunLabels, Counter>,
     guard_blind: Family<DrillLabels, Counter>,
+    deleted: Arc<Mutex<Deleted>>,
+}
+
+/// The uids of the drills whose series were dropped, the latest
+/// [`Deleted::KEPT`]: a reconcile or a run still finishing after the delete
+/// must not bring a deleted drill's series back. A drill recreated under the
+/// same name has another uid and gets its series again.
+#[derive(Default)]
+struct Deleted {
+    uids: HashSet<String>,
+    order: VecDeque<String>,
+}
+
+impl Deleted {
+    const KEPT: usize = 4096;
+
+    fn insert(&mut self, uid: String) {
+        if self.uids.insert(uid.clone()) {
+            self.order.push_back(uid);
+        }
+        while self.order.len() > Self::KEPT {
+            if let Some(old) = self.order.pop_front() {
+                self.uids.remove(&old);
+            }
+        }
+    }
 }
 
 impl Default for OperatorMetrics {
@@ -90,6 +121,7 @@ impl Default for OperatorMetrics {
             abort_latency: Family::new_with_constructor(LATENCY_BUCKETS),
             runs: Family::default(),
             guard_blind: Family::default(),
+            deleted: Arc::default(),
         }
     }
 }
@@ -226,50 +258,64 @@ impl OperatorMetrics {
             .observe(took.as_secs_f64());
     }
 
-    /// Records the abort latency of one run of `namespace/drill`.
-    pub fn drill_aborted(&self, namespace: &str, drill: &str, took: Duration) {
-        self.abort_latency
-            .get_or_create(&drill_labels(namespace, drill))
-            .observe(took.as_secs_f64());
+    /// The labels of `drill`'s series; `None` once it was deleted.
+    fn live(&self, drill: &impl ResourceExt) -> Option<DrillLabels> {
+        let deleted = self.deleted.lock().unwrap_or_else(|p| p.into_inner());
+        let uid = drill.uid().unwrap_or_default();
+        (!deleted.uids.contains(&uid))
+            .then(|| drill_labels(&drill.namespace().unwrap_or_default(), &drill.name_any()))
+    }
+
+    /// Records the abort latency of one run of `drill`.
+    pub fn drill_aborted(&self, drill: &impl ResourceExt, took: Duration) {
+        if let Some(labels) = self.live(drill) {
+            self.abort_latency
+                .get_or_create(&labels)
+                .observe(took.as_secs_f64());
+        }
     }
 
     /// Creates a drill's run and blind-guard counters at 0, so that an alert
     /// on their increase sees the first run end, not only the second.
-    pub fn drill_seen(&self, namespace: &str, drill: &str) {
+    pub fn drill_seen(&self, drill: &impl ResourceExt) {
+        let Some(labels) = self.live(drill) else {
+            return;
+        };
         // The guards are dropped at once: creating the series is the point.
         for outcome in RunOutcome::ALL.map(RunOutcome::name) {
-            drop(
-                self.runs
-                    .get_or_create(&run_labels(namespace, drill, outcome)),
-            );
+            drop(self.runs.get_or_create(&run_labels(&labels, outcome)));
         }
-        drop(
-            self.guard_blind
-                .get_or_create(&drill_labels(namespace, drill)),
-        );
+        drop(self.guard_blind.get_or_create(&labels));
     }
 
-    /// Counts one run of `namespace/drill` aborted by a blind guard.
-    pub fn drill_guard_blind(&self, namespace: &str, drill: &str) {
-        self.guard_blind
-            .get_or_create(&drill_labels(namespace, drill))
-            .inc();
+    /// Counts one run of `drill` aborted because its guard was blind.
+    pub fn drill_guard_blind(&self, drill: &impl ResourceExt) {
+        if let Some(labels) = self.live(drill) {
+            self.guard_blind.get_or_create(&labels).inc();
+        }
     }
 
-    /// Counts one ended run of `namespace/drill`.
-    pub fn drill_run(&self, namespace: &str, drill: &str, outcome: &'static str) {
-        self.runs
-            .get_or_create(&run_labels(namespace, drill, outcome))
-            .inc();
+    /// Counts one ended run of `drill`.
+    pub fn drill_run(&self, drill: &impl ResourceExt, outcome: &'static str) {
+        if let Some(labels) = self.live(drill) {
+            self.runs.get_or_create(&run_labels(&labels, outcome)).inc();
+        }
     }
 
-    /// Drops the series of a drill that no longer exists.
-    pub fn forget_drill(&self, namespace: &str, drill: &str) {
-        let labels = drill_labels(namespace, drill);
+    /// Drops the series of a drill that no longer exists, for good: later
+    /// writes for it are ignored.
+    pub fn forget_drill(&self, drill: &impl ResourceExt) {
+        let Some(labels) = self.live(drill) else {
+            return;
+        };
+        self.deleted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(drill.uid().unwrap_or_default());
         self.abort_latency.remove(&labels);
         self.guard_blind.remove(&labels);
         for outcome in RunOutcome::ALL.map(RunOutcome::name) {
-            self.runs.remove(&run_labels(namespace, drill, outcome));
+            self.runs.remove(&run_labels(&labels, outcome));
         }
     }
 
@@ -295,10 +341,10 @@ fn drill_labels(namespace: &str, drill: &str) -> DrillLabels {
     }
 }
 
-fn run_labels(namespace: &str, drill: &str, outcome: &'static str) -> RunLabels {
+fn run_labels(drill: &DrillLabels, outcome: &'static str) -> RunLabels {
     RunLabels {
-        namespace: namespace.to_owned(),
-        drill: drill.to_owned(),
+        namespace: drill.namespace.clone(),
+        drill: drill.drill.clone(),
         outcome,
     }
 }
@@ -306,6 +352,8 @@ fn run_labels(namespace: &str, drill: &str, outcome: &'static str) -> RunLabels 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::{api::core::v1::ConfigMap, apimachinery::pkg::apis::meta::v1::ObjectMeta};
+    use kube::core::PartialObjectMeta;
     use prometheus_client::encoding::text::encode;
 
     fn exposition(registry: &Registry) -> Result<String, std::fmt::Error> {
@@ -314,12 +362,26 @@ mod tests {
         Ok(text)
     }
 
+    /// A drill as the metrics see it: any object with a name, namespace and uid.
+    fn drill(uid: &str) -> PartialObjectMeta<ConfigMap> {
+        PartialObjectMeta {
+            metadata: ObjectMeta {
+                name: Some("kill".into()),
+                namespace: Some("shop".into()),
+                uid: Some(uid.into()),
+                ..ObjectMeta::default()
+            },
+            ..PartialObjectMeta::default()
+        }
+    }
+
     #[test]
     fn a_seen_drill_exposes_every_outcome_at_zero_and_forgetting_it_drops_them()
     -> Result<(), std::fmt::Error> {
         let mut registry = Registry::default();
         let metrics = OperatorMetrics::register(&mut registry);
-        metrics.drill_seen("shop", "kill");
+        let kill = drill("u1");
+        metrics.drill_seen(&kill);
         let text = exposition(&registry)?;
         for outcome in RunOutcome::ALL.map(RunOutcome::name) {
             let line = format!(
@@ -331,15 +393,36 @@ mod tests {
             text.contains("flashsale_drill_guard_blind_total{namespace=\"shop\",drill=\"kill\"} 0")
         );
 
-        metrics.drill_guard_blind("shop", "kill");
-        metrics.drill_seen("shop", "kill");
+        metrics.drill_guard_blind(&kill);
+        metrics.drill_seen(&kill);
         assert!(
             exposition(&registry)?
                 .contains("flashsale_drill_guard_blind_total{namespace=\"shop\",drill=\"kill\"} 1")
         );
 
-        metrics.forget_drill("shop", "kill");
+        metrics.forget_drill(&kill);
         assert!(!exposition(&registry)?.contains("drill=\"kill\""));
+        Ok(())
+    }
+
+    #[test]
+    fn a_deleted_drill_stays_forgotten_while_one_recreated_under_its_name_counts()
+    -> Result<(), std::fmt::Error> {
+        let mut registry = Registry::default();
+        let metrics = OperatorMetrics::register(&mut registry);
+        let deleted = drill("u1");
+        metrics.drill_seen(&deleted);
+        metrics.forget_drill(&deleted);
+        // What a run or a reconcile still finishing after the delete writes.
+        metrics.drill_aborted(&deleted, Duration::from_millis(300));
+        metrics.drill_run(&deleted, RunOutcome::Aborted.name());
+        metrics.drill_seen(&deleted);
+        assert!(!exposition(&registry)?.contains("drill=\"kill\""));
+
+        metrics.drill_run(&drill("u2"), RunOutcome::Aborted.name());
+        assert!(exposition(&registry)?.contains(
+            "flashsale_drill_runs_total{namespace=\"shop\",drill=\"kill\",outcome=\"Aborted\"} 1"
+        ));
         Ok(())
     }
 }

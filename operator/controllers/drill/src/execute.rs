@@ -154,10 +154,9 @@ pub async fn execute(ctx: Arc<Ctx>, plan: Plan, guard: Arc<Guard>) {
     let drill = &plan.drill;
     let namespace = drill.namespace().unwrap_or_default();
     ctx.settings.budgets.release(&namespace, &plan.key());
-    ctx.metrics
-        .drill_run(&namespace, &drill.name_any(), ending.outcome.name());
+    ctx.metrics.drill_run(drill.as_ref(), ending.outcome.name());
     if matches!(ending.reason, DrillReason::Signal(_)) {
-        ctx.metrics.drill_guard_blind(&namespace, &drill.name_any());
+        ctx.metrics.drill_guard_blind(drill.as_ref());
     }
     guard.update(|progress| {
         progress.record.outcome = Some(ending.outcome);
@@ -968,7 +967,6 @@ async fn abort(ctx: &Ctx, plan: &Plan, guard: &Guard, cause: Cause) -> Ending {
     });
     ctx.settings.wake(&plan.drill);
     let stopped = stop_run(ctx, plan, guard).await;
-    let namespace = plan.drill.namespace().unwrap_or_default();
     match stopped {
         Ok(stopped) => {
             // Measured on the monotonic clock; the wall-clock instants are
@@ -977,8 +975,7 @@ async fn abort(ctx: &Ctx, plan: &Plan, guard: &Guard, cause: Cause) -> Ending {
                 .gone_after
                 .map(|gone| gone.saturating_sub(decided.mono));
             if let Some(latency) = latency {
-                ctx.metrics
-                    .drill_aborted(&namespace, &plan.drill.name_any(), latency);
+                ctx.metrics.drill_aborted(plan.drill.as_ref(), latency);
             }
             guard.update(|progress| {
                 progress.record.recovered_at = stopped.recovered_at.map(MicroTime);

@@ -19,6 +19,8 @@ pub mod budget;
 pub mod chaos;
 pub mod execute;
 pub mod guard;
+pub mod readiness;
+pub mod readings;
 pub mod reconcile;
 pub mod status;
 pub mod stop;
@@ -337,9 +339,7 @@ async fn deletions(ctx: Arc<Ctx>, namespace: Option<&str>, health: Option<WatchH
             Ok(watcher::Event::Delete(drill)) => {
                 let (key, uid) = (flashsale_kit::key(&drill), drill.uid().unwrap_or_default());
                 end_deleted(&ctx, &key, &uid);
-                if let Some(ns) = drill.namespace() {
-                    ctx.metrics.forget_drill(&ns, &drill.name_any());
-                }
+                ctx.metrics.forget_drill(&drill);
             }
             Ok(watcher::Event::Init) => listing.clear(),
             Ok(watcher::Event::InitApply(drill)) => {

@@ -21,14 +21,18 @@ use super::{
     Ctx, FORCE_ANNOTATION, KILL_SWITCH_ANNOTATION, RUN_NOW_ANNOTATION, chaos, execute,
     execute::Plan,
     guard::{Guard, Progress},
-    status::{self, Look, State},
+    readiness, readings,
+    status::{self, Look, StandbyLook, State},
     stop,
 };
 use flashsale_api::reasons::DrillReason;
 use flashsale_api::{
     ChaosDrill, FlashSale,
     calendar::{Allowance, Calendar},
-    chaosdrill::{ChaosDrillStatus, DrillPhase, RunOutcome, RunRecord},
+    chaosdrill::{
+        ChaosDrillStatus, DrillPhase, FailoverCheck, FailoverMode, FailoverStatus, RunOutcome,
+        RunRecord,
+    },
     flashsale::SalePhase,
     timeline::Timeline,
     validate,
@@ -56,8 +60,7 @@ pub async fn reconcile(drill: Arc<ChaosDrill>, ctx: Arc<Ctx>) -> Result<Action, 
 }
 
 async fn reconcile_drill(drill: &ChaosDrill, ctx: &Arc<Ctx>) -> Result<Action, Error> {
-    ctx.metrics
-        .drill_seen(&drill.namespace().unwrap_or_default(), &drill.name_any());
+    ctx.metrics.drill_seen(drill);
     let mut pass = Pass::new(drill, ctx)?;
     pass.take_requests().await?;
     let (state, after) = pass.look().await?;
@@ -71,14 +74,36 @@ async fn reconcile_drill(drill: &ChaosDrill, ctx: &Arc<Ctx>) -> Result<Action, E
             handled_request: pass.handled,
             history_limit: drill.spec.history_limit,
             state,
+            standby: pass.standby.clone(),
         },
     );
     apply::write_status(ctx, drill, &new).await?;
+    // Readiness is checked continuously while the drill exists.
+    let due = match (&drill.spec.failover, &new.failover) {
+        (Some(failover), Some(checked)) => Some(
+            readiness_due(failover, checked, pass.now).max(std::time::Duration::from_millis(100)),
+        ),
+        _ => None,
+    };
     Ok(match after {
-        After::Change => Action::await_change(),
-        After::Soon(wait) => Action::requeue(wait),
-        After::NextRun => next_look(&new, pass.now),
+        After::Change => due.map_or_else(Action::await_change, Action::requeue),
+        After::Soon(wait) => Action::requeue(due.map_or(wait, |due| due.min(wait))),
+        After::NextRun => next_look(&new, pass.now, due),
     })
+}
+
+/// How long until the standby's readiness is due again.
+fn readiness_due(
+    failover: &FailoverCheck,
+    checked: &FailoverStatus,
+    now: Timestamp,
+) -> std::time::Duration {
+    let next = checked
+        .checked_at
+        .as_ref()
+        .map_or(now, |at| at.0 + failover.check_every.0);
+    // Zero when due (or overdue).
+    std::time::Duration::try_from(next.duration_since(now)).unwrap_or_default()
 }
 
 /// When to look at the drill again.
@@ -113,6 +138,8 @@ struct Pass<'a> {
     ended: Vec<RunRecord>,
     /// The request this look handled.
     handled: Option<String>,
+    /// What this look did about the standby's readiness.
+    standby: StandbyLook,
 }
 
 impl<'a> Pass<'a> {
@@ -145,6 +172,7 @@ impl<'a> Pass<'a> {
             force: None,
             ended: Vec::new(),
             handled: None,
+            standby: StandbyLook::Kept,
         })
     }
 
@@ -204,6 +232,7 @@ impl<'a> Pass<'a> {
             Err(problems) => return Ok(self.invalid(problems).await),
         };
         let spec = &self.drill.spec;
+        self.check_standby(false).await;
         let sale = SaleView::read(self.ctx, &self.namespace, &spec.sale_ref.name)
             .await?
             .state(self.now);
@@ -327,6 +356,12 @@ impl<'a> Pass<'a> {
                 let next_run = calendar.next_run(self.now);
                 (State::Scheduled { next_run }, After::NextRun)
             }
+            Start::Run { .. } if !self.standby_allows_run().await => {
+                let (reason, message) = self.standby_refusal();
+                self.skip(reason, message).await;
+                let next_run = calendar.next_run(self.now);
+                (State::Scheduled { next_run }, After::NextRun)
+            }
             Start::Run { forced } => {
                 let request = self.request.clone();
                 let record = start(
@@ -345,6 +380,74 @@ impl<'a> Pass<'a> {
                     After::Soon(RUNNING_LOOK),
                 )
             }
+        }
+    }
+
+    /// Checks the standby's readiness when it is due (or `now`): on a first
+    /// look, a spec edit, or `checkEvery` after the last check.
+    async fn check_standby(&mut self, now: bool) {
+        let Some(failover) = &self.drill.spec.failover else {
+            self.standby = StandbyLook::Unset;
+            return;
+        };
+        let previous = self.old.failover.as_ref();
+        let edited = self.old.observed.observed_generation != self.drill.metadata.generation;
+        let due = previous.is_none_or(|p| readiness_due(failover, p, self.now).is_zero());
+        if !(now || edited || due || previous.is_some_and(|p| p.checked_at.is_none())) {
+            return;
+        }
+        let prometheus_url = prometheus_url(self.ctx, self.drill);
+        let source = readings::Source {
+            ctx: self.ctx,
+            namespace: &self.namespace,
+            sale: &self.drill.spec.sale_ref.name,
+            prometheus_url: &prometheus_url,
+        };
+        let read = readings::read(&source, failover, self.now).await;
+        let verdict = readiness::assess(failover, &read, previous, self.ctx.clock.now());
+        if previous.is_none_or(|p| p.ready != verdict.ready()) {
+            let warning = !verdict.ready();
+            let (reason, message) = (verdict.reason, verdict.message.clone());
+            self.ctx
+                .event_of(self.drill, warning, reason, "readiness", message)
+                .await;
+        }
+        self.standby = StandbyLook::Checked(verdict);
+    }
+
+    /// Whether a run may start as far as the standby goes: an active
+    /// failover drill needs a standby that is ready now, checked afresh.
+    async fn standby_allows_run(&mut self) -> bool {
+        let active = self
+            .drill
+            .spec
+            .failover
+            .as_ref()
+            .is_some_and(|f| f.mode == FailoverMode::Active);
+        if !active {
+            return true;
+        }
+        if !matches!(&self.standby, StandbyLook::Checked(v) if v.status.checked_at.as_ref().is_some_and(|at| at.0 >= self.now))
+        {
+            self.check_standby(true).await;
+        }
+        matches!(&self.standby, StandbyLook::Checked(v) if v.ready())
+    }
+
+    /// Why the standby refuses an active run.
+    fn standby_refusal(&self) -> (DrillReason, String) {
+        match &self.standby {
+            StandbyLook::Checked(verdict) => (
+                verdict.reason,
+                format!(
+                    "the standby is not ready for an active failover: {}",
+                    verdict.message
+                ),
+            ),
+            _ => (
+                DrillReason::ReadinessUnknown,
+                "the standby's readiness could not be checked".to_owned(),
+            ),
         }
     }
 
@@ -368,9 +471,7 @@ impl<'a> Pass<'a> {
             ..RunRecord::default()
         };
         let skipped = RunOutcome::Skipped.name();
-        self.ctx
-            .metrics
-            .drill_run(&self.namespace, &self.drill.name_any(), skipped);
+        self.ctx.metrics.drill_run(self.drill, skipped);
         self.end(record).await;
     }
 
@@ -390,13 +491,29 @@ impl<'a> Pass<'a> {
 
 /// Sleep until the next run is due, looking again at least every
 /// [`IDLE`] (windows and the sale's phase can change meanwhile).
-fn next_look(status: &ChaosDrillStatus, now: Timestamp) -> Action {
+fn next_look(
+    status: &ChaosDrillStatus,
+    now: Timestamp,
+    readiness: Option<std::time::Duration>,
+) -> Action {
     let until = status
         .next_run_time
         .as_ref()
         .and_then(|next| std::time::Duration::try_from(next.0 - now).ok())
-        .unwrap_or(IDLE);
+        .unwrap_or(IDLE)
+        .min(readiness.unwrap_or(IDLE));
     Action::requeue(until.min(IDLE).max(std::time::Duration::from_millis(100)))
+}
+
+/// The Prometheus the drill's guard (and its readiness checks) ask.
+fn prometheus_url(ctx: &Ctx, drill: &ChaosDrill) -> String {
+    drill
+        .spec
+        .slo_guard
+        .prometheus_url
+        .clone()
+        .or_else(|| ctx.settings.prometheus_url.clone())
+        .unwrap_or_default()
 }
 
 /// Starts a run: a guard, and the task that drives it.
@@ -409,13 +526,7 @@ fn start(
     forced: Option<String>,
     request: Option<String>,
 ) -> RunRecord {
-    let prometheus_url = drill
-        .spec
-        .slo_guard
-        .prometheus_url
-        .clone()
-        .or_else(|| ctx.settings.prometheus_url.clone())
-        .unwrap_or_default();
+    let prometheus_url = prometheus_url(ctx, drill);
     let record = RunRecord {
         id: run_id(now),
         started_at: Some(Time(now)),
@@ -484,11 +595,9 @@ async fn stop_stale(
     if let Some(gone) = stopped.gone_after {
         let latency = gone.saturating_sub(decided.mono);
         record.abort_latency = Some(flashsale_api::Duration(latency));
-        ctx.metrics
-            .drill_aborted(namespace, &drill.name_any(), latency);
+        ctx.metrics.drill_aborted(drill, latency);
     }
-    ctx.metrics
-        .drill_run(namespace, &drill.name_any(), RunOutcome::Aborted.name());
+    ctx.metrics.drill_run(drill, RunOutcome::Aborted.name());
     Ok(record)
 }
 
@@ -969,6 +1078,9 @@ pub(crate) mod tests {
         ))?;
         drill.metadata.namespace = Some("shop".to_owned());
         drill.metadata.uid = Some("uid-1".to_owned());
+        // The standby's readiness reads of its own are not what these
+        // scripts are about.
+        drill.spec.failover = None;
         let settings = crate::Settings::new(
             None,
             flashsale_observe::signal::SignalReader::new()?,

@@ -10,8 +10,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use flashsale_api::reasons::DrillReason;
 use flashsale_api::{
     chaosdrill::{ChaosDrillStatus, DrillPhase, RunOutcome, RunRecord},
-    conditions::{READY, STALLED},
+    conditions::{READY, STALLED, STANDBY_READY},
 };
+
+use super::readiness;
 
 /// The message of `Ready` while the spec cannot run.
 pub const CANNOT_RUN: &str = "the spec cannot be run; see Stalled";
@@ -73,6 +75,19 @@ pub struct Look {
     pub history_limit: i32,
     /// Where the drill stands.
     pub state: State,
+    /// The standby's readiness, if the look checked it.
+    pub standby: StandbyLook,
+}
+
+/// What a look did about the standby's readiness.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StandbyLook {
+    /// The spec has no failover check: nothing to report.
+    Unset,
+    /// Not due: the last verdict stands.
+    Kept,
+    /// Checked now.
+    Checked(readiness::Verdict),
 }
 
 /// The status after `look`, from the status before it.
@@ -89,6 +104,7 @@ pub fn status(old: &ChaosDrillStatus, look: &Look) -> ChaosDrillStatus {
     if let Some(request) = &look.handled_request {
         status.last_run_request = Some(request.clone());
     }
+    standby(&mut status, &look.standby, &now);
     let spec_checked = !matches!(
         look.state,
         State::KillSwitched { .. } | State::GuardLost | State::Invalid { .. }
@@ -149,6 +165,24 @@ pub fn status(old: &ChaosDrillStatus, look: &Look) -> ChaosDrillStatus {
     status
 }
 
+/// `status.failover` and `StandbyReady` after what the look did.
+fn standby(status: &mut ChaosDrillStatus, look: &StandbyLook, now: &Time) {
+    match look {
+        StandbyLook::Unset => {
+            status.failover = None;
+            status.observed.remove(STANDBY_READY);
+        }
+        StandbyLook::Kept => {}
+        StandbyLook::Checked(verdict) => {
+            status.failover = Some(verdict.status.clone());
+            let (ready, reason) = (verdict.ready(), verdict.reason);
+            status
+                .observed
+                .set(STANDBY_READY, ready, reason, verdict.message.clone(), now);
+        }
+    }
+}
+
 /// `Ready` while waiting: ready when a next run is scheduled.
 fn scheduled_ready(status: &mut ChaosDrillStatus, now: &Time) {
     if status.next_run_time.is_some() {
@@ -207,6 +241,7 @@ mod tests {
             handled_request: None,
             history_limit: 2,
             state,
+            standby: StandbyLook::Kept,
         }
     }
 

@@ -1,0 +1,212 @@
+//! Reads what [`super::readiness`] judges: the standby sale (in this
+//! cluster, or another one through a kubeconfig Secret), both regions' load
+//! and each replication's lag from Prometheus, a Redis primary's replicas,
+//! and the global endpoint. Every read is bounded and never fails the
+//! reconcile: a failed read is a sentence in its check.
+
+use std::time::Duration;
+
+use futures::future::join_all;
+use jiff::Timestamp;
+use k8s_openapi::{ByteString, api::core::v1::Secret};
+use kube::{
+    Api, Client, Config,
+    config::{KubeConfigOptions, Kubeconfig},
+};
+
+use super::{
+    Ctx,
+    readiness::{LagReading, Loads, Readings, StandbySaleReading},
+};
+use flashsale_api::{
+    FlashSale,
+    chaosdrill::{FailoverCheck, ReplicationLag},
+    common::SecretKeyRef,
+    conditions::READY,
+};
+use flashsale_observe::{signal::Reading, standby};
+
+/// Bound of each read.
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// How old a Prometheus sample may be: its default lookback.
+const SAMPLE_AGE: Duration = Duration::from_secs(300);
+
+/// Where the drill's readings come from.
+pub struct Source<'a> {
+    /// The operator's context.
+    pub ctx: &'a Ctx,
+    /// The drill's namespace (Secrets, the primary sale).
+    pub namespace: &'a str,
+    /// The primary sale's name.
+    pub sale: &'a str,
+    /// The Prometheus the guard asks.
+    pub prometheus_url: &'a str,
+}
+
+/// Reads everything `spec` checks, at `now`; the reads run at once.
+pub async fn read(source: &Source<'_>, spec: &FailoverCheck, now: Timestamp) -> Readings {
+    let loads = async {
+        match &spec.capacity {
+            Some(capacity) => Some(loads(source, &capacity.load, spec, now).await),
+            None => None,
+        }
+    };
+    let lags = join_all(
+        spec.replication
+            .iter()
+            .map(|lag| self::lag(source, lag, now)),
+    );
+    let endpoint = async {
+        match &spec.endpoint {
+            Some(endpoint) => Some(match (&endpoint.haproxy_stats_url, &endpoint.server) {
+                (Some(url), Some(server)) => standby::haproxy_server(url, server, READ_TIMEOUT)
+                    .await
+                    .map(|state| (state.up(), state.status))
+                    .map_err(|err| err.to_string()),
+                _ => {
+                    let query = endpoint.query.as_deref().unwrap_or_default();
+                    promql(source, query, now)
+                        .await
+                        .map(|v| (v >= 1.0, format!("{query} = {v}")))
+                }
+            }),
+            None => None,
+        }
+    };
+    let (standby, loads, lags, endpoint) =
+        tokio::join!(standby_sale(source, spec), loads, lags, endpoint);
+    Readings {
+        standby,
+        loads,
+        lags,
+        endpoint,
+    }
+}
+
+/// The standby sale, where the spec says it is.
+async fn standby_sale(source: &Source<'_>, spec: &FailoverCheck) -> StandbySaleReading {
+    let client = match &spec.standby.kubeconfig_secret_ref {
+        None => source.ctx.client.clone(),
+        Some(secret) => match remote_client(source, secret).await {
+            Ok(client) => client,
+            Err(why) => return StandbySaleReading::Missing(why),
+        },
+    };
+    let sales: Api<FlashSale> = Api::namespaced(client, &spec.standby.namespace);
+    let name = &spec.standby.name;
+    let sale = match tokio::time::timeout(READ_TIMEOUT, sales.get_opt(name)).await {
+        Err(_) => {
+            let timeout = flashsale_api::Duration(READ_TIMEOUT);
+            return StandbySaleReading::Missing(format!(
+                "its apiserver did not answer within {timeout}"
+            ));
+        }
+        Ok(Err(err)) => return StandbySaleReading::Missing(format!("reading it failed: {err}")),
+        Ok(Ok(None)) => return StandbySaleReading::Missing("it does not exist".to_owned()),
+        Ok(Ok(Some(sale))) => sale,
+    };
+    let status = sale.status.unwrap_or_default();
+    let ready = status.observed.conditions.iter().find(|c| c.type_ == READY);
+    match ready {
+        Some(ready) if ready.status == "True" => StandbySaleReading::Ready {
+            gateways: status.workloads.get("gateway").map_or(0, |w| w.ready),
+        },
+        Some(ready) => StandbySaleReading::NotReady(format!("{}: {}", ready.reason, ready.message)),
+        None => StandbySaleReading::NotReady("it has no Ready condition yet".to_owned()),
+    }
+}
+
+/// A client of the standby's cluster, from the kubeconfig in `secret`.
+async fn remote_client(source: &Source<'_>, secret: &SecretKeyRef) -> Result<Client, String> {
+    let yaml = secret_value(source, secret).await?;
+    let what = format!("the kubeconfig in Secret {}", secret.name);
+    let kubeconfig = Kubeconfig::from_yaml(&yaml).map_err(|err| format!("{what}: {err}"))?;
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|err| format!("{what}: {err}"))?;
+    Client::try_from(config).map_err(|err| format!("{what}: {err}"))
+}
+
+/// The value of `secret`'s key in the drill's namespace, as text.
+async fn secret_value(source: &Source<'_>, secret: &SecretKeyRef) -> Result<String, String> {
+    let secrets: Api<Secret> = Api::namespaced(source.ctx.client.clone(), source.namespace);
+    let what = format!("Secret {}/{}", source.namespace, secret.name);
+    let found = secrets
+        .get_opt(&secret.name)
+        .await
+        .map_err(|err| format!("reading {what} failed: {err}"))?
+        .ok_or_else(|| format!("{what} does not exist"))?;
+    let ByteString(bytes) = found
+        .data
+        .and_then(|mut data| data.remove(&secret.key))
+        .ok_or_else(|| format!("{what} has no key {}", secret.key))?;
+    String::from_utf8(bytes).map_err(|_| format!("{what} key {} is not text", secret.key))
+}
+
+/// Both regions' loads: `query` for the primary sale, then for the standby.
+async fn loads(
+    source: &Source<'_>,
+    query: &str,
+    spec: &FailoverCheck,
+    now: Timestamp,
+) -> Result<Loads, String> {
+    let of = |namespace: &str, sale: &str| {
+        query
+            .replace("$namespace", namespace)
+            .replace("$sale", sale)
+    };
+    let primary = of(source.namespace, source.sale);
+    let standby = of(&spec.standby.namespace, &spec.standby.name);
+    let (primary, standby) =
+        tokio::join!(promql(source, &primary, now), promql(source, &standby, now));
+    Ok(Loads {
+        primary: primary.map_err(|why| format!("primary load: {why}"))?,
+        standby: standby.map_err(|why| format!("standby load: {why}"))?,
+    })
+}
+
+/// One replication's lag.
+async fn lag(
+    source: &Source<'_>,
+    lag: &ReplicationLag,
+    now: Timestamp,
+) -> Result<LagReading, String> {
+    if let Some(secret) = &lag.redis_url_secret_ref {
+        let url = secret_value(source, secret).await?;
+        let replicas = standby::redis_replicas(url.trim(), READ_TIMEOUT)
+            .await
+            .map_err(|err| err.to_string())?;
+        return Ok(match replicas.worst_lag_secs {
+            Some(secs) if replicas.online > 0 => LagReading::Lag(
+                Duration::from_secs(secs),
+                replicas
+                    .worst_behind_bytes
+                    .map(|bytes| format!("{bytes} bytes")),
+            ),
+            _ => LagReading::Broken("the primary has no replica online".to_owned()),
+        });
+    }
+    let query = lag.query.as_deref().unwrap_or_default();
+    let secs = promql(source, query, now).await?;
+    if secs < 0.0 {
+        return Err(format!("{query} = {secs}, not a lag in seconds"));
+    }
+    Ok(LagReading::Lag(
+        Duration::from_secs_f64(secs.min(1e9)),
+        None,
+    ))
+}
+
+/// One instant value of `query` at the guard's Prometheus.
+async fn promql(source: &Source<'_>, query: &str, now: Timestamp) -> Result<f64, String> {
+    let reading = source
+        .ctx
+        .settings
+        .signal
+        .read(source.prometheus_url, query, READ_TIMEOUT, SAMPLE_AGE, now)
+        .await;
+    match reading {
+        Reading::Value(sample) => Ok(sample.value),
+        Reading::Lost(loss) => Err(format!("{}: {}", loss.cause, loss.detail)),
+    }
+}

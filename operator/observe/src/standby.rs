@@ -1,0 +1,266 @@
+//! Reads what a standby region's readiness needs besides Prometheus: how far
+//! a Redis primary's replicas are behind (`INFO replication`), and how the
+//! global endpoint sees a server (HAProxy's CSV statistics). Each read is
+//! bounded by its timeout and fails with a sentence, never a panic.
+
+use std::{sync::OnceLock, time::Duration};
+
+/// Why a standby figure could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum StandbyReadError {
+    /// The source did not answer in time.
+    #[error("{what} did not answer within {}", flashsale_api::Duration(*.timeout))]
+    Timeout {
+        /// What was asked.
+        what: String,
+        /// The bound.
+        timeout: Duration,
+    },
+    /// The source answered with an error, or could not be reached.
+    #[error("{what}: {detail}")]
+    Failed {
+        /// What was asked.
+        what: String,
+        /// Why, with every cause.
+        detail: String,
+    },
+    /// The answer does not hold what was asked.
+    #[error("{what}: {detail}")]
+    Answer {
+        /// What was asked.
+        what: String,
+        /// What is missing.
+        detail: String,
+    },
+}
+
+/// A Redis primary's replicas as `INFO replication` reports them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaLags {
+    /// Replicas in state `online`.
+    pub online: usize,
+    /// The slowest online replica's lag: seconds since its last
+    /// acknowledgement (Redis counts whole seconds; replicas acknowledge
+    /// every second).
+    pub worst_lag_secs: Option<u64>,
+    /// The slowest online replica's distance in bytes from the primary's
+    /// replication offset.
+    pub worst_behind_bytes: Option<u64>,
+}
+
+/// Reads the replicas of the Redis primary at `url`.
+///
+/// # Errors
+/// The URL is unusable, Redis did not answer within `timeout`, or the
+/// server is not a primary.
+pub async fn redis_replicas(url: &str, timeout: Duration) -> Result<ReplicaLags, StandbyReadError> {
+    // The URL may carry a password: the error names only the host part.
+    let what = format!("Redis {}", url.rsplit('@').next().unwrap_or(url));
+    let failed = |err: redis::RedisError| StandbyReadError::Failed {
+        what: what.clone(),
+        detail: err.to_string(),
+    };
+    let ask = async {
+        let client = redis::Client::open(url).map_err(failed)?;
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(failed)?;
+        redis::cmd("INFO")
+            .arg("replication")
+            .query_async::<String>(&mut conn)
+            .await
+            .map_err(failed)
+    };
+    let info = bounded(&what, timeout, ask).await?;
+    parse_replication(&info).map_err(|detail| StandbyReadError::Answer { what, detail })
+}
+
+/// `ask`, given up after `timeout`.
+async fn bounded<T>(
+    what: &str,
+    timeout: Duration,
+    ask: impl Future<Output = Result<T, StandbyReadError>>,
+) -> Result<T, StandbyReadError> {
+    tokio::time::timeout(timeout, ask)
+        .await
+        .map_err(|_| StandbyReadError::Timeout {
+            what: what.to_owned(),
+            timeout,
+        })?
+}
+
+/// The replicas in an `INFO replication` answer.
+fn parse_replication(info: &str) -> Result<ReplicaLags, String> {
+    let fields: Vec<(&str, &str)> = info
+        .lines()
+        .filter_map(|line| line.trim().split_once(':'))
+        .collect();
+    let field = |name: &str| fields.iter().find(|(k, _)| *k == name).map(|(_, v)| *v);
+    match field("role") {
+        Some("master") => {}
+        Some(role) => return Err(format!("it is a {role}, not the primary")),
+        None => return Err("no role in INFO replication".to_owned()),
+    }
+    let primary_offset: Option<u64> = field("master_repl_offset").and_then(|v| v.parse().ok());
+    let mut lags = ReplicaLags {
+        online: 0,
+        worst_lag_secs: None,
+        worst_behind_bytes: None,
+    };
+    // slave<N>:ip=…,port=…,state=online,offset=…,lag=…
+    for (key, value) in &fields {
+        if key
+            .strip_prefix("slave")
+            .is_none_or(|n| n.parse::<u32>().is_err())
+        {
+            continue;
+        }
+        let attrs: Vec<(&str, &str)> = value.split(',').filter_map(|a| a.split_once('=')).collect();
+        let attr = |name: &str| attrs.iter().find(|(k, _)| *k == name).map(|(_, v)| *v);
+        if attr("state") != Some("online") {
+            continue;
+        }
+        lags.online += 1;
+        let lag: Option<u64> = attr("lag").and_then(|v| v.parse().ok());
+        let offset: Option<u64> = attr("offset").and_then(|v| v.parse().ok());
+        lags.worst_lag_secs = lags.worst_lag_secs.max(lag);
+        if let (Some(primary), Some(offset)) = (primary_offset, offset) {
+            let behind = primary.saturating_sub(offset);
+            lags.worst_behind_bytes = lags.worst_behind_bytes.max(Some(behind));
+        }
+    }
+    Ok(lags)
+}
+
+/// How an HAProxy server is: its `status` column (`UP`, `DOWN`, `UP 1/2`,
+/// `NOLB`, `MAINT`, …).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerState {
+    /// The status column as HAProxy wrote it.
+    pub status: String,
+}
+
+impl ServerState {
+    /// Whether HAProxy would send it traffic: `UP`, including a server
+    /// going down that has not failed enough checks yet (`UP 1/2`).
+    pub fn up(&self) -> bool {
+        self.status == "UP" || self.status.starts_with("UP ")
+    }
+}
+
+/// Reads `backend/server` from HAProxy's CSV statistics at `url`.
+///
+/// # Errors
+/// The statistics could not be fetched within `timeout`, or do not list
+/// the server.
+pub async fn haproxy_server(
+    url: &str,
+    server: &str,
+    timeout: Duration,
+) -> Result<ServerState, StandbyReadError> {
+    let what = format!("HAProxy statistics {url}");
+    let failed = |err: reqwest::Error| StandbyReadError::Failed {
+        what: what.clone(),
+        detail: crate::probe::causes(&err),
+    };
+    let ask = async {
+        http()
+            .map_err(failed)?
+            .get(url)
+            .send()
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .map_err(failed)?
+            .text()
+            .await
+            .map_err(failed)
+    };
+    let csv = bounded(&what, timeout, ask).await?;
+    parse_haproxy(&csv, server).map_err(|detail| StandbyReadError::Answer { what, detail })
+}
+
+/// One connection pool for every endpoint read.
+fn http() -> Result<reqwest::Client, reqwest::Error> {
+    static HTTP: OnceLock<reqwest::Client> = OnceLock::new();
+    if let Some(http) = HTTP.get() {
+        return Ok(http.clone());
+    }
+    let http = reqwest::Client::builder().build()?;
+    Ok(HTTP.get_or_init(|| http).clone())
+}
+
+/// `backend/server`'s state in HAProxy's CSV statistics.
+fn parse_haproxy(csv: &str, server: &str) -> Result<ServerState, String> {
+    let (backend, name) = server
+        .split_once('/')
+        .ok_or_else(|| format!("{server:?} is not backend/server"))?;
+    let mut lines = csv.lines();
+    let header = lines
+        .next()
+        .and_then(|h| h.strip_prefix("# "))
+        .ok_or("no header line")?;
+    let columns: Vec<&str> = header.split(',').collect();
+    let column = |name: &str| {
+        columns
+            .iter()
+            .position(|c| *c == name)
+            .ok_or_else(|| format!("no {name} column"))
+    };
+    let (px, sv, status) = (column("pxname")?, column("svname")?, column("status")?);
+    lines
+        .map(|line| line.split(',').collect::<Vec<&str>>())
+        .find(|row| row.get(px) == Some(&backend) && row.get(sv) == Some(&name))
+        .and_then(|row| row.get(status).map(|s| (*s).to_owned()))
+        .map(|status| ServerState { status })
+        .ok_or_else(|| format!("no server {name} in backend {backend}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_slowest_online_replica_counts_and_others_are_left_out() {
+        let info = "# Replication\r\nrole:master\r\nconnected_slaves:3\r\n\
+            slave0:ip=127.0.0.1,port=16382,state=online,offset=1000,lag=0\r\n\
+            slave1:ip=127.0.0.1,port=16383,state=online,offset=400,lag=3\r\n\
+            slave2:ip=127.0.0.1,port=16384,state=wait_bgsave,offset=0,lag=9\r\n\
+            master_repl_offset:1200\r\n";
+        assert_eq!(
+            parse_replication(info),
+            Ok(ReplicaLags {
+                online: 2,
+                worst_lag_secs: Some(3),
+                worst_behind_bytes: Some(800),
+            })
+        );
+    }
+
+    #[test]
+    fn a_primary_without_replicas_and_a_replica_are_told_apart() {
+        let alone =
+            parse_replication("role:master\r\nconnected_slaves:0\r\nmaster_repl_offset:5\r\n");
+        assert_eq!(alone.map(|l| (l.online, l.worst_lag_secs)), Ok((0, None)));
+        let replica = parse_replication("role:slave\r\nmaster_host:127.0.0.1\r\n");
+        assert_eq!(replica, Err("it is a slave, not the primary".to_owned()));
+    }
+
+    #[test]
+    fn a_server_is_found_by_backend_and_name_and_up_means_taking_traffic() {
+        let csv = "# pxname,svname,qcur,status,weight\n\
+            sale,FRONTEND,,OPEN,\n\
+            regions,region-a,0,UP,1\n\
+            regions,region-b,0,UP 1/2,1\n\
+            other,region-b,0,DOWN,1\n";
+        let b = parse_haproxy(csv, "regions/region-b");
+        assert_eq!(b.as_ref().map(ServerState::up), Ok(true));
+        let other = parse_haproxy(csv, "other/region-b");
+        assert_eq!(other.as_ref().map(ServerState::up), Ok(false));
+        assert_eq!(
+            parse_haproxy(csv, "regions/region-c"),
+            Err("no server region-c in backend regions".to_owned())
+        );
+        assert!(parse_haproxy("pxname,svname\n", "a/b").is_err());
+    }
+}
