@@ -28,6 +28,9 @@ pub struct Regions {
     pub endpoint: String,
     /// The global endpoint's stats as CSV.
     pub endpoint_stats: String,
+    /// The kubeconfig file of region B's cluster (its own apiserver, no
+    /// nodes).
+    pub b_kubeconfig: String,
 }
 
 /// The component named when region B's variables are missing.
@@ -54,6 +57,7 @@ impl Regions {
             b_database: var("FLASHSALE_REGION_B_DATABASE_URL")?,
             endpoint: var("FLASHSALE_GLOBAL_ENDPOINT")?,
             endpoint_stats: var("FLASHSALE_GLOBAL_ENDPOINT_STATS")?,
+            b_kubeconfig: var("FLASHSALE_REGION_B_KUBECONFIG")?,
         })
     }
 }

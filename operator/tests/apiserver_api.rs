@@ -204,7 +204,7 @@ async fn invalid_objects_are_rejected_naming_the_field() -> anyhow::Result<()> {
     let failures = rejections(&client, &ns.name, cases).await;
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     // The valid bases really are valid, so each case failed for its own reason.
-    for object in [sale(), policy(), drill()] {
+    for object in [sale(), policy(), drill(), failover_drill()] {
         let kind = object["kind"].as_str().unwrap_or_default().to_owned();
         apply_strict(&api_for(&client, &ns.name, &kind), object)
             .await
@@ -460,7 +460,82 @@ fn invalid_drills() -> Vec<Invalid> {
     ]
     .into_iter()
     .chain(invalid_experiments())
+    .chain(invalid_failover())
     .collect()
+}
+
+/// A drill with a valid failover check of every kind.
+fn failover_drill() -> Value {
+    with(
+        valid_drill("bad"),
+        "/spec/failover",
+        json!({
+            "mode": "ReadinessOnly",
+            "maxRTO": "30s",
+            "standby": {"namespace": "region-b", "name": "sale"},
+            "capacity": {"perGatewayRPS": 500, "load": "vector(1)"},
+            "replication": [
+                {"name": "inventory", "redisURLSecretRef": {"name": "a", "key": "url"}, "maxLag": "1s"},
+                {"name": "orders", "query": "vector(0)", "maxLag": "5s"}
+            ],
+            "endpoint": {"haproxyStatsURL": "http://edge:8404/;csv", "server": "sale/region-b"}
+        }),
+    )
+}
+
+/// Drills whose failover check is invalid.
+fn invalid_failover() -> Vec<Invalid> {
+    let drill = failover_drill;
+    vec![
+        (
+            "failover without a standby",
+            with(drill(), "/spec/failover/standby", Value::Null),
+            "spec.failover.standby",
+        ),
+        (
+            "a gateway carrying nothing",
+            with(drill(), "/spec/failover/capacity/perGatewayRPS", json!(0)),
+            "perGatewayRPS must be positive",
+        ),
+        (
+            "headroom under 1",
+            with(drill(), "/spec/failover/capacity/headroom", json!(0.8)),
+            "headroom must be at least 1",
+        ),
+        (
+            "a lag read two ways",
+            with(
+                drill(),
+                "/spec/failover/replication/1/redisURLSecretRef",
+                json!({"name": "a", "key": "url"}),
+            ),
+            "exactly one of query and redisURLSecretRef",
+        ),
+        (
+            "a lag read no way",
+            with(drill(), "/spec/failover/replication/1/query", Value::Null),
+            "exactly one of query and redisURLSecretRef",
+        ),
+        (
+            "two replications of one name",
+            with(
+                drill(),
+                "/spec/failover/replication/1/name",
+                json!("inventory"),
+            ),
+            "spec.failover.replication[1]",
+        ),
+        (
+            "HAProxy statistics without the server",
+            with(drill(), "/spec/failover/endpoint/server", Value::Null),
+            "server is required with haproxyStatsURL",
+        ),
+        (
+            "readiness checked every 0s",
+            with(drill(), "/spec/failover/checkEvery", json!("0s")),
+            "spec.failover.checkEvery",
+        ),
+    ]
 }
 
 /// Drills whose one experiment is invalid.

@@ -5,7 +5,8 @@
 //! then fails for each reason on a real cause (capacity short, replication
 //! paused past its grace, the endpoint seeing B down, B's sale gone), a
 //! shorter pause is reported without flipping it, and a not-ready standby
-//! refuses an active run.
+//! refuses an active run. And a standby in another cluster (the stack's
+//! second apiserver) read through a kubeconfig Secret.
 
 mod common;
 
@@ -301,5 +302,107 @@ async fn missing_refuses_an_active_run(pair: &Pair) -> anyhow::Result<()> {
         message.contains("not ready for an active failover"),
         "{message}"
     );
+    Ok(())
+}
+
+/// A drill whose only check is the standby `ns/real` in the cluster of the
+/// kubeconfig in Secret `region-b/kubeconfig`.
+fn remote_drill(ns: &str) -> anyhow::Result<ChaosDrill> {
+    let mut drill = drill("real", ns, "http://127.0.0.1:9/;csv", 100.0)?;
+    if let Some(failover) = drill.spec.failover.as_mut() {
+        failover.capacity = None;
+        failover.replication.clear();
+        failover.endpoint = None;
+        failover.standby.kubeconfig_secret_ref = Some(flashsale_api::common::SecretKeyRef {
+            name: "region-b".into(),
+            key: "kubeconfig".into(),
+        });
+    }
+    Ok(drill)
+}
+
+#[tokio::test]
+async fn a_standby_in_another_cluster_is_read_through_its_kubeconfig() -> anyhow::Result<()> {
+    let regions = Regions::from_env()?;
+    let client = common::setup().await?;
+    let a = TestNamespace::create(&client, "fo-remote-a").await?;
+    let _a_operator = common::Operator::start(&a.name, "failover", &[])?;
+    // Region B's cluster: its own apiserver, its own operator.
+    let kubeconfig = std::fs::read_to_string(&regions.b_kubeconfig)?;
+    let b_client = kube::Client::try_from(
+        kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::from_yaml(&kubeconfig)?,
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await?,
+    )?;
+    let b_ns = flashsale_e2e::stack::unique_name("fo-remote-b");
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(b_client.clone());
+    let namespace = serde_json::from_value(json!({"metadata": {"name": b_ns}}))?;
+    namespaces
+        .create(&PostParams::default(), &namespace)
+        .await?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &a.name);
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "region-b"},
+        "stringData": {"kubeconfig": kubeconfig}
+    }))?;
+    secrets.create(&PostParams::default(), &secret).await?;
+    let drills: Api<ChaosDrill> = Api::namespaced(client.clone(), &a.name);
+    drills
+        .create(&PostParams::default(), &remote_drill(&b_ns)?)
+        .await?;
+
+    // Nothing in B yet (nor anywhere in A's cluster under that name).
+    let missing = until_standby(&drills, "False", |r| r == "StandbyMissing").await?;
+    let message = &check(missing.failover.as_ref(), "standby")?.message;
+    assert!(message.contains("it does not exist"), "{message}");
+
+    // B's sale, reconciled by B's operator: a cluster without nodes runs no
+    // pod, so B's operator says it is not Ready, and the drill says why.
+    let flags = common::real_node::operator_flags()?;
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let env = [("KUBECONFIG", regions.b_kubeconfig.as_str())];
+    let _b_operator = common::Operator::start_with_env(&b_ns, "region-b", &flags, &env)?;
+    create_sale(&b_client, &b_ns, jiff::SignedDuration::from_hours(1)).await?;
+    let b_sales: Api<FlashSale> = Api::namespaced(b_client.clone(), &b_ns);
+    let b_reason = poll_until("B's operator's verdict on its sale", SEEN, TICK, || async {
+        let sale = b_sales.get("real").await.map_err(|e| e.to_string())?;
+        let status = sale.status.unwrap_or_default();
+        match status.observed.get(flashsale_api::conditions::READY) {
+            Some(ready) if ready.status == "False" => Ok(ready.reason.clone()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await?;
+    let b_reason = &b_reason;
+    poll_until("the drill quoting B's verdict", SEEN, TICK, || async {
+        let drill = drills.get("failover").await.map_err(|e| e.to_string())?;
+        let status = drill.status.unwrap_or_default();
+        let ready = status.observed.get(STANDBY_READY);
+        let message = check(status.failover.as_ref(), "standby").map_err(|e| e.to_string())?;
+        match ready {
+            Some(c) if c.reason == "StandbyNotReady" && message.message.contains(b_reason) => {
+                Ok(())
+            }
+            other => Err(format!("{other:?}: {}", message.message)),
+        }
+    })
+    .await?;
+
+    // A kubeconfig that is not one: the standby cannot be reached, and says so.
+    let patch = json!({"stringData": {"kubeconfig": "not: [a kubeconfig"}});
+    secrets
+        .patch("region-b", &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    let unreadable = until_standby(&drills, "False", |r| r == "StandbyMissing").await?;
+    let message = &check(unreadable.failover.as_ref(), "standby")?.message;
+    assert!(
+        message.contains("the kubeconfig in Secret region-b"),
+        "{message}"
+    );
+    namespaces
+        .delete(&b_ns, &DeleteParams::background())
+        .await?;
     Ok(())
 }

@@ -152,6 +152,14 @@ groups:
         annotations:
           summary: 'ChaosDrill {{ "{{" }} $labels.exported_namespace {{ "}}" }}/{{ "{{" }} $labels.drill {{ "}}" }} was aborted because its guard could not read its signal.'
           description: Prometheus was unreachable or a guard query failed or returned nothing; no drill can run safely until it reads again.
+      - alert: FlashSaleStandbyNotReady
+        expr: max by (exported_namespace, drill) (flashsale_drill_standby_ready{ {{- $sel -}} }) < 1
+        for: {{ $r.standbyNotReadyFor }}
+        labels:
+          severity: warning
+        annotations:
+          summary: 'The standby region of ChaosDrill {{ "{{" }} $labels.exported_namespace {{ "}}" }}/{{ "{{" }} $labels.drill {{ "}}" }} has not been ready for {{ $r.standbyNotReadyFor }}.'
+          description: A failover now would not hold; the drill's StandbyReady condition and status.failover name the check that fails, with its numbers.
   - name: flashsale-degradation
     rules:
       - alert: FlashSaleDegradationTierHeld

@@ -11,6 +11,9 @@
 #   kafka-b          region B's Kafka (19592; pods: 19594), its own cluster
 #   mirror-maker     Kafka's MirrorMaker 2 copying A's order topics into kafka-b
 #                    under the same names (IdentityReplicationPolicy)
+#   etcd-b,          region B's own cluster: an apiserver (16453, on the bridge
+#   apiserver-b      address) with the operator's and Chaos Mesh's CRDs and no
+#                    nodes, for what reads the standby through a kubeconfig
 #   regions          Services and a `stores` Secret in the namespaces
 #                    flashsale-region-a and flashsale-region-b, naming each
 #                    region's stores as pods reach them
@@ -28,6 +31,9 @@ POSTGRES_B_PORT=15433
 KAFKA_B_PORT=19592
 KAFKA_B_CONTROLLER_PORT=19593
 KAFKA_B_PODS_PORT=19594
+ETCD_B_PORT=12389
+ETCD_B_PEER_PORT=12390
+APISERVER_B_PORT=16453
 ENDPOINT_PORT=18080
 ENDPOINT_STATS_PORT=18081
 # What A's mirror copies: the default order topics and the failover tests' own.
@@ -157,6 +163,32 @@ is_up_regions() {
 }
 address_regions() { echo "{redis,postgres,kafka}.flashsale-region-{a,b}.svc"; }
 
+# --- etcd-b, apiserver-b -----------------------------------------------------------
+# Region B's cluster as another cluster's apiserver looks from here: its own
+# etcd, the stack's PKI (so the admin's certificate works on both), reached
+# on the bridge address by the host and the pods alike.
+
+install_etcd-b() { install_component etcd; }
+install_apiserver-b() { install_component apiserver; }
+
+up_etcd-b() { start_etcd etcd-b "$ETCD_B_PORT" "$ETCD_B_PEER_PORT"; }
+
+region_b_kubeconfig() { echo "$STATE/kube/region-b.kubeconfig"; }
+kubectl_b() { "$(kube_bin kubectl)" --kubeconfig "$(region_b_kubeconfig)" "$@"; }
+
+up_apiserver-b() {
+  start_apiserver apiserver-b "$APISERVER_B_PORT" "$ETCD_B_PORT"
+  write_kubeconfig_for "$(region_b_kubeconfig)" "https://$HOST_POD_IP:$APISERVER_B_PORT"
+  kubectl_b apply --server-side --force-conflicts -f "$OPERATOR_CHART/crds/" -f "$(chaos_mesh_crds)" >/dev/null \
+    || die "installing the CRDs in region B's cluster failed"
+  kubectl_b wait --for condition=established --timeout=60s crd/flashsales.flashsale.dev \
+    crd/degradationpolicies.flashsale.dev crd/chaosdrills.flashsale.dev crd/podchaos.chaos-mesh.org >/dev/null \
+    || die "the CRDs did not become established in region B's cluster"
+}
+
+address_etcd-b() { echo "http://127.0.0.1:$ETCD_B_PORT"; }
+address_apiserver-b() { echo "https://$HOST_POD_IP:$APISERVER_B_PORT (region B's cluster, no nodes)"; }
+
 # --- global-endpoint ---------------------------------------------------------------
 
 install_global-endpoint() { install_debian_packages haproxy; }
@@ -253,4 +285,6 @@ export FLASHSALE_REGION_B_KAFKA_BROKERS='127.0.0.1:$KAFKA_B_PORT'
 export FLASHSALE_GLOBAL_ENDPOINT='http://127.0.0.1:$ENDPOINT_PORT'
 export FLASHSALE_GLOBAL_ENDPOINT_STATS='http://127.0.0.1:$ENDPOINT_STATS_PORT/;csv'
 EOF
+  live_pid apiserver-b >/dev/null || return 0
+  echo "export FLASHSALE_REGION_B_KUBECONFIG='$(region_b_kubeconfig)'"
 }

@@ -78,6 +78,7 @@ pub struct OperatorMetrics {
     abort_latency: Family<DrillLabels, Histogram, Buckets>,
     runs: Family<RunLabels, Counter>,
     guard_blind: Family<DrillLabels, Counter>,
+    standby_ready: Family<DrillLabels, Gauge>,
     deleted: Arc<Mutex<Deleted>>,
 }
 
@@ -121,6 +122,7 @@ impl Default for OperatorMetrics {
             abort_latency: Family::new_with_constructor(LATENCY_BUCKETS),
             runs: Family::default(),
             guard_blind: Family::default(),
+            standby_ready: Family::default(),
             deleted: Arc::default(),
         }
     }
@@ -195,6 +197,12 @@ impl OperatorMetrics {
             "ChaosDrill runs aborted because the guard could not read its signal \
              (Prometheus unreachable, a query failing or returning nothing)",
             m.guard_blind.clone(),
+        );
+        registry.register(
+            "flashsale_drill_standby_ready",
+            "1 while a ChaosDrill's standby region passed every readiness check at its last \
+             check, 0 while one failed (the StandbyReady condition says which)",
+            m.standby_ready.clone(),
         );
         m
     }
@@ -302,6 +310,15 @@ impl OperatorMetrics {
         }
     }
 
+    /// Records whether `drill`'s standby passed its readiness checks.
+    pub fn drill_standby(&self, drill: &impl ResourceExt, ready: bool) {
+        if let Some(labels) = self.live(drill) {
+            self.standby_ready
+                .get_or_create(&labels)
+                .set(i64::from(ready));
+        }
+    }
+
     /// Drops the series of a drill that no longer exists, for good: later
     /// writes for it are ignored.
     pub fn forget_drill(&self, drill: &impl ResourceExt) {
@@ -314,6 +331,7 @@ impl OperatorMetrics {
             .insert(drill.uid().unwrap_or_default());
         self.abort_latency.remove(&labels);
         self.guard_blind.remove(&labels);
+        self.standby_ready.remove(&labels);
         for outcome in RunOutcome::ALL.map(RunOutcome::name) {
             self.runs.remove(&run_labels(&labels, outcome));
         }

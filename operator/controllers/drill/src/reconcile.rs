@@ -405,6 +405,7 @@ impl<'a> Pass<'a> {
         };
         let read = readings::read(&source, failover, self.now).await;
         let verdict = readiness::assess(failover, &read, previous, self.ctx.clock.now());
+        self.ctx.metrics.drill_standby(self.drill, verdict.ready());
         if previous.is_none_or(|p| p.ready != verdict.ready()) {
             let warning = !verdict.ready();
             let (reason, message) = (verdict.reason, verdict.message.clone());
