@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use flashsale_observe::standby::{self, StandbyReadError};
+
 use crate::{
     faults::{self, FaultError},
     stack::{self, MissingComponent},
@@ -110,115 +112,13 @@ pub async fn point_endpoint(
 }
 
 /// One gateway as the global endpoint sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EndpointServer {
-    /// `region-a` or `region-b`.
-    pub name: String,
-    /// HAProxy's status: `UP`, `DOWN`, or a transition (`UP 1/2`).
-    pub status: String,
-    /// Requests it served since the endpoint started.
-    pub served: u64,
-}
-
-/// Why the endpoint's stats could not be read.
-#[derive(Debug, thiserror::Error)]
-pub enum StatsError {
-    /// The stats page did not answer.
-    #[error("reading the global endpoint's stats at {url}: {source}")]
-    Http {
-        /// The stats URL.
-        url: String,
-        /// Why.
-        source: reqwest::Error,
-    },
-    /// The CSV lacks a column this reader needs.
-    #[error("the global endpoint's stats have no {0} column")]
-    Column(&'static str),
-}
+pub use flashsale_observe::standby::HaproxyServer as EndpointServer;
 
 /// The gateways of the endpoint's `sale` backend, from its stats CSV.
-pub async fn endpoint_servers(stats_url: &str) -> Result<Vec<EndpointServer>, StatsError> {
-    let http = |source| StatsError::Http {
-        url: stats_url.to_owned(),
-        source,
-    };
-    let csv = reqwest::get(stats_url)
-        .await
-        .and_then(reqwest::Response::error_for_status)
-        .map_err(http)?
-        .text()
-        .await
-        .map_err(http)?;
-    servers_of(&csv)
-}
-
-/// The `sale` backend's servers in HAProxy's CSV (header `# pxname,svname,…`).
-fn servers_of(csv: &str) -> Result<Vec<EndpointServer>, StatsError> {
-    let mut lines = csv.lines();
-    let header: Vec<&str> = lines
-        .next()
-        .unwrap_or_default()
-        .trim_start_matches("# ")
-        .split(',')
-        .collect();
-    let column = |name: &'static str| {
-        header
-            .iter()
-            .position(|h| *h == name)
-            .ok_or(StatsError::Column(name))
-    };
-    let (proxy, server, status, total) = (
-        column("pxname")?,
-        column("svname")?,
-        column("status")?,
-        column("stot")?,
-    );
-    Ok(lines
-        .map(|line| line.split(',').collect::<Vec<_>>())
-        .filter(|f| {
-            f.get(proxy) == Some(&"sale")
-                && !matches!(f.get(server), Some(&"FRONTEND" | &"BACKEND") | None)
-        })
-        .map(|f| EndpointServer {
-            name: f.get(server).copied().unwrap_or_default().to_owned(),
-            status: f.get(status).copied().unwrap_or_default().to_owned(),
-            served: f.get(total).and_then(|n| n.parse().ok()).unwrap_or(0),
-        })
+pub async fn endpoint_servers(stats_url: &str) -> Result<Vec<EndpointServer>, StandbyReadError> {
+    let servers = standby::haproxy_servers(stats_url, Duration::from_secs(5)).await?;
+    Ok(servers
+        .into_iter()
+        .filter(|s| s.backend == "sale")
         .collect())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_sale_backend_servers_are_read_from_the_stats_csv() -> Result<(), StatsError> {
-        let csv = "# pxname,svname,qcur,stot,status,\n\
-                   global,FRONTEND,0,12,OPEN,\n\
-                   sale,region-a,0,9,UP,\n\
-                   sale,region-b,0,3,DOWN 1/2,\n\
-                   sale,BACKEND,0,12,UP,\n\
-                   stats,FRONTEND,0,1,OPEN,\n";
-        let servers = servers_of(csv)?;
-        assert_eq!(
-            servers,
-            vec![
-                EndpointServer {
-                    name: "region-a".into(),
-                    status: "UP".into(),
-                    served: 9
-                },
-                EndpointServer {
-                    name: "region-b".into(),
-                    status: "DOWN 1/2".into(),
-                    served: 3
-                },
-            ]
-        );
-        assert!(matches!(
-            servers_of("# pxname,svname\n"),
-            Err(StatsError::Column("status"))
-        ));
-        Ok(())
-    }
 }

@@ -202,7 +202,7 @@ async fn steady_while(drills: &Api<ChaosDrill>, what: &str, above: bool) -> anyh
 async fn the_standby_is_ready_then_fails_for_each_reason_and_refuses_an_active_run()
 -> anyhow::Result<()> {
     let _stack = exclusive().await;
-    let pair = Pair::start().await?;
+    let mut pair = Pair::start().await?;
 
     // Ready, each check with its numbers.
     let ready = pair.until("True", "StandbyReady").await?;
@@ -232,14 +232,14 @@ async fn the_standby_is_ready_then_fails_for_each_reason_and_refuses_an_active_r
         .await?;
     pair.until("True", "StandbyReady").await?;
 
-    lags(&pair).await?;
+    lags(&mut pair).await?;
     endpoint_down(&pair).await?;
     missing_refuses_an_active_run(&pair).await
 }
 
 /// A spike under the grace is reported and never flips readiness; a pause
 /// past it does, and readiness returns once replication resumes.
-async fn lags(pair: &Pair) -> anyhow::Result<()> {
+async fn lags(pair: &mut Pair) -> anyhow::Result<()> {
     // B's Redis paused just until the lag shows above its bound.
     let paused = Outage::pause("redis-b").await?;
     let seen = steady_while(&pair.drills, "the lag reported above its bound", true).await;
@@ -248,12 +248,37 @@ async fn lags(pair: &Pair) -> anyhow::Result<()> {
     assert!(seen.contains("a spike so far"), "{seen}");
     steady_while(&pair.drills, "the lag back under its bound", false).await?;
 
+    // Paused past the grace, with the operator SIGKILLed and replaced
+    // while the lag is above its bound: the next operator counts the
+    // grace from when the lag rose, not from its own start.
     let paused = Outage::pause("redis-b").await?;
-    let lagging = pair.until("False", "ReplicationLagging").await;
+    let rose = poll_until("the lag above its bound", SEEN, TICK, || async {
+        let drill = pair
+            .drills
+            .get("failover")
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = drill.status.unwrap_or_default();
+        let lag =
+            check(status.failover.as_ref(), "replication/inventory").map_err(|e| e.to_string())?;
+        lag.above_since.clone().ok_or_else(|| lag.message.clone())
+    })
+    .await;
+    let restarted = match rose {
+        Ok(rose) => {
+            pair.scene.operator.kill();
+            pair.scene.operator = common::real_node::operator(&pair.scene.ns.name)?;
+            pair.until("False", "ReplicationLagging")
+                .await
+                .map(|s| (rose, s))
+        }
+        Err(e) => Err(e.into()),
+    };
     paused.end().await?;
-    let lagging = lagging?;
+    let (rose, lagging) = restarted?;
     let lag = check(lagging.failover.as_ref(), "replication/inventory")?;
     assert!(lag.message.contains("above its bound"), "{}", lag.message);
+    assert_eq!(lag.above_since.as_ref(), Some(&rose), "{}", lag.message);
     pair.until("True", "StandbyReady").await?;
     Ok(())
 }

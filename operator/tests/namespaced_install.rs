@@ -4,7 +4,8 @@
 //! account's token. It starts, leads on its Lease there and brings a sale
 //! to Ready; with the right to list and watch one kind taken away, it keeps
 //! running and says so: a warning, `flashsale_operator_watch_errors_total`
-//! and a `/readyz` that fails naming the controller and the refusal.
+//! and a `/readyz` that fails naming the controller and the refusal. A
+//! drill's standby in another namespace is refused, and the drill says so.
 
 mod common;
 
@@ -15,7 +16,7 @@ use common::{
     chart::{client_of, install},
     secret, setup,
 };
-use flashsale_api::FlashSale;
+use flashsale_api::{ChaosDrill, FlashSale, conditions::STANDBY_READY};
 use flashsale_e2e::{kube::TestNamespace, wait::poll_until};
 use k8s_openapi::api::{
     coordination::v1::Lease,
@@ -23,9 +24,9 @@ use k8s_openapi::api::{
 };
 use kube::{
     Api, Client,
-    api::{ListParams, PostParams},
+    api::{ListParams, Patch, PatchParams, PostParams},
 };
-use serde_json::Value;
+use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(60);
 const TICK: Duration = Duration::from_millis(200);
@@ -141,6 +142,55 @@ async fn with_the_charts_namespaced_role_the_operator_starts_leads_and_runs_a_sa
     for controller in ["flashsale", "degradationpolicy", "chaosdrill"] {
         assert_eq!(checks[format!("watch/{controller}")], "ok", "{checks}");
     }
+    standby_reads_stay_in_the_namespace(&client, &ns.name).await
+}
+
+/// A drill's standby in another namespace cannot be read under the Role,
+/// and the drill says what to grant; its own namespace's sale can.
+async fn standby_reads_stay_in_the_namespace(client: &Client, ns: &str) -> anyhow::Result<()> {
+    let drills: Api<ChaosDrill> = Api::namespaced(client.clone(), ns);
+    let drill: ChaosDrill = serde_json::from_value(json!({
+        "apiVersion": "flashsale.dev/v1alpha1",
+        "kind": "ChaosDrill",
+        "metadata": {"name": "standby"},
+        "spec": {
+            "saleRef": {"name": "scoped"},
+            "schedule": {"cron": "0 0 1 1 *"},
+            "experiments": [{"name": "kill", "target": "gateway", "duration": "5s", "podChaos": {"action": "pod-kill"}}],
+            "blastRadius": {"maxPercent": 50, "maxPods": 1},
+            "sloGuard": {"objectives": [{"name": "never", "query": "vector(0)", "threshold": 1}]},
+            "failover": {
+                "mode": "ReadinessOnly", "maxRTO": "30s", "checkEvery": "1s",
+                "standby": {"namespace": "flashsale-region-b", "name": "scoped"}
+            }
+        }
+    }))?;
+    drills.create(&PostParams::default(), &drill).await?;
+    let standby = |want: &'static str| {
+        let drills = drills.clone();
+        async move {
+            poll_until(&format!("StandbyReady {want}"), WAIT, TICK, || async {
+                let drill = drills.get("standby").await.map_err(|e| e.to_string())?;
+                let status = drill.status.unwrap_or_default();
+                match status.observed.get(STANDBY_READY) {
+                    Some(c) if c.reason == want => Ok(c.message.clone()),
+                    other => Err(format!("{other:?}")),
+                }
+            })
+            .await
+        }
+    };
+    let refused = standby("StandbyMissing").await?;
+    assert!(
+        refused.contains("may not read FlashSales in namespace flashsale-region-b")
+            && refused.contains("kubeconfigSecretRef"),
+        "{refused}"
+    );
+    let own = json!({"spec": {"failover": {"standby": {"namespace": ns}}}});
+    drills
+        .patch("standby", &PatchParams::default(), &Patch::Merge(&own))
+        .await?;
+    standby("StandbyReady").await?;
     Ok(())
 }
 

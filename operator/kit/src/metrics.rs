@@ -310,12 +310,21 @@ impl OperatorMetrics {
         }
     }
 
-    /// Records whether `drill`'s standby passed its readiness checks.
-    pub fn drill_standby(&self, drill: &impl ResourceExt, ready: bool) {
-        if let Some(labels) = self.live(drill) {
-            self.standby_ready
-                .get_or_create(&labels)
-                .set(i64::from(ready));
+    /// Records whether `drill`'s standby passed its readiness checks;
+    /// `None` drops the series (the drill checks no standby any more).
+    pub fn drill_standby(&self, drill: &impl ResourceExt, ready: Option<bool>) {
+        let Some(labels) = self.live(drill) else {
+            return;
+        };
+        match ready {
+            Some(ready) => {
+                self.standby_ready
+                    .get_or_create(&labels)
+                    .set(i64::from(ready));
+            }
+            None => {
+                self.standby_ready.remove(&labels);
+            }
         }
     }
 
@@ -441,6 +450,24 @@ mod tests {
         assert!(exposition(&registry)?.contains(
             "flashsale_drill_runs_total{namespace=\"shop\",drill=\"kill\",outcome=\"Aborted\"} 1"
         ));
+        Ok(())
+    }
+
+    #[test]
+    fn the_standby_gauge_follows_each_check_and_goes_with_the_failover_spec()
+    -> Result<(), std::fmt::Error> {
+        let mut registry = Registry::default();
+        let metrics = OperatorMetrics::register(&mut registry);
+        let kill = drill("u1");
+        let line = |v: u8| {
+            format!("flashsale_drill_standby_ready{{namespace=\"shop\",drill=\"kill\"}} {v}")
+        };
+        metrics.drill_standby(&kill, Some(true));
+        assert!(exposition(&registry)?.contains(&line(1)));
+        metrics.drill_standby(&kill, Some(false));
+        assert!(exposition(&registry)?.contains(&line(0)));
+        metrics.drill_standby(&kill, None);
+        assert!(!exposition(&registry)?.contains("flashsale_drill_standby_ready{"));
         Ok(())
     }
 }

@@ -1,6 +1,6 @@
 //! Reads what a standby region's readiness needs besides Prometheus: how far
 //! a Redis primary's replicas are behind (`INFO replication`), and how the
-//! global endpoint sees a server (HAProxy's CSV statistics). Each read is
+//! global endpoint sees its servers (HAProxy's CSV statistics). Each read is
 //! bounded by its timeout and fails with a sentence, never a panic.
 
 use std::{sync::OnceLock, time::Duration};
@@ -133,15 +133,21 @@ fn parse_replication(info: &str) -> Result<ReplicaLags, String> {
     Ok(lags)
 }
 
-/// How an HAProxy server is: its `status` column (`UP`, `DOWN`, `UP 1/2`,
-/// `NOLB`, `MAINT`, …).
+/// One server of an HAProxy backend, as its CSV statistics show it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServerState {
-    /// The status column as HAProxy wrote it.
+pub struct HaproxyServer {
+    /// The backend (`pxname`).
+    pub backend: String,
+    /// The server (`svname`).
+    pub name: String,
+    /// The `status` column: `UP`, `DOWN`, a transition (`UP 1/2`), `NOLB`,
+    /// `MAINT`, …
     pub status: String,
+    /// Requests it was given since HAProxy started (`stot`).
+    pub served: u64,
 }
 
-impl ServerState {
+impl HaproxyServer {
     /// Whether HAProxy would send it traffic: `UP`, including a server
     /// going down that has not failed enough checks yet (`UP 1/2`).
     pub fn up(&self) -> bool {
@@ -149,16 +155,14 @@ impl ServerState {
     }
 }
 
-/// Reads `backend/server` from HAProxy's CSV statistics at `url`.
+/// Every server of every backend in HAProxy's CSV statistics at `url`.
 ///
 /// # Errors
-/// The statistics could not be fetched within `timeout`, or do not list
-/// the server.
-pub async fn haproxy_server(
+/// The statistics could not be fetched within `timeout`, or lack a column.
+pub async fn haproxy_servers(
     url: &str,
-    server: &str,
     timeout: Duration,
-) -> Result<ServerState, StandbyReadError> {
+) -> Result<Vec<HaproxyServer>, StandbyReadError> {
     let what = format!("HAProxy statistics {url}");
     let failed = |err: reqwest::Error| StandbyReadError::Failed {
         what: what.clone(),
@@ -177,7 +181,30 @@ pub async fn haproxy_server(
             .map_err(failed)
     };
     let csv = bounded(&what, timeout, ask).await?;
-    parse_haproxy(&csv, server).map_err(|detail| StandbyReadError::Answer { what, detail })
+    parse_haproxy(&csv).map_err(|detail| StandbyReadError::Answer { what, detail })
+}
+
+/// `backend/server` in HAProxy's CSV statistics at `url`.
+///
+/// # Errors
+/// As [`haproxy_servers`], or the statistics do not list the server.
+pub async fn haproxy_server(
+    url: &str,
+    server: &str,
+    timeout: Duration,
+) -> Result<HaproxyServer, StandbyReadError> {
+    let answer = |detail: String| StandbyReadError::Answer {
+        what: format!("HAProxy statistics {url}"),
+        detail,
+    };
+    let (backend, name) = server
+        .split_once('/')
+        .ok_or_else(|| answer(format!("{server:?} is not backend/server")))?;
+    haproxy_servers(url, timeout)
+        .await?
+        .into_iter()
+        .find(|s| s.backend == backend && s.name == name)
+        .ok_or_else(|| answer(format!("no server {name} in backend {backend}")))
 }
 
 /// One connection pool for every endpoint read.
@@ -190,11 +217,9 @@ fn http() -> Result<reqwest::Client, reqwest::Error> {
     Ok(HTTP.get_or_init(|| http).clone())
 }
 
-/// `backend/server`'s state in HAProxy's CSV statistics.
-fn parse_haproxy(csv: &str, server: &str) -> Result<ServerState, String> {
-    let (backend, name) = server
-        .split_once('/')
-        .ok_or_else(|| format!("{server:?} is not backend/server"))?;
+/// The servers in HAProxy's CSV statistics (header `# pxname,svname,…`);
+/// a proxy's own `FRONTEND` and `BACKEND` rows are not servers.
+fn parse_haproxy(csv: &str) -> Result<Vec<HaproxyServer>, String> {
     let mut lines = csv.lines();
     let header = lines
         .next()
@@ -207,13 +232,21 @@ fn parse_haproxy(csv: &str, server: &str) -> Result<ServerState, String> {
             .position(|c| *c == name)
             .ok_or_else(|| format!("no {name} column"))
     };
-    let (px, sv, status) = (column("pxname")?, column("svname")?, column("status")?);
-    lines
+    let (px, sv) = (column("pxname")?, column("svname")?);
+    let (status, total) = (column("status")?, column("stot")?);
+    Ok(lines
         .map(|line| line.split(',').collect::<Vec<&str>>())
-        .find(|row| row.get(px) == Some(&backend) && row.get(sv) == Some(&name))
-        .and_then(|row| row.get(status).map(|s| (*s).to_owned()))
-        .map(|status| ServerState { status })
-        .ok_or_else(|| format!("no server {name} in backend {backend}"))
+        .filter(|row| !matches!(row.get(sv), Some(&"FRONTEND" | &"BACKEND") | None))
+        .map(|row| {
+            let field = |i: usize| row.get(i).copied().unwrap_or_default().to_owned();
+            HaproxyServer {
+                backend: field(px),
+                name: field(sv),
+                status: field(status),
+                served: field(total).parse().unwrap_or(0),
+            }
+        })
+        .collect())
 }
 
 #[cfg(test)]
@@ -247,20 +280,30 @@ mod tests {
     }
 
     #[test]
-    fn a_server_is_found_by_backend_and_name_and_up_means_taking_traffic() {
-        let csv = "# pxname,svname,qcur,status,weight\n\
-            sale,FRONTEND,,OPEN,\n\
-            regions,region-a,0,UP,1\n\
-            regions,region-b,0,UP 1/2,1\n\
-            other,region-b,0,DOWN,1\n";
-        let b = parse_haproxy(csv, "regions/region-b");
-        assert_eq!(b.as_ref().map(ServerState::up), Ok(true));
-        let other = parse_haproxy(csv, "other/region-b");
-        assert_eq!(other.as_ref().map(ServerState::up), Ok(false));
+    fn servers_are_read_by_backend_and_up_means_taking_traffic() {
+        let csv = "# pxname,svname,qcur,stot,status,weight\n\
+            sale,FRONTEND,,12,OPEN,\n\
+            sale,region-a,0,9,UP,1\n\
+            sale,region-b,0,3,UP 1/2,1\n\
+            sale,BACKEND,0,12,UP,\n\
+            other,region-b,0,0,DOWN,1\n";
+        let servers = parse_haproxy(csv).unwrap_or_default();
+        let named: Vec<(&str, &str, bool, u64)> = servers
+            .iter()
+            .map(|s| (s.backend.as_str(), s.name.as_str(), s.up(), s.served))
+            .collect();
         assert_eq!(
-            parse_haproxy(csv, "regions/region-c"),
-            Err("no server region-c in backend regions".to_owned())
+            named,
+            [
+                ("sale", "region-a", true, 9),
+                ("sale", "region-b", true, 3),
+                ("other", "region-b", false, 0)
+            ]
         );
-        assert!(parse_haproxy("pxname,svname\n", "a/b").is_err());
+        assert_eq!(
+            parse_haproxy("# pxname,svname\n"),
+            Err("no status column".to_owned())
+        );
+        assert!(parse_haproxy("pxname,svname\n").is_err());
     }
 }

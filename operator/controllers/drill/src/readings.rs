@@ -101,6 +101,13 @@ async fn standby_sale(source: &Source<'_>, spec: &FailoverCheck) -> StandbySaleR
                 "its apiserver did not answer within {timeout}"
             ));
         }
+        Ok(Err(kube::Error::Api(refused))) if refused.code == 403 => {
+            return StandbySaleReading::Missing(format!(
+                "the operator may not read FlashSales in namespace {} ({}): give it get on \
+                 flashsales there, or reach the standby through kubeconfigSecretRef",
+                spec.standby.namespace, refused.message
+            ));
+        }
         Ok(Err(err)) => return StandbySaleReading::Missing(format!("reading it failed: {err}")),
         Ok(Ok(None)) => return StandbySaleReading::Missing("it does not exist".to_owned()),
         Ok(Ok(Some(sale))) => sale,

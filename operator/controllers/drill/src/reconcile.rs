@@ -388,12 +388,13 @@ impl<'a> Pass<'a> {
     async fn check_standby(&mut self, now: bool) {
         let Some(failover) = &self.drill.spec.failover else {
             self.standby = StandbyLook::Unset;
+            self.ctx.metrics.drill_standby(self.drill, None);
             return;
         };
         let previous = self.old.failover.as_ref();
         let edited = self.old.observed.observed_generation != self.drill.metadata.generation;
         let due = previous.is_none_or(|p| readiness_due(failover, p, self.now).is_zero());
-        if !(now || edited || due || previous.is_some_and(|p| p.checked_at.is_none())) {
+        if !(now || edited || due) {
             return;
         }
         let prometheus_url = prometheus_url(self.ctx, self.drill);
@@ -405,7 +406,9 @@ impl<'a> Pass<'a> {
         };
         let read = readings::read(&source, failover, self.now).await;
         let verdict = readiness::assess(failover, &read, previous, self.ctx.clock.now());
-        self.ctx.metrics.drill_standby(self.drill, verdict.ready());
+        self.ctx
+            .metrics
+            .drill_standby(self.drill, Some(verdict.ready()));
         if previous.is_none_or(|p| p.ready != verdict.ready()) {
             let warning = !verdict.ready();
             let (reason, message) = (verdict.reason, verdict.message.clone());
