@@ -533,7 +533,22 @@ fn invalid_failover() -> Vec<Invalid> {
         (
             "readiness checked every 0s",
             with(drill(), "/spec/failover/checkEvery", json!("0s")),
-            "spec.failover.checkEvery",
+            "checkEvery must be between 1s and 10m",
+        ),
+        (
+            "readiness checked every 11m",
+            with(drill(), "/spec/failover/checkEvery", json!("11m")),
+            "checkEvery must be between 1s and 10m",
+        ),
+        (
+            "a grace that switches the lag check off",
+            with(drill(), "/spec/failover/lagGrace", json!("9999h")),
+            "lagGrace must be at most 10m",
+        ),
+        (
+            "a lag bound of 0s",
+            with(drill(), "/spec/failover/replication/0/maxLag", json!("0s")),
+            "maxLag must be positive and at most 1h",
         ),
     ]
 }

@@ -301,19 +301,50 @@ async fn endpoint_down(pair: &Pair) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// B's sale gone: missing, and an active run asked for now is refused with
-/// that reason, nothing injected.
+/// An active drill checked rarely (every 10m) and ready; B's sale then
+/// deleted. The status still says ready (not due), yet the run asked for
+/// next is refused: readiness is checked afresh when a run is due, and the
+/// run is skipped with that reason, nothing injected.
 async fn missing_refuses_an_active_run(pair: &Pair) -> anyhow::Result<()> {
+    pair.patch(json!({"spec": {"failover": {"mode": "Active", "checkEvery": "10m"}}}))
+        .await?;
+    // Ready as checked after the edit (the status describes this generation).
+    let ready = poll_until("ready after the edit", SEEN, TICK, || async {
+        let drill = pair
+            .drills
+            .get("failover")
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = drill.status.clone().unwrap_or_default();
+        let current = status.observed.observed_generation == drill.metadata.generation;
+        if current && status.observed.is_true(STANDBY_READY) {
+            Ok(status)
+        } else {
+            Err(format!("{:?}", status.observed))
+        }
+    })
+    .await?;
     let b_sales: Api<FlashSale> = Api::namespaced(pair.scene.client.clone(), &pair.b.name);
     b_sales
         .delete(&pair.b_sale, &DeleteParams::default())
         .await?;
-    pair.until("False", "StandbyMissing").await?;
-    pair.patch(json!({
-        "metadata": {"annotations": {"flashsale.dev/run-now": "active-1"}},
-        "spec": {"failover": {"mode": "Active"}}
-    }))
-    .await?;
+    let stale = pair
+        .drills
+        .get("failover")
+        .await?
+        .status
+        .unwrap_or_default();
+    assert!(
+        stale.observed.is_true(STANDBY_READY),
+        "{:?}",
+        stale.observed
+    );
+    assert_eq!(
+        stale.failover, ready.failover,
+        "checked again before it was due"
+    );
+    pair.patch(json!({"metadata": {"annotations": {"flashsale.dev/run-now": "active-1"}}}))
+        .await?;
     let refused = ended_run(&pair.drills, "failover").await?;
     assert_eq!(refused.outcome, Some(RunOutcome::Skipped), "{refused:?}");
     assert_eq!(
@@ -327,6 +358,7 @@ async fn missing_refuses_an_active_run(pair: &Pair) -> anyhow::Result<()> {
         message.contains("not ready for an active failover"),
         "{message}"
     );
+    pair.until("False", "StandbyMissing").await?;
     Ok(())
 }
 

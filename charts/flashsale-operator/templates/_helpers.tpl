@@ -153,7 +153,7 @@ groups:
           summary: 'ChaosDrill {{ "{{" }} $labels.exported_namespace {{ "}}" }}/{{ "{{" }} $labels.drill {{ "}}" }} was aborted because its guard could not read its signal.'
           description: Prometheus was unreachable or a guard query failed or returned nothing; no drill can run safely until it reads again.
       - alert: FlashSaleStandbyNotReady
-        expr: max by (exported_namespace, drill) (flashsale_drill_standby_ready{ {{- $sel -}} }) < 1
+        expr: max by (exported_namespace, drill) (flashsale_drill_standby_ready{ {{- $sel -}} } and on (instance) (flashsale_operator_leader{ {{- $sel -}} } == 1)) < 1
         for: {{ $r.standbyNotReadyFor }}
         labels:
           severity: warning

@@ -479,8 +479,12 @@ pub struct FailoverCheck {
     pub check_every: Duration,
     /// How long a replication lag may stay above its bound before the
     /// standby counts as not ready: a shorter spike is reported, not
-    /// alarmed on.
+    /// alarmed on. At most 10m, so a grace cannot switch the check off.
     #[serde(default = "default_lag_grace")]
+    #[x_kube(validation = duration::rule(
+        &["self"],
+        "duration(self) <= duration('10m')",
+    ).message("failover.lagGrace must be at most 10m"))]
     pub lag_grace: Duration,
 }
 
@@ -540,7 +544,12 @@ pub struct ReplicationLag {
     /// Name, unique in the drill.
     #[schemars(length(min = 1, max = 63))]
     pub name: String,
-    /// Most lag that still counts as ready.
+    /// Most lag that still counts as ready (a Redis replica reads 0-1s
+    /// while healthy: it acknowledges every second).
+    #[x_kube(validation = duration::rule(
+        &["self"],
+        "duration(self) > duration('0s') && duration(self) <= duration('1h')",
+    ).message("maxLag must be positive and at most 1h"))]
     pub max_lag: Duration,
     /// PromQL giving the lag in seconds, at the guard's Prometheus.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -65,6 +65,20 @@ pub struct WorkloadSpec {
     pub resources: Option<ResourceRequirements>,
 }
 
+/// Cuts `text` to at most `max` bytes on a character boundary, marking the
+/// cut with `…`: what goes into a status field or an Event with a length
+/// bound, so a long error never gets the whole write refused.
+pub fn truncate(text: &mut String, max: usize) {
+    if text.len() > max {
+        let mut end = max.saturating_sub('…'.len_utf8());
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+}
+
 /// Status fields every kind shares, flattened into each kind's status.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

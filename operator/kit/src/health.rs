@@ -146,17 +146,7 @@ impl WatchHealth {
     }
 }
 
-/// Cuts `text` to at most `max` bytes on a character boundary.
-pub(crate) fn truncate(text: &mut String, max: usize) {
-    if text.len() > max {
-        let mut end = max.saturating_sub(1);
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-        text.push('…');
-    }
-}
+pub(crate) use flashsale_api::common::truncate;
 
 #[cfg(test)]
 mod tests {

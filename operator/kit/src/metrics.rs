@@ -266,78 +266,75 @@ impl OperatorMetrics {
             .observe(took.as_secs_f64());
     }
 
-    /// The labels of `drill`'s series; `None` once it was deleted.
-    fn live(&self, drill: &impl ResourceExt) -> Option<DrillLabels> {
+    /// Runs `write` on the labels of `drill`'s series unless it was
+    /// deleted; the check and the write happen under one lock, so a write
+    /// racing the delete cannot bring the series back.
+    fn live(&self, drill: &impl ResourceExt, write: impl FnOnce(&DrillLabels)) {
         let deleted = self.deleted.lock().unwrap_or_else(|p| p.into_inner());
-        let uid = drill.uid().unwrap_or_default();
-        (!deleted.uids.contains(&uid))
-            .then(|| drill_labels(&drill.namespace().unwrap_or_default(), &drill.name_any()))
+        if !deleted.uids.contains(&drill.uid().unwrap_or_default()) {
+            write(&drill_labels(
+                &drill.namespace().unwrap_or_default(),
+                &drill.name_any(),
+            ));
+        }
     }
 
     /// Records the abort latency of one run of `drill`.
     pub fn drill_aborted(&self, drill: &impl ResourceExt, took: Duration) {
-        if let Some(labels) = self.live(drill) {
+        self.live(drill, |labels| {
             self.abort_latency
-                .get_or_create(&labels)
+                .get_or_create(labels)
                 .observe(took.as_secs_f64());
-        }
+        });
     }
 
     /// Creates a drill's run and blind-guard counters at 0, so that an alert
     /// on their increase sees the first run end, not only the second.
     pub fn drill_seen(&self, drill: &impl ResourceExt) {
-        let Some(labels) = self.live(drill) else {
-            return;
-        };
-        // The guards are dropped at once: creating the series is the point.
-        for outcome in RunOutcome::ALL.map(RunOutcome::name) {
-            drop(self.runs.get_or_create(&run_labels(&labels, outcome)));
-        }
-        drop(self.guard_blind.get_or_create(&labels));
+        self.live(drill, |labels| {
+            // The guards are dropped at once: creating the series is the point.
+            for outcome in RunOutcome::ALL.map(RunOutcome::name) {
+                drop(self.runs.get_or_create(&run_labels(labels, outcome)));
+            }
+            drop(self.guard_blind.get_or_create(labels));
+        });
     }
 
     /// Counts one run of `drill` aborted because its guard was blind.
     pub fn drill_guard_blind(&self, drill: &impl ResourceExt) {
-        if let Some(labels) = self.live(drill) {
-            self.guard_blind.get_or_create(&labels).inc();
-        }
+        self.live(drill, |labels| {
+            self.guard_blind.get_or_create(labels).inc();
+        });
     }
 
     /// Counts one ended run of `drill`.
     pub fn drill_run(&self, drill: &impl ResourceExt, outcome: &'static str) {
-        if let Some(labels) = self.live(drill) {
-            self.runs.get_or_create(&run_labels(&labels, outcome)).inc();
-        }
+        self.live(drill, |labels| {
+            self.runs.get_or_create(&run_labels(labels, outcome)).inc();
+        });
     }
 
     /// Records whether `drill`'s standby passed its readiness checks;
     /// `None` drops the series (the drill checks no standby any more).
     pub fn drill_standby(&self, drill: &impl ResourceExt, ready: Option<bool>) {
-        let Some(labels) = self.live(drill) else {
-            return;
-        };
-        match ready {
+        self.live(drill, |labels| match ready {
             Some(ready) => {
                 self.standby_ready
-                    .get_or_create(&labels)
+                    .get_or_create(labels)
                     .set(i64::from(ready));
             }
             None => {
-                self.standby_ready.remove(&labels);
+                self.standby_ready.remove(labels);
             }
-        }
+        });
     }
 
     /// Drops the series of a drill that no longer exists, for good: later
     /// writes for it are ignored.
     pub fn forget_drill(&self, drill: &impl ResourceExt) {
-        let Some(labels) = self.live(drill) else {
-            return;
-        };
-        self.deleted
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(drill.uid().unwrap_or_default());
+        let mut deleted = self.deleted.lock().unwrap_or_else(|p| p.into_inner());
+        deleted.insert(drill.uid().unwrap_or_default());
+        let labels = drill_labels(&drill.namespace().unwrap_or_default(), &drill.name_any());
         self.abort_latency.remove(&labels);
         self.guard_blind.remove(&labels);
         self.standby_ready.remove(&labels);

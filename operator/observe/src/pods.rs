@@ -122,14 +122,7 @@ fn failing(container: &ContainerStatus) -> Option<(PodFailure, String)> {
 }
 
 fn truncate(mut message: String) -> String {
-    if message.len() > MESSAGE_LIMIT {
-        let mut end = MESSAGE_LIMIT;
-        while !message.is_char_boundary(end) {
-            end -= 1;
-        }
-        message.truncate(end);
-        message.push('…');
-    }
+    flashsale_api::common::truncate(&mut message, MESSAGE_LIMIT);
     message
 }
 

@@ -54,8 +54,7 @@ pub struct ReplicaLags {
 /// The URL is unusable, Redis did not answer within `timeout`, or the
 /// server is not a primary.
 pub async fn redis_replicas(url: &str, timeout: Duration) -> Result<ReplicaLags, StandbyReadError> {
-    // The URL may carry a password: the error names only the host part.
-    let what = format!("Redis {}", url.rsplit('@').next().unwrap_or(url));
+    let what = format!("Redis {}", shown(url));
     let failed = |err: redis::RedisError| StandbyReadError::Failed {
         what: what.clone(),
         detail: err.to_string(),
@@ -74,6 +73,19 @@ pub async fn redis_replicas(url: &str, timeout: Duration) -> Result<ReplicaLags,
     };
     let info = bounded(&what, timeout, ask).await?;
     parse_replication(&info).map_err(|detail| StandbyReadError::Answer { what, detail })
+}
+
+/// `url` as it may be shown in a status or an Event: scheme, host and port
+/// only, since a URL may carry a password (in its user part or its query).
+fn shown(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(parsed) => match (parsed.host_str(), parsed.port()) {
+            (Some(host), Some(port)) => format!("{}://{host}:{port}", parsed.scheme()),
+            (Some(host), None) => format!("{}://{host}", parsed.scheme()),
+            (None, _) => format!("{}://…", parsed.scheme()),
+        },
+        Err(_) => "(an unparsable URL, not shown)".to_owned(),
+    }
 }
 
 /// `ask`, given up after `timeout`.
@@ -163,10 +175,10 @@ pub async fn haproxy_servers(
     url: &str,
     timeout: Duration,
 ) -> Result<Vec<HaproxyServer>, StandbyReadError> {
-    let what = format!("HAProxy statistics {url}");
+    let what = format!("HAProxy statistics {}", shown(url));
     let failed = |err: reqwest::Error| StandbyReadError::Failed {
         what: what.clone(),
-        detail: crate::probe::causes(&err),
+        detail: crate::probe::causes(&err.without_url()),
     };
     let ask = async {
         http()
@@ -194,7 +206,7 @@ pub async fn haproxy_server(
     timeout: Duration,
 ) -> Result<HaproxyServer, StandbyReadError> {
     let answer = |detail: String| StandbyReadError::Answer {
-        what: format!("HAProxy statistics {url}"),
+        what: format!("HAProxy statistics {}", shown(url)),
         detail,
     };
     let (backend, name) = server
@@ -277,6 +289,21 @@ mod tests {
         assert_eq!(alone.map(|l| (l.online, l.worst_lag_secs)), Ok((0, None)));
         let replica = parse_replication("role:slave\r\nmaster_host:127.0.0.1\r\n");
         assert_eq!(replica, Err("it is a slave, not the primary".to_owned()));
+    }
+
+    #[test]
+    fn a_url_is_shown_without_its_credentials() {
+        assert_eq!(
+            shown("redis://flashsale:s3cret@10.0.0.7:6379/0"),
+            "redis://10.0.0.7:6379"
+        );
+        assert_eq!(
+            shown("redis+unix:///run/redis.sock?pass=s3cret"),
+            "redis+unix://…"
+        );
+        assert_eq!(shown("http://admin:pw@edge:8404/;csv"), "http://edge:8404");
+        assert_eq!(shown("https://edge/stats;csv"), "https://edge");
+        assert!(!shown("not a url s3cret").contains("s3cret"));
     }
 
     #[test]

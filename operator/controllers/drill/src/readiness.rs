@@ -16,6 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use flashsale_api::{
     chaosdrill::{FailoverCheck, FailoverStatus, ReadinessCheck},
+    common::truncate,
     reasons::DrillReason,
 };
 
@@ -144,7 +145,11 @@ pub fn assess(
 /// A check and the reason it gives when it failed.
 type Checked = (ReadinessCheck, Option<DrillReason>);
 
-fn check(name: &str, passed: bool, message: String) -> ReadinessCheck {
+/// The longest message a check carries (the status field's bound).
+const MESSAGE_BOUND: usize = 512;
+
+fn check(name: &str, passed: bool, mut message: String) -> ReadinessCheck {
+    truncate(&mut message, MESSAGE_BOUND);
     ReadinessCheck {
         name: name.to_owned(),
         passed,
@@ -232,12 +237,16 @@ fn lag_check(
     now: Timestamp,
 ) -> Checked {
     let bound = Some(format!("<= {}", flashsale_api::Duration(bounds.max)));
+    // A read that fails, or a replication that broke, does not restart the
+    // grace of a lag that was already above its bound.
+    let above_since = above_before.map(Time);
     let (lag, detail) = match reading {
         Err(why) => {
             let message = format!("{name} could not be read: {why}");
             return (
                 ReadinessCheck {
                     bound,
+                    above_since,
                     ..check(&name, false, message)
                 },
                 Some(DrillReason::ReadinessUnknown),
@@ -248,6 +257,7 @@ fn lag_check(
             return (
                 ReadinessCheck {
                     bound,
+                    above_since: above_since.or(Some(Time(now))),
                     ..check(&name, false, message)
                 },
                 Some(DrillReason::ReplicationLagging),
@@ -306,7 +316,7 @@ fn endpoint_check(reading: &Result<(bool, String), String>) -> Checked {
             let verdict = if *healthy { "healthy" } else { "not healthy" };
             (
                 ReadinessCheck {
-                    value: Some(said.clone()),
+                    value: Some(said.chars().take(64).collect()),
                     ..check(
                         "endpoint",
                         *healthy,
@@ -450,6 +460,26 @@ mod tests {
         // A new rise counts from itself, not from the old spike.
         let again = assess(&spec, &readings, Some(&back.status), at(13));
         assert_eq!(again.status.checks[2].above_since, Some(Time(at(13))));
+    }
+
+    #[test]
+    fn a_failed_read_mid_lag_keeps_the_grace_running_and_long_messages_are_cut() {
+        let spec = spec();
+        let mut readings = healthy();
+        readings.lags[0] = Ok(LagReading::Lag(Duration::from_secs(3), None));
+        let rose = assess(&spec, &readings, None, at(0));
+        let mut unread = healthy();
+        unread.lags[0] = Err("x".repeat(2000));
+        let blind = assess(&spec, &unread, Some(&rose.status), at(4));
+        assert_eq!(blind.status.checks[2].above_since, Some(Time(at(0))));
+        assert!(blind.status.checks[2].message.len() <= MESSAGE_BOUND);
+        let held = assess(&spec, &readings, Some(&blind.status), at(10));
+        assert_eq!(
+            held.reason,
+            DrillReason::ReplicationLagging,
+            "{}",
+            held.message
+        );
     }
 
     #[test]

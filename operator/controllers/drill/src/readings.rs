@@ -67,7 +67,7 @@ pub async fn read(source: &Source<'_>, spec: &FailoverCheck, now: Timestamp) -> 
                     let query = endpoint.query.as_deref().unwrap_or_default();
                     promql(source, query, now)
                         .await
-                        .map(|v| (v >= 1.0, format!("{query} = {v}")))
+                        .map(|v| (v >= 1.0, format!("spec.failover.endpoint.query = {v}")))
                 }
             }),
             None => None,
@@ -128,19 +128,75 @@ async fn remote_client(source: &Source<'_>, secret: &SecretKeyRef) -> Result<Cli
     let yaml = secret_value(source, secret).await?;
     let what = format!("the kubeconfig in Secret {}", secret.name);
     let kubeconfig = Kubeconfig::from_yaml(&yaml).map_err(|err| format!("{what}: {err}"))?;
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+    inline_only(&kubeconfig).map_err(|err| format!("{what}: {err}"))?;
+    let options = KubeConfigOptions::default();
+    let config = Config::from_custom_kubeconfig(kubeconfig, &options);
+    let config = tokio::time::timeout(READ_TIMEOUT, config)
         .await
+        .map_err(|_| {
+            format!(
+                "{what}: loading it took longer than {}",
+                flashsale_api::Duration(READ_TIMEOUT)
+            )
+        })?
         .map_err(|err| format!("{what}: {err}"))?;
     Client::try_from(config).map_err(|err| format!("{what}: {err}"))
+}
+
+/// Refuses a kubeconfig that would make the operator run a program or read
+/// its own files: whoever may write a Secret in the drill's namespace must
+/// not get to run commands as the operator or send its token elsewhere.
+/// Credentials and certificates are taken inline only.
+fn inline_only(kubeconfig: &Kubeconfig) -> Result<(), String> {
+    for named in &kubeconfig.auth_infos {
+        let Some(user) = &named.auth_info else {
+            continue;
+        };
+        let refused = [
+            (user.exec.is_some(), "exec"),
+            (user.auth_provider.is_some(), "auth-provider"),
+            (user.token_file.is_some(), "tokenFile"),
+            (
+                user.client_certificate.is_some(),
+                "client-certificate (a file)",
+            ),
+            (user.client_key.is_some(), "client-key (a file)"),
+        ];
+        if let Some((_, field)) = refused.iter().find(|(set, _)| *set) {
+            return Err(format!(
+                "user {} uses {field}; only inline credentials are accepted (token, \
+                 client-certificate-data, client-key-data)",
+                named.name
+            ));
+        }
+    }
+    for named in &kubeconfig.clusters {
+        if named
+            .cluster
+            .as_ref()
+            .is_some_and(|c| c.certificate_authority.is_some())
+        {
+            return Err(format!(
+                "cluster {} uses certificate-authority (a file); give certificate-authority-data",
+                named.name
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The value of `secret`'s key in the drill's namespace, as text.
 async fn secret_value(source: &Source<'_>, secret: &SecretKeyRef) -> Result<String, String> {
     let secrets: Api<Secret> = Api::namespaced(source.ctx.client.clone(), source.namespace);
     let what = format!("Secret {}/{}", source.namespace, secret.name);
-    let found = secrets
-        .get_opt(&secret.name)
+    let found = tokio::time::timeout(READ_TIMEOUT, secrets.get_opt(&secret.name))
         .await
+        .map_err(|_| {
+            format!(
+                "reading {what} took longer than {}",
+                flashsale_api::Duration(READ_TIMEOUT)
+            )
+        })?
         .map_err(|err| format!("reading {what} failed: {err}"))?
         .ok_or_else(|| format!("{what} does not exist"))?;
     let ByteString(bytes) = found
@@ -196,7 +252,7 @@ async fn lag(
     let query = lag.query.as_deref().unwrap_or_default();
     let secs = promql(source, query, now).await?;
     if secs < 0.0 {
-        return Err(format!("{query} = {secs}, not a lag in seconds"));
+        return Err(format!("its query gave {secs}, not a lag in seconds"));
     }
     Ok(LagReading::Lag(
         Duration::from_secs_f64(secs.min(1e9)),
@@ -215,5 +271,49 @@ async fn promql(source: &Source<'_>, query: &str, now: Timestamp) -> Result<f64,
     match reading {
         Reading::Value(sample) => Ok(sample.value),
         Reading::Lost(loss) => Err(format!("{}: {}", loss.cause, loss.detail)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kubeconfig(user: &str, cluster: &str) -> anyhow::Result<Kubeconfig> {
+        Ok(Kubeconfig::from_yaml(&format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: b\n  cluster:\n    server: https://b:6443\n{cluster}\
+             users:\n- name: u\n  user:\n{user}contexts:\n- name: b\n  context: {{cluster: b, user: u}}\n\
+             current-context: b\n"
+        ))?)
+    }
+
+    #[test]
+    fn a_kubeconfig_that_runs_a_program_or_reads_a_file_is_refused() -> anyhow::Result<()> {
+        let inline = kubeconfig("    token: abc\n", "    certificate-authority-data: Y2E=\n")?;
+        assert_eq!(inline_only(&inline), Ok(()));
+        for (user, field) in [
+            (
+                "    exec: {apiVersion: client.authentication.k8s.io/v1, command: sh}\n",
+                "exec",
+            ),
+            (
+                "    tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token\n",
+                "tokenFile",
+            ),
+            ("    client-certificate: /etc/hosts\n", "client-certificate"),
+            ("    client-key: /etc/hosts\n", "client-key"),
+            ("    auth-provider: {name: oidc}\n", "auth-provider"),
+        ] {
+            let refused = inline_only(&kubeconfig(user, "")?);
+            assert!(
+                refused.as_ref().is_err_and(|e| e.contains(field)),
+                "{field}: {refused:?}"
+            );
+        }
+        let file_ca = kubeconfig(
+            "    token: abc\n",
+            "    certificate-authority: /etc/ssl/ca.pem\n",
+        )?;
+        assert!(inline_only(&file_ca).is_err_and(|e| e.contains("certificate-authority")));
+        Ok(())
     }
 }

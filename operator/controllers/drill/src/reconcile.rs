@@ -79,8 +79,10 @@ async fn reconcile_drill(drill: &ChaosDrill, ctx: &Arc<Ctx>) -> Result<Action, E
     );
     apply::write_status(ctx, drill, &new).await?;
     // Readiness is checked continuously while the drill exists.
-    let due = match (&drill.spec.failover, &new.failover) {
-        (Some(failover), Some(checked)) => Some(
+    // Only a look that reached the standby's check schedules the next one:
+    // the kill switch, a lost guard or an invalid spec wait for a change.
+    let due = match (&drill.spec.failover, &new.failover, &pass.standby) {
+        (Some(failover), Some(checked), StandbyLook::Kept | StandbyLook::Checked(_)) => Some(
             readiness_due(failover, checked, pass.now).max(std::time::Duration::from_millis(100)),
         ),
         _ => None,
@@ -101,7 +103,8 @@ fn readiness_due(
     let next = checked
         .checked_at
         .as_ref()
-        .map_or(now, |at| at.0 + failover.check_every.0);
+        .and_then(|at| at.0.checked_add(failover.check_every.0).ok())
+        .unwrap_or(now);
     // Zero when due (or overdue).
     std::time::Duration::try_from(next.duration_since(now)).unwrap_or_default()
 }
@@ -172,7 +175,11 @@ impl<'a> Pass<'a> {
             force: None,
             ended: Vec::new(),
             handled: None,
-            standby: StandbyLook::Kept,
+            standby: if drill.spec.failover.is_some() {
+                StandbyLook::NotLooked
+            } else {
+                StandbyLook::Unset
+            },
         })
     }
 
@@ -232,13 +239,15 @@ impl<'a> Pass<'a> {
             Err(problems) => return Ok(self.invalid(problems).await),
         };
         let spec = &self.drill.spec;
-        self.check_standby(false).await;
         let sale = SaleView::read(self.ctx, &self.namespace, &spec.sale_ref.name)
             .await?
             .state(self.now);
         if let Some(guard) = self.guard.clone() {
-            return Ok(self.follow(&guard, &calendar, sale).await);
+            let followed = self.follow(&guard, &calendar, sale).await;
+            self.check_standby(false).await;
+            return Ok(followed);
         }
+        self.check_standby(false).await;
         if spec.suspend {
             self.refuse_request(DrillReason::Suspended, "spec.suspend is set")
                 .await;
@@ -387,7 +396,6 @@ impl<'a> Pass<'a> {
     /// look, a spec edit, or `checkEvery` after the last check.
     async fn check_standby(&mut self, now: bool) {
         let Some(failover) = &self.drill.spec.failover else {
-            self.standby = StandbyLook::Unset;
             self.ctx.metrics.drill_standby(self.drill, None);
             return;
         };
@@ -395,6 +403,7 @@ impl<'a> Pass<'a> {
         let edited = self.old.observed.observed_generation != self.drill.metadata.generation;
         let due = previous.is_none_or(|p| readiness_due(failover, p, self.now).is_zero());
         if !(now || edited || due) {
+            self.standby = StandbyLook::Kept;
             return;
         }
         let prometheus_url = prometheus_url(self.ctx, self.drill);

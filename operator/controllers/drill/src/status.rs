@@ -86,6 +86,10 @@ pub enum StandbyLook {
     Unset,
     /// Not due: the last verdict stands.
     Kept,
+    /// The look ended before the standby's turn (kill switch, a lost
+    /// guard, an invalid spec): the last verdict stands, and no check is
+    /// scheduled from it.
+    NotLooked,
     /// Checked now.
     Checked(readiness::Verdict),
 }
@@ -172,7 +176,7 @@ fn standby(status: &mut ChaosDrillStatus, look: &StandbyLook, now: &Time) {
             status.failover = None;
             status.observed.remove(STANDBY_READY);
         }
-        StandbyLook::Kept => {}
+        StandbyLook::Kept | StandbyLook::NotLooked => {}
         StandbyLook::Checked(verdict) => {
             status.failover = Some(verdict.status.clone());
             let (ready, reason) = (verdict.ready(), verdict.reason);
