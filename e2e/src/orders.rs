@@ -4,7 +4,14 @@
 //! every run ends with (offsets committed to the end, exactly the produced
 //! orders stored).
 
-use std::{collections::BTreeSet, time::Duration};
+use std::{
+    collections::BTreeSet,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
 
 use flashsale_orders::{EventKind, OrderEvent, OrderProducer, ProduceError, SCHEMA_VERSION};
 use rdkafka::{
@@ -13,6 +20,7 @@ use rdkafka::{
     client::DefaultClientContext,
     consumer::{Consumer, StreamConsumer},
 };
+use tokio::task::JoinHandle;
 
 use crate::{kafka, stack, wait::poll_until};
 
@@ -229,6 +237,107 @@ pub async fn produce(
         }
     }
     (acked, failed)
+}
+
+/// Events of a sale sent without pause by `senders` concurrent senders
+/// until stopped, dropped or `at_most` passed: sender `i` sends numbers
+/// `i`, `i + senders`, …, each once. A refused send waits 20 ms before the
+/// next, so a producer that refuses at once never spins a worker thread.
+pub struct Stream {
+    stop: Arc<AtomicBool>,
+    acked: Arc<AtomicUsize>,
+    tasks: Vec<JoinHandle<Sent>>,
+}
+
+/// What a [`Stream`] sent.
+#[derive(Debug, Default)]
+pub struct Sent {
+    /// The numbers whose send returned `Ok` (acknowledged by the broker).
+    pub acked: Vec<usize>,
+    /// The numbers whose send failed.
+    pub failed: Vec<usize>,
+}
+
+impl Sent {
+    /// Every number sent, acknowledged or not.
+    pub fn all(&self) -> impl Iterator<Item = usize> + '_ {
+        self.acked.iter().chain(&self.failed).copied()
+    }
+}
+
+impl Stream {
+    /// Starts the senders on the current runtime.
+    pub fn start(producer: &OrderProducer, sale: &str, senders: usize, at_most: Duration) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let acked = Arc::new(AtomicUsize::new(0));
+        let until = tokio::time::Instant::now() + at_most;
+        let tasks = (0..senders)
+            .map(|first| {
+                let (producer, sale) = (producer.clone(), sale.to_owned());
+                let (stop, acked) = (stop.clone(), acked.clone());
+                tokio::spawn(async move {
+                    let mut sent = Sent::default();
+                    let mut n = first;
+                    while !stop.load(Ordering::Relaxed) && tokio::time::Instant::now() < until {
+                        if producer.send(&event(&sale, n)).await.is_ok() {
+                            acked.fetch_add(1, Ordering::Relaxed);
+                            sent.acked.push(n);
+                        } else {
+                            sent.failed.push(n);
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                        n += senders;
+                    }
+                    sent
+                })
+            })
+            .collect();
+        Self { stop, acked, tasks }
+    }
+
+    /// How many sends were acknowledged so far.
+    pub fn acked(&self) -> usize {
+        self.acked.load(Ordering::Relaxed)
+    }
+
+    /// Waits until `more` sends past the count of `since` were acknowledged,
+    /// for at most `within`.
+    pub async fn wait_acked(
+        &self,
+        since: usize,
+        more: usize,
+        what: &str,
+        within: Duration,
+    ) -> Result<(), crate::wait::Timeout> {
+        poll_until(what, within, Duration::from_millis(50), || async {
+            let acked = self.acked();
+            if acked >= since + more {
+                Ok(())
+            } else {
+                Err(format!("{} of {more} acknowledged", acked - since))
+            }
+        })
+        .await
+    }
+
+    /// Stops the senders and returns what they sent.
+    pub async fn stop(mut self) -> Sent {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut all = Sent::default();
+        for task in std::mem::take(&mut self.tasks) {
+            if let Ok(sent) = task.await {
+                all.acked.extend(sent.acked);
+                all.failed.extend(sent.failed);
+            }
+        }
+        all
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
 }
 
 /// How `stored` differs from `expected`, or `None` when it is the same set.

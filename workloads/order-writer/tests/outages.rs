@@ -4,16 +4,10 @@
 
 mod common;
 
-use std::{
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use common::Topics;
-use flashsale_e2e::{faults, stack, wait::poll_until};
+use flashsale_e2e::{faults, orders::Stream, stack, wait::poll_until};
 use flashsale_orders::{OrderProducer, ProducerSettings};
 use flashsale_runtime::{Readiness, Shutdown};
 use order_writer::{
@@ -157,23 +151,6 @@ async fn database_stopped_for_10s_loses_nothing_and_dead_letters_nothing() -> an
 
 /// Produces orders of `sale` 50 at a time until `stop`: the acknowledged
 /// order numbers, how many sends failed, and how many orders were sent.
-fn produce_until_stopped(
-    producer: OrderProducer,
-    sale: String,
-    stop: Arc<AtomicBool>,
-) -> JoinHandle<(Vec<usize>, usize, usize)> {
-    tokio::spawn(async move {
-        let (mut acked, mut failed, mut next) = (Vec::new(), 0, 0);
-        while !stop.load(Ordering::Relaxed) {
-            let (ok, errors) = common::produce(&producer, &sale, next..next + 50, 50).await;
-            acked.extend(ok);
-            failed += errors.len();
-            next += 50;
-        }
-        (acked, failed, next)
-    })
-}
-
 /// Waits until `sale` has at least `rows` rows stored.
 async fn wait_rows(
     sink: &Sink,
@@ -204,9 +181,8 @@ async fn every_event_acknowledged_across_a_broker_restart_is_stored() -> anyhow:
     let producer = producer(&topics)?;
     let writer = start_writer(&topics, sink.clone()).await?;
 
-    // Orders keep coming, 50 at a time, through the whole restart.
-    let stop = Arc::new(AtomicBool::new(false));
-    let producing = produce_until_stopped(producer, sale.clone(), stop.clone());
+    // Orders keep coming, 50 senders at once, through the whole restart.
+    let stream = Stream::start(&producer, &sale, 50, Duration::from_secs(180));
     wait_rows(
         &sink,
         &sale,
@@ -232,18 +208,18 @@ async fn every_event_acknowledged_across_a_broker_restart_is_stored() -> anyhow:
         Duration::from_secs(60),
     )
     .await?;
-    stop.store(true, Ordering::Relaxed);
-    let (acked, failed, sent) = producing.await?;
+    let sent = stream.stop().await;
     eprintln!(
-        "{sent} sent, {} acknowledged, {failed} failed during the restart",
-        acked.len()
+        "{} acknowledged, {} failed during the restart",
+        sent.acked.len(),
+        sent.failed.len()
     );
 
     // Every acknowledged event is stored; unacknowledged ones may be stored
     // too (the broker may have written them before the answer was lost),
     // but nothing the test did not send.
-    let acked = common::order_ids(&sale, acked);
-    let sent_ids = common::order_ids(&sale, 0..sent);
+    let acked = common::order_ids(&sale, sent.acked.iter().copied());
+    let sent_ids = common::order_ids(&sale, sent.all());
     let stored = poll_until(
         "every acknowledged event stored",
         Duration::from_secs(60),

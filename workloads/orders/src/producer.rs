@@ -1,7 +1,10 @@
 //! The order-event producer: idempotent, acks from every in-sync replica,
 //! and `send` returns only once the broker acknowledged, within a bound.
 
-use std::time::Duration;
+use std::{
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
 
 use rdkafka::{
     ClientConfig,
@@ -62,17 +65,32 @@ pub struct Delivered {
 }
 
 /// Publishes order events keyed by user id.
+///
+/// librdkafka's idempotent producer turns fatal when it finds its sequence
+/// numbers out of step with the broker's (after an outage longer than the
+/// send bound, for example) and then refuses every send at once. The send
+/// that meets such a producer replaces it with a new one (a new producer
+/// id), so orders are acknowledged again once the broker answers; the
+/// order-writer stores each order once whichever producer sent it.
 #[derive(Clone)]
 pub struct OrderProducer {
-    producer: FutureProducer,
+    current: Arc<Mutex<Current>>,
+    config: ClientConfig,
     topic: String,
     timeout: Duration,
+}
+
+/// The producer in use, and how many it replaced.
+struct Current {
+    generation: u64,
+    producer: FutureProducer,
 }
 
 impl OrderProducer {
     /// Builds the producer; no connection is made until the first send.
     pub fn new(settings: &ProducerSettings) -> Result<Self, ProduceError> {
-        let producer: FutureProducer = ClientConfig::new()
+        let mut config = ClientConfig::new();
+        config
             .set("bootstrap.servers", &settings.brokers)
             // Idempotence implies acks=all and bounded in-flight requests,
             // so retries never duplicate or reorder a user's events.
@@ -84,14 +102,50 @@ impl OrderProducer {
             .set(
                 "message.timeout.ms",
                 settings.send_timeout.as_millis().to_string(),
-            )
-            .create()
-            .map_err(ProduceError::Config)?;
+            );
+        let producer = config.create().map_err(ProduceError::Config)?;
         Ok(Self {
-            producer,
+            current: Arc::new(Mutex::new(Current {
+                generation: 0,
+                producer,
+            })),
+            config,
             topic: settings.topic.clone(),
             timeout: settings.send_timeout,
         })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Current> {
+        self.current.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn producer(&self) -> (u64, FutureProducer) {
+        let current = self.lock();
+        (current.generation, current.producer.clone())
+    }
+
+    /// Replaces the producer of `generation` if it turned fatal (once, when
+    /// several sends meet it together).
+    fn replace_if_fatal(&self, generation: u64, producer: &FutureProducer) {
+        let Some((code, reason)) = producer.client().fatal_error() else {
+            return;
+        };
+        let mut current = self.lock();
+        if current.generation != generation {
+            return;
+        }
+        match self.config.create::<FutureProducer>() {
+            Ok(fresh) => {
+                current.producer = fresh;
+                current.generation += 1;
+                tracing::warn!(%code, %reason, generation = current.generation,
+                    "the kafka producer turned fatal; replaced it with a new one");
+            }
+            Err(err) => {
+                tracing::error!(%code, %reason, error = %err,
+                    "the kafka producer turned fatal and a new one could not be built");
+            }
+        }
     }
 
     /// Validates and sends one event; resolves once the broker acknowledged
@@ -102,22 +156,23 @@ impl OrderProducer {
         let record = FutureRecord::to(&self.topic)
             .key(&event.user_id)
             .payload(&payload);
-        match self
-            .producer
-            .send(record, Timeout::After(self.timeout))
-            .await
-        {
+        let (generation, producer) = self.producer();
+        match producer.send(record, Timeout::After(self.timeout)).await {
             Ok(delivery) => Ok(Delivered {
                 partition: delivery.partition,
                 offset: delivery.offset,
             }),
-            Err((err, _)) => Err(ProduceError::NotAcknowledged(err)),
+            Err((err, _)) => {
+                self.replace_if_fatal(generation, &producer);
+                Err(ProduceError::NotAcknowledged(err))
+            }
         }
     }
 
     /// Waits for every queued event to be acknowledged (at shutdown).
     pub fn flush(&self, timeout: Duration) -> Result<(), ProduceError> {
-        self.producer
+        self.producer()
+            .1
             .flush(Timeout::After(timeout))
             .map_err(ProduceError::NotAcknowledged)
     }

@@ -2,13 +2,21 @@
 
 use std::{collections::HashMap, time::Duration};
 
-use flashsale_e2e::stack;
-use flashsale_orders::{EventKind, OrderEvent, OrderProducer, ProducerSettings, SCHEMA_VERSION};
+use flashsale_e2e::{
+    faults,
+    orders::{Stream, Topics},
+    stack,
+};
+use flashsale_orders::{
+    EventKind, OrderEvent, OrderProducer, ProduceError, ProducerSettings, SCHEMA_VERSION,
+};
 use rdkafka::{
     ClientConfig, Message,
     admin::{AdminClient, AdminOptions, NewTopic, TopicReplication},
     client::DefaultClientContext,
     consumer::{Consumer, StreamConsumer},
+    mocking::MockCluster,
+    types::{RDKafkaApiKey, RDKafkaRespErr},
 };
 
 fn event(n: usize) -> OrderEvent {
@@ -29,6 +37,8 @@ fn event(n: usize) -> OrderEvent {
 
 #[tokio::test]
 async fn acknowledged_events_are_all_there_keyed_by_user() -> anyhow::Result<()> {
+    // Not while another test stops the broker.
+    let _exclusive = faults::exclusive().await;
     let brokers = stack::kafka_brokers()?;
     let topic = stack::unique_name("orders");
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
@@ -86,5 +96,89 @@ async fn acknowledged_events_are_all_there_keyed_by_user() -> anyhow::Result<()>
     assert_eq!(seen.len(), 300);
     assert!(!seen.contains_key("o-999"));
     admin.delete_topics(&[&topic], &options).await?;
+    Ok(())
+}
+
+/// A broker outage longer than the send bound times out messages already
+/// given sequence numbers; librdkafka's idempotent producer may then find
+/// its sequence out of step with the broker's and turn fatal, refusing
+/// every later send at once. Orders must be acknowledged again once the
+/// broker is back, whichever way the outage went.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_are_acknowledged_again_after_broker_outages_longer_than_the_send_bound()
+-> anyhow::Result<()> {
+    let _exclusive = faults::exclusive().await;
+    let topics = Topics::create(3).await?;
+    let mut settings = ProducerSettings::new(&topics.brokers);
+    settings.topic = topics.topic.clone();
+    settings.send_timeout = Duration::from_secs(1);
+    let producer = OrderProducer::new(&settings)?;
+    let stream = Stream::start(&producer, "outages", 32, Duration::from_secs(240));
+
+    for (round, (fault, hold)) in [("pause", 3), ("down", 2), ("pause", 3), ("down", 2)]
+        .into_iter()
+        .enumerate()
+    {
+        stream
+            .wait_acked(
+                stream.acked(),
+                300,
+                &format!("events acknowledged before outage {round}"),
+                Duration::from_secs(60),
+            )
+            .await?;
+        let outage = if fault == "pause" {
+            faults::Outage::pause("kafka").await?
+        } else {
+            faults::Outage::begin("kafka").await?
+        };
+        // The outage itself: held past the 1 s send bound.
+        tokio::time::sleep(Duration::from_secs(hold)).await;
+        outage.end().await?;
+        eprintln!("outage {round}: broker {fault} for {hold} s, back");
+    }
+    stream
+        .wait_acked(
+            stream.acked(),
+            300,
+            "events acknowledged after the last outage",
+            Duration::from_secs(60),
+        )
+        .await?;
+    let sent = stream.stop().await;
+    eprintln!(
+        "{} acknowledged, {} refused across the outages",
+        sent.acked.len(),
+        sent.failed.len()
+    );
+    topics.delete().await?;
+    Ok(())
+}
+
+/// The branch the outages above may or may not reach, forced: librdkafka's
+/// own mock broker answers the first produce request out of sequence, which
+/// makes an idempotent producer fatal. The send that met it fails; the
+/// sends after it are acknowledged by the producer that replaced it.
+#[tokio::test]
+async fn a_producer_turned_fatal_is_replaced_and_later_events_are_acknowledged()
+-> anyhow::Result<()> {
+    let cluster = MockCluster::new(1)?;
+    let topic = "orders";
+    cluster.create_topic(topic, 1, 1)?;
+    let mut settings = ProducerSettings::new(cluster.bootstrap_servers());
+    settings.topic = topic.to_owned();
+    let producer = OrderProducer::new(&settings)?;
+    cluster.request_errors(
+        RDKafkaApiKey::Produce,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER],
+    );
+    let refused = producer.send(&event(0)).await;
+    assert!(
+        matches!(refused, Err(ProduceError::NotAcknowledged(_))),
+        "{refused:?}"
+    );
+    for n in 1..=10 {
+        producer.send(&event(n)).await?;
+    }
     Ok(())
 }
