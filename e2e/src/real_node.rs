@@ -126,7 +126,8 @@ pub async fn create_stocked_sale(
                 "end": (start + SignedDuration::from_hours(1)).to_string(),
                 "warmUp": "2h"
             },
-            "region": "local",
+            // Its own region, so an answer names the namespace that served it.
+            "region": ns,
             "reservationTTL": "5m",
             "placement": placement(),
             "items": [{"sku": "CASE", "stock": stock, "perUserLimit": 3, "priceMinor": 1900}],

@@ -10,6 +10,7 @@ use flashsale_observe::standby::{self, StandbyReadError};
 use crate::{
     faults::{self, FaultError},
     stack::{self, MissingComponent},
+    wait::{Timeout, poll_until},
 };
 
 /// Where the two regions' stores and the global endpoint listen, from the
@@ -107,6 +108,31 @@ pub async fn point_endpoint(
             "--health-port",
             &health,
         ],
+    )
+    .await
+}
+
+/// Polls until the answers through the global endpoint come from
+/// `region`'s gateways (each stamps its region on every answer), for at
+/// most `within`.
+pub async fn until_answered_by(
+    endpoint: &str,
+    region: &str,
+    within: Duration,
+) -> Result<(), Timeout> {
+    poll_until(
+        &format!("the global endpoint's answers to come from region {region}"),
+        within,
+        Duration::from_millis(100),
+        || async {
+            match standby::answering_region(endpoint, "/api/v1/items/CASE", Duration::from_secs(2))
+                .await
+            {
+                Ok((_, Some(from))) if from == region => Ok(()),
+                Ok((status, from)) => Err(format!("{status} from {from:?}")),
+                Err(err) => Err(err.to_string()),
+            }
+        },
     )
     .await
 }

@@ -297,6 +297,11 @@ fn invalid_gateways_and_names() -> Vec<Invalid> {
             "spec.gateway.auth",
         ),
         (
+            "a region no header can carry",
+            with(sale(), "/spec/region", json!("east 1")),
+            "spec.region",
+        ),
+        (
             "name too long for its children",
             with(sale(), "/metadata/name", json!("a".repeat(51))),
             "metadata.name",

@@ -141,6 +141,7 @@ impl Pair {
         let a_gw = format!("{}:8080", pod_ip(&scene.gateways[0])?);
         let b_gw = format!("{}:8080", pod_ip(&b_gateways[0])?);
         region::point_endpoint(&a_gw, &b_gw, checks).await?;
+        region::until_answered_by(&regions.endpoint, &scene.ns.name, SEEN).await?;
         let secrets: Api<Secret> = Api::namespaced(client.clone(), &scene.ns.name);
         let secret: Secret = serde_json::from_value(json!({
             "metadata": {"name": "region-a-redis"},
@@ -234,6 +235,7 @@ async fn the_standby_is_ready_then_fails_for_each_reason_and_refuses_an_active_r
 
     lags(&mut pair).await?;
     endpoint_down(&pair).await?;
+    endpoint_fails_over(&pair).await?;
     missing_refuses_an_active_run(&pair).await
 }
 
@@ -297,6 +299,19 @@ async fn endpoint_down(pair: &Pair) -> anyhow::Result<()> {
         "{endpoint:?}"
     );
     region::point_endpoint(&pair.a_gw, &pair.b_gw, pair.checks).await?;
+    pair.until("True", "StandbyReady").await?;
+    Ok(())
+}
+
+/// The endpoint fails over as users would see it: with A's server where
+/// nothing answers, answers come from B's gateways (the region they
+/// stamp), and from A's again once it is back. B stays ready throughout.
+async fn endpoint_fails_over(pair: &Pair) -> anyhow::Result<()> {
+    let endpoint = Regions::from_env()?.endpoint;
+    region::point_endpoint("127.0.0.1:9", &pair.b_gw, pair.checks).await?;
+    region::until_answered_by(&endpoint, &pair.b.name, SEEN).await?;
+    region::point_endpoint(&pair.a_gw, &pair.b_gw, pair.checks).await?;
+    region::until_answered_by(&endpoint, &pair.scene.ns.name, SEEN).await?;
     pair.until("True", "StandbyReady").await?;
     Ok(())
 }

@@ -66,8 +66,13 @@ pub struct FlashSaleSpec {
     #[serde(default = "default_reservation_ttl", rename = "reservationTTL")]
     #[x_kube(validation = duration::positive().message("reservationTTL must be positive"))]
     pub reservation_ttl: Duration,
-    /// The region this sale runs in (a label for dashboards and failover).
-    #[schemars(length(min = 1, max = 63))]
+    /// The region this sale runs in: a label for dashboards and failover,
+    /// stamped by the gateway on every answer (`flashsale-region`), so a
+    /// label value's characters.
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[A-Za-z0-9]([-_.A-Za-z0-9]*[A-Za-z0-9])?$")
+    )]
     pub region: String,
     /// A warm-standby peer that can take the sale over.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -5,6 +5,8 @@
 
 use std::{sync::OnceLock, time::Duration};
 
+use flashsale_runtime::REGION_HEADER;
+
 /// Why a standby figure could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum StandbyReadError {
@@ -217,6 +219,41 @@ pub async fn haproxy_server(
         .into_iter()
         .find(|s| s.backend == backend && s.name == name)
         .ok_or_else(|| answer(format!("no server {name} in backend {backend}")))
+}
+
+/// Which region answers a request to `base_url`'s `path` (a global
+/// endpoint, or one region's gateway): the answer's status and its
+/// [`REGION_HEADER`], `None` when the answer carries none (it came from
+/// something other than a gateway, HAProxy's own 503 for one).
+///
+/// # Errors
+/// Nothing answered within `timeout`.
+pub async fn answering_region(
+    base_url: &str,
+    path: &str,
+    timeout: Duration,
+) -> Result<(u16, Option<String>), StandbyReadError> {
+    let what = format!("{}{path}", shown(base_url));
+    let failed = |err: reqwest::Error| StandbyReadError::Failed {
+        what: what.clone(),
+        detail: crate::probe::causes(&err.without_url()),
+    };
+    let ask = async {
+        let url = format!("{}{path}", base_url.trim_end_matches('/'));
+        let answer = http()
+            .map_err(failed)?
+            .get(url)
+            .send()
+            .await
+            .map_err(failed)?;
+        let region = answer
+            .headers()
+            .get(REGION_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        Ok((answer.status().as_u16(), region))
+    };
+    bounded(&what, timeout, ask).await
 }
 
 /// One connection pool for every endpoint read.

@@ -14,7 +14,7 @@ use axum::{
     routing::{get, post},
 };
 use flashsale_orders::OrderProducer;
-use flashsale_runtime::ApiError;
+use flashsale_runtime::{ApiError, REGION_HEADER};
 
 use crate::{
     auth::{User, Verifier},
@@ -188,7 +188,14 @@ pub struct Admitted {
 
 /// The public routes over `state`.
 pub fn router(state: AppState) -> Router {
-    let metrics = state.metrics.clone();
+    let edge = Edge {
+        metrics: state.metrics.clone(),
+        region: state
+            .config
+            .region
+            .as_deref()
+            .and_then(|region| HeaderValue::from_str(region).ok()),
+    };
     Router::new()
         .route("/api/v1/orders", post(orders::place))
         .route("/api/v1/orders/{id}/pay", post(payments::start))
@@ -205,12 +212,21 @@ pub fn router(state: AppState) -> Router {
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
-        .layer(middleware::from_fn_with_state(metrics, observe))
+        .layer(middleware::from_fn_with_state(edge, observe))
 }
 
-/// Counts, times and tracks every request by its route template.
+/// What every answer passes through on its way out.
+#[derive(Clone)]
+struct Edge {
+    metrics: GatewayMetrics,
+    /// The region stamped on every answer, when the sale names one.
+    region: Option<HeaderValue>,
+}
+
+/// Counts, times and tracks every request by its route template, and names
+/// the region on its answer.
 async fn observe(
-    State(metrics): State<GatewayMetrics>,
+    State(Edge { metrics, region }): State<Edge>,
     matched: Option<MatchedPath>,
     request: Request,
     next: Next,
@@ -226,7 +242,10 @@ async fn observe(
     scopeguard::defer! {
         metrics.inflight().dec();
     }
-    let response = next.run(request).await;
+    let mut response = next.run(request).await;
+    if let Some(region) = region {
+        response.headers_mut().insert(REGION_HEADER, region);
+    }
     metrics.request(
         &route,
         response.status().as_u16(),

@@ -68,6 +68,11 @@ pub struct GatewayConfig {
     /// for an order reserved before stays possible after it.
     #[serde(default, deserialize_with = "closes_at")]
     pub closes_at: Option<Timestamp>,
+    /// The region this gateway serves in, stamped on every answer as
+    /// [`flashsale_runtime::REGION_HEADER`] so a client (or a failover
+    /// drill) behind a global endpoint sees which region answered.
+    #[serde(default)]
+    pub region: Option<String>,
 }
 
 /// One SKU and its price.
@@ -240,6 +245,20 @@ fn default_item_cache_ms() -> u64 {
     500
 }
 
+/// A region name as a Kubernetes label value has it, so it is also a valid
+/// header value.
+fn valid_region(region: &str) -> bool {
+    let bytes = region.as_bytes();
+    let edge = |b: &u8| b.is_ascii_alphanumeric();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes.first().is_some_and(edge)
+        && bytes.last().is_some_and(edge)
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
 impl GatewayConfig {
     /// Reads and checks the configuration file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
@@ -291,6 +310,14 @@ impl GatewayConfig {
         }
         if self.request_timeout_ms == 0 {
             return invalid("requestTimeoutMs must be positive".into());
+        }
+        if let Some(region) = &self.region
+            && !valid_region(region)
+        {
+            return invalid(format!(
+                "region must be 1-63 letters, digits, '-', '_' or '.', starting and ending \
+                 with a letter or digit, got {region:?}"
+            ));
         }
         if let (Some(opens), Some(closes)) = (self.opens_at, self.closes_at)
             && closes <= opens
@@ -383,6 +410,21 @@ mod tests {
     }
 
     const BASE: &str = r#""sale":"s1","currency":"CNY","items":[{"sku":"A","priceMinor":1}]"#;
+
+    #[test]
+    fn a_region_is_a_label_value_or_refused() -> Result<(), String> {
+        let region = |value: &str| parse(&format!(r#"{{{BASE},"region":{value:?}}}"#));
+        assert_eq!(region("cn-east-1")?.region.as_deref(), Some("cn-east-1"));
+        assert_eq!(region("eu_west.2")?.region.as_deref(), Some("eu_west.2"));
+        for bad in ["", "-a", "a-", "a b", "a\nb", "华东", &"a".repeat(64)] {
+            assert!(
+                region(bad).is_err_and(|e| e.contains("region")),
+                "{bad:?} accepted"
+            );
+        }
+        assert_eq!(parse(&format!("{{{BASE}}}"))?.region, None);
+        Ok(())
+    }
 
     fn with_window(fields: &str) -> Result<GatewayConfig, String> {
         parse(&format!("{{{BASE}{fields}}}"))

@@ -225,6 +225,54 @@ async fn bad_input_gets_a_4xx_json_error() -> anyhow::Result<()> {
     funnel.cleanup().await
 }
 
+/// Every answer names the region that served it, refusals and unknown
+/// routes too, so a client behind a global endpoint (and a failover drill)
+/// sees which region it reached.
+#[tokio::test]
+async fn every_answer_names_the_region_that_served_it() -> anyhow::Result<()> {
+    let funnel = Funnel::start(Options {
+        config: json!({"region": "cn-east-1"}),
+        ..Options::default()
+    })
+    .await?;
+    let (client, url) = (http(), &funnel.gateway.url);
+    let alice = token("alice");
+    let mut cases = malformed_orders(&client, url, &alice);
+    cases.extend([
+        (
+            "an order",
+            client
+                .post(format!("{url}/api/v1/orders"))
+                .bearer_auth(&alice)
+                .json(&json!({"sku": "A", "quantity": 1, "idempotencyKey": "k1"})),
+            201,
+            "",
+        ),
+        (
+            "stock",
+            client.get(format!("{url}/api/v1/items/A")),
+            200,
+            "",
+        ),
+        (
+            "no such route",
+            client.get(format!("{url}/nowhere")),
+            404,
+            "not_found",
+        ),
+    ]);
+    for (name, request, status, _) in cases {
+        let response = request.send().await?;
+        assert_eq!(response.status().as_u16(), status, "{name}");
+        assert_eq!(
+            response.headers().get(flashsale_runtime::REGION_HEADER),
+            Some(&reqwest::header::HeaderValue::from_static("cn-east-1")),
+            "{name}"
+        );
+    }
+    funnel.cleanup().await
+}
+
 /// A request the gateway must refuse: (case, request, expected status,
 /// expected error code).
 type BadRequest = (&'static str, reqwest::RequestBuilder, u16, &'static str);

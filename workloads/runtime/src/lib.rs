@@ -18,6 +18,12 @@ pub mod shutdown;
 pub mod telemetry;
 
 pub use api_error::ApiError;
+
+/// The answer header naming the region whose process served the request:
+/// the gateway stamps it on every answer, and the operator's failover
+/// checks read it behind the global endpoint.
+pub const REGION_HEADER: &str = "flashsale-region";
+
 pub use cli::{LogArgs, LogFormat, OpsArgs, RuntimeArgs};
 pub use ops::{OpsServer, OpsServerError, register_process_info};
 pub use process::{Process, ProcessError};

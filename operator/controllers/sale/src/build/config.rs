@@ -37,6 +37,9 @@ struct GatewayConfig<'a> {
     concurrency: ConcurrencyConfig,
     opens_at: String,
     closes_at: String,
+    /// Stamped on every answer, so a client behind a global endpoint sees
+    /// which region served it.
+    region: &'a str,
 }
 
 #[derive(Debug, Serialize)]
@@ -164,6 +167,7 @@ pub(super) fn gateway_json(sale: &FlashSale, sale_id: &str) -> Result<Rendered, 
         // jiff prints a Timestamp as RFC 3339 in UTC ("…Z").
         opens_at: spec.schedule.start.0.to_string(),
         closes_at: spec.schedule.end.0.to_string(),
+        region: &spec.region,
     };
     Ok(Rendered::new(serde_json::to_string_pretty(&config)?))
 }

@@ -327,6 +327,7 @@ struct GatewayConfig {
     concurrency: Concurrency,
     opens_at: String,
     closes_at: String,
+    region: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -387,6 +388,7 @@ fn gateway_json_parses_as_the_gateway_expects() -> anyhow::Result<()> {
     // +08:00 in the spec, UTC in the config.
     assert_eq!(config.opens_at, "2026-11-10T16:00:00Z");
     assert_eq!(config.closes_at, "2026-11-10T18:00:00Z");
+    assert_eq!(config.region, "cn-east-1", "stamped on every answer");
     Ok(())
 }
 
