@@ -483,7 +483,11 @@ fn failover_drill() -> Value {
                 {"name": "inventory", "redisURLSecretRef": {"name": "a", "key": "url"}, "maxLag": "1s"},
                 {"name": "orders", "query": "vector(0)", "maxLag": "5s"}
             ],
-            "endpoint": {"haproxyStatsURL": "http://edge:8404/;csv", "server": "sale/region-b"}
+            "endpoint": {
+                "haproxyStatsURL": "http://edge:8404/;csv",
+                "server": "sale/region-b",
+                "url": "https://shop.example.com"
+            }
         }),
     )
 }
@@ -534,6 +538,15 @@ fn invalid_failover() -> Vec<Invalid> {
             "HAProxy statistics without the server",
             with(drill(), "/spec/failover/endpoint/server", Value::Null),
             "server is required with haproxyStatsURL",
+        ),
+        (
+            "endpoint url without a scheme",
+            with(
+                drill(),
+                "/spec/failover/endpoint/url",
+                json!("shop.example.com"),
+            ),
+            "spec.failover.endpoint.url",
         ),
         (
             "readiness checked every 0s",

@@ -3,7 +3,8 @@
 //! region A's Redis replicated to region B's, and the global endpoint
 //! (HAProxy) in front of both gateways. Readiness passes with its numbers,
 //! then fails for each reason on a real cause (capacity short, replication
-//! paused past its grace, the endpoint seeing B down, B's sale gone), a
+//! paused past its grace, the endpoint seeing B down, the endpoint sending
+//! buyers to B while A is Ready, B's sale gone), a
 //! shorter pause is reported without flipping it, and a not-ready standby
 //! refuses an active run. And a standby in another cluster (the stack's
 //! second apiserver) read through a kubeconfig Secret.
@@ -37,8 +38,14 @@ const SEEN: Duration = Duration::from_secs(45);
 
 /// The drill: readiness only, checked every second, against region B's
 /// sale `b_ns/sale`, with a constant load of 40 rps per region (so the
-/// arithmetic is the test's), region A's Redis and the global endpoint.
-fn drill(sale: &str, b_ns: &str, stats: &str, per_gateway: f64) -> anyhow::Result<ChaosDrill> {
+/// arithmetic is the test's), region A's Redis and the global endpoint
+/// (its statistics at `stats`, buyers' answers at `url`).
+fn drill(
+    sale: &str,
+    b_ns: &str,
+    (stats, url): (&str, &str),
+    per_gateway: f64,
+) -> anyhow::Result<ChaosDrill> {
     Ok(serde_json::from_value(json!({
         "apiVersion": "flashsale.dev/v1alpha1",
         "kind": "ChaosDrill",
@@ -65,7 +72,7 @@ fn drill(sale: &str, b_ns: &str, stats: &str, per_gateway: f64) -> anyhow::Resul
                     "redisURLSecretRef": {"name": "region-a-redis", "key": "url"},
                     "maxLag": "1s"
                 }],
-                "endpoint": {"haproxyStatsURL": stats, "server": "sale/region-b"},
+                "endpoint": {"haproxyStatsURL": stats, "server": "sale/region-b", "url": url},
                 "checkEvery": "1s",
                 "lagGrace": "6s"
             }
@@ -150,7 +157,8 @@ impl Pair {
         secrets.create(&PostParams::default(), &secret).await?;
         let drills: Api<ChaosDrill> = Api::namespaced(client.clone(), &scene.ns.name);
         // 100 rps per gateway covers (40 + 40) × 1.25 = 100 rps with one.
-        let spec = drill(&scene.sale.name, &b.name, &regions.endpoint_stats, 100.0)?;
+        let endpoint = (regions.endpoint_stats.as_str(), regions.endpoint.as_str());
+        let spec = drill(&scene.sale.name, &b.name, endpoint, 100.0)?;
         drills.create(&PostParams::default(), &spec).await?;
         Ok(Self {
             b_ready: i32::try_from(b_gateways.len())?,
@@ -235,7 +243,7 @@ async fn the_standby_is_ready_then_fails_for_each_reason_and_refuses_an_active_r
 
     lags(&mut pair).await?;
     endpoint_down(&pair).await?;
-    endpoint_fails_over(&pair).await?;
+    false_failover(&pair).await?;
     missing_refuses_an_active_run(&pair).await
 }
 
@@ -303,13 +311,23 @@ async fn endpoint_down(pair: &Pair) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The endpoint fails over as users would see it: with A's server where
-/// nothing answers, answers come from B's gateways (the region they
-/// stamp), and from A's again once it is back. B stays ready throughout.
-async fn endpoint_fails_over(pair: &Pair) -> anyhow::Result<()> {
+/// A false failover as users would see it: with A's server where nothing
+/// answers, answers come from B's gateways (the region they stamp) while
+/// A's sale is Ready, which the drill reports; then from A's again once it
+/// is back, and the standby is ready again.
+async fn false_failover(pair: &Pair) -> anyhow::Result<()> {
     let endpoint = Regions::from_env()?.endpoint;
     region::point_endpoint("127.0.0.1:9", &pair.b_gw, pair.checks).await?;
     region::until_answered_by(&endpoint, &pair.b.name, SEEN).await?;
+    let status = pair.until("False", "FalseFailover").await?;
+    let serving = check(status.failover.as_ref(), "serving")?;
+    assert_eq!(serving.value.as_deref(), Some(pair.b.name.as_str()));
+    assert_eq!(serving.bound.as_deref(), Some(pair.scene.ns.name.as_str()));
+    assert!(
+        serving.message.contains("a false failover"),
+        "{}",
+        serving.message
+    );
     region::point_endpoint(&pair.a_gw, &pair.b_gw, pair.checks).await?;
     region::until_answered_by(&endpoint, &pair.scene.ns.name, SEEN).await?;
     pair.until("True", "StandbyReady").await?;
@@ -380,7 +398,8 @@ async fn missing_refuses_an_active_run(pair: &Pair) -> anyhow::Result<()> {
 /// A drill whose only check is the standby `ns/real` in the cluster of the
 /// kubeconfig in Secret `region-b/kubeconfig`.
 fn remote_drill(ns: &str) -> anyhow::Result<ChaosDrill> {
-    let mut drill = drill("real", ns, "http://127.0.0.1:9/;csv", 100.0)?;
+    let nowhere = ("http://127.0.0.1:9/;csv", "http://127.0.0.1:9");
+    let mut drill = drill("real", ns, nowhere, 100.0)?;
     if let Some(failover) = drill.spec.failover.as_mut() {
         failover.capacity = None;
         failover.replication.clear();

@@ -588,6 +588,13 @@ pub struct EndpointCheck {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[^/]+/[^/]+$"), length(max = 256))]
     pub server: Option<String>,
+    /// The global endpoint's base URL, as buyers reach it. When set, each
+    /// check sends it one `GET /` and reads which region answered (the
+    /// gateways stamp `flashsale-region` on every answer): another region
+    /// answering while the primary sale is Ready is a false failover.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^https?://"), length(max = 512))]
+    pub url: Option<String>,
 }
 
 /// How far a failover check goes.

@@ -419,6 +419,9 @@ reasons! {
         ReplicationLagging,
         /// The global endpoint does not see the standby healthy.
         EndpointStandbyDown,
+        /// The global endpoint's answers come from another region while
+        /// the primary sale is Ready: a false failover.
+        FalseFailover,
         /// A readiness check could not be read (Prometheus, Redis or the
         /// endpoint did not answer usably); not ready until it can.
         ReadinessUnknown,

@@ -2,7 +2,8 @@
 //! what one look read ([`Readings`]) and the previous verdict: the standby
 //! sale exists and is Ready, its ready gateways carry both regions' load
 //! with the headroom asked, each replication is within its bound, and the
-//! global endpoint sees it healthy.
+//! global endpoint sees it healthy and, asked, answers from the primary
+//! region while the primary sale is Ready (else a false failover).
 //!
 //! A replication lag smooths like an alert's `for`: above its bound it is
 //! reported at once (value, bound, since when), and fails the check only
@@ -52,6 +53,20 @@ pub enum LagReading {
     Broken(String),
 }
 
+/// Which region answered through the global endpoint, and what it should
+/// have been.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Serving {
+    /// The answer's status.
+    pub status: u16,
+    /// The region the answer names (`flashsale-region`), if any.
+    pub answered_by: Option<String>,
+    /// The primary sale's region.
+    pub primary_region: String,
+    /// Whether the primary sale is Ready.
+    pub primary_ready: bool,
+}
+
 /// What one readiness look read; `Err` is a read that failed, in a
 /// sentence.
 #[derive(Debug, Clone, PartialEq)]
@@ -65,6 +80,9 @@ pub struct Readings {
     /// Whether the endpoint sees the standby healthy and what it says,
     /// when `endpoint` is set.
     pub endpoint: Option<Result<(bool, String), String>>,
+    /// Which region answers through the endpoint, when `endpoint.url` is
+    /// set.
+    pub serving: Option<Result<Serving, String>>,
 }
 
 /// The verdict: the status to record, and the condition's reason and
@@ -118,6 +136,9 @@ pub fn assess(
     }
     if let Some(endpoint) = &readings.endpoint {
         checks.push(endpoint_check(endpoint));
+    }
+    if let Some(serving) = &readings.serving {
+        checks.push(serving_check(serving));
     }
     let failed = checks.iter().find_map(|(check, reason)| {
         reason
@@ -329,6 +350,57 @@ fn endpoint_check(reading: &Result<(bool, String), String>) -> Checked {
     }
 }
 
+/// The endpoint answers from the primary region while the primary sale is
+/// Ready; from another only once the primary is not (a failover).
+fn serving_check(reading: &Result<Serving, String>) -> Checked {
+    let serving = match reading {
+        Ok(serving) => serving,
+        Err(why) => {
+            let message = format!("the global endpoint could not be asked: {why}");
+            return (
+                check("serving", false, message),
+                Some(DrillReason::ReadinessUnknown),
+            );
+        }
+    };
+    let primary = &serving.primary_region;
+    let Some(region) = &serving.answered_by else {
+        let message = format!(
+            "the global endpoint's answer ({}) names no region: no gateway answered",
+            serving.status
+        );
+        return (
+            check("serving", false, message),
+            Some(DrillReason::ReadinessUnknown),
+        );
+    };
+    let value = Some(region.clone());
+    let (passed, message) = if region == primary {
+        (true, format!("the primary region {primary} answers"))
+    } else if serving.primary_ready {
+        (
+            false,
+            format!(
+                "region {region} answers while the primary sale (region {primary}) is Ready: \
+                 a false failover"
+            ),
+        )
+    } else {
+        (
+            true,
+            format!("region {region} answers while the primary sale is not Ready: a failover"),
+        )
+    };
+    (
+        ReadinessCheck {
+            value,
+            bound: Some(primary.clone()),
+            ..check("serving", passed, message)
+        },
+        Some(DrillReason::FalseFailover),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -361,6 +433,7 @@ mod tests {
                 query: Some("up".into()),
                 haproxy_stats_url: None,
                 server: None,
+                url: Some("http://endpoint".into()),
             }),
             check_every: flashsale_api::Duration::from_secs(15),
             lag_grace: flashsale_api::Duration::from_secs(10),
@@ -376,6 +449,16 @@ mod tests {
             })),
             lags: vec![Ok(LagReading::Lag(Duration::ZERO, None))],
             endpoint: Some(Ok((true, "UP".into()))),
+            serving: Some(Ok(serving("a", true))),
+        }
+    }
+
+    fn serving(answered_by: &str, primary_ready: bool) -> Serving {
+        Serving {
+            status: 404,
+            answered_by: Some(answered_by.into()),
+            primary_region: "a".into(),
+            primary_ready,
         }
     }
 
@@ -391,13 +474,57 @@ mod tests {
         let capacity = &verdict.status.checks[1];
         assert_eq!(capacity.value.as_deref(), Some("400 rps"));
         assert_eq!(capacity.bound.as_deref(), Some(">= 375.0 rps"));
-        assert_eq!(verdict.status.checks.len(), 4);
+        assert_eq!(verdict.status.checks.len(), 5);
+        let serving = &verdict.status.checks[4];
+        assert_eq!(
+            (serving.value.as_deref(), serving.bound.as_deref()),
+            (Some("a"), Some("a"))
+        );
+    }
+
+    #[test]
+    fn another_region_answering_is_a_false_failover_only_while_the_primary_is_ready() {
+        let mut readings = healthy();
+        readings.serving = Some(Ok(serving("b", true)));
+        let verdict = assess(&spec(), &readings, None, at(0));
+        assert_eq!(verdict.reason, DrillReason::FalseFailover);
+        assert!(
+            verdict
+                .message
+                .contains("region b answers while the primary sale (region a) is Ready"),
+            "{}",
+            verdict.message
+        );
+        readings.serving = Some(Ok(serving("b", false)));
+        let verdict = assess(&spec(), &readings, None, at(0));
+        assert!(verdict.ready(), "a real failover: {}", verdict.message);
+        assert!(verdict.status.checks[4].message.contains("a failover"));
+    }
+
+    #[test]
+    fn an_answer_naming_no_region_or_none_is_unknown() {
+        let mut readings = healthy();
+        readings.serving = Some(Ok(Serving {
+            answered_by: None,
+            status: 503,
+            ..serving("a", true)
+        }));
+        let verdict = assess(&spec(), &readings, None, at(0));
+        assert_eq!(verdict.reason, DrillReason::ReadinessUnknown);
+        assert!(
+            verdict.message.contains("(503) names no region"),
+            "{}",
+            verdict.message
+        );
+        readings.serving = Some(Err("connection refused".into()));
+        let verdict = assess(&spec(), &readings, None, at(0));
+        assert_eq!(verdict.reason, DrillReason::ReadinessUnknown);
     }
 
     #[test]
     fn each_failure_names_its_own_reason() {
         type Break = fn(&mut Readings);
-        let cases: [(Break, DrillReason); 6] = [
+        let cases: [(Break, DrillReason); 7] = [
             (
                 |r| r.standby = StandbySaleReading::Missing("not found".into()),
                 DrillReason::StandbyMissing,
@@ -417,6 +544,10 @@ mod tests {
             (
                 |r| r.endpoint = Some(Ok((false, "DOWN".into()))),
                 DrillReason::EndpointStandbyDown,
+            ),
+            (
+                |r| r.serving = Some(Ok(serving("b", true))),
+                DrillReason::FalseFailover,
             ),
             (
                 |r| r.loads = Some(Err("Prometheus did not answer".into())),

@@ -16,7 +16,7 @@ use kube::{
 
 use super::{
     Ctx,
-    readiness::{LagReading, Loads, Readings, StandbySaleReading},
+    readiness::{LagReading, Loads, Readings, Serving, StandbySaleReading},
 };
 use flashsale_api::{
     FlashSale,
@@ -73,14 +73,51 @@ pub async fn read(source: &Source<'_>, spec: &FailoverCheck, now: Timestamp) -> 
             None => None,
         }
     };
-    let (standby, loads, lags, endpoint) =
-        tokio::join!(standby_sale(source, spec), loads, lags, endpoint);
+    let serving = async {
+        match spec.endpoint.as_ref().and_then(|e| e.url.as_deref()) {
+            Some(url) => Some(serving(source, url).await),
+            None => None,
+        }
+    };
+    let (standby, loads, lags, endpoint, serving) =
+        tokio::join!(standby_sale(source, spec), loads, lags, endpoint, serving);
     Readings {
         standby,
         loads,
         lags,
         endpoint,
+        serving,
     }
+}
+
+/// Which region answers `GET /` through the global endpoint at `url`, with
+/// the primary sale's region and readiness to judge it by.
+async fn serving(source: &Source<'_>, url: &str) -> Result<Serving, String> {
+    let sales: Api<FlashSale> = Api::namespaced(source.ctx.client.clone(), source.namespace);
+    let (primary, answer) = tokio::join!(
+        tokio::time::timeout(READ_TIMEOUT, sales.get(source.sale)),
+        standby::answering_region(url, "/", READ_TIMEOUT)
+    );
+    let primary = primary
+        .map_err(|_| {
+            format!(
+                "the primary sale {} was not read within {}",
+                source.sale,
+                flashsale_api::Duration(READ_TIMEOUT)
+            )
+        })?
+        .map_err(|err| format!("reading the primary sale {}: {err}", source.sale))?;
+    let (status, answered_by) = answer.map_err(|err| err.to_string())?;
+    let primary_ready = primary
+        .status
+        .as_ref()
+        .is_some_and(|status| status.observed.is_true(READY));
+    Ok(Serving {
+        status,
+        answered_by,
+        primary_region: primary.spec.region,
+        primary_ready,
+    })
 }
 
 /// The standby sale, where the spec says it is.
