@@ -250,7 +250,9 @@ async fn every_answer_names_the_region_that_served_it() -> anyhow::Result<()> {
         ),
         (
             "stock",
-            client.get(format!("{url}/api/v1/items/A")),
+            client
+                .get(format!("{url}/api/v1/items/A"))
+                .bearer_auth(&alice),
             200,
             "",
         ),
