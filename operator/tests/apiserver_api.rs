@@ -100,6 +100,7 @@ async fn every_example_applies() -> anyhow::Result<()> {
         ("flashsale-singles-day.yaml", "FlashSale"),
         ("degradationpolicy-two-tier.yaml", "DegradationPolicy"),
         ("chaosdrill-pod-kill.yaml", "ChaosDrill"),
+        ("chaosdrill-failover.yaml", "ChaosDrill"),
     ] {
         let object = with(example(file)?, "/metadata/namespace", json!(ns.name));
         let created = apply_strict(&api_for(&client, &ns.name, kind), object)
@@ -204,7 +205,8 @@ async fn invalid_objects_are_rejected_naming_the_field() -> anyhow::Result<()> {
     let failures = rejections(&client, &ns.name, cases).await;
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     // The valid bases really are valid, so each case failed for its own reason.
-    for object in [sale(), policy(), drill(), failover_drill()] {
+    let active = with(failover_drill(), "/spec/failover/mode", json!("Active"));
+    for object in [sale(), policy(), drill(), failover_drill(), active] {
         let kind = object["kind"].as_str().unwrap_or_default().to_owned();
         apply_strict(&api_for(&client, &ns.name, &kind), object)
             .await
@@ -535,20 +537,6 @@ fn invalid_failover() -> Vec<Invalid> {
             "spec.failover.replication[1]",
         ),
         (
-            "HAProxy statistics without the server",
-            with(drill(), "/spec/failover/endpoint/server", Value::Null),
-            "server is required with haproxyStatsURL",
-        ),
-        (
-            "endpoint url without a scheme",
-            with(
-                drill(),
-                "/spec/failover/endpoint/url",
-                json!("shop.example.com"),
-            ),
-            "spec.failover.endpoint.url",
-        ),
-        (
             "readiness checked every 0s",
             with(drill(), "/spec/failover/checkEvery", json!("0s")),
             "checkEvery must be between 1s and 10m",
@@ -567,6 +555,39 @@ fn invalid_failover() -> Vec<Invalid> {
             "a lag bound of 0s",
             with(drill(), "/spec/failover/replication/0/maxLag", json!("0s")),
             "maxLag must be positive and at most 1h",
+        ),
+    ]
+    .into_iter()
+    .chain(invalid_endpoint())
+    .collect()
+}
+
+/// Drills whose failover endpoint is invalid.
+fn invalid_endpoint() -> Vec<Invalid> {
+    let drill = failover_drill;
+    vec![
+        (
+            "HAProxy statistics without the server",
+            with(drill(), "/spec/failover/endpoint/server", Value::Null),
+            "server is required with haproxyStatsURL",
+        ),
+        (
+            "an active failover with no endpoint url to measure it through",
+            with(
+                with(drill(), "/spec/failover/mode", json!("Active")),
+                "/spec/failover/endpoint/url",
+                Value::Null,
+            ),
+            "failover.endpoint.url is required in mode Active",
+        ),
+        (
+            "endpoint url without a scheme",
+            with(
+                drill(),
+                "/spec/failover/endpoint/url",
+                json!("shop.example.com"),
+            ),
+            "spec.failover.endpoint.url",
         ),
     ]
 }

@@ -6,8 +6,12 @@
 //! paused past its grace, the endpoint seeing B down, the endpoint sending
 //! buyers to B while A is Ready, B's sale gone), a
 //! shorter pause is reported without flipping it, and a not-ready standby
-//! refuses an active run. And a standby in another cluster (the stack's
-//! second apiserver) read through a kubeconfig Secret.
+//! refuses an active run. An active run fails buyers over to B by failing
+//! every A gateway through Chaos Mesh, measures the RTO (checked against
+//! the test's own view of the endpoint) and the failback, and is aborted
+//! past its maxRTO; the kill switch and an operator SIGKILLed mid-failover
+//! both leave A serving buyers again. And a standby in another cluster
+//! (the stack's second apiserver) read through a kubeconfig Secret.
 
 mod common;
 
@@ -16,7 +20,7 @@ use std::time::Duration;
 use common::real_node::{Scene, TICK, await_ready, create_sale, ended_run, pod_ip, ready_pods};
 use flashsale_api::{
     ChaosDrill, FlashSale,
-    chaosdrill::{ChaosDrillStatus, FailoverStatus, RunOutcome},
+    chaosdrill::{ChaosDrillStatus, FailoverStatus, RunOutcome, RunRecord},
     conditions::STANDBY_READY,
 };
 use flashsale_e2e::{
@@ -25,7 +29,7 @@ use flashsale_e2e::{
     region::{self, Checks, Regions},
     wait::poll_until,
 };
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::{
     Api,
     api::{DeleteParams, Patch, PatchParams, PostParams},
@@ -35,6 +39,11 @@ use serde_json::json;
 /// How long a readiness change may take to show: a few `checkEvery`s and
 /// the endpoint's own checks.
 const SEEN: Duration = Duration::from_secs(45);
+
+/// How long A's gateways may take to serve again after a fault: the
+/// kubelet backs off restarting a container that restarted recently, and
+/// each pod-failure restarts it twice.
+const BACK: Duration = common::real_node::START;
 
 /// The drill: readiness only, checked every second, against region B's
 /// sale `b_ns/sale`, with a constant load of 40 rps per region (so the
@@ -180,6 +189,16 @@ impl Pair {
         Ok(())
     }
 
+    /// The drill's status as read now.
+    async fn status(&self) -> Result<ChaosDrillStatus, String> {
+        let drill = self
+            .drills
+            .get("failover")
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(drill.status.unwrap_or_default())
+    }
+
     async fn until(&self, status: &str, reason: &str) -> anyhow::Result<ChaosDrillStatus> {
         until_standby(&self.drills, status, |r| r == reason).await
     }
@@ -263,12 +282,7 @@ async fn lags(pair: &mut Pair) -> anyhow::Result<()> {
     // grace from when the lag rose, not from its own start.
     let paused = Outage::pause("redis-b").await?;
     let rose = poll_until("the lag above its bound", SEEN, TICK, || async {
-        let drill = pair
-            .drills
-            .get("failover")
-            .await
-            .map_err(|e| e.to_string())?;
-        let status = drill.status.unwrap_or_default();
+        let status = pair.status().await?;
         let lag =
             check(status.failover.as_ref(), "replication/inventory").map_err(|e| e.to_string())?;
         lag.above_since.clone().ok_or_else(|| lag.message.clone())
@@ -392,6 +406,399 @@ async fn missing_refuses_an_active_run(pair: &Pair) -> anyhow::Result<()> {
         "{message}"
     );
     pair.until("False", "StandbyMissing").await?;
+    Ok(())
+}
+
+/// Which region served each answer of the endpoint, as the test itself
+/// sees it: asked every 50 ms on schedule (whatever earlier requests take,
+/// each bounded at 2 s) until stopped, in the order asked, `None` for an
+/// answer no gateway gave (a 5xx, the endpoint's own error page, nothing).
+struct Answers {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<Vec<(tokio::time::Instant, Option<String>)>>,
+}
+
+impl Answers {
+    fn start(endpoint: String) -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let task = tokio::spawn(async move {
+            let mut asked = Vec::new();
+            // Bounded: a test that fails before `rto` still ends it.
+            let until = tokio::time::Instant::now() + Duration::from_secs(300);
+            while !stopped.load(std::sync::atomic::Ordering::Relaxed)
+                && tokio::time::Instant::now() < until
+            {
+                let endpoint = endpoint.clone();
+                let at = tokio::time::Instant::now();
+                asked.push(tokio::spawn(async move {
+                    let answer = flashsale_observe::standby::answering_region(
+                        &endpoint,
+                        "/",
+                        Duration::from_secs(2),
+                    )
+                    .await;
+                    match answer {
+                        Ok((status, region)) if status < 500 => (at, region),
+                        _ => (at, None),
+                    }
+                }));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let mut seen = Vec::new();
+            for answer in asked {
+                if let Ok(answer) = answer.await {
+                    seen.push(answer);
+                }
+            }
+            seen
+        });
+        Self { stop, task }
+    }
+
+    /// The RTO as the test saw it: from the first answer not from
+    /// `primary` to the first of ten in a row (half a second) from
+    /// `standby`.
+    async fn rto(self, primary: &str, standby: &str) -> anyhow::Result<Duration> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let seen = self.task.await?;
+        let outage = seen
+            .iter()
+            .find(|(_, r)| r.as_deref() != Some(primary))
+            .map(|(at, _)| *at)
+            .ok_or_else(|| anyhow::anyhow!("every answer came from {primary}"))?;
+        let served = seen
+            .windows(10)
+            .find(|w| w.iter().all(|(_, r)| r.as_deref() == Some(standby)))
+            .map(|w| w[0].0)
+            .ok_or_else(|| anyhow::anyhow!("no half second of answers from {standby}"))?;
+        Ok(served.saturating_duration_since(outage))
+    }
+}
+
+/// The drill's newest run once it holds more than `before` of them.
+async fn run_after(pair: &Pair, before: usize) -> anyhow::Result<RunRecord> {
+    Ok(
+        poll_until("the run ended", common::real_node::START, TICK, || async {
+            let status = pair.status().await?;
+            match status.history.first() {
+                Some(newest) if status.history.len() > before => Ok(newest.clone()),
+                _ => Err(format!("{:?}: {:?}", status.phase, status.current_run)),
+            }
+        })
+        .await?,
+    )
+}
+
+/// The drill made active: region A down by a pod-failure of every A
+/// gateway (the pause image replaces it) for `duration`.
+fn active(duration: &str) -> serde_json::Value {
+    active_with(duration, &json!({"podChaos": {"action": "pod-failure"}}))
+}
+
+/// Every A gateway cut off from the endpoint's address (the stack's
+/// `HOST_POD_IP`, where HAProxy runs): a partition between the endpoint
+/// and region A, as a NetworkChaos of the drill.
+fn partition_from_endpoint() -> anyhow::Result<serde_json::Value> {
+    let host = std::env::var("HOST_POD_IP")
+        .map_err(|_| anyhow::anyhow!("HOST_POD_IP is not set: eval \"$(e2e/local/stack env)\""))?;
+    Ok(json!({"networkChaos": {"action": "partition", "toAddresses": [host]}}))
+}
+
+/// The drill made active: `fault` on every A gateway for `duration`.
+fn active_with(duration: &str, fault: &serde_json::Value) -> serde_json::Value {
+    let mut experiment =
+        json!({"name": "region-a-down", "target": "gateway", "duration": duration});
+    if let (Some(experiment), Some(fault)) = (experiment.as_object_mut(), fault.as_object()) {
+        experiment.extend(fault.clone());
+    }
+    json!({"spec": {
+        "experiments": [experiment],
+        "blastRadius": {"maxPercent": 100, "maxPods": 4},
+        "failover": {"mode": "Active"}
+    }})
+}
+
+/// Asks the drill for a run now, once A's sale is Ready again (every
+/// gateway back from the last run's fault); how many runs it held before.
+async fn run_now(pair: &Pair, request: &str) -> anyhow::Result<usize> {
+    await_ready(
+        &pair.scene.client,
+        &pair.scene.ns.name,
+        &pair.scene.sale.name,
+    )
+    .await?;
+    let before = pair
+        .status()
+        .await
+        .map_err(anyhow::Error::msg)?
+        .history
+        .len();
+    pair.patch(json!({"metadata": {"annotations": {"flashsale.dev/run-now": request}}}))
+        .await?;
+    Ok(before)
+}
+
+/// The run in progress once its record names the region buyers failed
+/// over to.
+async fn until_failed_over(pair: &Pair) -> anyhow::Result<RunRecord> {
+    Ok(
+        poll_until("the run to fail buyers over", SEEN, TICK, || async {
+            let status = pair.status().await?;
+            match status.current_run {
+                Some(run) if run.failed_over_to.is_some() => Ok(run),
+                other => Err(format!("{:?}: {other:?}", status.phase)),
+            }
+        })
+        .await?,
+    )
+}
+
+#[tokio::test]
+async fn an_active_run_fails_buyers_over_to_the_standby_and_gives_them_back() -> anyhow::Result<()>
+{
+    let _stack = exclusive().await;
+    let mut pair = Pair::start().await?;
+    pair.until("True", "StandbyReady").await?;
+    // Region A cut off from the endpoint at once (its gateways drop what
+    // they send to the endpoint's address): buyers see the outage.
+    let cut = partition_from_endpoint()?;
+    pair.patch(active_with("12s", &cut)).await?;
+    fails_over_and_back(&pair).await?;
+    aborted_past_max_rto(&pair).await?;
+    // A pod-failure from here on (its gateways restart when it goes), for
+    // longer than the test needs.
+    pair.patch(active("2m")).await?;
+    pair.patch(json!({"spec": {"failover": {"maxRTO": "30s"}}}))
+        .await?;
+    kill_switch_mid_failover(&pair).await?;
+    pair.patch(active_with("2m", &cut)).await?;
+    sigkill_mid_failover(&mut pair).await
+}
+
+/// Fails over and back, measured; the test's own view agrees. The record,
+/// the Event and the histogram say so.
+async fn fails_over_and_back(pair: &Pair) -> anyhow::Result<()> {
+    let endpoint = Regions::from_env()?.endpoint;
+    let (a, b) = (&pair.scene.ns.name, &pair.b.name);
+    let answers = Answers::start(endpoint.clone());
+    let before = run_now(pair, "fail-over").await?;
+    let run = run_after(pair, before).await?;
+    let seen = answers.rto(a, b).await;
+    assert_eq!(run.outcome, Some(RunOutcome::Succeeded), "{run:?}");
+    assert_eq!(run.reason.as_deref(), Some("FailedOver"), "{run:?}");
+    assert!(
+        run.objects.iter().any(|o| o.starts_with("NetworkChaos/")),
+        "{run:?}"
+    );
+    assert_eq!(run.failed_over_to.as_deref(), Some(b.as_str()), "{run:?}");
+    assert_eq!(run.targeted_pods, Some(2), "{run:?}");
+    let rto = run
+        .failover_rto
+        .map(|d| d.0)
+        .ok_or_else(|| anyhow::anyhow!("no RTO: {run:?}"))?;
+    let seen = seen?;
+    assert!(rto < Duration::from_secs(30), "{run:?}");
+    let apart = rto.abs_diff(seen);
+    assert!(
+        apart <= Duration::from_secs(1),
+        "the drill's RTO {rto:?}, the test's {seen:?}"
+    );
+    assert!(run.failback.is_some(), "{run:?}");
+    let message = run.message.clone().unwrap_or_default();
+    assert!(
+        message.contains(&format!("region {b} served buyers")),
+        "{message}"
+    );
+    region::until_answered_by(&endpoint, a, Duration::from_secs(5)).await?;
+    let events = common::scene::events(&pair.scene.client, a, "RunSucceeded").await?;
+    assert!(
+        events
+            .iter()
+            .any(|e| e.contains(&format!("region {b} served buyers"))),
+        "{events:?}"
+    );
+    let measured = pair
+        .scene
+        .operator
+        .metric_sum("flashsale_failover_rto_seconds_count")
+        .await?;
+    assert_eq!(measured, 1.0);
+    Ok(())
+}
+
+/// The endpoint slow to give up on A (8 failed checks a second apart) and
+/// a maxRTO of 2s: the run is aborted, and A serves again.
+async fn aborted_past_max_rto(pair: &Pair) -> anyhow::Result<()> {
+    let endpoint = Regions::from_env()?.endpoint;
+    let slow = region::Checks {
+        interval: Duration::from_secs(1),
+        fall: 8,
+        ..pair.checks
+    };
+    region::point_endpoint(&pair.a_gw, &pair.b_gw, slow).await?;
+    pair.patch(json!({"spec": {"failover": {"maxRTO": "2s"}}}))
+        .await?;
+    let before = run_now(pair, "too-slow").await?;
+    let run = run_after(pair, before).await?;
+    assert_eq!(run.outcome, Some(RunOutcome::Aborted), "{run:?}");
+    assert_eq!(run.reason.as_deref(), Some("RtoExceeded"), "{run:?}");
+    assert_eq!(run.failover_rto, None, "{run:?}");
+    region::until_answered_by(&endpoint, &pair.scene.ns.name, BACK).await?;
+    region::point_endpoint(&pair.a_gw, &pair.b_gw, pair.checks).await?;
+    Ok(())
+}
+
+/// The kill switch, once buyers failed over: the run ends, saying A can
+/// take buyers back, and A does.
+async fn kill_switch_mid_failover(pair: &Pair) -> anyhow::Result<()> {
+    let endpoint = Regions::from_env()?.endpoint;
+    let a = &pair.scene.ns.name;
+    let namespaces: Api<Namespace> = Api::all(pair.scene.client.clone());
+    let switch = |on: bool| {
+        json!({"metadata": {"annotations": {
+            "flashsale.dev/chaos-kill-switch": if on { Some("true") } else { None }
+        }}})
+    };
+    let before = run_now(pair, "killed").await?;
+    until_failed_over(pair).await?;
+    namespaces
+        .patch(a, &PatchParams::default(), &Patch::Merge(&switch(true)))
+        .await?;
+    let run = run_after(pair, before).await;
+    let back = region::until_answered_by(&endpoint, a, BACK).await;
+    namespaces
+        .patch(a, &PatchParams::default(), &Patch::Merge(&switch(false)))
+        .await?;
+    let run = run?;
+    back?;
+    assert_eq!(run.reason.as_deref(), Some("KillSwitch"), "{run:?}");
+    let message = run.message.unwrap_or_default();
+    assert!(message.contains("can take buyers back"), "{message}");
+    Ok(())
+}
+
+/// The operator SIGKILLed once buyers failed over: the next one stops the
+/// run, says A can take buyers back, and A does.
+async fn sigkill_mid_failover(pair: &mut Pair) -> anyhow::Result<()> {
+    let endpoint = Regions::from_env()?.endpoint;
+    let a = pair.scene.ns.name.clone();
+    let before = run_now(pair, "sigkilled").await?;
+    until_failed_over(pair).await?;
+    pair.scene.operator.kill();
+    pair.scene.operator = common::real_node::operator(&a)?;
+    let run = run_after(pair, before).await?;
+    assert_eq!(run.reason.as_deref(), Some("GuardLost"), "{run:?}");
+    let message = run.message.unwrap_or_default();
+    assert!(message.contains("can take buyers back"), "{message}");
+    region::until_answered_by(&endpoint, &a, BACK).await?;
+    Ok(())
+}
+
+/// A's gateways replaced by new pods, and the endpoint pointed at one of
+/// them: a pod-failure restarts a container twice, and the kubelet backs
+/// off restarting it again, so each run of a benchmark starts from pods
+/// without that history.
+async fn fresh_gateways(pair: &mut Pair) -> anyhow::Result<()> {
+    let (client, ns, sale) = (
+        &pair.scene.client,
+        &pair.scene.ns.name,
+        &pair.scene.sale.name,
+    );
+    let old = ready_pods(client, ns, sale, "gateway").await?;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), ns);
+    for pod in &old {
+        pods.delete(&kube::ResourceExt::name_any(pod), &DeleteParams::default())
+            .await?;
+    }
+    let gone = common::real_node::uids(&old);
+    let fresh = poll_until("new A gateways", BACK, TICK, || async {
+        let now = ready_pods(client, ns, sale, "gateway")
+            .await
+            .map_err(|e| e.to_string())?;
+        let new = now
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none());
+        let new: Vec<_> = new
+            .filter(|p| !gone.contains(&p.metadata.uid.clone().unwrap_or_default()))
+            .cloned()
+            .collect();
+        if new.len() == old.len() {
+            Ok(new)
+        } else {
+            Err(format!("{} of {} new ones ready", new.len(), old.len()))
+        }
+    })
+    .await?;
+    pair.a_gw = format!("{}:8080", pod_ip(&fresh[0])?);
+    region::point_endpoint(&pair.a_gw, &pair.b_gw, pair.checks).await?;
+    let endpoint = Regions::from_env()?.endpoint;
+    region::until_answered_by(&endpoint, ns, BACK).await?;
+    await_ready(client, ns, sale).await?;
+    Ok(())
+}
+
+/// Five active runs per way of taking region A down, on one pair of
+/// regions, the endpoint checking every 200 ms and giving a region up
+/// after 2 failed checks: each run's RTO beside that floor, the longest
+/// time buyers went unserved, and the failback; fresh A gateways before
+/// each run. A pod-failure stops the gateways gracefully (they fail their
+/// readiness and drain); a partition of A's gateways from the endpoint's
+/// address (the stack's `HOST_POD_IP`) takes them away abruptly.
+#[tokio::test]
+#[ignore = "benchmark, run by hand: cargo test -p flashsale-operator --test failover_readiness \
+            -- --ignored --nocapture five_active_runs"]
+async fn five_active_runs() -> anyhow::Result<()> {
+    let _stack = exclusive().await;
+    let mut pair = Pair::start().await?;
+    pair.until("True", "StandbyReady").await?;
+    let host = std::env::var("HOST_POD_IP")?;
+    let faults = [
+        (
+            "pod-failure",
+            json!({"podChaos": {"action": "pod-failure"}}),
+        ),
+        (
+            "partition from the endpoint",
+            json!({"networkChaos": {"action": "partition", "toAddresses": [host]}}),
+        ),
+    ];
+    let floor = pair.checks.interval * pair.checks.fall;
+    for (f, (name, fault)) in faults.iter().enumerate() {
+        pair.patch(active_with("10s", fault)).await?;
+        let mut rtos = Vec::new();
+        let mut failbacks = Vec::new();
+        for i in 0..5 {
+            let before = run_now(&pair, &format!("bench-{f}-{i}")).await?;
+            let run = run_after(&pair, before).await?;
+            let (Some(rto), Some(back)) = (run.failover_rto, run.failback) else {
+                anyhow::bail!("{name}, run {i}: no failover measured: {run:?}");
+            };
+            println!(
+                "{name}, run {i}: RTO {rto} = {:.2}x the endpoint's floor {}; {}",
+                rto.0.as_secs_f64() / floor.as_secs_f64(),
+                flashsale_api::Duration(floor),
+                run.message.unwrap_or_default()
+            );
+            rtos.push(rto.0);
+            failbacks.push(back.0);
+            fresh_gateways(&mut pair).await?;
+        }
+        let median = |values: &[Duration]| {
+            flashsale_bench::median(values.iter().map(Duration::as_secs_f64))
+                .map(Duration::from_secs_f64)
+                .unwrap_or_default()
+        };
+        let rto = median(&rtos);
+        let slowest = rtos.iter().max().copied().unwrap_or_default();
+        println!(
+            "{name}: median of 5: RTO {} ({:.2}x the floor; slowest {}), failback {}",
+            flashsale_api::Duration(rto),
+            rto.as_secs_f64() / floor.as_secs_f64(),
+            flashsale_api::Duration(slowest),
+            flashsale_api::Duration(median(&failbacks))
+        );
+    }
     Ok(())
 }
 

@@ -446,6 +446,7 @@ pub enum BreachWhen {
 /// drill exists (readiness), and by moving traffic in an active run.
 #[derive(KubeSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.mode != 'Active' || (has(self.endpoint) && has(self.endpoint.url))").message("failover.endpoint.url is required in mode Active: the run measures the failover through it"))]
 pub struct FailoverCheck {
     /// Probe the standby only, or move traffic to it.
     pub mode: FailoverMode,
@@ -602,7 +603,10 @@ pub struct EndpointCheck {
 pub enum FailoverMode {
     /// Probe that the standby is ready; no traffic moves.
     ReadinessOnly,
-    /// Move traffic to the standby and measure RTO and RPO.
+    /// Run the experiments, which must make the primary region
+    /// unavailable, while asking the global endpoint (`endpoint.url`) which
+    /// region answers: the run measures the RTO and the failback, and is
+    /// aborted once buyers have gone without a serving region for `maxRTO`.
     Active,
 }
 
@@ -788,13 +792,23 @@ pub struct RunRecord {
     /// Worst value of each objective during the run.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub slo_extremes: std::collections::BTreeMap<String, f64>,
-    /// Measured failover RTO.
+    /// An active failover run's RTO: from the first answer through the
+    /// global endpoint that did not come from the primary region to the
+    /// first of a sustained run of answers from another one.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         rename = "failoverRTO"
     )]
     pub failover_rto: Option<Duration>,
+    /// The region that took buyers over in an active failover run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63))]
+    pub failed_over_to: Option<String>,
+    /// An active failover run's failback: from the faults' removal to the
+    /// first of a sustained run of answers from the primary region again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failback: Option<Duration>,
     /// Measured failover RPO.
     #[serde(
         default,

@@ -425,6 +425,25 @@ reasons! {
         /// A readiness check could not be read (Prometheus, Redis or the
         /// endpoint did not answer usably); not ready until it can.
         ReadinessUnknown,
+        /// An active failover run: the standby took buyers over and the
+        /// primary took them back.
+        FailedOver,
+        /// An active failover run: buyers went without a serving region
+        /// for longer than `maxRTO`; the faults were removed.
+        RtoExceeded,
+        /// An active failover run: the experiments ended before the
+        /// standby took buyers over.
+        NoFailover,
+        /// An active failover run: every answer through the endpoint came
+        /// from the primary region, so its experiments did not make it
+        /// unavailable.
+        NoOutage,
+        /// An active failover run: the primary region did not take buyers
+        /// back after the faults were removed.
+        PrimaryNotRestored,
+        /// An active failover run needs the primary sale's `spec.region`
+        /// (the region its gateways stamp on their answers).
+        RegionUnnamed,
         ;
         /// The guard is blind: its signal is lost.
         Signal(SignalLoss),

@@ -21,6 +21,8 @@ use prometheus_client::{
 const RECONCILE_BUCKETS: Buckets = Buckets::exponential(0.001, 2.0, 17);
 /// Propagation and abort latencies: 1 ms × 1.5^k up to about 40 s.
 const LATENCY_BUCKETS: Buckets = Buckets::exponential(0.001, 1.5, 27);
+/// 0.25 s to about 9 minutes: a failover's RTO.
+const RTO_BUCKETS: Buckets = Buckets::exponential(0.25, 1.5, 20);
 
 /// A controller, by its name.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -79,6 +81,7 @@ pub struct OperatorMetrics {
     runs: Family<RunLabels, Counter>,
     guard_blind: Family<DrillLabels, Counter>,
     standby_ready: Family<DrillLabels, Gauge>,
+    failover_rto: Family<DrillLabels, Histogram, Buckets>,
     deleted: Arc<Mutex<Deleted>>,
 }
 
@@ -123,6 +126,7 @@ impl Default for OperatorMetrics {
             runs: Family::default(),
             guard_blind: Family::default(),
             standby_ready: Family::default(),
+            failover_rto: Family::new_with_constructor(RTO_BUCKETS),
             deleted: Arc::default(),
         }
     }
@@ -181,30 +185,42 @@ impl OperatorMetrics {
             Unit::Seconds,
             m.propagation.clone(),
         );
+        m.register_drills(registry);
+        m
+    }
+
+    /// Registers the ChaosDrill controller's metrics.
+    fn register_drills(&self, registry: &mut Registry) {
         registry.register_with_unit(
             "flashsale_drill_abort_latency",
             "Time from a ChaosDrill guard's decision to abort until every Chaos Mesh object of the run was gone",
             Unit::Seconds,
-            m.abort_latency.clone(),
+            self.abort_latency.clone(),
         );
         registry.register(
             "flashsale_drill_runs",
             "ChaosDrill runs ended, by outcome (Succeeded, Aborted, Skipped, Failed)",
-            m.runs.clone(),
+            self.runs.clone(),
         );
         registry.register(
             "flashsale_drill_guard_blind",
             "ChaosDrill runs aborted because the guard could not read its signal \
              (Prometheus unreachable, a query failing or returning nothing)",
-            m.guard_blind.clone(),
+            self.guard_blind.clone(),
         );
         registry.register(
             "flashsale_drill_standby_ready",
             "1 while a ChaosDrill's standby region passed every readiness check at its last \
              check, 0 while one failed (the StandbyReady condition says which)",
-            m.standby_ready.clone(),
+            self.standby_ready.clone(),
         );
-        m
+        registry.register_with_unit(
+            "flashsale_failover_rto",
+            "RTO an active failover run of a ChaosDrill measured through the global endpoint: \
+             from buyers losing the primary region to another region serving them, sustained",
+            Unit::Seconds,
+            self.failover_rto.clone(),
+        );
     }
 
     /// Counts one reconcile and its duration.
@@ -279,6 +295,15 @@ impl OperatorMetrics {
         }
     }
 
+    /// Records the RTO one active failover run of `drill` measured.
+    pub fn drill_failover(&self, drill: &impl ResourceExt, rto: Duration) {
+        self.live(drill, |labels| {
+            self.failover_rto
+                .get_or_create(labels)
+                .observe(rto.as_secs_f64());
+        });
+    }
+
     /// Records the abort latency of one run of `drill`.
     pub fn drill_aborted(&self, drill: &impl ResourceExt, took: Duration) {
         self.live(drill, |labels| {
@@ -338,6 +363,7 @@ impl OperatorMetrics {
         self.abort_latency.remove(&labels);
         self.guard_blind.remove(&labels);
         self.standby_ready.remove(&labels);
+        self.failover_rto.remove(&labels);
         for outcome in RunOutcome::ALL.map(RunOutcome::name) {
             self.runs.remove(&run_labels(&labels, outcome));
         }
@@ -439,6 +465,7 @@ mod tests {
         metrics.forget_drill(&deleted);
         // What a run or a reconcile still finishing after the delete writes.
         metrics.drill_aborted(&deleted, Duration::from_millis(300));
+        metrics.drill_failover(&deleted, Duration::from_secs(3));
         metrics.drill_run(&deleted, RunOutcome::Aborted.name());
         metrics.drill_seen(&deleted);
         assert!(!exposition(&registry)?.contains("drill=\"kill\""));
@@ -465,6 +492,30 @@ mod tests {
         assert!(exposition(&registry)?.contains(&line(0)));
         metrics.drill_standby(&kill, None);
         assert!(!exposition(&registry)?.contains("flashsale_drill_standby_ready{"));
+        Ok(())
+    }
+
+    #[test]
+    fn each_failover_rto_is_observed_in_seconds() -> Result<(), std::fmt::Error> {
+        let mut registry = Registry::default();
+        let metrics = OperatorMetrics::register(&mut registry);
+        let kill = drill("u1");
+        metrics.drill_failover(&kill, Duration::from_millis(2500));
+        metrics.drill_failover(&kill, Duration::from_millis(4000));
+        let text = exposition(&registry)?;
+        let labels = "namespace=\"shop\",drill=\"kill\"";
+        assert!(
+            text.contains(&format!(
+                "flashsale_failover_rto_seconds_sum{{{labels}}} 6.5"
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "flashsale_failover_rto_seconds_count{{{labels}}} 2"
+            )),
+            "{text}"
+        );
         Ok(())
     }
 }

@@ -22,14 +22,26 @@ use kube::{
 };
 
 use super::{
-    Ctx, blast, budget::Ask, chaos, chaos::Backstop, chaos::Kind, chaos::TARGET_LABEL,
-    guard::Guard, reconcile::SaleState, reconcile::SaleView, stop, stop::Stopped, verdict,
-    verdict::Observed, verdict::Verdict,
+    Ctx, blast,
+    budget::Ask,
+    chaos,
+    chaos::Backstop,
+    chaos::Kind,
+    chaos::TARGET_LABEL,
+    failover::{PROBE_EVERY, Probe, Timeline},
+    guard::Guard,
+    reconcile::SaleState,
+    reconcile::SaleView,
+    stop,
+    stop::Stopped,
+    verdict,
+    verdict::Observed,
+    verdict::Verdict,
 };
 use flashsale_api::{
     ChaosDrill, calendar::Allowance, calendar::Calendar, chaosdrill::DrillPhase,
-    chaosdrill::Experiment, chaosdrill::RunOutcome, children::MANAGED_BY, children::MANAGED_BY_KEY,
-    children::selector, reasons::DrillReason,
+    chaosdrill::Experiment, chaosdrill::FailoverMode, chaosdrill::RunOutcome, children::MANAGED_BY,
+    children::MANAGED_BY_KEY, children::selector, reasons::DrillReason,
 };
 use flashsale_kit::clock::Moment;
 use flashsale_observe::signal::Reading;
@@ -46,6 +58,10 @@ const INJECT_BOUND: Duration = Duration::from_secs(20);
 const SALE_REREAD: Duration = Duration::from_secs(1);
 /// The shortest experiment worth injecting before a window closes.
 const SHORTEST: Duration = Duration::from_secs(1);
+/// The least time the primary region gets to serve buyers again after an
+/// active failover run's faults were removed (`maxRTO` when longer): its
+/// gateways restart and pass the endpoint's health checks.
+const FAILBACK_BOUND: Duration = Duration::from_secs(60);
 /// The annotation Chaos Mesh sets on a Workflow its StatusCheck aborted.
 const WORKFLOW_ABORT_ANNOTATION: &str = "workflow.chaos-mesh.org/abort";
 
@@ -155,6 +171,9 @@ pub async fn execute(ctx: Arc<Ctx>, plan: Plan, guard: Arc<Guard>) {
     let namespace = drill.namespace().unwrap_or_default();
     ctx.settings.budgets.release(&namespace, &plan.key());
     ctx.metrics.drill_run(drill.as_ref(), ending.outcome.name());
+    if let Some(rto) = guard.progress().record.failover_rto {
+        ctx.metrics.drill_failover(drill.as_ref(), rto.0);
+    }
     if matches!(ending.reason, DrillReason::Signal(_)) {
         ctx.metrics.drill_guard_blind(drill.as_ref());
     }
@@ -193,6 +212,12 @@ async fn drive(ctx: &Ctx, plan: &Plan, guard: &Guard) -> Ending {
         ending.outcome = RunOutcome::Skipped;
         return ending;
     }
+    // An active failover run watches buyers' answers from before the
+    // faults, so it sees the moment they lose the primary.
+    let probe = match failover_probe(ctx, plan, &mandate.sale) {
+        Ok(probe) => probe,
+        Err(ending) => return ending,
+    };
     // The guard goes on judging while the objects are created (Chaos Mesh
     // takes up to seconds to start the StatusCheck): its endpoint stays
     // fresh for a healthy run, and a breach meanwhile aborts at once.
@@ -207,18 +232,166 @@ async fn drive(ctx: &Ctx, plan: &Plan, guard: &Guard) -> Ending {
         Err(cause) => return abort(ctx, plan, guard, cause).await,
     };
     set_phase(ctx, plan, guard, DrillPhase::Injecting);
-    if let Some(ending) = watch(ctx, plan, guard, &mut sampler, &mut mandate, injected).await {
+    let watched = watch(
+        ctx,
+        plan,
+        guard,
+        (&mut sampler, &mut mandate),
+        probe.as_ref(),
+        injected,
+    )
+    .await;
+    if let Some(ending) = watched {
         return ending;
     }
-    finish(ctx, plan, guard, steady).await
+    finish(ctx, plan, guard, steady, probe).await
+}
+
+/// The probe of an active failover run, started; `None` for any other run.
+fn failover_probe(ctx: &Ctx, plan: &Plan, sale: &SaleView) -> Result<Option<Probe>, Ending> {
+    let Some(failover) = &plan.drill.spec.failover else {
+        return Ok(None);
+    };
+    if failover.mode != FailoverMode::Active {
+        return Ok(None);
+    }
+    let Some(url) = failover.endpoint.as_ref().and_then(|e| e.url.clone()) else {
+        return Err(Ending::skipped(
+            DrillReason::InvalidSpec,
+            "an active failover run needs spec.failover.endpoint.url",
+        ));
+    };
+    if sale.region.is_empty() {
+        return Err(Ending::skipped(
+            DrillReason::RegionUnnamed,
+            "an active failover run tells the regions apart by the region their gateways stamp \
+             on each answer: set the sale's spec.region",
+        ));
+    }
+    Ok(Some(Probe::start(
+        url,
+        sale.region.clone(),
+        ctx.clock.clone(),
+    )))
+}
+
+/// Writes what the probe measured so far into the run's record; whether
+/// that changed it.
+fn note_failover(guard: &Guard, timeline: &Timeline) -> bool {
+    let rto = timeline.rto().map(flashsale_api::Duration);
+    let region = timeline.failed_over.as_ref().map(|(_, r)| r.clone());
+    let failback = timeline.failback().map(flashsale_api::Duration);
+    let record = guard.progress().record;
+    if (
+        &record.failover_rto,
+        &record.failed_over_to,
+        &record.failback,
+    ) == (&rto, &region, &failback)
+    {
+        return false;
+    }
+    guard.update(|progress| {
+        progress.record.failover_rto = rto;
+        progress.record.failed_over_to = region;
+        progress.record.failback = failback;
+    });
+    true
+}
+
+/// After the faults of an active failover run were removed (their stop
+/// began at `removed`, which the probe was told): waits for the primary to
+/// serve again, then judges the failover. The sentence that
+/// says how it went, or the ending of a failover that did not happen.
+async fn failback(
+    ctx: &Ctx,
+    plan: &Plan,
+    guard: &Guard,
+    (probe, removed): (&Probe, Duration),
+) -> Result<String, Ending> {
+    let max_rto = plan
+        .drill
+        .spec
+        .failover
+        .as_ref()
+        .map(|f| f.max_rto.0)
+        .unwrap_or_default();
+    let bound = max_rto.max(FAILBACK_BOUND);
+    let mut timeline = probe.timeline();
+    while timeline.restored.is_none()
+        && timeline.outage.is_some()
+        && ctx.clock.monotonic().saturating_sub(removed) < bound
+    {
+        tokio::time::sleep(PROBE_EVERY).await;
+        timeline = probe.timeline();
+    }
+    note_failover(guard, &timeline);
+    let shown = |d: Duration| flashsale_api::Duration(d).to_string();
+    let Some(outage) = timeline.outage else {
+        return Err(Ending::new(
+            RunOutcome::Failed,
+            DrillReason::NoOutage,
+            format!(
+                "all {} answers through the global endpoint came from the primary region: the \
+                 experiments did not make it unavailable to buyers",
+                timeline.answers
+            ),
+        ));
+    };
+    let (Some(rto), Some((_, region))) = (timeline.rto(), timeline.failed_over.as_ref()) else {
+        return Err(Ending::new(
+            RunOutcome::Failed,
+            DrillReason::NoFailover,
+            format!(
+                "the experiments ended {} after buyers lost the primary region, before another \
+                 region served them; make them last longer than maxRTO ({})",
+                shown(removed.saturating_sub(outage)),
+                shown(max_rto)
+            ),
+        ));
+    };
+    let Some(back) = timeline.failback() else {
+        return Err(Ending::new(
+            RunOutcome::Failed,
+            DrillReason::PrimaryNotRestored,
+            format!(
+                "region {region} served buyers {} after they lost the primary region, but \
+                 the primary did not serve them again within {} of the faults' removal",
+                shown(rto),
+                shown(bound)
+            ),
+        ));
+    };
+    Ok(format!(
+        "region {region} served buyers {} after they lost the primary region (maxRTO {}), \
+         buyers going at most {} without an answer (the slowest answer meanwhile took {}), and \
+         the primary served them again {} after the faults' removal",
+        shown(rto),
+        shown(max_rto),
+        shown(timeline.longest_unserved),
+        shown(timeline.slowest),
+        shown(back)
+    ))
 }
 
 /// After the experiments' time: stops them, tells whether Chaos Mesh's
-/// backstop ended them first, and verifies the SLO recovers for `steady`.
-async fn finish(ctx: &Ctx, plan: &Plan, guard: &Guard, steady: Duration) -> Ending {
+/// backstop ended them first, judges an active failover, and verifies the
+/// SLO recovers for `steady`.
+async fn finish(
+    ctx: &Ctx,
+    plan: &Plan,
+    guard: &Guard,
+    steady: Duration,
+    probe: Option<Probe>,
+) -> Ending {
     // The experiments ran their course, unless Chaos Mesh's backstop
     // already ended them: then that is what ended the run.
     let backstop = backstop_fired(ctx, plan).await;
+    // The failback counts from here: Chaos Mesh undoes a fault before its
+    // object is gone, and the primary may serve again meanwhile.
+    let stopping = ctx.clock.monotonic();
+    if let Some(probe) = &probe {
+        probe.restoring(stopping);
+    }
     let stopped = match stop_run(ctx, plan, guard).await {
         Ok(stopped) => stopped,
         Err(err) => return Ending::failed(DrillReason::StopFailed, &err),
@@ -238,6 +411,14 @@ async fn finish(ctx: &Ctx, plan: &Plan, guard: &Guard, steady: Duration) -> Endi
         );
     }
     set_phase(ctx, plan, guard, DrillPhase::Verifying);
+    let failed_over = match &probe {
+        Some(probe) => match failback(ctx, plan, guard, (probe, stopping)).await {
+            Ok(sentence) => Some(sentence),
+            Err(ending) => return ending,
+        },
+        None => None,
+    };
+    drop(probe);
     let mut sampler = Sampler::new(ctx, plan);
     match hold(
         ctx,
@@ -249,14 +430,20 @@ async fn finish(ctx: &Ctx, plan: &Plan, guard: &Guard, steady: Duration) -> Endi
     )
     .await
     {
-        Ok(()) => Ending::new(
-            RunOutcome::Succeeded,
-            DrillReason::SloHeld,
-            format!(
+        Ok(()) => {
+            let held = format!(
                 "every objective held through the run and again for {} after it",
                 flashsale_api::Duration(steady)
-            ),
-        ),
+            );
+            match failed_over {
+                Some(sentence) => Ending::new(
+                    RunOutcome::Succeeded,
+                    DrillReason::FailedOver,
+                    format!("{sentence}; {held}"),
+                ),
+                None => Ending::new(RunOutcome::Succeeded, DrillReason::SloHeld, held),
+            }
+        }
         Err(mut ending) => {
             ending.outcome = RunOutcome::Failed;
             ending
@@ -931,25 +1118,51 @@ async fn await_injected(ctx: &Ctx, plan: &Plan, objects: &[String]) -> Result<()
 }
 
 /// Guards the injected run until its experiments' time is up (`None`) or
-/// it must be aborted (the ending).
+/// it must be aborted (the ending): by the guard's look, or, in an active
+/// failover run, once buyers went without a serving region for `maxRTO`.
 async fn watch(
     ctx: &Ctx,
     plan: &Plan,
     guard: &Guard,
-    sampler: &mut Sampler<'_>,
-    mandate: &mut Mandate<'_>,
+    (sampler, mandate): (&mut Sampler<'_>, &mut Mandate<'_>),
+    probe: Option<&Probe>,
     injected: Injected,
 ) -> Option<Ending> {
     let mut ticks = ticker(plan.drill.spec.slo_guard.interval.0);
     loop {
         ticks.tick().await;
-        if let Some(cause) = look(ctx, guard, sampler, mandate).await {
+        let mut cause = look(ctx, guard, sampler, mandate).await;
+        if let (None, Some(probe)) = (&cause, probe) {
+            cause = unserved(ctx, plan, guard, probe);
+        }
+        if let Some(cause) = cause {
             return Some(abort(ctx, plan, guard, cause).await);
         }
         if ctx.clock.monotonic() >= injected.until {
             return None;
         }
     }
+}
+
+/// Notes the failover so far; the cause to abort once buyers went without
+/// a serving region for longer than `maxRTO`.
+fn unserved(ctx: &Ctx, plan: &Plan, guard: &Guard, probe: &Probe) -> Option<Cause> {
+    let timeline = probe.timeline();
+    if note_failover(guard, &timeline) {
+        // The status shows the failover as it happens.
+        ctx.settings.wake(&plan.drill);
+    }
+    let max_rto = plan.drill.spec.failover.as_ref()?.max_rto.0;
+    let unserved = timeline.unserved_for(ctx.clock.monotonic())?;
+    (unserved > max_rto).then(|| Cause {
+        reason: DrillReason::RtoExceeded,
+        message: format!(
+            "buyers went {} without a serving region through the global endpoint, past maxRTO {}",
+            flashsale_api::Duration(unserved),
+            flashsale_api::Duration(max_rto)
+        ),
+        detected: ctx.clock.now(),
+    })
 }
 
 /// The abort: silence the endpoint, stop everything of the run at once,

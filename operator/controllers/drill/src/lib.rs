@@ -10,7 +10,8 @@
 //!   across runs, and the gate the kill switch closes.
 //! - [`verdict`]: whether the SLOs hold, pure.
 //! - [`chaos`]: the Chaos Mesh objects of a run.
-//! - [`execute`]: the task that drives one run; [`guard`] what it shares.
+//! - [`execute`]: the task that drives one run; [`guard`] what it shares;
+//!   [`failover`] what an active failover run measures from buyers' side.
 //! - [`stop`]: the one stop path (abort, end of run, takeover, kill switch).
 //! - [`reconcile`]: scheduling, gates, status and Events.
 
@@ -18,6 +19,7 @@ pub mod blast;
 pub mod budget;
 pub mod chaos;
 pub mod execute;
+pub mod failover;
 pub mod guard;
 pub mod readiness;
 pub mod readings;

@@ -17,6 +17,7 @@ use kube::{
 use super::{
     Ctx,
     readiness::{LagReading, Loads, Readings, Serving, StandbySaleReading},
+    reconcile::SaleView,
 };
 use flashsale_api::{
     FlashSale,
@@ -39,6 +40,8 @@ pub struct Source<'a> {
     pub namespace: &'a str,
     /// The primary sale's name.
     pub sale: &'a str,
+    /// The primary sale as the look read it.
+    pub primary: &'a SaleView,
     /// The Prometheus the guard asks.
     pub prometheus_url: &'a str,
 }
@@ -91,32 +94,20 @@ pub async fn read(source: &Source<'_>, spec: &FailoverCheck, now: Timestamp) -> 
 }
 
 /// Which region answers `GET /` through the global endpoint at `url`, with
-/// the primary sale's region and readiness to judge it by.
+/// the primary sale's region and readiness (as the look read it) to judge
+/// it by.
 async fn serving(source: &Source<'_>, url: &str) -> Result<Serving, String> {
-    let sales: Api<FlashSale> = Api::namespaced(source.ctx.client.clone(), source.namespace);
-    let (primary, answer) = tokio::join!(
-        tokio::time::timeout(READ_TIMEOUT, sales.get(source.sale)),
-        standby::answering_region(url, "/", READ_TIMEOUT)
-    );
-    let primary = primary
-        .map_err(|_| {
-            format!(
-                "the primary sale {} was not read within {}",
-                source.sale,
-                flashsale_api::Duration(READ_TIMEOUT)
-            )
-        })?
-        .map_err(|err| format!("reading the primary sale {}: {err}", source.sale))?;
-    let (status, answered_by) = answer.map_err(|err| err.to_string())?;
-    let primary_ready = primary
-        .status
-        .as_ref()
-        .is_some_and(|status| status.observed.is_true(READY));
+    if source.primary.uid.is_none() {
+        return Err(format!("the primary sale {} does not exist", source.sale));
+    }
+    let (status, answered_by) = standby::answering_region(url, "/", READ_TIMEOUT)
+        .await
+        .map_err(|err| err.to_string())?;
     Ok(Serving {
         status,
         answered_by,
-        primary_region: primary.spec.region,
-        primary_ready,
+        primary_region: source.primary.region.clone(),
+        primary_ready: source.primary.ready,
     })
 }
 

@@ -143,6 +143,8 @@ struct Pass<'a> {
     handled: Option<String>,
     /// What this look did about the standby's readiness.
     standby: StandbyLook,
+    /// The primary sale as this look read it.
+    primary: SaleView,
 }
 
 impl<'a> Pass<'a> {
@@ -180,6 +182,7 @@ impl<'a> Pass<'a> {
             } else {
                 StandbyLook::Unset
             },
+            primary: SaleView::default(),
         })
     }
 
@@ -239,9 +242,8 @@ impl<'a> Pass<'a> {
             Err(problems) => return Ok(self.invalid(problems).await),
         };
         let spec = &self.drill.spec;
-        let sale = SaleView::read(self.ctx, &self.namespace, &spec.sale_ref.name)
-            .await?
-            .state(self.now);
+        self.primary = SaleView::read(self.ctx, &self.namespace, &spec.sale_ref.name).await?;
+        let sale = self.primary.state(self.now);
         if let Some(guard) = self.guard.clone() {
             let followed = self.follow(&guard, &calendar, sale).await;
             self.check_standby(false).await;
@@ -261,7 +263,10 @@ impl<'a> Pass<'a> {
     async fn kill(&mut self, why: String) -> Result<(State, After), Error> {
         let stopped = super::sweep(self.ctx, &self.namespace).await?;
         if let Some(current) = self.old.current_run.clone() {
-            let message = format!("{why}: every experiment deleted");
+            let message = format!(
+                "{why}: every experiment deleted{}",
+                failover_stopped(self.drill, &stopped)
+            );
             let aborted = RunOutcome::Aborted;
             self.end(ended(
                 current,
@@ -411,6 +416,7 @@ impl<'a> Pass<'a> {
             ctx: self.ctx,
             namespace: &self.namespace,
             sale: &self.drill.spec.sale_ref.name,
+            primary: &self.primary,
             prometheus_url: &prometheus_url,
         };
         let read = readings::read(&source, failover, self.now).await;
@@ -600,7 +606,11 @@ async fn stop_stale(
         current,
         RunOutcome::Aborted,
         DrillReason::GuardLost,
-        "no guard of this replica drives the run (the operator restarted or the lease changed hands): its chaos was stopped".to_owned(),
+        format!(
+            "no guard of this replica drives the run (the operator restarted or the lease changed \
+             hands): its chaos was stopped{}",
+            failover_stopped(drill, &stopped)
+        ),
         decided.wall,
         &stopped,
     );
@@ -612,6 +622,23 @@ async fn stop_stale(
     }
     ctx.metrics.drill_run(drill, RunOutcome::Aborted.name());
     Ok(record)
+}
+
+/// What a stop from outside the run's task adds for an active failover
+/// run whose experiments are all gone: the primary can take buyers back,
+/// though no one watched it do so.
+fn failover_stopped(drill: &ChaosDrill, stopped: &stop::Stopped) -> &'static str {
+    let active = drill
+        .spec
+        .failover
+        .as_ref()
+        .is_some_and(|f| f.mode == FailoverMode::Active);
+    if active && stopped.not_removed().is_none() {
+        "; the primary region's faults are gone, so it can take buyers back (its failback was \
+         not measured)"
+    } else {
+        ""
+    }
 }
 
 /// `record`, ended now with `outcome`, and what the stop saw: a stop that
@@ -729,8 +756,9 @@ pub enum SaleState {
     NotLive,
 }
 
-/// The target sale as a run's gates read it: whether it exists, its
-/// schedule and whether its status says Live.
+/// The target sale as a run's gates and the failover checks read it:
+/// whether it exists, its schedule, whether its status says Live and
+/// Ready, and its region.
 #[derive(Debug, Clone, Default)]
 pub struct SaleView {
     /// The sale's uid; `None` when it does not exist.
@@ -739,6 +767,10 @@ pub struct SaleView {
     timeline: Option<Timeline>,
     /// Whether its status says Live.
     status_live: bool,
+    /// Whether its `Ready` condition is True.
+    pub ready: bool,
+    /// Its `spec.region`.
+    pub region: String,
 }
 
 impl SaleView {
@@ -753,6 +785,11 @@ impl SaleView {
             uid: sale.uid(),
             timeline: Some(Timeline::of(&sale.spec)),
             status_live: sale.status.as_ref().and_then(|s| s.phase) == Some(SalePhase::Live),
+            ready: sale
+                .status
+                .as_ref()
+                .is_some_and(|s| s.observed.is_true(flashsale_api::conditions::READY)),
+            region: sale.spec.region,
         }))
     }
 
@@ -911,6 +948,7 @@ pub(crate) mod tests {
             uid: sale.uid(),
             timeline: Some(Timeline::of(&sale.spec)),
             status_live,
+            ..SaleView::default()
         };
         // Its status says Failed (a Secret is missing), but its pods serve.
         let cases = [

@@ -1,0 +1,378 @@
+//! An active failover run as buyers see it. A [`Probe`] asks the global
+//! endpoint every [`PROBE_EVERY`] which region answers (the gateways stamp
+//! it on every answer); [`Timeline`] turns the answers into the moment
+//! buyers lost the primary, the RTO, the longest time buyers went
+//! unserved and the failback, pure.
+//!
+//! The outage is dated from the buyers' side too: it starts at the first
+//! answer the primary did not serve. A primary that drains gracefully
+//! (its gateways fail their readiness and keep serving until the endpoint
+//! has moved buyers away) costs buyers nothing, and its RTO is 0.
+//!
+//! An answer counts as served when a gateway gave it (it names a region)
+//! with a status below 500; the endpoint's own error pages name none. A
+//! switch counts once [`SUSTAINED`] answers in a row came from the same
+//! side, so one lucky answer is not a failover; it is dated from the
+//! first of them.
+
+use std::{
+    sync::{Arc, Mutex, MutexGuard},
+    time::Duration,
+};
+
+use flashsale_kit::clock::Clock;
+use flashsale_observe::standby;
+use futures::{StreamExt, stream::FuturesOrdered};
+
+/// How often the probe asks the endpoint.
+pub const PROBE_EVERY: Duration = Duration::from_millis(100);
+/// Answers in a row from one side that make a switch.
+pub const SUSTAINED: u32 = 5;
+/// Bound of one probe: longer, and the answer counts as none. Longer than
+/// an endpoint's connect timeout and retry take, so a request it holds and
+/// then sends to the standby counts as served, as the buyer saw it.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Who served one answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// A gateway of the primary region.
+    Primary,
+    /// A gateway of another region, named.
+    Other(String),
+    /// No gateway: an error page of the endpoint, a 5xx, or nothing.
+    Unserved,
+}
+
+impl Answer {
+    /// Classifies the endpoint's answer (status, region stamped) against
+    /// the primary's region.
+    pub fn of(answer: Option<(u16, Option<String>)>, primary: &str) -> Self {
+        match answer {
+            Some((status, Some(region))) if status < 500 => {
+                if region == primary {
+                    Self::Primary
+                } else {
+                    Self::Other(region)
+                }
+            }
+            _ => Self::Unserved,
+        }
+    }
+}
+
+/// A run of answers of one kind: when it began and how long it is.
+#[derive(Debug, Clone, Default)]
+struct Streak {
+    since: Option<Duration>,
+    count: u32,
+}
+
+impl Streak {
+    /// Counts an answer at `at` that is (`hit`) or is not of the kind; the
+    /// run's start once it reached [`SUSTAINED`].
+    fn see(&mut self, at: Duration, hit: bool) -> Option<Duration> {
+        if !hit {
+            *self = Self::default();
+            return None;
+        }
+        let since = *self.since.get_or_insert(at);
+        self.count += 1;
+        (self.count >= SUSTAINED).then_some(since)
+    }
+}
+
+/// What the answers said, on the monotonic clock.
+#[derive(Debug, Clone, Default)]
+pub struct Timeline {
+    /// The first answer not served by the primary.
+    pub outage: Option<Duration>,
+    /// The longest run of unserved answers so far, and the current one's
+    /// start.
+    pub longest_unserved: Duration,
+    unserved_since: Option<Duration>,
+    /// The slowest served answer from the outage until the faults'
+    /// removal: an endpoint that holds requests while it retries serves
+    /// them late rather than not at all.
+    pub slowest: Duration,
+    /// The region that took over and since when, once sustained.
+    pub failed_over: Option<(Duration, String)>,
+    /// When the faults were removed.
+    restoring: Option<Duration>,
+    /// The primary serving again since when, once sustained after
+    /// `restoring`.
+    pub restored: Option<Duration>,
+    /// The current run of answers from `region`, or from the primary.
+    streak: Streak,
+    region: Option<String>,
+    /// Answers seen.
+    pub answers: u64,
+}
+
+impl Timeline {
+    /// Takes one answer asked at `at` that took `took`.
+    pub fn see(&mut self, at: Duration, answer: &Answer, took: Duration) {
+        self.answers += 1;
+        if self.outage.is_none() && *answer != Answer::Primary {
+            self.outage = Some(at);
+        }
+        if self.outage.is_some() && self.restoring.is_none() && *answer != Answer::Unserved {
+            self.slowest = self.slowest.max(took);
+        }
+        if *answer == Answer::Unserved {
+            let since = *self.unserved_since.get_or_insert(at);
+            self.longest_unserved = self.longest_unserved.max(at.saturating_sub(since));
+        } else {
+            self.unserved_since = None;
+        }
+        if self.restoring.is_some() {
+            if self.restored.is_none()
+                && let Some(since) = self.streak.see(at, *answer == Answer::Primary)
+            {
+                self.restored = Some(since);
+            }
+            return;
+        }
+        if self.failed_over.is_some() {
+            return;
+        }
+        let Answer::Other(region) = answer else {
+            self.streak = Streak::default();
+            return;
+        };
+        if self.region.as_ref() != Some(region) {
+            self.streak = Streak::default();
+            self.region = Some(region.clone());
+        }
+        if let Some(since) = self.streak.see(at, true) {
+            self.failed_over = Some((since, region.clone()));
+        }
+    }
+
+    /// The faults were removed at `at`: from now on the primary is
+    /// awaited.
+    pub fn restoring(&mut self, at: Duration) {
+        if self.restoring.is_none() {
+            self.restoring = Some(at);
+            self.streak = Streak::default();
+        }
+    }
+
+    /// The outage to the sustained failover.
+    pub fn rto(&self) -> Option<Duration> {
+        let (since, _) = self.failed_over.as_ref()?;
+        Some(since.saturating_sub(self.outage?))
+    }
+
+    /// The faults' removal to the primary serving again, sustained.
+    pub fn failback(&self) -> Option<Duration> {
+        Some(self.restored?.saturating_sub(self.restoring?))
+    }
+
+    /// How long buyers have gone without a failover at `now`: `None`
+    /// before the outage and once failed over.
+    pub fn unserved_for(&self, now: Duration) -> Option<Duration> {
+        match (self.outage, &self.failed_over) {
+            (Some(outage), None) => Some(now.saturating_sub(outage)),
+            _ => None,
+        }
+    }
+}
+
+/// Asks the endpoint which region answers until dropped, into a
+/// [`Timeline`] it shares.
+pub struct Probe {
+    timeline: Arc<Mutex<Timeline>>,
+    task: tokio::task::AbortHandle,
+}
+
+impl Probe {
+    /// Starts asking `url`'s `/`, judging answers against `primary`, the
+    /// primary sale's region.
+    pub fn start(url: String, primary: String, clock: Arc<dyn Clock>) -> Self {
+        let timeline = Arc::new(Mutex::new(Timeline::default()));
+        let shared = timeline.clone();
+        let task = tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(PROBE_EVERY);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            // Asked on schedule, whatever earlier answers take, as buyers
+            // arrive (at most PROBE_TIMEOUT / PROBE_EVERY in flight); taken
+            // in the order asked, which the timeline's runs count on.
+            let mut asked = FuturesOrdered::new();
+            loop {
+                tokio::select! {
+                    _ = ticks.tick() => {
+                        let (url, clock) = (url.clone(), clock.clone());
+                        asked.push_back(async move {
+                            let sent = clock.monotonic();
+                            let answer = standby::answering_region(&url, "/", PROBE_TIMEOUT).await;
+                            (sent, answer.ok(), clock.monotonic().saturating_sub(sent))
+                        });
+                    }
+                    Some((sent, answer, took)) = asked.next(), if !asked.is_empty() => {
+                        // Dated when asked: what the buyer saw at that moment.
+                        lock(&shared).see(sent, &Answer::of(answer, &primary), took);
+                    }
+                }
+            }
+        })
+        .abort_handle();
+        Self { timeline, task }
+    }
+
+    /// The timeline so far.
+    pub fn timeline(&self) -> Timeline {
+        lock(&self.timeline).clone()
+    }
+
+    /// Marks the faults removed at `at`.
+    pub fn restoring(&self, at: Duration) {
+        lock(&self.timeline).restoring(at);
+    }
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn lock(timeline: &Mutex<Timeline>) -> MutexGuard<'_, Timeline> {
+    timeline.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn feed(timeline: &mut Timeline, from: u64, answers: &[Answer]) {
+        for (i, answer) in answers.iter().enumerate() {
+            timeline.see(ms(from + 100 * i as u64), answer, ms(20));
+        }
+    }
+
+    fn b() -> Answer {
+        Answer::Other("b".into())
+    }
+
+    #[test]
+    fn answers_are_served_only_by_a_gateway_below_500() {
+        assert_eq!(
+            Answer::of(Some((404, Some("a".into()))), "a"),
+            Answer::Primary
+        );
+        assert_eq!(Answer::of(Some((200, Some("b".into()))), "a"), b());
+        assert_eq!(
+            Answer::of(Some((503, Some("b".into()))), "a"),
+            Answer::Unserved
+        );
+        assert_eq!(Answer::of(Some((503, None)), "a"), Answer::Unserved);
+        assert_eq!(Answer::of(Some((200, None)), "a"), Answer::Unserved);
+        assert_eq!(Answer::of(None, "a"), Answer::Unserved);
+    }
+
+    #[test]
+    fn the_rto_runs_from_the_first_unserved_answer_to_the_first_of_a_sustained_run() {
+        use Answer::{Primary, Unserved};
+        let mut timeline = Timeline::default();
+        // A serves, then nothing at 300 ms, one early answer of B that
+        // does not last, then B for good from 1000 ms.
+        feed(
+            &mut timeline,
+            0,
+            &[Primary, Primary, Primary, Unserved, Unserved, b(), Unserved],
+        );
+        assert_eq!(timeline.unserved_for(ms(700)), Some(ms(400)));
+        feed(&mut timeline, 700, &[Unserved, Unserved, Unserved]);
+        feed(&mut timeline, 1000, &[b(), b(), b(), b()]);
+        assert_eq!(timeline.rto(), None, "four answers are not sustained");
+        feed(&mut timeline, 1400, &[b()]);
+        assert_eq!(timeline.failed_over, Some((ms(1000), "b".into())));
+        assert_eq!(timeline.rto(), Some(ms(700)));
+        assert_eq!(timeline.unserved_for(ms(5000)), None);
+        // 300 to 900 ms, the 500 ms run of B aside.
+        assert_eq!(timeline.longest_unserved, ms(300));
+    }
+
+    #[test]
+    fn a_primary_that_drains_before_the_switch_costs_buyers_nothing() {
+        let mut timeline = Timeline::default();
+        // A serves until the endpoint moved buyers to B: never unserved.
+        feed(
+            &mut timeline,
+            0,
+            &[Answer::Primary, Answer::Primary, b(), b(), b(), b(), b()],
+        );
+        assert_eq!(timeline.outage, Some(ms(200)));
+        assert_eq!(timeline.rto(), Some(Duration::ZERO));
+        assert_eq!(timeline.longest_unserved, Duration::ZERO);
+        assert_eq!(timeline.slowest, ms(20));
+    }
+
+    #[test]
+    fn an_answer_held_and_handed_over_is_served_late() {
+        let mut timeline = Timeline::default();
+        timeline.see(ms(0), &Answer::Primary, ms(900));
+        timeline.see(ms(100), &Answer::Unserved, ms(2000));
+        timeline.see(ms(200), &b(), ms(1100));
+        feed(&mut timeline, 300, &[b(), b(), b(), b()]);
+        assert_eq!(timeline.rto(), Some(ms(100)));
+        assert_eq!(
+            timeline.slowest,
+            ms(1100),
+            "unserved, or before the outage: not counted"
+        );
+        timeline.restoring(ms(700));
+        timeline.see(ms(700), &Answer::Primary, ms(1500));
+        assert_eq!(
+            timeline.slowest,
+            ms(1100),
+            "after the faults' removal: not counted"
+        );
+    }
+
+    #[test]
+    fn a_switch_between_two_other_regions_starts_the_run_again() {
+        let mut timeline = Timeline::default();
+        let c = Answer::Other("c".into());
+        feed(
+            &mut timeline,
+            0,
+            &[Answer::Unserved, b(), b(), b(), c.clone()],
+        );
+        feed(&mut timeline, 500, &[c.clone(), c.clone(), c.clone(), c]);
+        assert_eq!(timeline.failed_over, Some((ms(400), "c".into())));
+    }
+
+    #[test]
+    fn the_failback_counts_only_answers_from_the_primary_after_the_faults_went() {
+        use Answer::{Primary, Unserved};
+        let mut timeline = Timeline::default();
+        feed(&mut timeline, 0, &[Unserved, b(), b(), b(), b(), b()]);
+        timeline.restoring(ms(600));
+        // B still serves, A blinks once, then holds from 1200 ms.
+        feed(
+            &mut timeline,
+            600,
+            &[b(), b(), Primary, Unserved, b(), b(), Primary, Primary],
+        );
+        assert_eq!(timeline.failback(), None);
+        feed(&mut timeline, 1400, &[Primary, Primary, Primary]);
+        assert_eq!(timeline.restored, Some(ms(1200)));
+        assert_eq!(timeline.failback(), Some(ms(600)));
+        assert_eq!(timeline.rto(), Some(ms(100)));
+    }
+
+    #[test]
+    fn a_primary_that_never_failed_has_no_outage_and_no_rto() {
+        let mut timeline = Timeline::default();
+        feed(&mut timeline, 0, &vec![Answer::Primary; 10]);
+        assert_eq!(timeline.outage, None);
+        assert_eq!(timeline.unserved_for(ms(9000)), None);
+        assert_eq!(timeline.rto(), None);
+    }
+}
