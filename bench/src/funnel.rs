@@ -10,7 +10,9 @@
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use flashsale_e2e::{
-    funnel::{INVENTORY_TOKEN, ITEMS, JWT_SECRET, PAYMENT_SECRET, Plan, ROOM_KEY, TopicSpec},
+    funnel::{
+        DRILL_KEY, INVENTORY_TOKEN, ITEMS, JWT_SECRET, PAYMENT_SECRET, Plan, ROOM_KEY, TopicSpec,
+    },
     stack,
 };
 use flashsale_orders::ProducerSettings;
@@ -178,6 +180,7 @@ impl Running {
         producer: ProducerSettings,
         switches: SwitchSource,
     ) -> anyhow::Result<Self> {
+        let drill = flashsale_drill_buyer::Checker::new(DRILL_KEY, &config.sale)?;
         let settings = Settings {
             config,
             redis_url: Some(redis_url.to_owned()),
@@ -185,7 +188,7 @@ impl Running {
             inventory_token: Some(INVENTORY_TOKEN.to_owned()),
             payment_secret: Some(PAYMENT_SECRET.to_vec()),
             producer,
-            verifier: Verifier::hs256(JWT_SECRET)?,
+            verifier: Verifier::hs256(JWT_SECRET)?.with_drill_buyers(drill),
             ticket_key: Some(ROOM_KEY.to_vec()),
             switches,
         };
@@ -249,6 +252,7 @@ impl Funnel {
                     per_user_limit: options.per_user_limit,
                     shards: 1,
                 })
+                .chain([ItemDefinition::drill()])
                 .collect(),
         };
         let (inventory_redis, gateway_redis) = if options.acl {

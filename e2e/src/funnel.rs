@@ -24,6 +24,9 @@ pub const ROOM_KEY: &[u8] = b"room-key-room-key-room-key-room-key!";
 pub const INVENTORY_TOKEN: &str = "inventory-token-of-the-tests";
 /// The secret the funnel's payment provider signs callbacks with.
 pub const PAYMENT_SECRET: &[u8] = b"payment-secret-of-the-tests-0123456789";
+/// The drill key of the funnel's sale: tokens signed with it are drill
+/// buyers' ([`drill_order`]).
+pub const DRILL_KEY: &[u8] = b"drill-key-of-the-tests-0123456789abcdef";
 /// The sale's SKUs and their prices (minor units).
 pub const ITEMS: [(&str, u64); 2] = [("A", 1999), ("B", 500)];
 
@@ -217,6 +220,26 @@ pub async fn order(
     let headers = response.headers().clone();
     let body = response.json().await.unwrap_or(Value::Null);
     Ok((status, body, headers))
+}
+
+/// A drill buyer's order of `sku` in sale `sale`, its token signed with
+/// `key` for an hour; returns status and body.
+pub async fn drill_order(
+    gateway: &str,
+    (sale, key): (&str, &[u8]),
+    buyer: &str,
+    sku: &str,
+) -> anyhow::Result<(u16, Value)> {
+    let expires = u64::try_from(jiff::Timestamp::now().as_second() + 3600)?;
+    let token = flashsale_drill_buyer::sign(key, sale, buyer, expires)?;
+    let response = http()
+        .post(format!("{gateway}/api/v1/orders"))
+        .bearer_auth(token)
+        .json(&json!({"sku": sku, "quantity": 1, "idempotencyKey": buyer}))
+        .send()
+        .await?;
+    let status = response.status().as_u16();
+    Ok((status, response.json().await.unwrap_or(Value::Null)))
 }
 
 /// The user a queue ticket was issued to: its payload is readable JSON

@@ -29,7 +29,7 @@ use flashsale_e2e::{
     region::{self, Checks, Regions},
     wait::poll_until,
 };
-use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::{
     Api,
     api::{DeleteParams, Patch, PatchParams, PostParams},
@@ -560,6 +560,7 @@ async fn an_active_run_fails_buyers_over_to_the_standby_and_gives_them_back() ->
     let _stack = exclusive().await;
     let mut pair = Pair::start().await?;
     pair.until("True", "StandbyReady").await?;
+    a_drill_buyer_orders_before_the_opening(&pair).await?;
     // Region A cut off from the endpoint at once (its gateways drop what
     // they send to the endpoint's address): buyers see the outage.
     let cut = partition_from_endpoint()?;
@@ -574,6 +575,57 @@ async fn an_active_run_fails_buyers_over_to_the_standby_and_gives_them_back() ->
     kill_switch_mid_failover(&pair).await?;
     pair.patch(active_with("2m", &cut)).await?;
     sigkill_mid_failover(&mut pair).await
+}
+
+/// The drill buyer (`flashsale_drill_buyer`) orders through the global
+/// endpoint an hour before the sale opens, with a token signed with the
+/// drill key of the sale's internal Secret: region A's gateway pod takes
+/// it, and the order-writer pod stores it as a row of the drill SKU at no
+/// price.
+async fn a_drill_buyer_orders_before_the_opening(pair: &Pair) -> anyhow::Result<()> {
+    let (client, ns, sale) = (
+        &pair.scene.client,
+        &pair.scene.ns.name,
+        &pair.scene.sale.name,
+    );
+    let internal: Secret = Api::namespaced(client.clone(), ns)
+        .get(&format!("{sale}-internal"))
+        .await?;
+    let key = internal
+        .data
+        .as_ref()
+        .and_then(|d| d.get(flashsale_controller_sale::build::DRILL_KEY))
+        .ok_or_else(|| anyhow::anyhow!("no drill key in {sale}-internal"))?;
+    let config: ConfigMap = Api::namespaced(client.clone(), ns)
+        .get(&format!("{sale}-gateway"))
+        .await?;
+    let gateway: serde_json::Value = serde_json::from_str(
+        config
+            .data
+            .as_ref()
+            .and_then(|d| d.get(flashsale_controller_sale::build::GATEWAY_CONFIG_KEY))
+            .ok_or_else(|| anyhow::anyhow!("no gateway.json in {sale}-gateway"))?,
+    )?;
+    let sale_id = gateway["sale"].as_str().unwrap_or_default();
+    let endpoint = Regions::from_env()?.endpoint;
+    let drill = flashsale_drill_buyer::SKU;
+    let (status, body) =
+        flashsale_e2e::funnel::drill_order(&endpoint, (sale_id, &key.0), "drill:fo:1", drill)
+            .await?;
+    assert_eq!(status, 201, "{body}");
+    let order_id = body["orderId"].as_str().unwrap_or_default().to_owned();
+    let db = sqlx::PgPool::connect(&flashsale_e2e::stack::postgres_url()?).await?;
+    let row: (String, i64, String) = poll_until("the drill order's row", SEEN, TICK, || async {
+        sqlx::query_as("SELECT sku, amount_minor, user_id FROM orders WHERE order_id = $1")
+            .bind(&order_id)
+            .fetch_optional(&db)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("no row of {order_id} yet"))
+    })
+    .await?;
+    assert_eq!(row, (drill.to_owned(), 0, "drill:fo:1".to_owned()));
+    Ok(())
 }
 
 /// Fails over and back, measured; the test's own view agrees. The record,

@@ -91,6 +91,12 @@ impl AppState {
         self.verifier.user(headers)
     }
 
+    /// The drill buyer of the request, if its token is a drill buyer's
+    /// (see [`Verifier::drill_buyer`]).
+    pub fn drill_buyer(&self, headers: &HeaderMap) -> Option<Result<User, ApiError>> {
+        self.verifier.drill_buyer(headers)
+    }
+
     /// The per-user rate limit: the fields to add to the answer, or a 429.
     pub async fn rate_limit(&self, user: &User, scope: RateScope) -> Result<RateHeaders, ApiError> {
         let policy = self.rate.policy();

@@ -150,6 +150,7 @@ pub struct Verifier {
     validation: Validation,
     cache: Arc<TokenCache>,
     clock: Arc<SaleClock>,
+    drill: Option<Arc<flashsale_drill_buyer::Checker>>,
 }
 
 impl std::fmt::Debug for Verifier {
@@ -211,7 +212,15 @@ impl Verifier {
             validation,
             cache: Arc::default(),
             clock: Arc::default(),
+            drill: None,
         }
+    }
+
+    /// Also takes drill buyers' tokens ([`Self::drill_buyer`]) checked by
+    /// `checker`.
+    pub fn with_drill_buyers(mut self, checker: flashsale_drill_buyer::Checker) -> Self {
+        self.drill = Some(Arc::new(checker));
+        self
     }
 
     /// Checks `exp` and `nbf` against `clock` (the wall clock until it is
@@ -315,6 +324,28 @@ impl Verifier {
         }
         cache.insert(token.to_owned(), (user.clone(), claims.exp));
         Ok(user)
+    }
+
+    /// The drill buyer of the request when its bearer token names the drill
+    /// key ([`flashsale_drill_buyer::KEY_ID`]), or why it is refused; `None`
+    /// for every other request, which [`Self::user`] judges. Such a token is
+    /// checked with the drill key only: it never stands for a buyer.
+    pub fn drill_buyer(&self, headers: &HeaderMap) -> Option<Result<User, ApiError>> {
+        let token = bearer_token(headers).filter(|t| flashsale_drill_buyer::names_drill_key(t))?;
+        let Some(checker) = &self.drill else {
+            return Some(Err(unauthorized(
+                "invalid_token",
+                "this gateway has no drill key, so it takes no drill orders",
+            )));
+        };
+        let now = u64::try_from(self.clock.now_seconds()).unwrap_or(0);
+        Some(match checker.buyer(token, now) {
+            Ok(claims) => flashsale_orders::check_user_id(&claims.sub)
+                .map(|()| User(claims.sub))
+                .map_err(|err| unauthorized("invalid_token", format!("sub: {err}"))),
+            Err(flashsale_drill_buyer::DrillTokenError::Expired) => Err(expired()),
+            Err(err) => Err(unauthorized("invalid_token", err.to_string())),
+        })
     }
 
     /// The token's claims if its key, signature and claims check out at

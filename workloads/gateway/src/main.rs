@@ -71,6 +71,11 @@ struct Args {
     /// Required `aud` claim.
     #[arg(long, env = "JWT_AUDIENCE")]
     jwt_audience: Option<String>,
+    /// File holding the sale's drill key (at least 32 bytes): tokens signed
+    /// with it are drill buyers', who order only the drill SKU. A path with
+    /// no file behind it (an older sale's Secret) means no drill orders.
+    #[arg(long, env = "DRILL_BUYER_KEY_FILE")]
+    drill_buyer_key_file: Option<PathBuf>,
     /// File holding the waiting room's HMAC key (at least 32 bytes).
     #[arg(long, env = "WAITING_ROOM_KEY_FILE")]
     waiting_room_key_file: Option<PathBuf>,
@@ -119,7 +124,10 @@ async fn main() -> anyhow::Result<()> {
 /// name. A JWT key set file is watched from now on.
 fn settings(args: &Args) -> anyhow::Result<Settings> {
     let config = GatewayConfig::load(&args.config)?;
-    let verifier = verifier(args)?;
+    let verifier = match drill_buyers(args, &config.sale)? {
+        Some(checker) => verifier(args)?.with_drill_buyers(checker),
+        None => verifier(args)?,
+    };
     let ticket_key = match &args.waiting_room_key_file {
         Some(path) => Some(read(path, "waiting-room key")?.trim_ascii().to_vec()),
         None => None,
@@ -163,6 +171,23 @@ fn settings(args: &Args) -> anyhow::Result<Settings> {
         ticket_key,
         switches,
     })
+}
+
+/// The checker of sale `sale`'s drill buyer tokens, when its key file is
+/// there.
+fn drill_buyers(args: &Args, sale: &str) -> anyhow::Result<Option<flashsale_drill_buyer::Checker>> {
+    let Some(path) = &args.drill_buyer_key_file else {
+        return Ok(None);
+    };
+    if !path.exists() {
+        tracing::warn!(path = %path.display(), "no drill key: drill orders are refused");
+        return Ok(None);
+    }
+    let key = read(path, "drill key")?;
+    Ok(Some(flashsale_drill_buyer::Checker::new(
+        key.trim_ascii(),
+        sale,
+    )?))
 }
 
 /// The bearer-token verifier of the arguments (HS256 secret, or RS256 key

@@ -80,9 +80,20 @@ pub async fn place(
     headers: HeaderMap,
     body: Result<Json<OrderRequest>, JsonRejection>,
 ) -> Result<Response, ApiError> {
+    if let Some(buyer) = state.drill_buyer(&headers) {
+        return place_drill(&state, buyer?, &headers, body).await;
+    }
     let user = state.user(&headers)?;
     let Json(request) = body.map_err(|r| ApiError::json(r, MAX_BODY_BYTES))?;
-    let order = validate(&state, &user, &request, &headers)?;
+    let order = validate(&state, &user, &request, &headers, || {
+        state.config.price(&request.sku).ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "unknown_sku",
+                format!("sale {:?} has no SKU {:?}", state.config.sale, request.sku),
+            )
+        })
+    })?;
     // The sale window, after the token (anonymous callers learn nothing of
     // the sale) and the local checks of the request, but before the rate
     // limit (a Redis call), the waiting room, a concurrency slot, the
@@ -111,23 +122,50 @@ pub async fn place(
         },
         None => None,
     };
-    let permit = match state.permit(Partition::Core) {
-        Ok(permit) => permit,
-        Err(refusal) => {
-            decide(lease, false).await;
-            return Err(refusal);
-        }
-    };
-    let outcome = intake(&state, &user, &order).await;
-    match &outcome {
-        Err(err) if !err.status().is_server_error() => permit.ignore(),
-        _ => permit.success(),
-    }
+    let outcome = under_limit(&state, &user, &order).await;
     if outcome.is_ok() && lease.is_some() {
         state.metrics.admitted();
     }
     decide(lease, outcome.is_ok()).await;
     Ok(rate.on(outcome?))
+}
+
+/// A drill buyer's order (see [`flashsale_drill_buyer`]): the drill SKU
+/// only, at no price, and taken before the opening too, since drills run
+/// before a sale goes Live. No rate limit or waiting room (the drill paces
+/// its buyer, and a queue would only delay what it measures), but the
+/// concurrency limit as for any order: it guards the inventory and Kafka.
+async fn place_drill(
+    state: &AppState,
+    user: User,
+    headers: &HeaderMap,
+    body: Result<Json<OrderRequest>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Json(request) = body.map_err(|r| ApiError::json(r, MAX_BODY_BYTES))?;
+    if request.sku != flashsale_drill_buyer::SKU {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "drill_sku_only",
+            format!(
+                "a drill buyer orders only SKU {:?}",
+                flashsale_drill_buyer::SKU
+            ),
+        ));
+    }
+    let order = validate(state, &user, &request, headers, || Ok(0))?;
+    under_limit(state, &user, &order).await
+}
+
+/// Takes the order under a slot of the concurrency limit (a 503 at once
+/// without one), telling the limit how the downstream calls went.
+async fn under_limit(state: &AppState, user: &User, order: &Order) -> Result<Response, ApiError> {
+    let permit = state.permit(Partition::Core)?;
+    let outcome = intake(state, user, order).await;
+    match &outcome {
+        Err(err) if !err.status().is_server_error() => permit.ignore(),
+        _ => permit.success(),
+    }
+    outcome
 }
 
 /// Uses the pass up after a successful order; gives it back otherwise.
@@ -157,6 +195,7 @@ fn validate(
     user: &User,
     request: &OrderRequest,
     headers: &HeaderMap,
+    price: impl FnOnce() -> Result<i64, ApiError>,
 ) -> Result<Order, ApiError> {
     let sale = &state.config.sale;
     if request.sale.as_ref().is_some_and(|s| s != sale) {
@@ -166,13 +205,7 @@ fn validate(
             format!("this gateway serves sale {sale:?}"),
         ));
     }
-    let price = state.config.price(&request.sku).ok_or_else(|| {
-        ApiError::new(
-            StatusCode::NOT_FOUND,
-            "unknown_sku",
-            format!("sale {sale:?} has no SKU {:?}", request.sku),
-        )
-    })?;
+    let price = price()?;
     let quantity = u64::try_from(request.quantity)
         .ok()
         .filter(|q| (1..=1_000).contains(q))

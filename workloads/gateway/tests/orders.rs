@@ -6,7 +6,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Funnel, Options, events, http, now_s, order, provider_pays, token};
+use common::{
+    DRILL_KEY, Funnel, Options, drill_order, events, http, now_s, order, provider_pays, token,
+};
 use flashsale_e2e::stack;
 use inventory::keys::SaleKeys;
 use serde_json::{Value, json};
@@ -559,6 +561,81 @@ async fn before_the_opening_orders_get_409_with_retry_after_and_cost_nothing() -
             .metric(r#"gateway_requests_total{route="/api/v1/orders",code="409"}"#),
         Some(1.0)
     );
+    funnel.cleanup().await
+}
+
+#[tokio::test]
+async fn a_drill_buyer_orders_only_the_drill_sku_before_the_opening_too() -> anyhow::Result<()> {
+    let opens = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(90);
+    let funnel = Funnel::start(Options {
+        config: json!({"opensAt": opens.to_string(), "waitingRoom": {"enabled": true}}),
+        ..Options::default()
+    })
+    .await?;
+    let gw = &funnel.gateway.url;
+    let sale = (funnel.sale.as_str(), DRILL_KEY);
+    let drill = flashsale_drill_buyer::SKU;
+
+    // Before the opening, past the waiting room: reserved and published.
+    let (status, body) = drill_order(gw, sale, "drill:failover:1", drill).await?;
+    assert_eq!(status, 201, "{body}");
+    let order_id = body["orderId"].as_str().unwrap_or_default().to_owned();
+    let published = events(&funnel.brokers, &funnel.topic).await?;
+    let event = published
+        .iter()
+        .find(|e| e.order_id == order_id)
+        .ok_or_else(|| anyhow::anyhow!("{order_id} not published: {published:?}"))?;
+    assert_eq!(
+        (
+            event.sku.as_str(),
+            event.amount_minor,
+            event.user_id.as_str()
+        ),
+        (drill, 0, "drill:failover:1")
+    );
+    assert_eq!(
+        funnel.available(drill).await?,
+        flashsale_drill_buyer::STOCK - 1
+    );
+
+    // The drill buyer buys nothing real; a buyer cannot buy the drill SKU.
+    let (status, body) = drill_order(gw, sale, "drill:failover:2", "A").await?;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (403, Some("drill_sku_only")),
+        "{body}"
+    );
+    let (status, body, _) = order(gw, "alice", drill, "k", None).await?;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (404, Some("unknown_sku")),
+        "{body}"
+    );
+    assert_eq!(funnel.available("A").await?, 100, "real stock untouched");
+
+    // Only this sale's key, for this sale, and only to order.
+    let forged = (sale.0, b"another-key-another-key-another-key!!".as_slice());
+    let (status, body) = drill_order(gw, forged, "drill:failover:3", drill).await?;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (401, Some("invalid_token")),
+        "{body}"
+    );
+    let elsewhere = ("shop.other-sale.0123abcd", DRILL_KEY);
+    let (status, body) = drill_order(gw, elsewhere, "drill:failover:4", drill).await?;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (401, Some("invalid_token")),
+        "{body}"
+    );
+    let expires = u64::try_from(now_s() + 3600)?;
+    let drill_token = flashsale_drill_buyer::sign(DRILL_KEY, sale.0, "drill:failover:5", expires)?;
+    let item = http()
+        .get(format!("{gw}/api/v1/items/A"))
+        .bearer_auth(drill_token)
+        .send()
+        .await?;
+    assert_eq!(item.status().as_u16(), 401);
     funnel.cleanup().await
 }
 

@@ -43,6 +43,19 @@ pub struct ItemDefinition {
     pub shards: u32,
 }
 
+impl ItemDefinition {
+    /// The drill buyer's SKU ([`flashsale_drill_buyer::SKU`]) as every sale
+    /// stocks it: one unit per drill order, one shard (its orders are few).
+    pub fn drill() -> Self {
+        Self {
+            sku: flashsale_drill_buyer::SKU.to_owned(),
+            stock: flashsale_drill_buyer::STOCK,
+            per_user_limit: 1,
+            shards: 1,
+        }
+    }
+}
+
 /// Whether a load created a SKU or found it. The fields are in their order
 /// on the wire.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -432,6 +432,15 @@ impl Store {
                 .invoke_async(&mut conn)
                 .await?;
             if created < 0 {
+                if item.sku == flashsale_drill_buyer::SKU {
+                    // A sale that opened before drill stock existed: only
+                    // drill orders go without, never real ones.
+                    tracing::warn!(
+                        sale = def.sale,
+                        "no drill stock: the sale opened before it was created; drill orders are refused"
+                    );
+                    continue;
+                }
                 return Err(lost(&def.sale, &format!("the record of SKU {}", item.sku)));
             }
             // The SKU's own record decides its shape; a changed spec does not reshard.

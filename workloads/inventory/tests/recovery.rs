@@ -221,6 +221,24 @@ async fn two_sweepers_take_different_work() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Polls Redis's clock until it reaches `opens` (Unix ms).
+async fn until_open(conn: &redis::aio::MultiplexedConnection, opens: u64) -> anyhow::Result<()> {
+    poll_until(
+        "the sale to open",
+        Duration::from_secs(5),
+        Duration::from_millis(20),
+        || {
+            let mut conn = conn.clone();
+            async move {
+                let now = redis_now_ms(&mut conn).await.map_err(|e| e.to_string())?;
+                (now >= opens).then_some(()).ok_or("not yet".to_owned())
+            }
+        },
+    )
+    .await?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_sale_redis_lost_after_opening_is_refused_and_never_recreated() -> anyhow::Result<()> {
     let store = connect().await?;
@@ -230,20 +248,7 @@ async fn a_sale_redis_lost_after_opening_is_refused_and_never_recreated() -> any
     def.opens_at_ms = Some(redis_now_ms(&mut conn).await? + 300);
     store.load(&def).await?;
     assert_eq!(store.check_held(&sale).await?, Holding::Held);
-    poll_until(
-        "the sale to open",
-        Duration::from_secs(5),
-        Duration::from_millis(20),
-        || {
-            let mut conn = conn.clone();
-            let opens = def.opening();
-            async move {
-                let now = redis_now_ms(&mut conn).await.map_err(|e| e.to_string())?;
-                (now >= opens).then_some(()).ok_or("not yet".to_owned())
-            }
-        },
-    )
-    .await?;
+    until_open(&conn, def.opening()).await?;
     for n in 0..4 {
         reserve(&store, &sale, &format!("u{n}"), &format!("r{n}")).await?;
     }
@@ -337,5 +342,40 @@ async fn a_write_no_replica_confirmed_is_not_acknowledged() -> anyhow::Result<()
         "{answered:?}"
     );
     assert_eq!(available(&fast, &sale).await?, 4);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_sale_opened_before_drill_stock_existed_loads_without_it() -> anyhow::Result<()> {
+    let store = connect().await?;
+    let sale = stack::unique_name("inv-drill");
+    let mut conn = raw().await?;
+    let mut def = definition(&sale, 10, 2, 60_000);
+    def.opens_at_ms = Some(redis_now_ms(&mut conn).await? + 300);
+    store.load(&def).await?;
+    until_open(&conn, def.opening()).await?;
+    // An upgraded operator adds the drill SKU to a sale already open.
+    def.items.push(ItemDefinition::drill());
+    let restarted = connect().await?;
+    let loaded = restarted.load(&def).await?;
+    assert_eq!(loaded.len(), 1, "{loaded:?}");
+    assert_eq!(restarted.check_held(&sale).await?, Holding::Held);
+    let drill = restarted
+        .reserve(&ReserveRequest {
+            sku: flashsale_drill_buyer::SKU,
+            ..common::claim_request(&sale, "drill:1", "d1")
+        })
+        .await?;
+    assert!(matches!(drill, ReserveOutcome::UnknownSku), "{drill:?}");
+    assert!(matches!(
+        reserve(&restarted, &sale, "u1", "r1").await?,
+        ReserveOutcome::Reserved(_)
+    ));
+    let keys = SaleKeys::new(&sale);
+    let created: u64 = redis::cmd("EXISTS")
+        .arg(keys.sku(flashsale_drill_buyer::SKU))
+        .query_async(&mut conn)
+        .await?;
+    assert_eq!(created, 0, "drill stock was created after the opening");
     Ok(())
 }

@@ -15,11 +15,13 @@ use flashsale_kit::{Blocker, Failure as Error, Verb, apply};
 /// Bytes of randomness per token (written as twice as many hex digits).
 const TOKEN_BYTES: usize = 32;
 
-/// Two fresh tokens from the thread-local CSPRNG (seeded by the OS).
+/// Fresh tokens and drill key from the thread-local CSPRNG (seeded by the
+/// OS).
 pub fn generate() -> InternalTokens {
     InternalTokens {
         api: random_token(),
         admin: random_token(),
+        drill: random_token(),
     }
 }
 
@@ -124,7 +126,7 @@ mod tests {
         let tokens: Vec<InternalTokens> = (0..50).map(|_| generate()).collect();
         let mut seen = BTreeSet::new();
         for t in &tokens {
-            for token in [&t.api, &t.admin] {
+            for token in [&t.api, &t.admin, &t.drill] {
                 assert_eq!(token.len(), 64);
                 assert!(
                     token

@@ -12,8 +12,9 @@
 pub use flashsale_bench::funnel::{Funnel, Options, Running, acl_user};
 #[allow(unused_imports)] // each test binary uses its own subset
 pub use flashsale_e2e::funnel::{
-    INVENTORY_TOKEN, ITEMS, JWT_SECRET, PAYMENT_SECRET, ROOM_KEY, TopicSpec, create_topic, events,
-    http, now_s, order, ticket_user, token, wait_for_pass, wait_past,
+    DRILL_KEY, INVENTORY_TOKEN, ITEMS, JWT_SECRET, PAYMENT_SECRET, ROOM_KEY, TopicSpec,
+    create_topic, drill_order, events, http, now_s, order, ticket_user, token, wait_for_pass,
+    wait_past,
 };
 use serde_json::Value;
 

@@ -186,6 +186,8 @@ pub(super) fn sale_json(sale: &FlashSale, sale_id: &str) -> Result<Rendered, Bui
                 shards: fit("spec.items[].shards", item.shards)?,
             })
         })
+        // The drill buyer's stock, beside the sale's and never part of it.
+        .chain([Ok(ItemDefinition::drill())])
         .collect::<Result<_, BuildError>>()?;
     let mut definition = SaleDefinition {
         sale: sale_id.to_owned(),

@@ -1,7 +1,9 @@
 //! The sale's internal Secret `<sale>-internal`: the bearer tokens of the
-//! inventory API, which only the sale's own parts know. The gateway and the
-//! operator send the API token; loading a sale and adjusting stock need the
-//! admin token, which only the inventory pods hold.
+//! inventory API, which only the sale's own parts know, and the drill key.
+//! The gateway and the operator send the API token; loading a sale and
+//! adjusting stock need the admin token, which only the inventory pods hold;
+//! the operator signs drill buyer tokens with the drill key, which the
+//! gateways check them with.
 //!
 //! The operator creates the Secret once with random tokens and never
 //! rewrites it (rewriting would lock out every pod still holding the old
@@ -28,13 +30,22 @@ pub const API_TOKEN_KEY: &str = "inventory-token";
 /// Key of the inventory admin token (loading a sale, stock adjustments).
 pub const ADMIN_TOKEN_KEY: &str = "inventory-admin-token";
 
-/// The two tokens of a sale's internal Secret.
+/// Key of the drill key: drill buyer tokens are signed with it
+/// (`flashsale_drill_buyer`). Held by the gateways, and read by the
+/// operator, which signs them.
+pub const DRILL_KEY: &str = "drill-buyer-key";
+/// Where the gateway finds the drill key.
+pub const DRILL_DIR: &str = "/etc/flashsale/drill";
+
+/// The secrets of a sale's internal Secret.
 #[derive(Clone, PartialEq, Eq)]
 pub struct InternalTokens {
     /// Sent by the gateway and the operator.
     pub api: String,
     /// Held by the inventory pods only.
     pub admin: String,
+    /// Signs drill buyer tokens.
+    pub drill: String,
 }
 
 /// Never prints the tokens: they end up in logs otherwise.
@@ -58,6 +69,10 @@ pub fn internal_secret(sale: &FlashSale, tokens: &InternalTokens) -> Result<Secr
         (
             ADMIN_TOKEN_KEY.to_owned(),
             ByteString(tokens.admin.clone().into_bytes()),
+        ),
+        (
+            DRILL_KEY.to_owned(),
+            ByteString(tokens.drill.clone().into_bytes()),
         ),
     ]);
     Ok(Secret {
@@ -83,4 +98,20 @@ pub(super) fn internal_volume(owner: &Owner<'_>, keys: &[&str]) -> (Volume, Volu
 /// The path of a mounted internal key, for the env variable naming it.
 pub(super) fn internal_file(key: &str) -> String {
     format!("{INTERNAL_DIR}/{key}")
+}
+
+/// The drill key mounted as `<DRILL_DIR>/<DRILL_KEY>`, optionally: a Secret
+/// made before drill keys existed has none (it is never rewritten), and its
+/// gateways then take no drill orders rather than not starting.
+pub(super) fn drill_volume(owner: &Owner<'_>) -> (Volume, VolumeMount) {
+    let (mut volume, mount) = pod::secret_files(
+        "drill",
+        DRILL_DIR,
+        &names::internal_secret(owner.sale),
+        &[(DRILL_KEY, DRILL_KEY)],
+    );
+    if let Some(secret) = volume.secret.as_mut() {
+        secret.optional = Some(true);
+    }
+    (volume, mount)
 }

@@ -39,7 +39,7 @@ pub use flashsale_api::children::{
     BuildError, COMPONENT_KEY, Component, MANAGED_BY, MANAGED_BY_KEY, NAME_KEY, OPS_PORT_NUMBER,
     Owner, PART_OF_KEY, degradation_config_map, labels, names, selector,
 };
-pub use internal::{ADMIN_TOKEN_KEY, API_TOKEN_KEY, InternalTokens, internal_secret};
+pub use internal::{ADMIN_TOKEN_KEY, API_TOKEN_KEY, DRILL_KEY, InternalTokens, internal_secret};
 pub use secrets::secret_refs;
 
 use flashsale_api::FlashSale;

@@ -72,6 +72,7 @@ fn small_sale_pending() -> anyhow::Result<()> {
     let tokens = InternalTokens {
         api: "a".repeat(64),
         admin: "b".repeat(64),
+        drill: "c".repeat(64),
     };
     insta::assert_yaml_snapshot!("small_sale_internal", internal_secret(&sale, &tokens)?);
     Ok(())

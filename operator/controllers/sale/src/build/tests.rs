@@ -431,6 +431,8 @@ fn sale_json_parses_as_the_inventory_expects() -> anyhow::Result<()> {
                 per_user_limit: 5,
                 shards: 1
             },
+            // The drill buyer's own stock, last.
+            ItemDefinition::drill(),
         ]
     );
     Ok(())
@@ -860,15 +862,25 @@ fn the_inventory_tokens_are_mounted_where_each_workload_needs_them() -> anyhow::
             .filter(|m| m.0 == "weekend-deal-internal")
             .collect::<Vec<_>>()
     };
-    // The gateway sends the API token; it never holds the admin token.
+    // The gateway sends the API token; it never holds the admin token. It
+    // checks drill buyers' tokens with the drill key.
+    let drill = (
+        "weekend-deal-internal".to_owned(),
+        vec![("drill-buyer-key".to_owned(), "drill-buyer-key".to_owned())],
+        "/etc/flashsale/drill".to_owned(),
+    );
     assert_eq!(
         of(secret_mounts(&desired, "weekend-deal-gateway")?),
-        [internal(&["inventory-token"])]
+        [internal(&["inventory-token"]), drill]
     );
     let gateway = env_of(&desired, "weekend-deal-gateway")?;
     assert_eq!(
         gateway.get("INVENTORY_API_TOKEN_FILE"),
         Some(&Some("/etc/flashsale/internal/inventory-token".to_owned()))
+    );
+    assert_eq!(
+        gateway.get("DRILL_BUYER_KEY_FILE"),
+        Some(&Some("/etc/flashsale/drill/drill-buyer-key".to_owned()))
     );
     assert!(!gateway.contains_key("INVENTORY_ADMIN_TOKEN_FILE"));
     // The inventory checks both.

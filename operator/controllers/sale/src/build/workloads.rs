@@ -10,7 +10,10 @@ use k8s_openapi::{
 use super::{
     BuildError, Images, Owner,
     config::{GATEWAY_CONFIG_KEY, INVENTORY_CONFIG_KEY, Rendered},
-    internal::{ADMIN_TOKEN_KEY, API_TOKEN_KEY, internal_file, internal_volume},
+    internal::{
+        ADMIN_TOKEN_KEY, API_TOKEN_KEY, DRILL_DIR, DRILL_KEY, drill_volume, internal_file,
+        internal_volume,
+    },
     labels,
     names::{self, Component},
     pod::{self, CONFIG_DIR, HTTP_PORT, SECRET_FILE, env, env_field, env_secret},
@@ -203,6 +206,7 @@ pub(super) fn gateway(
         pod::secret_volume("jwt", JWT_DIR, jwt_secret),
         // The API token only: the gateway never loads sales or adjusts stock.
         internal_volume(owner, &[API_TOKEN_KEY]),
+        drill_volume(owner),
     ];
     let mut env = vec![
         env(LOG_FORMAT.0, LOG_FORMAT.1),
@@ -218,6 +222,7 @@ pub(super) fn gateway(
             ),
         ),
         env(API_TOKEN_ENV, internal_file(API_TOKEN_KEY)),
+        env("DRILL_BUYER_KEY_FILE", format!("{DRILL_DIR}/{DRILL_KEY}")),
         env("KAFKA_BROKERS", kafka.brokers.join(",")),
         env("ORDERS_TOPIC", kafka.topic.as_str()),
         // The gateway's own Redis user when it has one, so the internet-facing
