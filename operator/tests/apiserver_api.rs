@@ -299,6 +299,11 @@ fn invalid_gateways_and_names() -> Vec<Invalid> {
             "spec.gateway.auth",
         ),
         (
+            "a sale id the workloads cannot key by",
+            with(sale(), "/spec/saleID", json!("shop/weekend deal")),
+            "spec.saleID",
+        ),
+        (
             "a region no header can carry",
             with(sale(), "/spec/region", json!("east 1")),
             "spec.region",
@@ -1017,6 +1022,44 @@ async fn start_time_and_skus_are_protected_once_live() -> anyhow::Result<()> {
         sale.spec.schedule.start.0.to_string(),
         "2026-11-10T23:00:00Z"
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_sale_id_is_fixed_at_creation() -> anyhow::Result<()> {
+    let client = setup().await?;
+    let ns = TestNamespace::create(&client, "api-id").await?;
+    let api = api_for(&client, &ns.name, "FlashSale");
+    create(
+        &api,
+        with(valid_sale("named"), "/spec/saleID", json!("shop:one")),
+    )
+    .await?;
+    create(&api, valid_sale("derived")).await?;
+    let params = PatchParams::default();
+    let changes = [
+        ("named", json!({"spec": {"saleID": "shop:two"}})),
+        ("named", json!({"spec": {"saleID": null}})),
+        ("derived", json!({"spec": {"saleID": "shop:three"}})),
+    ];
+    for (name, patch) in changes {
+        let changed = api.patch(name, &params, &Patch::Merge(&patch)).await;
+        assert!(
+            matches!(&changed, Err(kube::Error::Api(s)) if s.code == 422 && s.message.contains("spec.saleID cannot be set, changed or removed")),
+            "{name} took {patch}: {changed:?}"
+        );
+    }
+    // Anything else may change as before.
+    api.patch(
+        "named",
+        &params,
+        &Patch::Merge(json!({"spec": {"schedule": {"start": "2026-11-10T23:00:00Z"}}})),
+    )
+    .await?;
+    let sale = Api::<FlashSale>::namespaced(client.clone(), &ns.name)
+        .get("named")
+        .await?;
+    assert_eq!(sale.spec.sale_id.as_deref(), Some("shop:one"));
     Ok(())
 }
 

@@ -48,7 +48,15 @@ use super::{
     // DNS labels of at most 63 characters.
     validation = Rule::new("size(self.metadata.name) <= 50")
         .message("metadata.name of a FlashSale must be at most 50 characters (its children append up to 13)")
-        .reason(Reason::FieldValueInvalid)
+        .reason(Reason::FieldValueInvalid),
+    // The stock, the events and the rows are kept under the sale id: another
+    // id is another sale, and the stock sold under this one would be lost.
+    validation = Rule::new(
+        "has(self.spec.saleID) == has(oldSelf.spec.saleID) && \
+         (!has(self.spec.saleID) || self.spec.saleID == oldSelf.spec.saleID)"
+    )
+    .message("spec.saleID cannot be set, changed or removed after the sale is created")
+    .reason(Reason::FieldValueForbidden)
 )]
 #[serde(rename_all = "camelCase")]
 pub struct FlashSaleSpec {
@@ -74,6 +82,16 @@ pub struct FlashSaleSpec {
         regex(pattern = r"^[A-Za-z0-9]([-_.A-Za-z0-9]*[A-Za-z0-9])?$")
     )]
     pub region: String,
+    /// The id the workloads know the sale by: its Redis keys, its order
+    /// events and rows, its buyers' request ids. Set the same id on each
+    /// region's FlashSale of one sale, so a standby sells from the stock
+    /// replicated from the primary and a buyer's retry in another region is
+    /// the same order. Absent: `<namespace>.<name>.<first 8 hex digits of
+    /// metadata.uid>`, so a sale created again starts from nothing. Fixed
+    /// at creation.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "saleID")]
+    #[schemars(regex(pattern = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"))]
+    pub sale_id: Option<String>,
     /// A warm-standby peer that can take the sale over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub standby: Option<StandbyPeer>,
@@ -174,6 +192,16 @@ pub struct GatewaySpec {
     /// gateway cannot verify a callback, so no payment confirms an order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payment: Option<GatewayPayment>,
+    /// The drill key (at least 32 bytes) drill buyers' tokens are checked
+    /// with, when every region's sale of one `saleID` must take the same
+    /// drill buyers: the same Secret in each region. Absent: the
+    /// `drill-buyer-key` the operator made in the sale's internal Secret.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "drillKeySecretRef"
+    )]
+    pub drill_key_secret_ref: Option<SecretKeyRef>,
     /// The gateway's own Redis login (rate limit and waiting room), for a
     /// Redis user that reaches only the gateway's keys (`inventory
     /// redis-acl` prints the rules). Absent: the inventory's.

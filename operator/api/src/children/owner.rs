@@ -59,9 +59,13 @@ impl<'a> Owner<'a> {
         })
     }
 
-    /// The sale id the workloads use, see [`names::sale_id`].
+    /// The sale id the workloads use: `spec.saleID`, or else
+    /// [`names::sale_id`].
     pub fn sale_id(&self) -> String {
-        names::sale_id(self.namespace, self.name, self.uid)
+        match &self.sale.spec.sale_id {
+            Some(id) => id.clone(),
+            None => names::sale_id(self.namespace, self.name, self.uid),
+        }
     }
 
     /// Metadata of a child: its name, the sale's namespace, the DESIGN labels

@@ -100,10 +100,16 @@ pub(super) fn internal_file(key: &str) -> String {
     format!("{INTERNAL_DIR}/{key}")
 }
 
-/// The drill key mounted as `<DRILL_DIR>/<DRILL_KEY>`, optionally: a Secret
-/// made before drill keys existed has none (it is never rewritten), and its
-/// gateways then take no drill orders rather than not starting.
-pub(super) fn drill_volume(owner: &Owner<'_>) -> (Volume, VolumeMount) {
+/// The drill key mounted in [`DRILL_DIR`], and the path of its file:
+/// `spec.gateway.drillKeySecretRef`'s, or else the internal Secret's,
+/// optionally: a Secret made before drill keys existed has none (it is
+/// never rewritten), and its gateways then take no drill orders rather than
+/// not starting.
+pub(super) fn drill_volume(owner: &Owner<'_>) -> ((Volume, VolumeMount), String) {
+    if let Some(secret) = &owner.sale.spec.gateway.drill_key_secret_ref {
+        let file = format!("{DRILL_DIR}/{}", pod::SECRET_FILE);
+        return (pod::secret_volume("drill", DRILL_DIR, secret), file);
+    }
     let (mut volume, mount) = pod::secret_files(
         "drill",
         DRILL_DIR,
@@ -113,5 +119,5 @@ pub(super) fn drill_volume(owner: &Owner<'_>) -> (Volume, VolumeMount) {
     if let Some(secret) = volume.secret.as_mut() {
         secret.optional = Some(true);
     }
-    (volume, mount)
+    ((volume, mount), format!("{DRILL_DIR}/{DRILL_KEY}"))
 }

@@ -35,6 +35,10 @@ pub fn secret_refs(sale: &FlashSale) -> Vec<(&'static str, &SecretKeyRef)> {
                 .filter(|_| waiting_room.enabled),
         ),
         (
+            "spec.gateway.drillKeySecretRef",
+            spec.gateway.drill_key_secret_ref.as_ref(),
+        ),
+        (
             "spec.gateway.redis.urlSecretRef",
             spec.gateway
                 .redis

@@ -796,6 +796,51 @@ fn the_sale_id_tells_namespaces_and_incarnations_apart() -> anyhow::Result<()> {
     Ok(())
 }
 
+#[test]
+fn one_sale_in_two_regions_shares_its_id_and_drill_key() -> anyhow::Result<()> {
+    let mut sale = fixtures::small_sale()?;
+    sale.spec.sale_id = Some("shop:weekend-deal".to_owned());
+    sale.spec.gateway.drill_key_secret_ref = Some(serde_json::from_value(
+        serde_json::json!({"name": "drill", "key": "shared"}),
+    )?);
+    assert_eq!(super::sale_id(&sale)?, "shop:weekend-deal");
+    let desired = build_at(&sale, Stage::Active)?;
+    let gateway: serde_json::Value = serde_json::from_str(config_data(
+        &desired,
+        "weekend-deal-gateway",
+        GATEWAY_CONFIG_KEY,
+    )?)?;
+    let inventory: SaleDefinition = serde_json::from_str(config_data(
+        &desired,
+        "weekend-deal-inventory",
+        INVENTORY_CONFIG_KEY,
+    )?)?;
+    assert_eq!(
+        (gateway["sale"].as_str(), inventory.sale.as_str()),
+        (Some("shop:weekend-deal"), "shop:weekend-deal")
+    );
+    // The shared key, not the internal Secret's own.
+    let mounts = secret_mounts(&desired, "weekend-deal-gateway")?;
+    assert!(
+        mounts.contains(&(
+            "drill".to_owned(),
+            vec![("shared".to_owned(), "key".to_owned())],
+            "/etc/flashsale/drill".to_owned()
+        )),
+        "{mounts:?}"
+    );
+    assert_eq!(
+        env_of(&desired, "weekend-deal-gateway")?.get("DRILL_BUYER_KEY_FILE"),
+        Some(&Some("/etc/flashsale/drill/key".to_owned()))
+    );
+    assert!(
+        super::secret_refs(&sale)
+            .iter()
+            .any(|(path, r)| *path == "spec.gateway.drillKeySecretRef" && r.name == "drill")
+    );
+    Ok(())
+}
+
 /// A container's env as name → literal value.
 fn env_of(desired: &Desired, name: &str) -> anyhow::Result<BTreeMap<String, Option<String>>> {
     let pod = template(desired, name)?.spec.as_ref().context("pod spec")?;

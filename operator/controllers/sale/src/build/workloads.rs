@@ -10,10 +10,7 @@ use k8s_openapi::{
 use super::{
     BuildError, Images, Owner,
     config::{GATEWAY_CONFIG_KEY, INVENTORY_CONFIG_KEY, Rendered},
-    internal::{
-        ADMIN_TOKEN_KEY, API_TOKEN_KEY, DRILL_DIR, DRILL_KEY, drill_volume, internal_file,
-        internal_volume,
-    },
+    internal::{ADMIN_TOKEN_KEY, API_TOKEN_KEY, drill_volume, internal_file, internal_volume},
     labels,
     names::{self, Component},
     pod::{self, CONFIG_DIR, HTTP_PORT, SECRET_FILE, env, env_field, env_secret},
@@ -201,12 +198,13 @@ pub(super) fn gateway(
     let gateway = &spec.gateway;
     let kafka = &spec.order_writer.kafka;
     let (jwt_env, jwt_secret) = jwt_key(&gateway.auth)?;
+    let (drill, drill_file) = drill_volume(owner);
     let mut volumes = vec![
         pod::config_volume("config", names::gateway_config(owner.sale)),
         pod::secret_volume("jwt", JWT_DIR, jwt_secret),
         // The API token only: the gateway never loads sales or adjusts stock.
         internal_volume(owner, &[API_TOKEN_KEY]),
-        drill_volume(owner),
+        drill,
     ];
     let mut env = vec![
         env(LOG_FORMAT.0, LOG_FORMAT.1),
@@ -222,7 +220,7 @@ pub(super) fn gateway(
             ),
         ),
         env(API_TOKEN_ENV, internal_file(API_TOKEN_KEY)),
-        env("DRILL_BUYER_KEY_FILE", format!("{DRILL_DIR}/{DRILL_KEY}")),
+        env("DRILL_BUYER_KEY_FILE", drill_file),
         env("KAFKA_BROKERS", kafka.brokers.join(",")),
         env("ORDERS_TOPIC", kafka.topic.as_str()),
         // The gateway's own Redis user when it has one, so the internet-facing
