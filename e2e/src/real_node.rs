@@ -97,6 +97,27 @@ pub async fn create_stocked_sale(
     opens_in: SignedDuration,
     stock: u32,
 ) -> anyhow::Result<Sale> {
+    create_sale_as(client, ns, opens_in, stock, None).await
+}
+
+/// [`create_sale`] as another region's FlashSale of the sale with id
+/// `sale_id` (its `spec.saleID`).
+pub async fn create_standby_sale(
+    client: &Client,
+    ns: &str,
+    opens_in: SignedDuration,
+    sale_id: &str,
+) -> anyhow::Result<Sale> {
+    create_sale_as(client, ns, opens_in, 10, Some(sale_id)).await
+}
+
+async fn create_sale_as(
+    client: &Client,
+    ns: &str,
+    opens_in: SignedDuration,
+    stock: u32,
+    sale_id: Option<&str>,
+) -> anyhow::Result<Sale> {
     let brokers = stack::kafka_brokers()?;
     let name = "real".to_owned();
     let topic = unique_name("orders");
@@ -153,7 +174,8 @@ pub async fn create_stocked_sale(
             }
         }
     });
-    let sale: FlashSale = serde_json::from_value(object)?;
+    let mut sale: FlashSale = serde_json::from_value(object)?;
+    sale.spec.sale_id = sale_id.map(str::to_owned);
     Api::<FlashSale>::namespaced(client.clone(), ns)
         .create(&PostParams::default(), &sale)
         .await?;

@@ -4,7 +4,8 @@
 //! (HAProxy) in front of both gateways. Readiness passes with its numbers,
 //! then fails for each reason on a real cause (capacity short, replication
 //! paused past its grace, the endpoint seeing B down, the endpoint sending
-//! buyers to B while A is Ready, B's sale gone), a
+//! buyers to B while A is Ready, B's sale gone, a standby of another sale
+//! id), a
 //! shorter pause is reported without flipping it, and a not-ready standby
 //! refuses an active run. An active run fails buyers over to B by failing
 //! every A gateway through Chaos Mesh, measures the RTO (checked against
@@ -17,7 +18,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::real_node::{Scene, TICK, await_ready, create_sale, ended_run, pod_ip, ready_pods};
+use common::real_node::{
+    Scene, TICK, await_ready, create_sale, create_standby_sale, ended_run, pod_ip, ready_pods,
+};
 use flashsale_api::{
     ChaosDrill, FlashSale,
     chaosdrill::{ChaosDrillStatus, FailoverStatus, RunOutcome, RunRecord},
@@ -141,10 +144,16 @@ impl Pair {
         let regions = Regions::from_env()?;
         let scene = Scene::start("fo-a").await?;
         let client = scene.client.clone();
-        // Region B: its own namespace, operator and sale on the real node.
+        // Region B: its own namespace, operator and FlashSale on the real
+        // node, of the same sale (A's sale id).
+        let a_sale: FlashSale = Api::namespaced(client.clone(), &scene.ns.name)
+            .get(&scene.sale.name)
+            .await?;
+        let sale_id = flashsale_api::children::Owner::new(&a_sale)?.sale_id();
         let b = TestNamespace::create(&client, "fo-b").await?;
         let b_operator = common::real_node::operator(&b.name)?;
-        let b_sale = create_sale(&client, &b.name, jiff::SignedDuration::from_hours(1)).await?;
+        let opens_in = jiff::SignedDuration::from_hours(1);
+        let b_sale = create_standby_sale(&client, &b.name, opens_in, &sale_id).await?;
         await_ready(&client, &b.name, &b_sale.name).await?;
         let b_gateways = ready_pods(&client, &b.name, &b_sale.name, "gateway").await?;
         // The global endpoint: A's gateway primary, B's the backup.
@@ -260,10 +269,35 @@ async fn the_standby_is_ready_then_fails_for_each_reason_and_refuses_an_active_r
         .await?;
     pair.until("True", "StandbyReady").await?;
 
+    another_sale(&pair).await?;
     lags(&mut pair).await?;
     endpoint_down(&pair).await?;
     false_failover(&pair).await?;
     missing_refuses_an_active_run(&pair).await
+}
+
+/// A standby FlashSale of another sale (its own sale id) is not ready, and
+/// says why: it would sell stock of its own. No pods needed: the check
+/// comes before the sale's readiness.
+async fn another_sale(pair: &Pair) -> anyhow::Result<()> {
+    let other = TestNamespace::create(&pair.scene.client, "fo-other").await?;
+    create_sale(
+        &pair.scene.client,
+        &other.name,
+        jiff::SignedDuration::from_hours(1),
+    )
+    .await?;
+    let standby = |ns: &str| json!({"spec": {"failover": {"standby": {"namespace": ns}}}});
+    pair.patch(standby(&other.name)).await?;
+    let refused = pair.until("False", "StandbyOtherSale").await?;
+    let message = &check(refused.failover.as_ref(), "standby")?.message;
+    assert!(
+        message.contains("give both FlashSales the same spec.saleID"),
+        "{message}"
+    );
+    pair.patch(standby(&pair.b.name)).await?;
+    pair.until("True", "StandbyReady").await?;
+    Ok(())
 }
 
 /// A spike under the grace is reported and never flips readiness; a pause

@@ -411,6 +411,9 @@ reasons! {
         StandbyMissing,
         /// The standby's FlashSale is not Ready.
         StandbyNotReady,
+        /// The standby's FlashSale is another sale (another sale id) than
+        /// the primary, so it would not sell the replicated stock.
+        StandbyOtherSale,
         /// The standby's ready gateways cannot carry both regions' load
         /// with the headroom asked.
         CapacityShort,

@@ -33,6 +33,15 @@ pub enum StandbySaleReading {
         /// Ready gateway replicas.
         gateways: i32,
     },
+    /// Another sale: it keys its stock, orders and request ids by another
+    /// sale id than the primary, so it would sell stock of its own rather
+    /// than what is replicated from the primary.
+    OtherSale {
+        /// The primary's sale id.
+        primary: String,
+        /// The standby's.
+        standby: String,
+    },
 }
 
 /// The loads of both regions, requests per second.
@@ -193,6 +202,18 @@ fn standby_check(spec: &FailoverCheck, reading: &StandbySaleReading) -> Checked 
                 format!("standby sale {sale} is not Ready: {why}"),
             ),
             Some(DrillReason::StandbyNotReady),
+        ),
+        StandbySaleReading::OtherSale { primary, standby } => (
+            check(
+                "standby",
+                false,
+                format!(
+                    "standby sale {sale} is sale {standby:?}, the primary is sale {primary:?}: \
+                     it would sell stock of its own, not the stock replicated from the primary; \
+                     give both FlashSales the same spec.saleID"
+                ),
+            ),
+            Some(DrillReason::StandbyOtherSale),
         ),
         StandbySaleReading::Ready { gateways } => (
             ReadinessCheck {
@@ -524,10 +545,19 @@ mod tests {
     #[test]
     fn each_failure_names_its_own_reason() {
         type Break = fn(&mut Readings);
-        let cases: [(Break, DrillReason); 7] = [
+        let cases: [(Break, DrillReason); 8] = [
             (
                 |r| r.standby = StandbySaleReading::Missing("not found".into()),
                 DrillReason::StandbyMissing,
+            ),
+            (
+                |r| {
+                    r.standby = StandbySaleReading::OtherSale {
+                        primary: "shop.sale.0123abcd".into(),
+                        standby: "shop-b.sale.4567ef01".into(),
+                    };
+                },
+                DrillReason::StandbyOtherSale,
             ),
             (
                 |r| r.standby = StandbySaleReading::NotReady("1/3 workloads".into()),

@@ -22,6 +22,7 @@ use super::{
 use flashsale_api::{
     FlashSale,
     chaosdrill::{FailoverCheck, ReplicationLag},
+    children::Owner,
     common::SecretKeyRef,
     conditions::READY,
 };
@@ -140,6 +141,15 @@ async fn standby_sale(source: &Source<'_>, spec: &FailoverCheck) -> StandbySaleR
         Ok(Ok(None)) => return StandbySaleReading::Missing("it does not exist".to_owned()),
         Ok(Ok(Some(sale))) => sale,
     };
+    let standby_id = Owner::new(&sale).ok().map(|owner| owner.sale_id());
+    if let (Some(primary), Some(standby)) = (&source.primary.sale_id, standby_id)
+        && *primary != standby
+    {
+        return StandbySaleReading::OtherSale {
+            primary: primary.clone(),
+            standby,
+        };
+    }
     let status = sale.status.unwrap_or_default();
     let ready = status.observed.conditions.iter().find(|c| c.type_ == READY);
     match ready {

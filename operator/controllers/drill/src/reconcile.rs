@@ -25,6 +25,7 @@ use super::{
     status::{self, Look, StandbyLook, State},
     stop,
 };
+use flashsale_api::children::Owner;
 use flashsale_api::reasons::DrillReason;
 use flashsale_api::{
     ChaosDrill, FlashSale,
@@ -771,6 +772,8 @@ pub struct SaleView {
     pub ready: bool,
     /// Its `spec.region`.
     pub region: String,
+    /// The id its workloads key it by (`spec.saleID` or the derived one).
+    pub sale_id: Option<String>,
 }
 
 impl SaleView {
@@ -782,6 +785,7 @@ impl SaleView {
             .await
             .map_err(Error::kube(Verb::Read, "FlashSale", name))?;
         Ok(sale.map_or_else(Self::default, |sale| Self {
+            sale_id: Owner::new(&sale).ok().map(|owner| owner.sale_id()),
             uid: sale.uid(),
             timeline: Some(Timeline::of(&sale.spec)),
             status_live: sale.status.as_ref().and_then(|s| s.phase) == Some(SalePhase::Live),
