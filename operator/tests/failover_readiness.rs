@@ -32,7 +32,7 @@ use flashsale_e2e::{
     region::{self, Checks, Regions},
     wait::poll_until,
 };
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::{
     Api,
     api::{DeleteParams, Patch, PatchParams, PostParams},
@@ -133,6 +133,8 @@ struct Pair {
     _b_operator: common::Operator,
     b_sale: String,
     b_ready: i32,
+    /// The sale id both regions' FlashSales share.
+    sale_id: String,
     drills: Api<ChaosDrill>,
     a_gw: String,
     b_gw: String,
@@ -179,6 +181,7 @@ impl Pair {
         let spec = drill(&scene.sale.name, &b.name, endpoint, 100.0)?;
         drills.create(&PostParams::default(), &spec).await?;
         Ok(Self {
+            sale_id,
             b_ready: i32::try_from(b_gateways.len())?,
             b_sale: b_sale.name,
             scene,
@@ -630,21 +633,10 @@ async fn a_drill_buyer_orders_before_the_opening(pair: &Pair) -> anyhow::Result<
         .as_ref()
         .and_then(|d| d.get(flashsale_controller_sale::build::DRILL_KEY))
         .ok_or_else(|| anyhow::anyhow!("no drill key in {sale}-internal"))?;
-    let config: ConfigMap = Api::namespaced(client.clone(), ns)
-        .get(&format!("{sale}-gateway"))
-        .await?;
-    let gateway: serde_json::Value = serde_json::from_str(
-        config
-            .data
-            .as_ref()
-            .and_then(|d| d.get(flashsale_controller_sale::build::GATEWAY_CONFIG_KEY))
-            .ok_or_else(|| anyhow::anyhow!("no gateway.json in {sale}-gateway"))?,
-    )?;
-    let sale_id = gateway["sale"].as_str().unwrap_or_default();
     let endpoint = Regions::from_env()?.endpoint;
     let drill = flashsale_drill_buyer::SKU;
     let (status, body) =
-        flashsale_e2e::funnel::drill_order(&endpoint, (sale_id, &key.0), "drill:fo:1", drill)
+        flashsale_e2e::funnel::drill_order(&endpoint, (&pair.sale_id, &key.0), "drill:fo:1", drill)
             .await?;
     assert_eq!(status, 201, "{body}");
     let order_id = body["orderId"].as_str().unwrap_or_default().to_owned();

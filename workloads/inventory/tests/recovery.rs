@@ -239,16 +239,27 @@ async fn until_open(conn: &redis::aio::MultiplexedConnection, opens: u64) -> any
     Ok(())
 }
 
-#[tokio::test]
-async fn a_sale_redis_lost_after_opening_is_refused_and_never_recreated() -> anyhow::Result<()> {
-    let store = connect().await?;
-    let sale = stack::unique_name("inv-lost");
+/// A sale of 10 `HOT` over 2 shards loaded into `store` 300 ms before its
+/// opening, once Redis's clock has passed the opening; with a raw
+/// connection to the same Redis.
+async fn opened_sale(
+    store: &Store,
+    prefix: &str,
+) -> anyhow::Result<(String, SaleDefinition, redis::aio::MultiplexedConnection)> {
+    let sale = stack::unique_name(prefix);
     let mut conn = raw().await?;
     let mut def = definition(&sale, 10, 2, 60_000);
     def.opens_at_ms = Some(redis_now_ms(&mut conn).await? + 300);
     store.load(&def).await?;
-    assert_eq!(store.check_held(&sale).await?, Holding::Held);
     until_open(&conn, def.opening()).await?;
+    Ok((sale, def, conn))
+}
+
+#[tokio::test]
+async fn a_sale_redis_lost_after_opening_is_refused_and_never_recreated() -> anyhow::Result<()> {
+    let store = connect().await?;
+    let (sale, def, mut conn) = opened_sale(&store, "inv-lost").await?;
+    assert_eq!(store.check_held(&sale).await?, Holding::Held);
     for n in 0..4 {
         reserve(&store, &sale, &format!("u{n}"), &format!("r{n}")).await?;
     }
@@ -348,12 +359,7 @@ async fn a_write_no_replica_confirmed_is_not_acknowledged() -> anyhow::Result<()
 #[tokio::test]
 async fn a_sale_opened_before_drill_stock_existed_loads_without_it() -> anyhow::Result<()> {
     let store = connect().await?;
-    let sale = stack::unique_name("inv-drill");
-    let mut conn = raw().await?;
-    let mut def = definition(&sale, 10, 2, 60_000);
-    def.opens_at_ms = Some(redis_now_ms(&mut conn).await? + 300);
-    store.load(&def).await?;
-    until_open(&conn, def.opening()).await?;
+    let (sale, mut def, mut conn) = opened_sale(&store, "inv-drill").await?;
     // An upgraded operator adds the drill SKU to a sale already open.
     def.items.push(ItemDefinition::drill());
     let restarted = connect().await?;
