@@ -101,13 +101,21 @@ pub async fn create_stocked_sale(
 }
 
 /// [`create_sale`] as another region's FlashSale of the sale with id
-/// `sale_id` (its `spec.saleID`).
+/// `sale_id` (its `spec.saleID`) and drill key `drill_key` (in the Secret
+/// `drill`, named by its `spec.gateway.drillKeySecretRef`).
 pub async fn create_standby_sale(
     client: &Client,
     ns: &str,
     opens_in: SignedDuration,
-    sale_id: &str,
+    (sale_id, drill_key): (&str, &[u8]),
 ) -> anyhow::Result<Sale> {
+    let drill: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "drill"},
+        "data": {"key": k8s_openapi::ByteString(drill_key.to_vec())}
+    }))?;
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &drill)
+        .await?;
     create_sale_as(client, ns, opens_in, 10, Some(sale_id)).await
 }
 
@@ -116,7 +124,7 @@ async fn create_sale_as(
     ns: &str,
     opens_in: SignedDuration,
     stock: u32,
-    sale_id: Option<&str>,
+    standby_of: Option<&str>,
 ) -> anyhow::Result<Sale> {
     let brokers = stack::kafka_brokers()?;
     let name = "real".to_owned();
@@ -175,7 +183,12 @@ async fn create_sale_as(
         }
     });
     let mut sale: FlashSale = serde_json::from_value(object)?;
-    sale.spec.sale_id = sale_id.map(str::to_owned);
+    if let Some(sale_id) = standby_of {
+        sale.spec.sale_id = Some(sale_id.to_owned());
+        sale.spec.gateway.drill_key_secret_ref = Some(serde_json::from_value(
+            json!({"name": "drill", "key": "key"}),
+        )?);
+    }
     Api::<FlashSale>::namespaced(client.clone(), ns)
         .create(&PostParams::default(), &sale)
         .await?;

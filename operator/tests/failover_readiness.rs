@@ -155,7 +155,8 @@ impl Pair {
         let b = TestNamespace::create(&client, "fo-b").await?;
         let b_operator = common::real_node::operator(&b.name)?;
         let opens_in = jiff::SignedDuration::from_hours(1);
-        let b_sale = create_standby_sale(&client, &b.name, opens_in, &sale_id).await?;
+        let key = drill_key(&client, &scene.ns.name, &scene.sale.name).await?;
+        let b_sale = create_standby_sale(&client, &b.name, opens_in, (&sale_id, &key)).await?;
         await_ready(&client, &b.name, &b_sale.name).await?;
         let b_gateways = ready_pods(&client, &b.name, &b_sale.name, "gateway").await?;
         // The global endpoint: A's gateway primary, B's the backup.
@@ -614,6 +615,18 @@ async fn an_active_run_fails_buyers_over_to_the_standby_and_gives_them_back() ->
     sigkill_mid_failover(&mut pair).await
 }
 
+/// The drill key in the internal Secret of the sale `ns/sale`.
+async fn drill_key(client: &kube::Client, ns: &str, sale: &str) -> anyhow::Result<Vec<u8>> {
+    let internal: Secret = Api::namespaced(client.clone(), ns)
+        .get(&format!("{sale}-internal"))
+        .await?;
+    internal
+        .data
+        .and_then(|mut d| d.remove(flashsale_controller_sale::build::DRILL_KEY))
+        .map(|key| key.0)
+        .ok_or_else(|| anyhow::anyhow!("no drill key in {sale}-internal"))
+}
+
 /// The drill buyer (`flashsale_drill_buyer`) orders through the global
 /// endpoint an hour before the sale opens, with a token signed with the
 /// drill key of the sale's internal Secret: region A's gateway pod takes
@@ -625,18 +638,11 @@ async fn a_drill_buyer_orders_before_the_opening(pair: &Pair) -> anyhow::Result<
         &pair.scene.ns.name,
         &pair.scene.sale.name,
     );
-    let internal: Secret = Api::namespaced(client.clone(), ns)
-        .get(&format!("{sale}-internal"))
-        .await?;
-    let key = internal
-        .data
-        .as_ref()
-        .and_then(|d| d.get(flashsale_controller_sale::build::DRILL_KEY))
-        .ok_or_else(|| anyhow::anyhow!("no drill key in {sale}-internal"))?;
+    let key = drill_key(client, ns, sale).await?;
     let endpoint = Regions::from_env()?.endpoint;
     let drill = flashsale_drill_buyer::SKU;
     let (status, body) =
-        flashsale_e2e::funnel::drill_order(&endpoint, (&pair.sale_id, &key.0), "drill:fo:1", drill)
+        flashsale_e2e::funnel::drill_order(&endpoint, (&pair.sale_id, &key), "drill:fo:1", drill)
             .await?;
     assert_eq!(status, 201, "{body}");
     let order_id = body["orderId"].as_str().unwrap_or_default().to_owned();
@@ -702,6 +708,57 @@ async fn fails_over_and_back(pair: &Pair) -> anyhow::Result<()> {
         .metric_sum("flashsale_failover_rto_seconds_count")
         .await?;
     assert_eq!(measured, 1.0);
+    drill_orders_landed(&run, (a, b)).await
+}
+
+/// The run's buyer ordered through the endpoint throughout, both regions'
+/// gateways acknowledged orders, and the database agrees with the record:
+/// it holds every order a gateway acknowledged, and at most the unanswered
+/// ones besides (a gateway may store an order whose answer the fault then
+/// lost). Both regions' sales write to the stack's one database here, under
+/// the one sale id.
+async fn drill_orders_landed(run: &RunRecord, (a, b): (&str, &str)) -> anyhow::Result<()> {
+    let orders = run
+        .drill_orders
+        .clone()
+        .ok_or_else(|| anyhow::anyhow!("no drill orders: {run:?}"))?;
+    let acked = |region: &str| orders.acknowledged.get(region).copied().unwrap_or(0);
+    let refused: i64 = orders.refused.values().sum();
+    assert_eq!(
+        orders.placed,
+        acked(a) + acked(b) + refused + orders.unanswered,
+        "{orders:?}"
+    );
+    assert!(acked(a) > 0 && acked(b) > 0, "{orders:?}");
+    let message = run.message.clone().unwrap_or_default();
+    assert!(
+        message.contains(&format!("the drill buyer's {} orders", orders.placed)),
+        "{message}"
+    );
+    let db = sqlx::PgPool::connect(&flashsale_e2e::stack::postgres_url()?).await?;
+    let buyers = format!("drill:failover:{}:%", run.id);
+    let acknowledged = acked(a) + acked(b);
+    poll_until(
+        "the database to hold the drill orders",
+        SEEN,
+        TICK,
+        || async {
+            let stored: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM orders WHERE user_id LIKE $1 AND sku = $2",
+            )
+            .bind(&buyers)
+            .bind(flashsale_drill_buyer::SKU)
+            .fetch_one(&db)
+            .await
+            .map_err(|e| e.to_string())?;
+            if (acknowledged..=acknowledged + orders.unanswered).contains(&stored) {
+                Ok(())
+            } else {
+                Err(format!("{stored} stored for {orders:?}"))
+            }
+        },
+    )
+    .await?;
     Ok(())
 }
 

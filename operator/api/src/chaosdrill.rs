@@ -816,6 +816,30 @@ pub struct RunRecord {
         rename = "failoverRPO"
     )]
     pub failover_rpo: Option<Duration>,
+    /// What an active failover run's synthetic buyer got for its orders
+    /// through the global endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drill_orders: Option<DrillOrders>,
+}
+
+/// An active failover run's drill orders (SKU `_drill`, one unit each),
+/// placed through the global endpoint at a fixed pace from before the
+/// faults until the primary served buyers again.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DrillOrders {
+    /// Orders placed.
+    pub placed: i64,
+    /// Orders a gateway acknowledged (201), per region it stamped.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub acknowledged: std::collections::BTreeMap<String, i64>,
+    /// Orders a gateway answered otherwise, per region it stamped.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub refused: std::collections::BTreeMap<String, i64>,
+    /// Orders no gateway answered: the endpoint's own error page, or
+    /// nothing within the bound.
+    #[serde(default)]
+    pub unanswered: i64,
 }
 
 #[cfg(test)]

@@ -233,27 +233,83 @@ pub async fn answering_region(
     path: &str,
     timeout: Duration,
 ) -> Result<(u16, Option<String>), StandbyReadError> {
+    ask(
+        base_url,
+        path,
+        timeout,
+        |http, url| http.get(url),
+        async |a| (a.status().as_u16(), region(&a)),
+    )
+    .await
+}
+
+/// A gateway's answer to an order, as [`place_order`] read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderAnswer {
+    /// The HTTP status.
+    pub status: u16,
+    /// The region the answer was stamped with; `None` when no gateway gave it.
+    pub region: Option<String>,
+    /// The `orderId` of an acknowledged order.
+    pub order_id: Option<String>,
+}
+
+/// Orders one unit of `sku` through `base_url` (a global endpoint, or one
+/// region's gateway) as the bearer of `token`, with `idempotency_key`.
+///
+/// # Errors
+/// Nothing answered within `timeout`.
+pub async fn place_order(
+    base_url: &str,
+    (token, sku, idempotency_key): (&str, &str, &str),
+    timeout: Duration,
+) -> Result<OrderAnswer, StandbyReadError> {
+    let body = serde_json::json!({"sku": sku, "quantity": 1, "idempotencyKey": idempotency_key});
+    let build = |http: reqwest::Client, url| http.post(url).bearer_auth(token).json(&body);
+    ask(base_url, "/api/v1/orders", timeout, build, async |answer| {
+        let (status, region) = (answer.status().as_u16(), region(&answer));
+        let body: serde_json::Value = answer.json().await.unwrap_or_default();
+        OrderAnswer {
+            status,
+            region,
+            order_id: body["orderId"].as_str().map(str::to_owned),
+        }
+    })
+    .await
+}
+
+/// Sends the request `build` makes for `base_url`'s `path` and reads its
+/// answer with `read`, all within `timeout`.
+async fn ask<T>(
+    base_url: &str,
+    path: &str,
+    timeout: Duration,
+    build: impl FnOnce(reqwest::Client, String) -> reqwest::RequestBuilder,
+    read: impl AsyncFnOnce(reqwest::Response) -> T,
+) -> Result<T, StandbyReadError> {
     let what = format!("{}{path}", shown(base_url));
     let failed = |err: reqwest::Error| StandbyReadError::Failed {
         what: what.clone(),
         detail: crate::probe::causes(&err.without_url()),
     };
-    let ask = async {
+    let asked = async {
         let url = format!("{}{path}", base_url.trim_end_matches('/'));
-        let answer = http()
-            .map_err(failed)?
-            .get(url)
+        let answer = build(http().map_err(failed)?, url)
             .send()
             .await
             .map_err(failed)?;
-        let region = answer
-            .headers()
-            .get(REGION_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        Ok((answer.status().as_u16(), region))
+        Ok(read(answer).await)
     };
-    bounded(&what, timeout, ask).await
+    bounded(&what, timeout, asked).await
+}
+
+/// The region an answer is stamped with ([`REGION_HEADER`]).
+fn region(answer: &reqwest::Response) -> Option<String> {
+    answer
+        .headers()
+        .get(REGION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
 }
 
 /// One connection pool for every endpoint read.

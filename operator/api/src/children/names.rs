@@ -1,7 +1,7 @@
 //! Names of a sale's children, in one place so the controller, the prune step
 //! and the tests agree on them.
 
-use crate::FlashSale;
+use crate::{FlashSale, common::SecretKeyRef};
 use kube::ResourceExt;
 
 /// The three workloads of a sale.
@@ -79,6 +79,24 @@ pub fn gateway_role_binding(sale: &FlashSale) -> String {
 /// `<sale>-internal`: the Secret holding the inventory API's tokens.
 pub fn internal_secret(sale: &FlashSale) -> String {
     child(&sale.name_any(), "internal")
+}
+
+/// Key of the internal Secret's drill key: drill buyer tokens are signed
+/// with it (`flashsale_drill_buyer`). Held by the gateways, and read by the
+/// operator, which signs them.
+pub const DRILL_KEY: &str = "drill-buyer-key";
+
+/// The sale's drill key: `spec.gateway.drillKeySecretRef`, or else the
+/// internal Secret's.
+pub fn drill_key(sale: &FlashSale) -> SecretKeyRef {
+    sale.spec
+        .gateway
+        .drill_key_secret_ref
+        .clone()
+        .unwrap_or_else(|| SecretKeyRef {
+            name: internal_secret(sale),
+            key: DRILL_KEY.to_owned(),
+        })
 }
 
 /// `flashsale-order-writer.<namespace>.<sale>`: one Kafka consumer group per

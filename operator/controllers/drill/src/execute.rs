@@ -24,12 +24,14 @@ use kube::{
 use super::{
     Ctx, blast,
     budget::Ask,
+    buyer::Signer,
     chaos,
     chaos::Backstop,
     chaos::Kind,
     chaos::TARGET_LABEL,
     failover::{PROBE_EVERY, Probe, Timeline},
     guard::Guard,
+    readings,
     reconcile::SaleState,
     reconcile::SaleView,
     stop,
@@ -46,6 +48,8 @@ use flashsale_api::{
 use flashsale_kit::clock::Moment;
 use flashsale_observe::signal::Reading;
 
+/// Longest message a run's record holds (`RunRecord.message`).
+const RUN_MESSAGE_BOUND: usize = 1024;
 /// How long Chaos Mesh may take to create a run's StatusCheck.
 const STATUS_CHECK_BOUND: Duration = Duration::from_secs(15);
 /// How long a stop waits for Chaos Mesh to remove the experiments.
@@ -177,10 +181,13 @@ pub async fn execute(ctx: Arc<Ctx>, plan: Plan, guard: Arc<Guard>) {
     if matches!(ending.reason, DrillReason::Signal(_)) {
         ctx.metrics.drill_guard_blind(drill.as_ref());
     }
+    let mut message = ending.message.clone();
+    // The record's schema bound: a longer one would fail the status write.
+    flashsale_api::common::truncate(&mut message, RUN_MESSAGE_BOUND);
     guard.update(|progress| {
         progress.record.outcome = Some(ending.outcome);
         progress.record.reason = Some(ending.reason.to_string());
-        progress.record.message = Some(ending.message.clone());
+        progress.record.message = Some(message);
         progress.record.ended_at = Some(Time(now));
     });
     tracing::info!(
@@ -214,7 +221,7 @@ async fn drive(ctx: &Ctx, plan: &Plan, guard: &Guard) -> Ending {
     }
     // An active failover run watches buyers' answers from before the
     // faults, so it sees the moment they lose the primary.
-    let probe = match failover_probe(ctx, plan, &mandate.sale) {
+    let probe = match failover_probe(ctx, plan, &mandate.sale).await {
         Ok(probe) => probe,
         Err(ending) => return ending,
     };
@@ -242,13 +249,16 @@ async fn drive(ctx: &Ctx, plan: &Plan, guard: &Guard) -> Ending {
     )
     .await;
     if let Some(ending) = watched {
+        if let Some(probe) = &probe {
+            note_orders(guard, probe);
+        }
         return ending;
     }
     finish(ctx, plan, guard, steady, probe).await
 }
 
 /// The probe of an active failover run, started; `None` for any other run.
-fn failover_probe(ctx: &Ctx, plan: &Plan, sale: &SaleView) -> Result<Option<Probe>, Ending> {
+async fn failover_probe(ctx: &Ctx, plan: &Plan, sale: &SaleView) -> Result<Option<Probe>, Ending> {
     let Some(failover) = &plan.drill.spec.failover else {
         return Ok(None);
     };
@@ -268,11 +278,40 @@ fn failover_probe(ctx: &Ctx, plan: &Plan, sale: &SaleView) -> Result<Option<Prob
              on each answer: set the sale's spec.region",
         ));
     }
+    let signer = drill_signer(ctx, plan, sale).await.map_err(|why| {
+        Ending::skipped(
+            DrillReason::DrillKeyUnreadable,
+            format!(
+                "an active failover run orders through the endpoint as the sale's drill buyer, \
+                 signing with its drill key: {why}"
+            ),
+        )
+    })?;
     Ok(Some(Probe::start(
         url,
         sale.region.clone(),
+        signer,
         ctx.clock.clone(),
     )))
+}
+
+/// Signs the run's drill orders with the sale's drill key; why not, in a
+/// sentence.
+async fn drill_signer(ctx: &Ctx, plan: &Plan, sale: &SaleView) -> Result<Signer, String> {
+    let (Some(key), Some(sale_id)) = (&sale.drill_key, &sale.sale_id) else {
+        return Err("the sale does not exist".to_owned());
+    };
+    let namespace = plan.drill.namespace().unwrap_or_default();
+    let bytes = readings::secret_bytes(&ctx.client, &namespace, key).await?;
+    // Buyers named `drill:<drill>:<run>:<n>`: each run's orders apart.
+    let run = format!("{}:{}", plan.drill.name_any(), plan.run);
+    Signer::new(bytes, sale_id.clone(), run).map_err(|err| {
+        format!(
+            "Secret {namespace}/{} key {}: {err} (a Secret made before drill keys existed has \
+             none: name one in the sale's spec.gateway.drillKeySecretRef)",
+            key.name, key.key
+        )
+    })
 }
 
 /// Writes what the probe measured so far into the run's record; whether
@@ -296,6 +335,14 @@ fn note_failover(guard: &Guard, timeline: &Timeline) -> bool {
         progress.record.failback = failback;
     });
     true
+}
+
+/// Writes the buyer's orders so far into the run's record; its sentence.
+/// Once, as the probe stops: they change five times a second.
+fn note_orders(guard: &Guard, probe: &Probe) -> String {
+    let orders = probe.orders();
+    guard.update(|progress| progress.record.drill_orders = Some(orders.record()));
+    orders.sentence()
 }
 
 /// After the faults of an active failover run were removed (their stop
@@ -412,10 +459,17 @@ async fn finish(
     }
     set_phase(ctx, plan, guard, DrillPhase::Verifying);
     let failed_over = match &probe {
-        Some(probe) => match failback(ctx, plan, guard, (probe, stopping)).await {
-            Ok(sentence) => Some(sentence),
-            Err(ending) => return ending,
-        },
+        Some(probe) => {
+            let judged = failback(ctx, plan, guard, (probe, stopping)).await;
+            let orders = note_orders(guard, probe);
+            match judged {
+                Ok(sentence) => Some(format!("{sentence}; {orders}")),
+                Err(mut ending) => {
+                    ending.message = format!("{}; {orders}", ending.message);
+                    return ending;
+                }
+            }
+        }
         None => None,
     };
     drop(probe);

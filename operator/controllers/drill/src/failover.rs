@@ -1,6 +1,7 @@
 //! An active failover run as buyers see it. A [`Probe`] asks the global
 //! endpoint every [`PROBE_EVERY`] which region answers (the gateways stamp
-//! it on every answer); [`Timeline`] turns the answers into the moment
+//! it on every answer), and orders through it as the run's buyer
+//! ([`crate::buyer`]); [`Timeline`] turns the answers into the moment
 //! buyers lost the primary, the RTO, the longest time buyers went
 //! unserved and the failback, pure.
 //!
@@ -20,6 +21,7 @@ use std::{
     time::Duration,
 };
 
+use crate::buyer::{Fate, ORDER_EVERY, Signer, Tally};
 use flashsale_kit::clock::Clock;
 use flashsale_observe::standby;
 use futures::{StreamExt, stream::FuturesOrdered};
@@ -179,50 +181,74 @@ impl Timeline {
     }
 }
 
-/// Asks the endpoint which region answers until dropped, into a
-/// [`Timeline`] it shares.
+/// Asks the endpoint which region answers, and orders through it as the
+/// run's buyer, until dropped: into a [`Timeline`] and a [`Tally`] it
+/// shares.
 pub struct Probe {
     timeline: Arc<Mutex<Timeline>>,
-    task: tokio::task::AbortHandle,
+    orders: Arc<Mutex<Tally>>,
+    tasks: [tokio::task::AbortHandle; 2],
 }
 
 impl Probe {
     /// Starts asking `url`'s `/`, judging answers against `primary`, the
-    /// primary sale's region.
-    pub fn start(url: String, primary: String, clock: Arc<dyn Clock>) -> Self {
+    /// primary sale's region, and ordering through `url` with `signer`'s
+    /// tokens.
+    pub fn start(url: String, primary: String, signer: Signer, clock: Arc<dyn Clock>) -> Self {
         let timeline = Arc::new(Mutex::new(Timeline::default()));
-        let shared = timeline.clone();
-        let task = tokio::spawn(async move {
-            let mut ticks = tokio::time::interval(PROBE_EVERY);
-            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            // Asked on schedule, whatever earlier answers take, as buyers
-            // arrive (at most PROBE_TIMEOUT / PROBE_EVERY in flight); taken
-            // in the order asked, which the timeline's runs count on.
-            let mut asked = FuturesOrdered::new();
-            loop {
-                tokio::select! {
-                    _ = ticks.tick() => {
-                        let (url, clock) = (url.clone(), clock.clone());
-                        asked.push_back(async move {
-                            let sent = clock.monotonic();
-                            let answer = standby::answering_region(&url, "/", PROBE_TIMEOUT).await;
-                            (sent, answer.ok(), clock.monotonic().saturating_sub(sent))
-                        });
+        let orders = Arc::new(Mutex::new(Tally::default()));
+        let answers = {
+            let (url, timeline) = (url.clone(), timeline.clone());
+            paced(
+                PROBE_EVERY,
+                clock.clone(),
+                move |_| {
+                    let url = url.clone();
+                    async move { standby::answering_region(&url, "/", PROBE_TIMEOUT).await }
+                },
+                move |sent, answer, took| {
+                    lock(&timeline).see(sent, &Answer::of(answer.ok(), &primary), took);
+                },
+            )
+        };
+        let buyer = {
+            let (orders, signer) = (orders.clone(), Arc::new(signer));
+            let wall = clock.clone();
+            paced(
+                ORDER_EVERY,
+                clock,
+                move |n| {
+                    let (url, signer, now) = (url.clone(), signer.clone(), wall.now());
+                    async move {
+                        let (buyer, token) = match signer.sign(n, now) {
+                            Ok(signed) => signed,
+                            Err(err) => {
+                                tracing::warn!(error = %err, "cannot sign a drill order");
+                                return Fate::Unanswered;
+                            }
+                        };
+                        let order = (token.as_str(), flashsale_drill_buyer::SKU, buyer.as_str());
+                        Fate::of(standby::place_order(&url, order, PROBE_TIMEOUT).await)
                     }
-                    Some((sent, answer, took)) = asked.next(), if !asked.is_empty() => {
-                        // Dated when asked: what the buyer saw at that moment.
-                        lock(&shared).see(sent, &Answer::of(answer, &primary), took);
-                    }
-                }
-            }
-        })
-        .abort_handle();
-        Self { timeline, task }
+                },
+                move |_, fate, _| lock(&orders).see(fate),
+            )
+        };
+        Self {
+            timeline,
+            orders,
+            tasks: [answers, buyer],
+        }
     }
 
     /// The timeline so far.
     pub fn timeline(&self) -> Timeline {
         lock(&self.timeline).clone()
+    }
+
+    /// The buyer's orders so far.
+    pub fn orders(&self) -> Tally {
+        lock(&self.orders).clone()
     }
 
     /// Marks the faults removed at `at`.
@@ -233,12 +259,54 @@ impl Probe {
 
 impl Drop for Probe {
     fn drop(&mut self) {
-        self.task.abort();
+        for task in &self.tasks {
+            task.abort();
+        }
     }
 }
 
-fn lock(timeline: &Mutex<Timeline>) -> MutexGuard<'_, Timeline> {
-    timeline.lock().unwrap_or_else(|p| p.into_inner())
+/// Asks `ask(n)` for the `n`th time every `every` on schedule, whatever
+/// earlier answers take, as buyers arrive (at most [`PROBE_TIMEOUT`] /
+/// `every` in flight), and hands each answer to `take` in the order asked,
+/// which the timeline's runs count on: dated when asked (what the buyer
+/// saw at that moment), with how long it took. Until aborted.
+fn paced<A, F>(
+    every: Duration,
+    clock: Arc<dyn Clock>,
+    mut ask: impl FnMut(u64) -> F + Send + 'static,
+    mut take: impl FnMut(Duration, A, Duration) + Send + 'static,
+) -> tokio::task::AbortHandle
+where
+    F: Future<Output = A> + Send + 'static,
+    A: Send + 'static,
+{
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut asked = FuturesOrdered::new();
+        let mut n = 0;
+        loop {
+            tokio::select! {
+                _ = ticks.tick() => {
+                    n += 1;
+                    let (answer, clock) = (ask(n), clock.clone());
+                    asked.push_back(async move {
+                        let sent = clock.monotonic();
+                        let answer = answer.await;
+                        (sent, answer, clock.monotonic().saturating_sub(sent))
+                    });
+                }
+                Some((sent, answer, took)) = asked.next(), if !asked.is_empty() => {
+                    take(sent, answer, took);
+                }
+            }
+        }
+    })
+    .abort_handle()
+}
+
+fn lock<T>(shared: &Mutex<T>) -> MutexGuard<'_, T> {
+    shared.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]

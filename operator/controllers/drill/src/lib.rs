@@ -17,6 +17,7 @@
 
 pub mod blast;
 pub mod budget;
+pub mod buyer;
 pub mod chaos;
 pub mod execute;
 pub mod failover;

@@ -225,8 +225,24 @@ fn inline_only(kubeconfig: &Kubeconfig) -> Result<(), String> {
 
 /// The value of `secret`'s key in the drill's namespace, as text.
 async fn secret_value(source: &Source<'_>, secret: &SecretKeyRef) -> Result<String, String> {
-    let secrets: Api<Secret> = Api::namespaced(source.ctx.client.clone(), source.namespace);
-    let what = format!("Secret {}/{}", source.namespace, secret.name);
+    let bytes = secret_bytes(&source.ctx.client, source.namespace, secret).await?;
+    String::from_utf8(bytes).map_err(|_| {
+        format!(
+            "Secret {}/{} key {} is not text",
+            source.namespace, secret.name, secret.key
+        )
+    })
+}
+
+/// The value of `secret`'s key in `namespace`, read within the bound; why
+/// not, in a sentence.
+pub async fn secret_bytes(
+    client: &Client,
+    namespace: &str,
+    secret: &SecretKeyRef,
+) -> Result<Vec<u8>, String> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let what = format!("Secret {namespace}/{}", secret.name);
     let found = tokio::time::timeout(READ_TIMEOUT, secrets.get_opt(&secret.name))
         .await
         .map_err(|_| {
@@ -241,7 +257,7 @@ async fn secret_value(source: &Source<'_>, secret: &SecretKeyRef) -> Result<Stri
         .data
         .and_then(|mut data| data.remove(&secret.key))
         .ok_or_else(|| format!("{what} has no key {}", secret.key))?;
-    String::from_utf8(bytes).map_err(|_| format!("{what} key {} is not text", secret.key))
+    Ok(bytes)
 }
 
 /// Both regions' loads: `query` for the primary sale, then for the standby.

@@ -25,7 +25,8 @@ use super::{
     status::{self, Look, StandbyLook, State},
     stop,
 };
-use flashsale_api::children::Owner;
+use flashsale_api::children::{Owner, names};
+use flashsale_api::common::SecretKeyRef;
 use flashsale_api::reasons::DrillReason;
 use flashsale_api::{
     ChaosDrill, FlashSale,
@@ -774,6 +775,8 @@ pub struct SaleView {
     pub region: String,
     /// The id its workloads key it by (`spec.saleID` or the derived one).
     pub sale_id: Option<String>,
+    /// Where its drill key is (`names::drill_key`).
+    pub drill_key: Option<SecretKeyRef>,
 }
 
 impl SaleView {
@@ -786,6 +789,7 @@ impl SaleView {
             .map_err(Error::kube(Verb::Read, "FlashSale", name))?;
         Ok(sale.map_or_else(Self::default, |sale| Self {
             sale_id: Owner::new(&sale).ok().map(|owner| owner.sale_id()),
+            drill_key: Some(names::drill_key(&sale)),
             uid: sale.uid(),
             timeline: Some(Timeline::of(&sale.spec)),
             status_live: sale.status.as_ref().and_then(|s| s.phase) == Some(SalePhase::Live),

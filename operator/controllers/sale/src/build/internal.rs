@@ -30,10 +30,7 @@ pub const API_TOKEN_KEY: &str = "inventory-token";
 /// Key of the inventory admin token (loading a sale, stock adjustments).
 pub const ADMIN_TOKEN_KEY: &str = "inventory-admin-token";
 
-/// Key of the drill key: drill buyer tokens are signed with it
-/// (`flashsale_drill_buyer`). Held by the gateways, and read by the
-/// operator, which signs them.
-pub const DRILL_KEY: &str = "drill-buyer-key";
+pub use flashsale_api::children::names::DRILL_KEY;
 /// Where the gateway finds the drill key.
 pub const DRILL_DIR: &str = "/etc/flashsale/drill";
 
