@@ -25,7 +25,7 @@ use crate::{
     features::{self, ChatThrottle},
     inventory_client::InventoryClient,
     items::ItemCache,
-    metrics::GatewayMetrics,
+    metrics::{DrillOrder, GatewayMetrics},
     orders,
     payments::{self, PaymentVerifier},
     queue,
@@ -252,10 +252,11 @@ async fn observe(
     if let Some(region) = region {
         response.headers_mut().insert(REGION_HEADER, region);
     }
-    metrics.request(
-        &route,
-        response.status().as_u16(),
-        started.elapsed().as_secs_f64(),
-    );
+    let code = response.status().as_u16();
+    if response.extensions().get::<DrillOrder>().is_some() {
+        metrics.drill_order(code);
+    } else {
+        metrics.request(&route, code, started.elapsed().as_secs_f64());
+    }
     response
 }

@@ -184,10 +184,7 @@ fn drill_buyers(args: &Args, sale: &str) -> anyhow::Result<Option<flashsale_dril
         return Ok(None);
     }
     let key = read(path, "drill key")?;
-    Ok(Some(flashsale_drill_buyer::Checker::new(
-        key.trim_ascii(),
-        sale,
-    )?))
+    Ok(Some(flashsale_drill_buyer::Checker::new(&key, sale)?))
 }
 
 /// The bearer-token verifier of the arguments (HS256 secret, or RS256 key

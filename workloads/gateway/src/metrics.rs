@@ -24,6 +24,19 @@ struct RequestLabels {
     code: u16,
 }
 
+/// Labels of `gateway_drill_orders_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CodeLabels {
+    /// The HTTP status code answered.
+    code: u16,
+}
+
+/// Marks a drill buyer's order on its response: the edge counts it in
+/// `gateway_drill_orders_total` instead of the buyers' request series, so
+/// a drill's synthetic orders never move a sale's SLOs.
+#[derive(Clone, Copy, Debug)]
+pub struct DrillOrder;
+
 /// Labels of `gateway_request_duration_seconds`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RouteLabels {
@@ -93,6 +106,7 @@ impl DecisionLabels {
 pub struct GatewayMetrics {
     requests: Family<RequestLabels, Counter>,
     duration: Family<RouteLabels, Histogram, Buckets>,
+    drill_orders: Family<CodeLabels, Counter>,
     inflight: Gauge,
     concurrency_limit: Gauge,
     concurrency_rejected: Family<PartitionLabels, Counter>,
@@ -112,6 +126,7 @@ impl Default for GatewayMetrics {
         Self {
             requests: Family::default(),
             duration: Family::new_with_constructor(LATENCY),
+            drill_orders: Family::default(),
             inflight: Gauge::default(),
             concurrency_limit: Gauge::default(),
             concurrency_rejected: Family::default(),
@@ -142,6 +157,11 @@ impl GatewayMetrics {
             "Time to answer, by route template",
             Unit::Seconds,
             m.duration.clone(),
+        );
+        registry.register(
+            "gateway_drill_orders",
+            "Drill buyers' orders answered, by status code (not in gateway_requests)",
+            m.drill_orders.clone(),
         );
         registry.register(
             "gateway_inflight",
@@ -256,6 +276,11 @@ impl GatewayMetrics {
             .observe(seconds);
     }
 
+    /// One answered drill buyer's order.
+    pub fn drill_order(&self, code: u16) {
+        self.drill_orders.get_or_create(&CodeLabels { code }).inc();
+    }
+
     /// The in-flight gauge (incremented while a request is served).
     pub fn inflight(&self) -> &Gauge {
         &self.inflight
@@ -318,6 +343,7 @@ mod tests {
         let mut registry = Registry::default();
         let metrics = GatewayMetrics::register(&mut registry);
         metrics.request("/v1/sales/{sale}/orders", 202, 0.03);
+        metrics.drill_order(201);
         metrics.payment_callback("paid");
         metrics.concurrency_rejected("non_core");
         metrics.rate_limit_decision(Source::Local);
@@ -327,6 +353,7 @@ mod tests {
             r#"gateway_request_duration_seconds_count{route="/v1/sales/{sale}/orders"} 1"#,
             r#"gateway_request_duration_seconds_bucket{le="0.0001",route="/v1/sales/{sale}/orders"} 0"#,
             r#"gateway_request_duration_seconds_bucket{le="97.07397373664758",route="/v1/sales/{sale}/orders"} 1"#,
+            r#"gateway_drill_orders_total{code="201"} 1"#,
             r#"gateway_payment_callbacks_total{outcome="paid"} 1"#,
             r#"gateway_concurrency_rejected_total{partition="non_core"} 1"#,
             r#"gateway_rate_limit_decisions_total{source="redis"} 0"#,

@@ -50,6 +50,7 @@ use crate::{
     auth::User,
     concurrency::Partition,
     inventory_client::{InventoryError, Reserved},
+    metrics::DrillOrder,
     queue,
     waiting_room::PassLease,
 };
@@ -81,7 +82,13 @@ pub async fn place(
     body: Result<Json<OrderRequest>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     if let Some(buyer) = state.drill_buyer(&headers) {
-        return place_drill(&state, buyer?, &headers, body).await;
+        let placed = match buyer {
+            Ok(buyer) => place_drill(&state, buyer, &headers, body).await,
+            Err(refused) => Err(refused),
+        };
+        let mut answer = placed.into_response();
+        answer.extensions_mut().insert(DrillOrder);
+        return Ok(answer);
     }
     let user = state.user(&headers)?;
     let Json(request) = body.map_err(|r| ApiError::json(r, MAX_BODY_BYTES))?;

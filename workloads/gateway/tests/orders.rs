@@ -636,6 +636,23 @@ async fn a_drill_buyer_orders_only_the_drill_sku_before_the_opening_too() -> any
         .send()
         .await?;
     assert_eq!(item.status().as_u16(), 401);
+
+    // Counted apart from buyers' requests, so no SLO moves with a drill.
+    let gateway = &funnel.gateway;
+    for (code, count) in [("201", 1.0), ("403", 1.0), ("401", 2.0)] {
+        let series = format!(r#"gateway_drill_orders_total{{code="{code}"}}"#);
+        assert_eq!(gateway.metric(&series), Some(count), "{series}");
+    }
+    let route = r#"route="/api/v1/orders""#;
+    assert_eq!(
+        gateway.metric(&format!(r#"gateway_requests_total{{{route},code="201"}}"#)),
+        None
+    );
+    assert_eq!(
+        gateway.metric(&format!(r#"gateway_requests_total{{{route},code="404"}}"#)),
+        Some(1.0),
+        "a buyer's order of the drill SKU is a buyer's request"
+    );
     funnel.cleanup().await
 }
 
