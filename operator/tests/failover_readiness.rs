@@ -604,6 +604,7 @@ async fn an_active_run_fails_buyers_over_to_the_standby_and_gives_them_back() ->
     let cut = partition_from_endpoint()?;
     pair.patch(active_with("12s", &cut)).await?;
     fails_over_and_back(&pair).await?;
+    orders_not_taken(&mut pair).await?;
     aborted_past_max_rto(&pair).await?;
     // A pod-failure from here on (its gateways restart when it goes), for
     // longer than the test needs.
@@ -689,9 +690,18 @@ async fn fails_over_and_back(pair: &Pair) -> anyhow::Result<()> {
         "the drill's RTO {rto:?}, the test's {seen:?}"
     );
     assert!(run.failback.is_some(), "{run:?}");
+    let order_rto = run
+        .order_rto
+        .map(|d| d.0)
+        .ok_or_else(|| anyhow::anyhow!("no order RTO: {run:?}"))?;
+    assert!(order_rto < Duration::from_secs(30), "{run:?}");
     let message = run.message.clone().unwrap_or_default();
     assert!(
         message.contains(&format!("region {b} served buyers")),
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!("region {b} acknowledged their orders")),
         "{message}"
     );
     region::until_answered_by(&endpoint, a, Duration::from_secs(5)).await?;
@@ -759,6 +769,43 @@ async fn drill_orders_landed(run: &RunRecord, (a, b): (&str, &str)) -> anyhow::R
         },
     )
     .await?;
+    Ok(())
+}
+
+/// Region B's gateways restarted with another drill key than A's (its
+/// Secret `drill` changed): B serves buyers' pages but refuses every
+/// order of the drill's buyer, so the run fails `OrdersNotTaken`, its
+/// record counting B's refusals. B keeps that key for the phases after
+/// this one, which judge pages only.
+async fn orders_not_taken(pair: &mut Pair) -> anyhow::Result<()> {
+    let client = pair.scene.client.clone();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &pair.b.name);
+    let other = json!({"data": {"key": k8s_openapi::ByteString(vec![b'k'; 32])}});
+    secrets
+        .patch("drill", &PatchParams::default(), &Patch::Merge(&other))
+        .await?;
+    let fresh = renew_gateways(&client, &pair.b.name, &pair.b_sale).await?;
+    pair.b_gw = format!("{}:8080", pod_ip(&fresh[0])?);
+    region::point_endpoint(&pair.a_gw, &pair.b_gw, pair.checks).await?;
+    await_ready(&client, &pair.b.name, &pair.b_sale).await?;
+    pair.until("True", "StandbyReady").await?;
+    let before = run_now(pair, "no-orders").await?;
+    let run = run_after(pair, before).await?;
+    assert_eq!(run.outcome, Some(RunOutcome::Failed), "{run:?}");
+    assert_eq!(run.reason.as_deref(), Some("OrdersNotTaken"), "{run:?}");
+    assert!(
+        run.failover_rto.is_some() && run.order_rto.is_none(),
+        "{run:?}"
+    );
+    let orders = run
+        .drill_orders
+        .clone()
+        .ok_or_else(|| anyhow::anyhow!("no drill orders: {run:?}"))?;
+    let b = &pair.b.name;
+    assert!(!orders.acknowledged.contains_key(b), "{orders:?}");
+    assert!(orders.refused.contains_key(b), "{orders:?}");
+    let message = run.message.unwrap_or_default();
+    assert!(message.contains(&format!("by {b} (401 ×")), "{message}");
     Ok(())
 }
 
@@ -840,6 +887,22 @@ async fn fresh_gateways(pair: &mut Pair) -> anyhow::Result<()> {
         &pair.scene.ns.name,
         &pair.scene.sale.name,
     );
+    let fresh = renew_gateways(client, ns, sale).await?;
+    pair.a_gw = format!("{}:8080", pod_ip(&fresh[0])?);
+    region::point_endpoint(&pair.a_gw, &pair.b_gw, pair.checks).await?;
+    let endpoint = Regions::from_env()?.endpoint;
+    region::until_answered_by(&endpoint, ns, BACK).await?;
+    await_ready(client, ns, sale).await?;
+    Ok(())
+}
+
+/// The gateways of sale `ns/sale` deleted; their replacements, once as
+/// many are ready.
+async fn renew_gateways(
+    client: &kube::Client,
+    ns: &str,
+    sale: &str,
+) -> anyhow::Result<Vec<k8s_openapi::api::core::v1::Pod>> {
     let old = ready_pods(client, ns, sale, "gateway").await?;
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), ns);
     for pod in &old {
@@ -847,7 +910,7 @@ async fn fresh_gateways(pair: &mut Pair) -> anyhow::Result<()> {
             .await?;
     }
     let gone = common::real_node::uids(&old);
-    let fresh = poll_until("new A gateways", BACK, TICK, || async {
+    Ok(poll_until("new gateways", BACK, TICK, || async {
         let now = ready_pods(client, ns, sale, "gateway")
             .await
             .map_err(|e| e.to_string())?;
@@ -864,13 +927,7 @@ async fn fresh_gateways(pair: &mut Pair) -> anyhow::Result<()> {
             Err(format!("{} of {} new ones ready", new.len(), old.len()))
         }
     })
-    .await?;
-    pair.a_gw = format!("{}:8080", pod_ip(&fresh[0])?);
-    region::point_endpoint(&pair.a_gw, &pair.b_gw, pair.checks).await?;
-    let endpoint = Regions::from_env()?.endpoint;
-    region::until_answered_by(&endpoint, ns, BACK).await?;
-    await_ready(client, ns, sale).await?;
-    Ok(())
+    .await?)
 }
 
 /// Five active runs per way of taking region A down, on one pair of

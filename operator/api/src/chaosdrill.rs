@@ -801,6 +801,11 @@ pub struct RunRecord {
         rename = "failoverRTO"
     )]
     pub failover_rto: Option<Duration>,
+    /// An active failover run's RTO for orders: from the first order of
+    /// its buyer the primary region did not acknowledge to the first of a
+    /// sustained run another region acknowledged.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "orderRTO")]
+    pub order_rto: Option<Duration>,
     /// The region that took buyers over in an active failover run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 63))]

@@ -447,6 +447,9 @@ reasons! {
         /// An active failover run needs the primary sale's `spec.region`
         /// (the region its gateways stamp on their answers).
         RegionUnnamed,
+        /// An active failover run: another region served buyers' pages but
+        /// did not take their orders.
+        OrdersNotTaken,
         /// An active failover run's buyer cannot sign its orders: the
         /// primary sale's drill key could not be read.
         DrillKeyUnreadable,

@@ -65,7 +65,12 @@ pub enum DrillTokenError {
     Expired,
 }
 
+/// The key as signer and checker both use it: surrounding ASCII whitespace
+/// dropped, so a key file or Secret written with a trailing newline is the
+/// same key to the gateway that reads the file and the operator that reads
+/// the Secret.
 fn checked(key: &[u8]) -> Result<&[u8], DrillTokenError> {
+    let key = key.trim_ascii();
     if key.len() < MIN_KEY_BYTES {
         return Err(DrillTokenError::ShortKey(key.len()));
     }
@@ -149,6 +154,25 @@ mod tests {
             matches!(other_sale, Err(DrillTokenError::Invalid(_))),
             "{other_sale:?}"
         );
+        Ok(())
+    }
+
+    #[test]
+    fn a_key_with_a_trailing_newline_is_the_same_key() -> Result<(), DrillTokenError> {
+        let written = [KEY, b"\n"].concat();
+        let token = sign(&written, "s", "drill:1", NOW + 60)?;
+        assert_eq!(Checker::new(KEY, "s")?.buyer(&token, NOW)?.sub, "drill:1");
+        let token = sign(KEY, "s", "drill:1", NOW + 60)?;
+        assert_eq!(
+            Checker::new(&written, "s")?.buyer(&token, NOW)?.sub,
+            "drill:1"
+        );
+        // Whitespace does not count towards the key's length.
+        let padded = [&[b' '; 40][..], b"short"].concat();
+        assert!(matches!(
+            Checker::new(&padded, "s"),
+            Err(DrillTokenError::ShortKey(5))
+        ));
         Ok(())
     }
 

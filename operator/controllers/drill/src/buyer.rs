@@ -76,6 +76,17 @@ pub enum Fate {
 }
 
 impl Fate {
+    /// The order as an answer on a [`crate::failover::Timeline`] judged
+    /// against `primary`: served only when acknowledged.
+    pub fn answer(&self, primary: &str) -> crate::failover::Answer {
+        use crate::failover::Answer;
+        match self {
+            Self::Acknowledged { region, .. } if region == primary => Answer::Primary,
+            Self::Acknowledged { region, .. } => Answer::Other(region.clone()),
+            Self::Refused { .. } | Self::Unanswered => Answer::Unserved,
+        }
+    }
+
     /// Classifies the endpoint's answer to an order.
     pub fn of(answer: Result<OrderAnswer, StandbyReadError>) -> Self {
         match answer {
@@ -229,6 +240,15 @@ mod tests {
         );
         // The endpoint's own 503 names no region.
         assert_eq!(Fate::of(Ok(answer(503, None, None))), Fate::Unanswered);
+        // On a timeline, only an acknowledged order is served.
+        use crate::failover::Answer;
+        assert_eq!(acked.answer("a"), Answer::Primary);
+        assert_eq!(acked.answer("b"), Answer::Other("a".to_owned()));
+        let refused = Fate::Refused {
+            region: "a".to_owned(),
+            status: 503,
+        };
+        assert_eq!(refused.answer("a"), Answer::Unserved);
         let timeout = StandbyReadError::Timeout {
             what: "order".to_owned(),
             timeout: std::time::Duration::from_secs(2),

@@ -29,7 +29,7 @@ use super::{
     chaos::Backstop,
     chaos::Kind,
     chaos::TARGET_LABEL,
-    failover::{PROBE_EVERY, Probe, Timeline},
+    failover::{PROBE_EVERY, Probe, SUSTAINED},
     guard::Guard,
     readings,
     reconcile::SaleState,
@@ -249,8 +249,8 @@ async fn drive(ctx: &Ctx, plan: &Plan, guard: &Guard) -> Ending {
     )
     .await;
     if let Some(ending) = watched {
-        if let Some(probe) = &probe {
-            note_orders(guard, probe);
+        if let Some(mut probe) = probe {
+            note_orders(guard, &mut probe).await;
         }
         return ending;
     }
@@ -316,31 +316,36 @@ async fn drill_signer(ctx: &Ctx, plan: &Plan, sale: &SaleView) -> Result<Signer,
 
 /// Writes what the probe measured so far into the run's record; whether
 /// that changed it.
-fn note_failover(guard: &Guard, timeline: &Timeline) -> bool {
+fn note_failover(guard: &Guard, probe: &Probe) -> bool {
+    let (timeline, orders) = (probe.timeline(), probe.orders().timeline);
     let rto = timeline.rto().map(flashsale_api::Duration);
+    let order_rto = orders.rto().map(flashsale_api::Duration);
     let region = timeline.failed_over.as_ref().map(|(_, r)| r.clone());
     let failback = timeline.failback().map(flashsale_api::Duration);
     let record = guard.progress().record;
     if (
         &record.failover_rto,
+        &record.order_rto,
         &record.failed_over_to,
         &record.failback,
-    ) == (&rto, &region, &failback)
+    ) == (&rto, &order_rto, &region, &failback)
     {
         return false;
     }
     guard.update(|progress| {
         progress.record.failover_rto = rto;
+        progress.record.order_rto = order_rto;
         progress.record.failed_over_to = region;
         progress.record.failback = failback;
     });
     true
 }
 
-/// Writes the buyer's orders so far into the run's record; its sentence.
-/// Once, as the probe stops: they change five times a second.
-fn note_orders(guard: &Guard, probe: &Probe) -> String {
-    let orders = probe.orders();
+/// Stops the buyer and writes its orders, each answered or given up, into
+/// the run's record; their sentence. Once, as the probe stops: they change
+/// five times a second.
+async fn note_orders(guard: &Guard, probe: &mut Probe) -> String {
+    let orders = probe.settle().await.tally;
     guard.update(|progress| progress.record.drill_orders = Some(orders.record()));
     orders.sentence()
 }
@@ -371,7 +376,7 @@ async fn failback(
         tokio::time::sleep(PROBE_EVERY).await;
         timeline = probe.timeline();
     }
-    note_failover(guard, &timeline);
+    note_failover(guard, probe);
     let shown = |d: Duration| flashsale_api::Duration(d).to_string();
     let Some(outage) = timeline.outage else {
         return Err(Ending::new(
@@ -408,14 +413,31 @@ async fn failback(
             ),
         ));
     };
+    // Pages are not orders: a standby that answers but cannot sell has not
+    // taken buyers over.
+    let orders = probe.orders().timeline;
+    let Some((order_rto, (_, order_region))) = orders.rto().zip(orders.failed_over.as_ref()) else {
+        return Err(Ending::new(
+            RunOutcome::Failed,
+            DrillReason::OrdersNotTaken,
+            format!(
+                "region {region} served buyers {} after they lost the primary region, but no \
+                 region acknowledged {SUSTAINED} of their orders in a row before the faults' \
+                 removal",
+                shown(rto)
+            ),
+        ));
+    };
     Ok(format!(
         "region {region} served buyers {} after they lost the primary region (maxRTO {}), \
-         buyers going at most {} without an answer (the slowest answer meanwhile took {}), and \
-         the primary served them again {} after the faults' removal",
+         buyers going at most {} without an answer (the slowest answer meanwhile took {}), \
+         region {order_region} acknowledged their orders {} after the first one the primary \
+         did not, and the primary served them again {} after the faults' removal",
         shown(rto),
         shown(max_rto),
         shown(timeline.longest_unserved),
         shown(timeline.slowest),
+        shown(order_rto),
         shown(back)
     ))
 }
@@ -428,7 +450,7 @@ async fn finish(
     plan: &Plan,
     guard: &Guard,
     steady: Duration,
-    probe: Option<Probe>,
+    mut probe: Option<Probe>,
 ) -> Ending {
     // The experiments ran their course, unless Chaos Mesh's backstop
     // already ended them: then that is what ended the run.
@@ -458,10 +480,10 @@ async fn finish(
         );
     }
     set_phase(ctx, plan, guard, DrillPhase::Verifying);
-    let failed_over = match &probe {
+    let failed_over = match &mut probe {
         Some(probe) => {
             let judged = failback(ctx, plan, guard, (probe, stopping)).await;
-            let orders = note_orders(guard, probe);
+            let orders = note_orders(guard, probe).await;
             match judged {
                 Ok(sentence) => Some(format!("{sentence}; {orders}")),
                 Err(mut ending) => {
@@ -1202,7 +1224,7 @@ async fn watch(
 /// a serving region for longer than `maxRTO`.
 fn unserved(ctx: &Ctx, plan: &Plan, guard: &Guard, probe: &Probe) -> Option<Cause> {
     let timeline = probe.timeline();
-    if note_failover(guard, &timeline) {
+    if note_failover(guard, probe) {
         // The status shows the failover as it happens.
         ctx.settings.wake(&plan.drill);
     }

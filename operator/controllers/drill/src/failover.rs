@@ -17,7 +17,10 @@
 //! first of them.
 
 use std::{
-    sync::{Arc, Mutex, MutexGuard},
+    sync::{
+        Arc, Mutex, MutexGuard,
+        atomic::{AtomicBool, Ordering},
+    },
     time::Duration,
 };
 
@@ -181,13 +184,24 @@ impl Timeline {
     }
 }
 
+/// The buyer's orders: the tally, and the timeline of the orders taken as
+/// answers ([`Fate::answer`]), so the failover is dated on orders too.
+#[derive(Debug, Clone, Default)]
+pub struct Orders {
+    /// Who acknowledged, refused or never answered what.
+    pub tally: Tally,
+    /// The orders on a timeline: served when acknowledged.
+    pub timeline: Timeline,
+}
+
 /// Asks the endpoint which region answers, and orders through it as the
-/// run's buyer, until dropped: into a [`Timeline`] and a [`Tally`] it
+/// run's buyer, until dropped: into a [`Timeline`] and [`Orders`] it
 /// shares.
 pub struct Probe {
     timeline: Arc<Mutex<Timeline>>,
-    orders: Arc<Mutex<Tally>>,
-    tasks: [tokio::task::AbortHandle; 2],
+    orders: Arc<Mutex<Orders>>,
+    settling: Arc<AtomicBool>,
+    tasks: [tokio::task::JoinHandle<()>; 2],
 }
 
 impl Probe {
@@ -196,11 +210,12 @@ impl Probe {
     /// tokens.
     pub fn start(url: String, primary: String, signer: Signer, clock: Arc<dyn Clock>) -> Self {
         let timeline = Arc::new(Mutex::new(Timeline::default()));
-        let orders = Arc::new(Mutex::new(Tally::default()));
+        let orders = Arc::new(Mutex::new(Orders::default()));
+        let settling = Arc::new(AtomicBool::new(false));
         let answers = {
-            let (url, timeline) = (url.clone(), timeline.clone());
+            let (url, timeline, primary) = (url.clone(), timeline.clone(), primary.clone());
             paced(
-                PROBE_EVERY,
+                (PROBE_EVERY, settling.clone()),
                 clock.clone(),
                 move |_| {
                     let url = url.clone();
@@ -215,7 +230,7 @@ impl Probe {
             let (orders, signer) = (orders.clone(), Arc::new(signer));
             let wall = clock.clone();
             paced(
-                ORDER_EVERY,
+                (ORDER_EVERY, settling.clone()),
                 clock,
                 move |n| {
                     let (url, signer, now) = (url.clone(), signer.clone(), wall.now());
@@ -231,14 +246,32 @@ impl Probe {
                         Fate::of(standby::place_order(&url, order, PROBE_TIMEOUT).await)
                     }
                 },
-                move |_, fate, _| lock(&orders).see(fate),
+                move |sent, fate: Fate, took| {
+                    let mut orders = lock(&orders);
+                    orders.timeline.see(sent, &fate.answer(&primary), took);
+                    orders.tally.see(fate);
+                },
             )
         };
         Self {
             timeline,
             orders,
+            settling,
             tasks: [answers, buyer],
         }
+    }
+
+    /// Stops asking and waits for the answers still awaited (each within
+    /// its bound): the buyer's orders as finally answered, so none it
+    /// placed is left out of the tally.
+    pub async fn settle(&mut self) -> Orders {
+        self.settling.store(true, Ordering::Relaxed);
+        for task in &mut self.tasks {
+            // Each answer is bounded, so the wait is too; a task that ended
+            // otherwise has nothing left to wait for.
+            let _ = tokio::time::timeout(PROBE_TIMEOUT * 2, task).await;
+        }
+        self.orders()
     }
 
     /// The timeline so far.
@@ -247,13 +280,14 @@ impl Probe {
     }
 
     /// The buyer's orders so far.
-    pub fn orders(&self) -> Tally {
+    pub fn orders(&self) -> Orders {
         lock(&self.orders).clone()
     }
 
     /// Marks the faults removed at `at`.
     pub fn restoring(&self, at: Duration) {
         lock(&self.timeline).restoring(at);
+        lock(&self.orders).timeline.restoring(at);
     }
 }
 
@@ -269,13 +303,14 @@ impl Drop for Probe {
 /// earlier answers take, as buyers arrive (at most [`PROBE_TIMEOUT`] /
 /// `every` in flight), and hands each answer to `take` in the order asked,
 /// which the timeline's runs count on: dated when asked (what the buyer
-/// saw at that moment), with how long it took. Until aborted.
+/// saw at that moment), with how long it took. Until aborted, or until
+/// `settling` is set and every answer asked before it was taken.
 fn paced<A, F>(
-    every: Duration,
+    (every, settling): (Duration, Arc<AtomicBool>),
     clock: Arc<dyn Clock>,
     mut ask: impl FnMut(u64) -> F + Send + 'static,
     mut take: impl FnMut(Duration, A, Duration) + Send + 'static,
-) -> tokio::task::AbortHandle
+) -> tokio::task::JoinHandle<()>
 where
     F: Future<Output = A> + Send + 'static,
     A: Send + 'static,
@@ -286,8 +321,12 @@ where
         let mut asked = FuturesOrdered::new();
         let mut n = 0;
         loop {
+            let settled = settling.load(Ordering::Relaxed);
+            if settled && asked.is_empty() {
+                return;
+            }
             tokio::select! {
-                _ = ticks.tick() => {
+                _ = ticks.tick(), if !settled => {
                     n += 1;
                     let (answer, clock) = (ask(n), clock.clone());
                     asked.push_back(async move {
@@ -302,7 +341,6 @@ where
             }
         }
     })
-    .abort_handle()
 }
 
 fn lock<T>(shared: &Mutex<T>) -> MutexGuard<'_, T> {
