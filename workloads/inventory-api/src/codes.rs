@@ -25,3 +25,6 @@ pub const RETRY: &str = "retry";
 pub const STOCK_LOST: &str = "stock_lost";
 /// 503: the stock store is unavailable.
 pub const UNAVAILABLE: &str = "unavailable";
+/// 503: this region's Redis is a read-only replica (a standby region's);
+/// the inventory sells once it is promoted.
+pub const STANDBY: &str = "standby";

@@ -142,6 +142,11 @@ impl From<StoreError> for ApiError {
                 codes::RETRY,
                 err.to_string(),
             ),
+            StoreError::Standby => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                codes::STANDBY,
+                err.to_string(),
+            ),
             StoreError::StockLost { .. } => {
                 tracing::error!(error = %err, "refusing to sell");
                 Self::new(

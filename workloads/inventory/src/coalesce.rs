@@ -120,7 +120,7 @@ pub(crate) enum BatchError {
 impl From<BatchError> for StoreError {
     fn from(err: BatchError) -> Self {
         match err {
-            BatchError::Redis(err) => Self::Redis(err),
+            BatchError::Redis(err) => Self::from(err),
             BatchError::Corrupt(what) => Self::Corrupt(what),
             BatchError::Abandoned => Self::Redis(RedisError::from((
                 ErrorKind::Io,

@@ -1,9 +1,10 @@
 //! The flash-sale inventory: stock reservations in Redis that never oversell.
 //! `keys` documents the Redis key schema; `store` holds the scripts and the
 //! reservation protocol; `coalesce` gathers concurrent reservations of a SKU
-//! into one script call; `api` is the HTTP face; `sweeper` returns unpaid stock;
-//! `outbox` announces lapsed and cancelled orders to the order stream; `auth`
-//! guards the API.
+//! into one script call; `api` is the HTTP face; `sweeper` returns unpaid
+//! stock; `outbox` announces lapsed and cancelled orders to the order
+//! stream; `standby` holds sales while Redis is a standby region's
+//! read-only replica; `auth` guards the API.
 
 pub mod api;
 pub mod auth;
@@ -12,5 +13,6 @@ pub mod keys;
 pub mod metrics;
 pub mod outbox;
 pub mod periodic;
+pub mod standby;
 pub mod store;
 pub mod sweeper;

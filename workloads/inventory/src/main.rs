@@ -12,7 +12,7 @@ use inventory::{
     coalesce::CoalesceSettings,
     keys::{SaleKeys, Workload},
     metrics::Metrics,
-    outbox,
+    outbox, standby,
     store::{Durability, SaleDefinition, Store},
     sweeper,
 };
@@ -80,6 +80,11 @@ struct Args {
     /// How often the outbox of expired order events is published.
     #[arg(long, env = "INVENTORY_OUTBOX_INTERVAL_MS", default_value_t = 250)]
     outbox_interval_ms: u64,
+    /// How often the inventory checks whether Redis takes writes: a
+    /// read-only replica (a standby region's) makes it stand by, refusing
+    /// sales with `standby` until the replica is promoted.
+    #[arg(long, env = "INVENTORY_STANDBY_CHECK_MS", default_value_t = 500)]
+    standby_check_ms: u64,
     /// This replica's name in the outbox's consumer group (the pod name).
     #[arg(long, env = "POD_NAME")]
     pod_name: Option<String>,
@@ -164,7 +169,7 @@ async fn main() -> anyhow::Result<()> {
             "no API token configured: any caller may reserve, confirm, cancel, load and adjust stock"
         );
     }
-    let store = open_store(&args, &metrics).await?;
+    let (store, pending) = open_store(&args, &metrics).await?;
     let state = AppState::new(
         store.clone(),
         metrics.clone(),
@@ -180,6 +185,13 @@ async fn main() -> anyhow::Result<()> {
         shutdown.clone(),
     ));
     start_outbox(&args, &store, &metrics, &shutdown)?;
+    tokio::spawn(standby::follow(
+        store.clone(),
+        pending,
+        metrics.clone(),
+        Duration::from_millis(args.standby_check_ms.max(10)),
+        shutdown.clone(),
+    ));
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -215,8 +227,13 @@ fn run_command(command: &Command) -> anyhow::Result<()> {
 }
 
 /// The store on the arguments' Redis, with their durability policy and
-/// coalescing, after the eviction check; the sale file, if any, is loaded.
-async fn open_store(args: &Args, metrics: &Metrics) -> anyhow::Result<Store> {
+/// coalescing, after the eviction check; the sale file, if any, is loaded,
+/// unless Redis is a read-only replica: then the store stands by, and the
+/// sale is returned to load on the promotion.
+async fn open_store(
+    args: &Args,
+    metrics: &Metrics,
+) -> anyhow::Result<(Store, Option<SaleDefinition>)> {
     let redis_url = args.redis_url.as_deref().unwrap_or_default();
     let store = Store::connect(redis_url)
         .await
@@ -239,15 +256,26 @@ async fn open_store(args: &Args, metrics: &Metrics) -> anyhow::Result<Store> {
             "cannot read Redis's maxmemory-policy with this user; it must be noeviction, or Redis may evict stock"
         );
     }
-    if let Some(path) = &args.sale_file {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let def: SaleDefinition =
-            serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
-        let loaded = store.load(&def).await.context("loading the sale")?;
-        tracing::info!(sale = def.sale, ?loaded, "sale loaded");
+    if !store
+        .writable()
+        .await
+        .context("checking whether Redis takes writes")?
+    {
+        standby::stand_by(&store, metrics);
     }
-    Ok(store)
+    let Some(path) = &args.sale_file else {
+        return Ok((store, None));
+    };
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let def: SaleDefinition =
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    if store.standing_by() {
+        return Ok((store, Some(def)));
+    }
+    let loaded = store.load(&def).await.context("loading the sale")?;
+    tracing::info!(sale = def.sale, ?loaded, "sale loaded");
+    Ok((store, None))
 }
 
 /// The durability policy `--durability` asks for; `auto` looks at the

@@ -46,6 +46,7 @@ pub struct Metrics {
     outbox_pending: Gauge,
     reserve_batch_size: BatchSizes,
     durability_replicas: Gauge,
+    standby: Gauge,
 }
 
 impl Metrics {
@@ -81,6 +82,11 @@ impl Metrics {
             "inventory_durability_replicas",
             "Replicas every acknowledged write waits for (0: acknowledged on the primary alone)",
             metrics.durability_replicas.clone(),
+        );
+        registry.register(
+            "inventory_standby",
+            "1 while Redis is a read-only replica (a standby region's) and sales are refused until it is promoted",
+            metrics.standby.clone(),
         );
         registry.register(
             "flashsale_inventory_reserve_batch_size",
@@ -122,6 +128,11 @@ impl Metrics {
         self.durability_replicas.set(i64::from(replicas));
     }
 
+    /// Records whether the inventory stands by.
+    pub fn standby(&self, standing_by: bool) {
+        self.standby.set(i64::from(standing_by));
+    }
+
     /// Records one outbox round: events published, entries left.
     pub fn outbox(&self, published: u64, pending: u64) {
         self.expired_published.inc_by(published);
@@ -145,6 +156,7 @@ mod tests {
         metrics.reservation("sold_out");
         metrics.stock("HOT-1", 7);
         metrics.reserve_batch(3);
+        metrics.standby(true);
         let text = render(&registry)?;
         for line in [
             r#"inventory_reservations_total{result="sold_out"} 1"#,
@@ -152,6 +164,7 @@ mod tests {
             r#"flashsale_inventory_reserve_batch_size_bucket{le="2.0"} 0"#,
             r#"flashsale_inventory_reserve_batch_size_bucket{le="4.0"} 1"#,
             "flashsale_inventory_reserve_batch_size_count 1",
+            "inventory_standby 1",
         ] {
             assert!(
                 text.lines().any(|l| l == line),

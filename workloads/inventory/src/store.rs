@@ -43,7 +43,13 @@ const SWEEP_LEASE_MS: u64 = 5_000;
 pub enum StoreError {
     /// Redis failed or is unreachable.
     #[error("redis: {0}")]
-    Redis(#[from] redis::RedisError),
+    Redis(redis::RedisError),
+    /// Redis is a read-only replica (a standby region's, not yet promoted):
+    /// the inventory stands by and sells once it is promoted.
+    #[error(
+        "this region's Redis is a read-only replica: the inventory stands by and sells once it is promoted"
+    )]
+    Standby,
     /// The Redis URL names no server.
     #[error(transparent)]
     Url(#[from] flashsale_runtime::redis::InvalidRedisUrl),
@@ -79,6 +85,19 @@ pub enum StoreError {
         /// Replicas the policy asks for.
         wanted: u32,
     },
+}
+
+impl From<redis::RedisError> for StoreError {
+    /// A write refused by a read-only replica is the standby's answer,
+    /// however the replica became one (started as one, or demoted under
+    /// the inventory while it sold).
+    fn from(err: redis::RedisError) -> Self {
+        if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly) {
+            Self::Standby
+        } else {
+            Self::Redis(err)
+        }
+    }
 }
 
 /// What [`Store::check_held`] found.
@@ -275,6 +294,8 @@ pub struct Store {
     durability: Durability,
     // One-shard reservations of a SKU share script calls (`coalesce`).
     pub(crate) coalescer: Arc<Coalescer>,
+    // Set while Redis is a read-only replica (`standby`).
+    standby: Arc<AtomicBool>,
 }
 
 impl Store {
@@ -287,6 +308,7 @@ impl Store {
             scripts: Arc::new(Scripts::new()),
             sales: Arc::default(),
             durability: Durability::Fast,
+            standby: Arc::default(),
         }
     }
 
@@ -499,8 +521,46 @@ impl Store {
     }
 
     /// Names of the sales loaded into this store.
+    /// While the store stands by, none: the background jobs have nothing
+    /// to write.
     pub async fn sales(&self) -> Vec<String> {
+        if self.standing_by() {
+            return Vec::new();
+        }
         self.sales.read().await.keys().cloned().collect()
+    }
+
+    /// Whether Redis takes writes: a read-only replica refuses a script
+    /// that declares it may write (`#!lua` without `no-writes`), before
+    /// running it, so the check writes nothing and needs no admin command
+    /// (the inventory's ACL user has none). A cluster always does: it
+    /// promotes its own replicas, and the connection follows them.
+    pub async fn writable(&self) -> Result<bool, StoreError> {
+        if self.conn.is_cluster() {
+            return Ok(true);
+        }
+        let mut conn = self.conn.clone();
+        let probe = redis::cmd("EVAL")
+            .arg("#!lua\nreturn 1")
+            .arg(0)
+            .query_async::<i64>(&mut conn)
+            .await;
+        match probe.map_err(StoreError::from) {
+            Ok(_) => Ok(true),
+            Err(StoreError::Standby) => Ok(false),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Whether the store stands by: every sale operation answers
+    /// [`StoreError::Standby`] until [`Store::set_standby`] clears it.
+    pub fn standing_by(&self) -> bool {
+        self.standby.load(Ordering::Relaxed)
+    }
+
+    /// Stands by (`true`) or sells again (`false`).
+    pub fn set_standby(&self, standby: bool) {
+        self.standby.store(standby, Ordering::Relaxed);
     }
 
     /// A handle on the store's Redis connection (multiplexed; cheap).
@@ -516,6 +576,9 @@ impl Store {
     }
 
     async fn sale(&self, sale: &str) -> Result<Arc<SaleInfo>, StoreError> {
+        if self.standing_by() {
+            return Err(StoreError::Standby);
+        }
         self.sales
             .read()
             .await
