@@ -97,16 +97,28 @@ pub async fn create_stocked_sale(
     opens_in: SignedDuration,
     stock: u32,
 ) -> anyhow::Result<Sale> {
-    create_sale_as(client, ns, opens_in, stock, None).await
+    let redis = stack::in_cluster::redis_url()?;
+    create_sale_as(client, ns, (opens_in, stock), &redis, None).await
 }
 
-/// [`create_sale`] as another region's FlashSale of the sale with id
+/// [`create_sale`] with its stock in the Redis at `redis` (as pods reach
+/// it) rather than the stack's.
+pub async fn create_sale_on(
+    client: &Client,
+    ns: &str,
+    opens_in: SignedDuration,
+    redis: &str,
+) -> anyhow::Result<Sale> {
+    create_sale_as(client, ns, (opens_in, 10), redis, None).await
+}
+
+/// [`create_sale_on`] as another region's FlashSale of the sale with id
 /// `sale_id` (its `spec.saleID`) and drill key `drill_key` (in the Secret
 /// `drill`, named by its `spec.gateway.drillKeySecretRef`).
 pub async fn create_standby_sale(
     client: &Client,
     ns: &str,
-    opens_in: SignedDuration,
+    (opens_in, redis): (SignedDuration, &str),
     (sale_id, drill_key): (&str, &[u8]),
 ) -> anyhow::Result<Sale> {
     let drill: Secret = serde_json::from_value(json!({
@@ -116,14 +128,14 @@ pub async fn create_standby_sale(
     Api::<Secret>::namespaced(client.clone(), ns)
         .create(&PostParams::default(), &drill)
         .await?;
-    create_sale_as(client, ns, opens_in, 10, Some(sale_id)).await
+    create_sale_as(client, ns, (opens_in, 10), redis, Some(sale_id)).await
 }
 
 async fn create_sale_as(
     client: &Client,
     ns: &str,
-    opens_in: SignedDuration,
-    stock: u32,
+    (opens_in, stock): (SignedDuration, u32),
+    redis: &str,
     standby_of: Option<&str>,
 ) -> anyhow::Result<Sale> {
     let brokers = stack::kafka_brokers()?;
@@ -168,7 +180,7 @@ async fn create_sale_as(
             "inventory": {
                 "replicas": 1,
                 "resources": small(),
-                "redis": {"url": stack::in_cluster::redis_url()?}
+                "redis": {"url": redis}
             },
             "orderWriter": {
                 "replicas": 1,

@@ -9,7 +9,9 @@ use flashsale_observe::standby::{self, StandbyReadError};
 
 use crate::{
     faults::{self, FaultError},
+    reach::Reach,
     stack::{self, MissingComponent},
+    stores::{Stores, StoresError},
     wait::{Timeout, poll_until},
 };
 
@@ -63,6 +65,15 @@ impl Regions {
             b_kubeconfig: var("FLASHSALE_REGION_B_KUBECONFIG")?,
         })
     }
+}
+
+/// Region `region`'s Redis (`a`: the failover pair's primary, `b`: its
+/// replica) as pods reach it, from the Secret `stores` the stack writes in
+/// namespace `flashsale-region-<region>`.
+pub async fn pod_redis(client: &kube::Client, region: &str) -> Result<String, StoresError> {
+    let namespace = format!("flashsale-region-{region}");
+    let stores = Stores::discover_in(client, &namespace, Reach::ServiceIp).await?;
+    Ok(stores.in_cluster.redis)
 }
 
 /// How the global endpoint checks the regions' gateways: every `interval`,
@@ -130,6 +141,25 @@ pub async fn until_answered_by(
             {
                 Ok((_, Some(from))) if from == region => Ok(()),
                 Ok((status, from)) => Err(format!("{status} from {from:?}")),
+                Err(err) => Err(err.to_string()),
+            }
+        },
+    )
+    .await
+}
+
+/// Polls until region A's Redis of the pair at `a_redis` has a replica
+/// online (B's, following it again after a failover), for at most
+/// `within`.
+pub async fn until_followed(a_redis: &str, within: Duration) -> Result<(), Timeout> {
+    poll_until(
+        "region A's Redis to have its replica online",
+        within,
+        Duration::from_millis(100),
+        || async {
+            match standby::redis_replicas(a_redis, Duration::from_secs(2)).await {
+                Ok(replicas) if replicas.online > 0 => Ok(()),
+                Ok(replicas) => Err(format!("{replicas:?}")),
                 Err(err) => Err(err.to_string()),
             }
         },

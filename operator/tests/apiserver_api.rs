@@ -487,7 +487,8 @@ fn failover_drill() -> Value {
             "standby": {"namespace": "region-b", "name": "sale"},
             "capacity": {"perGatewayRPS": 500, "load": "vector(1)"},
             "replication": [
-                {"name": "inventory", "redisURLSecretRef": {"name": "a", "key": "url"}, "maxLag": "1s"},
+                {"name": "inventory", "redisURLSecretRef": {"name": "a", "key": "url"},
+                 "promoteRedisURLSecretRef": {"name": "b", "key": "url"}, "maxLag": "1s"},
                 {"name": "orders", "query": "vector(0)", "maxLag": "5s"}
             ],
             "endpoint": {
@@ -531,6 +532,15 @@ fn invalid_failover() -> Vec<Invalid> {
             "a lag read no way",
             with(drill(), "/spec/failover/replication/1/query", Value::Null),
             "exactly one of query and redisURLSecretRef",
+        ),
+        (
+            "a promotion of a replica of no Redis",
+            with(
+                drill(),
+                "/spec/failover/replication/1/promoteRedisURLSecretRef",
+                json!({"name": "b", "key": "url"}),
+            ),
+            "promoteRedisURLSecretRef names the replica of the Redis in redisURLSecretRef",
         ),
         (
             "two replications of one name",

@@ -82,6 +82,7 @@ fn drill(
                 "replication": [{
                     "name": "inventory",
                     "redisURLSecretRef": {"name": "region-a-redis", "key": "url"},
+                    "promoteRedisURLSecretRef": {"name": "region-b-redis", "key": "url"},
                     "maxLag": "1s"
                 }],
                 "endpoint": {"haproxyStatsURL": stats, "server": "sale/region-b", "url": url},
@@ -125,6 +126,17 @@ fn check<'a>(
         .ok_or_else(|| anyhow::anyhow!("no {name} check in {failover:?}"))
 }
 
+/// Which Redis the regions' sales keep their stock in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stock {
+    /// Both in the stack's Redis: region B's Redis is replicated, and
+    /// paused by the readiness test, but no sale's.
+    Shared,
+    /// Region A's in its Redis of the pair, region B's in its replica,
+    /// which B's inventory stands by on until a run promotes it.
+    Replicated,
+}
+
 /// Both regions on the real node, the endpoint in front of them, and the
 /// drill created.
 struct Pair {
@@ -142,9 +154,22 @@ struct Pair {
 }
 
 impl Pair {
-    async fn start() -> anyhow::Result<Self> {
+    async fn start(stock: Stock) -> anyhow::Result<Self> {
         let regions = Regions::from_env()?;
-        let scene = Scene::start("fo-a").await?;
+        let (a_redis, b_redis) = match stock {
+            Stock::Shared => {
+                let shared = flashsale_e2e::stack::in_cluster::redis_url()?;
+                (shared.clone(), shared)
+            }
+            Stock::Replicated => {
+                let client = common::setup().await?;
+                (
+                    region::pod_redis(&client, "a").await?,
+                    region::pod_redis(&client, "b").await?,
+                )
+            }
+        };
+        let scene = Scene::start_on("fo-a", &a_redis).await?;
         let client = scene.client.clone();
         // Region B: its own namespace, operator and FlashSale on the real
         // node, of the same sale (A's sale id).
@@ -156,7 +181,8 @@ impl Pair {
         let b_operator = common::real_node::operator(&b.name)?;
         let opens_in = jiff::SignedDuration::from_hours(1);
         let key = drill_key(&client, &scene.ns.name, &scene.sale.name).await?;
-        let b_sale = create_standby_sale(&client, &b.name, opens_in, (&sale_id, &key)).await?;
+        let b_sale =
+            create_standby_sale(&client, &b.name, (opens_in, &b_redis), (&sale_id, &key)).await?;
         await_ready(&client, &b.name, &b_sale.name).await?;
         let b_gateways = ready_pods(&client, &b.name, &b_sale.name, "gateway").await?;
         // The global endpoint: A's gateway primary, B's the backup.
@@ -171,11 +197,16 @@ impl Pair {
         region::point_endpoint(&a_gw, &b_gw, checks).await?;
         region::until_answered_by(&regions.endpoint, &scene.ns.name, SEEN).await?;
         let secrets: Api<Secret> = Api::namespaced(client.clone(), &scene.ns.name);
-        let secret: Secret = serde_json::from_value(json!({
-            "metadata": {"name": "region-a-redis"},
-            "stringData": {"url": regions.a_redis}
-        }))?;
-        secrets.create(&PostParams::default(), &secret).await?;
+        for (name, url) in [
+            ("region-a-redis", &regions.a_redis),
+            ("region-b-redis", &regions.b_redis),
+        ] {
+            let secret: Secret = serde_json::from_value(json!({
+                "metadata": {"name": name},
+                "stringData": {"url": url}
+            }))?;
+            secrets.create(&PostParams::default(), &secret).await?;
+        }
         let drills: Api<ChaosDrill> = Api::namespaced(client.clone(), &scene.ns.name);
         // 100 rps per gateway covers (40 + 40) × 1.25 = 100 rps with one.
         let endpoint = (regions.endpoint_stats.as_str(), regions.endpoint.as_str());
@@ -243,7 +274,7 @@ async fn steady_while(drills: &Api<ChaosDrill>, what: &str, above: bool) -> anyh
 async fn the_standby_is_ready_then_fails_for_each_reason_and_refuses_an_active_run()
 -> anyhow::Result<()> {
     let _stack = exclusive().await;
-    let mut pair = Pair::start().await?;
+    let mut pair = Pair::start(Stock::Shared).await?;
 
     // Ready, each check with its numbers.
     let ready = pair.until("True", "StandbyReady").await?;
@@ -558,7 +589,9 @@ fn active_with(duration: &str, fault: &serde_json::Value) -> serde_json::Value {
 }
 
 /// Asks the drill for a run now, once A's sale is Ready again (every
-/// gateway back from the last run's fault); how many runs it held before.
+/// gateway back from the last run's fault) and A's Redis has its replica
+/// again (the last run gave back B's, which then syncs); how many runs it
+/// held before.
 async fn run_now(pair: &Pair, request: &str) -> anyhow::Result<usize> {
     await_ready(
         &pair.scene.client,
@@ -566,6 +599,7 @@ async fn run_now(pair: &Pair, request: &str) -> anyhow::Result<usize> {
         &pair.scene.sale.name,
     )
     .await?;
+    region::until_followed(&Regions::from_env()?.a_redis, SEEN).await?;
     let before = pair
         .status()
         .await
@@ -596,7 +630,7 @@ async fn until_failed_over(pair: &Pair) -> anyhow::Result<RunRecord> {
 async fn an_active_run_fails_buyers_over_to_the_standby_and_gives_them_back() -> anyhow::Result<()>
 {
     let _stack = exclusive().await;
-    let mut pair = Pair::start().await?;
+    let mut pair = Pair::start(Stock::Replicated).await?;
     pair.until("True", "StandbyReady").await?;
     a_drill_buyer_orders_before_the_opening(&pair).await?;
     // Region A cut off from the endpoint at once (its gateways drop what
@@ -718,6 +752,7 @@ async fn fails_over_and_back(pair: &Pair) -> anyhow::Result<()> {
         .metric_sum("flashsale_failover_rto_seconds_count")
         .await?;
     assert_eq!(measured, 1.0);
+    promoted_and_given_back(&run).await?;
     drill_orders_landed(&run, (a, b)).await
 }
 
@@ -769,6 +804,33 @@ async fn drill_orders_landed(run: &RunRecord, (a, b): (&str, &str)) -> anyhow::R
         },
     )
     .await?;
+    Ok(())
+}
+
+/// The run promoted region B's Redis once buyers lost A, and had it
+/// follow A's again, as its record and message say and B's Redis itself
+/// shows.
+async fn promoted_and_given_back(run: &RunRecord) -> anyhow::Result<()> {
+    let regions = Regions::from_env()?;
+    let a = regions.a_redis.trim_start_matches("redis://");
+    let [promotion] = run.promoted.as_slice() else {
+        anyhow::bail!("not one promotion: {run:?}");
+    };
+    assert_eq!(
+        (promotion.name.as_str(), promotion.follows.as_str()),
+        ("inventory", a),
+        "{promotion:?}"
+    );
+    assert!(
+        promotion.promoted_at.is_some() && promotion.restored_at.is_some(),
+        "{promotion:?}"
+    );
+    let message = run.message.clone().unwrap_or_default();
+    assert!(message.contains(&format!("follows {a} again")), "{message}");
+    let follows =
+        flashsale_observe::standby::redis_primary_of(&regions.b_redis, Duration::from_secs(2))
+            .await?;
+    assert_eq!(follows, a);
     Ok(())
 }
 
@@ -855,9 +917,9 @@ async fn kill_switch_mid_failover(pair: &Pair) -> anyhow::Result<()> {
     let run = run?;
     back?;
     assert_eq!(run.reason.as_deref(), Some("KillSwitch"), "{run:?}");
-    let message = run.message.unwrap_or_default();
+    let message = run.message.clone().unwrap_or_default();
     assert!(message.contains("can take buyers back"), "{message}");
-    Ok(())
+    promoted_and_given_back(&run).await
 }
 
 /// The operator SIGKILLed once buyers failed over: the next one stops the
@@ -871,10 +933,10 @@ async fn sigkill_mid_failover(pair: &mut Pair) -> anyhow::Result<()> {
     pair.scene.operator = common::real_node::operator(&a)?;
     let run = run_after(pair, before).await?;
     assert_eq!(run.reason.as_deref(), Some("GuardLost"), "{run:?}");
-    let message = run.message.unwrap_or_default();
+    let message = run.message.clone().unwrap_or_default();
     assert!(message.contains("can take buyers back"), "{message}");
     region::until_answered_by(&endpoint, &a, BACK).await?;
-    Ok(())
+    promoted_and_given_back(&run).await
 }
 
 /// A's gateways replaced by new pods, and the endpoint pointed at one of
@@ -942,7 +1004,7 @@ async fn renew_gateways(
             -- --ignored --nocapture five_active_runs"]
 async fn five_active_runs() -> anyhow::Result<()> {
     let _stack = exclusive().await;
-    let mut pair = Pair::start().await?;
+    let mut pair = Pair::start(Stock::Replicated).await?;
     pair.until("True", "StandbyReady").await?;
     let host = std::env::var("HOST_POD_IP")?;
     let faults = [

@@ -44,7 +44,9 @@ MIRRORED_TOPICS='flashsale\\.orders(\\.dlq)?|failover\\..*'
 install_redis-a() { install_debian_packages; }
 install_redis-b() { install_debian_packages; }
 
-up_redis-a() { start_redis redis-a "$REDIS_A_PORT"; }
+# A replica that follows it again (after a failover drill promoted it)
+# syncs at once, not after Redis's default 5 s.
+up_redis-a() { start_redis redis-a "$REDIS_A_PORT" --repl-diskless-sync-delay 0; }
 
 # B follows A until a failover promotes it (REPLICAOF NO ONE); started
 # again, it is A's replica again.

@@ -541,6 +541,7 @@ fn default_headroom() -> f64 {
 #[derive(KubeSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("has(self.query) != has(self.redisURLSecretRef)").message("each failover.replication entry needs exactly one of query and redisURLSecretRef"))]
+#[x_kube(validation = Rule::new("!has(self.promoteRedisURLSecretRef) || has(self.redisURLSecretRef)").message("promoteRedisURLSecretRef names the replica of the Redis in redisURLSecretRef: set both"))]
 pub struct ReplicationLag {
     /// Name, unique in the drill.
     #[schemars(length(min = 1, max = 63))]
@@ -565,6 +566,18 @@ pub struct ReplicationLag {
         rename = "redisURLSecretRef"
     )]
     pub redis_url_secret_ref: Option<SecretKeyRef>,
+    /// The URL of the standby region's Redis, that primary's replica, in a
+    /// Secret of the drill's namespace: an active run promotes it
+    /// (`REPLICAOF NO ONE`) once buyers lose the primary region, as a
+    /// region failover's runbook would, so the standby's inventory sells,
+    /// and has it follow the primary again once the primary took buyers
+    /// back, or however else the run ends.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "promoteRedisURLSecretRef"
+    )]
+    pub promote_redis_url_secret_ref: Option<SecretKeyRef>,
 }
 
 /// How the global endpoint sees the standby.
@@ -825,6 +838,32 @@ pub struct RunRecord {
     /// through the global endpoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drill_orders: Option<DrillOrders>,
+    /// The standby Redis servers an active failover run promoted, each
+    /// recorded before its promotion, so whoever ends the run (this
+    /// replica, or the next after a restart) has it follow its primary
+    /// again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    pub promoted: Vec<Promotion>,
+}
+
+/// A standby Redis an active failover run promoted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Promotion {
+    /// The `failover.replication` entry that names it.
+    #[schemars(length(max = 63))]
+    pub name: String,
+    /// The primary it followed, `host:port` as it reached it (from its
+    /// `INFO replication`), which it follows again after the run.
+    #[schemars(length(max = 300))]
+    pub follows: String,
+    /// When it was promoted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub promoted_at: Option<MicroTime>,
+    /// When it followed the primary again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restored_at: Option<MicroTime>,
 }
 
 /// An active failover run's drill orders (SKU `_drill`, one unit each),

@@ -453,6 +453,9 @@ reasons! {
         /// An active failover run's buyer cannot sign its orders: the
         /// primary sale's drill key could not be read.
         DrillKeyUnreadable,
+        /// An active failover run could not promote the standby region's
+        /// Redis once buyers lost the primary; the faults were removed.
+        PromotionFailed,
         ;
         /// The guard is blind: its signal is lost.
         Signal(SignalLoss),

@@ -56,6 +56,66 @@ pub struct ReplicaLags {
 /// The URL is unusable, Redis did not answer within `timeout`, or the
 /// server is not a primary.
 pub async fn redis_replicas(url: &str, timeout: Duration) -> Result<ReplicaLags, StandbyReadError> {
+    let info = replication_info(url, timeout).await?;
+    parse_replication(&info).map_err(|detail| StandbyReadError::Answer {
+        what: format!("Redis {}", shown(url)),
+        detail,
+    })
+}
+
+/// The primary the Redis replica at `url` follows, `host:port` as the
+/// replica reaches it.
+///
+/// # Errors
+/// The URL is unusable, Redis did not answer within `timeout`, or the
+/// server is not a replica.
+pub async fn redis_primary_of(url: &str, timeout: Duration) -> Result<String, StandbyReadError> {
+    let info = replication_info(url, timeout).await?;
+    followed(&info).map_err(|detail| StandbyReadError::Answer {
+        what: format!("Redis {}", shown(url)),
+        detail,
+    })
+}
+
+/// Has the Redis at `url` follow `primary` (`host:port`), or, with `None`,
+/// promotes it (`REPLICAOF NO ONE`).
+///
+/// # Errors
+/// The URL or `primary` is unusable, or Redis did not accept it within
+/// `timeout`.
+pub async fn redis_replicaof(
+    url: &str,
+    primary: Option<&str>,
+    timeout: Duration,
+) -> Result<(), StandbyReadError> {
+    let mut cmd = redis::cmd("REPLICAOF");
+    match primary {
+        None => cmd.arg("NO").arg("ONE"),
+        Some(primary) => {
+            let (host, port) =
+                primary
+                    .rsplit_once(':')
+                    .ok_or_else(|| StandbyReadError::Answer {
+                        what: format!("Redis {}", shown(url)),
+                        detail: format!("`{primary}` is not host:port"),
+                    })?;
+            cmd.arg(host).arg(port)
+        }
+    };
+    redis_call::<String>(url, timeout, &cmd).await.map(drop)
+}
+
+/// `INFO replication` of the Redis at `url`.
+async fn replication_info(url: &str, timeout: Duration) -> Result<String, StandbyReadError> {
+    redis_call(url, timeout, redis::cmd("INFO").arg("replication")).await
+}
+
+/// `cmd`'s answer from the Redis at `url`, within `timeout`.
+async fn redis_call<T: redis::FromRedisValue>(
+    url: &str,
+    timeout: Duration,
+    cmd: &redis::Cmd,
+) -> Result<T, StandbyReadError> {
     let what = format!("Redis {}", shown(url));
     let failed = |err: redis::RedisError| StandbyReadError::Failed {
         what: what.clone(),
@@ -67,14 +127,9 @@ pub async fn redis_replicas(url: &str, timeout: Duration) -> Result<ReplicaLags,
             .get_multiplexed_async_connection()
             .await
             .map_err(failed)?;
-        redis::cmd("INFO")
-            .arg("replication")
-            .query_async::<String>(&mut conn)
-            .await
-            .map_err(failed)
+        cmd.query_async::<T>(&mut conn).await.map_err(failed)
     };
-    let info = bounded(&what, timeout, ask).await?;
-    parse_replication(&info).map_err(|detail| StandbyReadError::Answer { what, detail })
+    bounded(&what, timeout, ask).await
 }
 
 /// `url` as it may be shown in a status or an Event: scheme, host and port
@@ -104,12 +159,28 @@ async fn bounded<T>(
         })?
 }
 
+/// The `name:value` lines of an `INFO` answer.
+fn info_fields(info: &str) -> Vec<(&str, &str)> {
+    info.lines()
+        .filter_map(|line| line.trim().split_once(':'))
+        .collect()
+}
+
+/// The primary a replica's `INFO replication` names, `host:port`.
+fn followed(info: &str) -> Result<String, String> {
+    let fields = info_fields(info);
+    let field = |name: &str| fields.iter().find(|(k, _)| *k == name).map(|(_, v)| *v);
+    match (field("role"), field("master_host"), field("master_port")) {
+        (Some("slave"), Some(host), Some(port)) => Ok(format!("{host}:{port}")),
+        (Some("slave"), ..) => Err("it is a replica that names no primary".to_owned()),
+        (Some(role), ..) => Err(format!("it is a {role}, not a replica")),
+        (None, ..) => Err("no role in INFO replication".to_owned()),
+    }
+}
+
 /// The replicas in an `INFO replication` answer.
 fn parse_replication(info: &str) -> Result<ReplicaLags, String> {
-    let fields: Vec<(&str, &str)> = info
-        .lines()
-        .filter_map(|line| line.trim().split_once(':'))
-        .collect();
+    let fields = info_fields(info);
     let field = |name: &str| fields.iter().find(|(k, _)| *k == name).map(|(_, v)| *v);
     match field("role") {
         Some("master") => {}
@@ -382,6 +453,21 @@ mod tests {
         assert_eq!(alone.map(|l| (l.online, l.worst_lag_secs)), Ok((0, None)));
         let replica = parse_replication("role:slave\r\nmaster_host:127.0.0.1\r\n");
         assert_eq!(replica, Err("it is a slave, not the primary".to_owned()));
+    }
+
+    #[test]
+    fn a_replica_names_the_primary_it_follows() {
+        let replica = "# Replication\r\nrole:slave\r\nmaster_host:10.0.0.7\r\n\
+            master_port:6379\r\nmaster_link_status:up\r\n";
+        assert_eq!(followed(replica), Ok("10.0.0.7:6379".to_owned()));
+        assert_eq!(
+            followed("role:master\r\nconnected_slaves:0\r\n"),
+            Err("it is a master, not a replica".to_owned())
+        );
+        assert_eq!(
+            followed("role:slave\r\n"),
+            Err("it is a replica that names no primary".to_owned())
+        );
     }
 
     #[test]

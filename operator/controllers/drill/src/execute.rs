@@ -31,7 +31,7 @@ use super::{
     chaos::TARGET_LABEL,
     failover::{PROBE_EVERY, Probe, SUSTAINED},
     guard::Guard,
-    readings,
+    promote, readings,
     reconcile::SaleState,
     reconcile::SaleView,
     stop,
@@ -162,13 +162,17 @@ impl Ending {
 /// without a word when this replica stops leading.
 pub async fn execute(ctx: Arc<Ctx>, plan: Plan, guard: Arc<Guard>) {
     let mut leadership = ctx.leadership.clone();
-    let ending = tokio::select! {
+    let mut ending = tokio::select! {
         ending = drive(&ctx, &plan, &guard) => ending,
         () = leadership.lost() => {
             guard.silence(DrillReason::NotLeader);
             return;
         }
     };
+    // However the run ended, what it promoted follows the primary again.
+    if let Some(said) = give_back(&ctx, &plan, &guard).await {
+        ending.message = format!("{}; {said}", ending.message);
+    }
     guard.silence(DrillReason::Ended);
     let now = ctx.clock.now();
     let drill = &plan.drill;
@@ -485,7 +489,12 @@ async fn finish(
             let judged = failback(ctx, plan, guard, (probe, stopping)).await;
             let orders = note_orders(guard, probe).await;
             match judged {
-                Ok(sentence) => Some(format!("{sentence}; {orders}")),
+                // The primary serves again: the standby follows it before
+                // the SLOs are verified.
+                Ok(sentence) => Some(match give_back(ctx, plan, guard).await {
+                    Some(given) => format!("{sentence}; {orders}; {given}"),
+                    None => format!("{sentence}; {orders}"),
+                }),
                 Err(mut ending) => {
                     ending.message = format!("{}; {orders}", ending.message);
                     return ending;
@@ -1205,11 +1214,15 @@ async fn watch(
     injected: Injected,
 ) -> Option<Ending> {
     let mut ticks = ticker(plan.drill.spec.slo_guard.interval.0);
+    let mut promoted = false;
     loop {
         ticks.tick().await;
         let mut cause = look(ctx, guard, sampler, mandate).await;
         if let (None, Some(probe)) = (&cause, probe) {
-            cause = unserved(ctx, plan, guard, probe);
+            cause = match promote_on_outage(ctx, plan, guard, (probe, &mut promoted)).await {
+                Some(cause) => Some(cause),
+                None => unserved(ctx, plan, guard, probe),
+            };
         }
         if let Some(cause) = cause {
             return Some(abort(ctx, plan, guard, cause).await);
@@ -1218,6 +1231,51 @@ async fn watch(
             return None;
         }
     }
+}
+
+/// Once buyers lost the primary region, promotes the standby's Redis, as
+/// a region failover's runbook would (once a run); the cause to abort when
+/// it cannot be.
+async fn promote_on_outage(
+    ctx: &Ctx,
+    plan: &Plan,
+    guard: &Guard,
+    (probe, done): (&Probe, &mut bool),
+) -> Option<Cause> {
+    if *done || probe.timeline().outage.is_none() {
+        return None;
+    }
+    *done = true;
+    let spec = plan.drill.spec.failover.as_ref()?;
+    let namespace = plan.drill.namespace().unwrap_or_default();
+    let now = || ctx.clock.now();
+    match promote::promote(&ctx.client, &namespace, spec, (guard, &now)).await {
+        Ok(0) => None,
+        Ok(_) => {
+            ctx.settings.wake(&plan.drill);
+            None
+        }
+        Err(why) => Some(Cause {
+            reason: DrillReason::PromotionFailed,
+            message: format!("buyers lost the primary region, but {why}"),
+            detected: ctx.clock.now(),
+        }),
+    }
+}
+
+/// Has the standby Redis servers the run promoted follow the primary
+/// again; the sentence that says so, if there were any.
+async fn give_back(ctx: &Ctx, plan: &Plan, guard: &Guard) -> Option<String> {
+    let mut promoted = guard.progress().record.promoted;
+    if promoted.iter().all(|p| p.restored_at.is_some()) {
+        return None;
+    }
+    let namespace = plan.drill.namespace().unwrap_or_default();
+    let spec = plan.drill.spec.failover.as_ref();
+    let now = ctx.clock.now();
+    let said = promote::restore(&ctx.client, &namespace, spec, (&mut promoted, now)).await;
+    guard.update(|progress| progress.record.promoted = promoted);
+    said
 }
 
 /// Notes the failover so far; the cause to abort once buyers went without

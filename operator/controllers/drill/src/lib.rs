@@ -22,6 +22,7 @@ pub mod chaos;
 pub mod execute;
 pub mod failover;
 pub mod guard;
+pub mod promote;
 pub mod readiness;
 pub mod readings;
 pub mod reconcile;
@@ -374,6 +375,17 @@ fn end_deleted(ctx: &Arc<Ctx>, key: &str, uid: &str) {
         return;
     };
     guard.silence(DrillReason::DrillDeleted);
+    // Its spec, which names the promoted Redis, is gone with it.
+    for promotion in guard.progress().record.promoted {
+        if promotion.restored_at.is_none() {
+            tracing::warn!(
+                drill = key,
+                redis = promotion.name,
+                follows = promotion.follows,
+                "the drill was deleted while the standby's Redis it promoted had not followed its primary again: have it follow by hand (REPLICAOF)"
+            );
+        }
+    }
     let (namespace, drill) = key.split_once('/').unwrap_or_default();
     let (namespace, drill) = (namespace.to_owned(), drill.to_owned());
     let objects = chaos::parse_objects(&guard.progress().record.objects);

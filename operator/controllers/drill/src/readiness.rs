@@ -449,6 +449,7 @@ mod tests {
                 max_lag: flashsale_api::Duration::from_secs(1),
                 query: Some("lag".into()),
                 redis_url_secret_ref: None,
+                promote_redis_url_secret_ref: None,
             }],
             endpoint: Some(EndpointCheck {
                 query: Some("up".into()),

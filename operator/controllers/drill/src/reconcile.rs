@@ -21,7 +21,7 @@ use super::{
     Ctx, FORCE_ANNOTATION, KILL_SWITCH_ANNOTATION, RUN_NOW_ANNOTATION, chaos, execute,
     execute::Plan,
     guard::{Guard, Progress},
-    readiness, readings,
+    promote, readiness, readings,
     status::{self, Look, StandbyLook, State},
     stop,
 };
@@ -264,9 +264,17 @@ impl<'a> Pass<'a> {
     /// go.
     async fn kill(&mut self, why: String) -> Result<(State, After), Error> {
         let stopped = super::sweep(self.ctx, &self.namespace).await?;
-        if let Some(current) = self.old.current_run.clone() {
+        if let Some(mut current) = self.old.current_run.clone() {
+            let given_back = give_back(
+                self.ctx,
+                self.drill,
+                &self.namespace,
+                &mut current,
+                self.now,
+            )
+            .await;
             let message = format!(
-                "{why}: every experiment deleted{}",
+                "{why}: every experiment deleted{}{given_back}",
                 failover_stopped(self.drill, &stopped)
             );
             let aborted = RunOutcome::Aborted;
@@ -604,13 +612,15 @@ async fn stop_stale(
         execute::STOP_BOUND,
     )
     .await?;
+    let mut current = current;
+    let given_back = give_back(ctx, drill, namespace, &mut current, decided.wall).await;
     let mut record = ended(
         current,
         RunOutcome::Aborted,
         DrillReason::GuardLost,
         format!(
             "no guard of this replica drives the run (the operator restarted or the lease changed \
-             hands): its chaos was stopped{}",
+             hands): its chaos was stopped{}{given_back}",
             failover_stopped(drill, &stopped)
         ),
         decided.wall,
@@ -624,6 +634,23 @@ async fn stop_stale(
     }
     ctx.metrics.drill_run(drill, RunOutcome::Aborted.name());
     Ok(record)
+}
+
+/// Has what the run of `record` promoted follow the primary again, as
+/// the run's own end would have, for a stop from outside its task; what
+/// to add to its message.
+async fn give_back(
+    ctx: &Ctx,
+    drill: &ChaosDrill,
+    namespace: &str,
+    record: &mut RunRecord,
+    now: Timestamp,
+) -> String {
+    let spec = drill.spec.failover.as_ref();
+    promote::restore(&ctx.client, namespace, spec, (&mut record.promoted, now))
+        .await
+        .map(|said| format!("; {said}"))
+        .unwrap_or_default()
 }
 
 /// What a stop from outside the run's task adds for an active failover
