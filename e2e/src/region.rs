@@ -10,6 +10,7 @@ use flashsale_observe::standby::{self, StandbyReadError};
 use crate::{
     faults::{self, FaultError},
     reach::Reach,
+    same_store,
     stack::{self, MissingComponent},
     stores::{Stores, StoresError},
     wait::{Timeout, poll_until},
@@ -165,6 +166,39 @@ pub async fn until_followed(a_redis: &str, within: Duration) -> Result<(), Timeo
         },
     )
     .await
+}
+
+/// Polls until the Redis replica at `replica` follows the primary at
+/// `primary` and has applied everything the primary had written when the
+/// call began, for at most `within`. A replica whose link just came `up`
+/// may still lack the primary's latest writes: after a full sync the
+/// primary streams nothing until the replica's first acknowledgement.
+pub async fn until_caught_up(primary: &str, replica: &str, within: Duration) -> anyhow::Result<()> {
+    let written: u64 = same_store::redis_info(primary, "replication", "master_repl_offset")
+        .await?
+        .parse()?;
+    poll_until(
+        "the Redis replica to catch up with its primary",
+        within,
+        Duration::from_millis(20),
+        || async {
+            let field = async |name| {
+                same_store::redis_info(replica, "replication", name)
+                    .await
+                    .map_err(|e| e.to_string())
+            };
+            let (link, applied) = (
+                field("master_link_status").await?,
+                field("slave_repl_offset").await?,
+            );
+            match applied.parse::<u64>() {
+                Ok(applied) if link == "up" && applied >= written => Ok(()),
+                _ => Err(format!("link {link}, applied {applied} of {written}")),
+            }
+        },
+    )
+    .await?;
+    Ok(())
 }
 
 /// One gateway as the global endpoint sees it.

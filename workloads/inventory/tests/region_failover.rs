@@ -18,7 +18,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use flashsale_e2e::{faults, region::Regions, same_store, stack, wait::poll_until};
+use flashsale_e2e::{
+    faults,
+    region::{self, Regions},
+    stack,
+    wait::poll_until,
+};
 use inventory::store::{Durability, ReserveOutcome, ReserveRequest, Store};
 use tokio::sync::Mutex;
 
@@ -43,38 +48,9 @@ struct Divergence {
     rate: f64,
 }
 
-/// `INFO replication` of the Redis at `url`, one field.
-async fn replication_field(url: &str, field: &str) -> anyhow::Result<String> {
-    same_store::redis_info(url, "replication", field).await
-}
-
 /// Polls until B has applied everything A had written when the call began.
 async fn until_caught_up(regions: &Regions) -> anyhow::Result<()> {
-    let target: u64 = replication_field(&regions.a_redis, "master_repl_offset")
-        .await?
-        .parse()?;
-    poll_until(
-        "region B's Redis to catch up with A's",
-        Duration::from_secs(30),
-        POLL,
-        || async {
-            let link = replication_field(&regions.b_redis, "master_link_status")
-                .await
-                .map_err(|e| e.to_string())?;
-            let applied: u64 = replication_field(&regions.b_redis, "slave_repl_offset")
-                .await
-                .map_err(|e| e.to_string())?
-                .parse()
-                .map_err(|e| format!("{e}"))?;
-            if link == "up" && applied >= target {
-                Ok(())
-            } else {
-                Err(format!("link {link}, applied {applied} of {target}"))
-            }
-        },
-    )
-    .await?;
-    Ok(())
+    region::until_caught_up(&regions.a_redis, &regions.b_redis, Duration::from_secs(30)).await
 }
 
 /// Reserves one unit per call as `u<client>` until `stop`, every

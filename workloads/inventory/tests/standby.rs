@@ -14,7 +14,7 @@ use std::{
 
 use flashsale_e2e::{
     private_redis::PrivateRedis,
-    same_store::redis_info,
+    region,
     stack::unique_name,
     wait::{Timeout, poll_until},
 };
@@ -145,32 +145,6 @@ impl Inventory {
     }
 }
 
-/// Waits until `replica` follows `primary` and applied everything it
-/// wrote: a write reaches a replica up to a second after the sync that
-/// linked them, and a promotion before that would lose it.
-async fn caught_up(primary: &PrivateRedis, replica: &PrivateRedis) -> anyhow::Result<()> {
-    let written: u64 = redis_info(&primary.url, "replication", "master_repl_offset")
-        .await?
-        .parse()?;
-    poll_until("the replica to catch up", SEEN, TICK, || async {
-        let field = async |name| {
-            redis_info(&replica.url, "replication", name)
-                .await
-                .map_err(|e| e.to_string())
-        };
-        let (link, applied) = (
-            field("master_link_status").await?,
-            field("slave_repl_offset").await?,
-        );
-        match applied.parse::<u64>() {
-            Ok(applied) if link == "up" && applied >= written => Ok(()),
-            _ => Err(format!("link {link}, applied {applied} of {written}")),
-        }
-    })
-    .await?;
-    Ok(())
-}
-
 /// Region A's Redis and region B's, its replica, once it follows; A
 /// holds a sale of 5 units of `HOT`, of which it sold two.
 async fn region_a_sold_two() -> anyhow::Result<(PrivateRedis, PrivateRedis, SaleDefinition)> {
@@ -208,7 +182,7 @@ async fn region_a_sold_two() -> anyhow::Result<(PrivateRedis, PrivateRedis, Sale
             "{outcome:?}"
         );
     }
-    caught_up(&primary, &replica).await?;
+    region::until_caught_up(&primary.url, &replica.url, SEEN).await?;
     Ok((primary, replica, def))
 }
 
