@@ -473,6 +473,7 @@ fn invalid_drills() -> Vec<Invalid> {
     .into_iter()
     .chain(invalid_experiments())
     .chain(invalid_failover())
+    .chain(invalid_failover_orders())
     .collect()
 }
 
@@ -495,9 +496,35 @@ fn failover_drill() -> Value {
                 "haproxyStatsURL": "http://edge:8404/;csv",
                 "server": "sale/region-b",
                 "url": "https://shop.example.com"
+            },
+            "orders": {
+                "primaryDatabaseURLSecretRef": {"name": "a-db", "key": "url"},
+                "standbyDatabaseURLSecretRef": {"name": "b-db", "key": "url"}
             }
         }),
     )
+}
+
+/// A failover's order lookup the apiserver refuses.
+fn invalid_failover_orders() -> Vec<Invalid> {
+    let drill = failover_drill;
+    vec![
+        (
+            "orders that may never drain",
+            with(drill(), "/spec/failover/orders/drainWithin", json!("0s")),
+            "failover.orders.drainWithin must be positive and at most 10m",
+        ),
+        (
+            "a negative RPO",
+            with(drill(), "/spec/failover/maxRPO", json!(-1)),
+            "spec.failover.maxRPO",
+        ),
+        (
+            "an RPO as a duration",
+            with(drill(), "/spec/failover/maxRPO", json!("0s")),
+            "spec.failover.maxRPO",
+        ),
+    ]
 }
 
 /// Drills whose failover check is invalid.

@@ -454,9 +454,12 @@ pub struct FailoverCheck {
     #[x_kube(validation = duration::positive().message("failover.maxRTO must be positive"))]
     #[serde(rename = "maxRTO")]
     pub max_rto: Duration,
-    /// Most orders' worth of time that may be lost (0s = none).
+    /// Most orders the primary region acknowledged that the standby's
+    /// database may lack once replication drained, in an active run that
+    /// reads both databases (`orders`). 0: none may be lost.
     #[serde(rename = "maxRPO", default)]
-    pub max_rpo: Duration,
+    #[schemars(range(min = 0))]
+    pub max_rpo: i64,
     /// The standby region's sale.
     pub standby: StandbySale,
     /// Whether the standby can carry both regions' load.
@@ -471,6 +474,11 @@ pub struct FailoverCheck {
     /// Whether the global endpoint sees the standby healthy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<EndpointCheck>,
+    /// Both regions' order databases: an active run looks its buyer's
+    /// acknowledged orders up in them by id, for the RPO and for orders
+    /// lost in both.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub orders: Option<OrdersCheck>,
     /// How often readiness is checked while the drill exists.
     #[serde(default = "default_check_every")]
     #[x_kube(validation = duration::rule(
@@ -578,6 +586,34 @@ pub struct ReplicationLag {
         rename = "promoteRedisURLSecretRef"
     )]
     pub promote_redis_url_secret_ref: Option<SecretKeyRef>,
+}
+
+/// Where an active run finds the orders its buyer placed: each region's
+/// order database, as the order-writers write it (`postgres://` or
+/// `mysql://`), each URL in a Secret of the drill's namespace.
+#[derive(KubeSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OrdersCheck {
+    /// The primary region's order database.
+    #[serde(rename = "primaryDatabaseURLSecretRef")]
+    pub primary_database_url_secret_ref: SecretKeyRef,
+    /// The standby region's order database, fed from the primary by
+    /// replication (Kafka mirroring, change capture or a database replica).
+    #[serde(rename = "standbyDatabaseURLSecretRef")]
+    pub standby_database_url_secret_ref: SecretKeyRef,
+    /// How long after the primary took buyers back the standby's database
+    /// may take to hold the primary's orders (replication draining) before
+    /// the ones it lacks count against `maxRPO`.
+    #[serde(default = "default_drain_within")]
+    #[x_kube(validation = duration::rule(
+        &["self"],
+        "duration(self) > duration('0s') && duration(self) <= duration('10m')",
+    ).message("failover.orders.drainWithin must be positive and at most 10m"))]
+    pub drain_within: Duration,
+}
+
+fn default_drain_within() -> Duration {
+    Duration::from_secs(30)
 }
 
 /// How the global endpoint sees the standby.
@@ -827,13 +863,15 @@ pub struct RunRecord {
     /// first of a sustained run of answers from the primary region again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failback: Option<Duration>,
-    /// Measured failover RPO.
+    /// An active failover run's RPO, in orders: those its buyer had
+    /// acknowledged by the primary region that the standby's database
+    /// lacked once replication drained (`failover.orders`).
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         rename = "failoverRPO"
     )]
-    pub failover_rpo: Option<Duration>,
+    pub failover_rpo: Option<i64>,
     /// What an active failover run's synthetic buyer got for its orders
     /// through the global endpoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -884,6 +922,10 @@ pub struct DrillOrders {
     /// nothing within the bound.
     #[serde(default)]
     pub unanswered: i64,
+    /// Acknowledged orders (by any region) that neither region's database
+    /// held once replication drained: lost (`failover.orders`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost: Option<i64>,
 }
 
 #[cfg(test)]

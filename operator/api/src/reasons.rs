@@ -456,6 +456,16 @@ reasons! {
         /// An active failover run could not promote the standby region's
         /// Redis once buyers lost the primary; the faults were removed.
         PromotionFailed,
+        /// An active failover run: more orders the primary region
+        /// acknowledged were missing from the standby's database, once
+        /// replication drained, than `maxRPO` allows.
+        RpoExceeded,
+        /// An active failover run: an order a region acknowledged is in
+        /// neither region's database.
+        OrdersLost,
+        /// An active failover run could not read a region's order database
+        /// to look its orders up.
+        OrdersUnreadable,
         ;
         /// The guard is blind: its signal is lost.
         Signal(SignalLoss),

@@ -23,6 +23,8 @@ const RECONCILE_BUCKETS: Buckets = Buckets::exponential(0.001, 2.0, 17);
 const LATENCY_BUCKETS: Buckets = Buckets::exponential(0.001, 1.5, 27);
 /// 0.25 s to about 9 minutes: a failover's RTO.
 const RTO_BUCKETS: Buckets = Buckets::exponential(0.25, 1.5, 20);
+/// Orders: the first bucket (`le="0.5"`) counts the runs that lost none.
+const RPO_BUCKETS: Buckets = Buckets::exponential(0.5, 2.0, 12);
 
 /// A controller, by its name.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -82,6 +84,7 @@ pub struct OperatorMetrics {
     guard_blind: Family<DrillLabels, Counter>,
     standby_ready: Family<DrillLabels, Gauge>,
     failover_rto: Family<DrillLabels, Histogram, Buckets>,
+    failover_rpo: Family<DrillLabels, Histogram, Buckets>,
     deleted: Arc<Mutex<Deleted>>,
 }
 
@@ -127,6 +130,7 @@ impl Default for OperatorMetrics {
             guard_blind: Family::default(),
             standby_ready: Family::default(),
             failover_rto: Family::new_with_constructor(RTO_BUCKETS),
+            failover_rpo: Family::new_with_constructor(RPO_BUCKETS),
             deleted: Arc::default(),
         }
     }
@@ -221,6 +225,12 @@ impl OperatorMetrics {
             Unit::Seconds,
             self.failover_rto.clone(),
         );
+        registry.register(
+            "flashsale_failover_rpo_orders",
+            "RPO an active failover run of a ChaosDrill measured by order id: orders the primary \
+             region acknowledged that the standby's database lacked once replication drained",
+            self.failover_rpo.clone(),
+        );
     }
 
     /// Counts one reconcile and its duration.
@@ -304,6 +314,16 @@ impl OperatorMetrics {
         });
     }
 
+    /// Records the RPO, in orders, one active failover run of `drill`
+    /// measured.
+    pub fn drill_failover_rpo(&self, drill: &impl ResourceExt, orders: i64) {
+        self.live(drill, |labels| {
+            self.failover_rpo
+                .get_or_create(labels)
+                .observe(orders as f64);
+        });
+    }
+
     /// Records the abort latency of one run of `drill`.
     pub fn drill_aborted(&self, drill: &impl ResourceExt, took: Duration) {
         self.live(drill, |labels| {
@@ -364,6 +384,7 @@ impl OperatorMetrics {
         self.guard_blind.remove(&labels);
         self.standby_ready.remove(&labels);
         self.failover_rto.remove(&labels);
+        self.failover_rpo.remove(&labels);
         for outcome in RunOutcome::ALL.map(RunOutcome::name) {
             self.runs.remove(&run_labels(&labels, outcome));
         }
@@ -466,6 +487,7 @@ mod tests {
         // What a run or a reconcile still finishing after the delete writes.
         metrics.drill_aborted(&deleted, Duration::from_millis(300));
         metrics.drill_failover(&deleted, Duration::from_secs(3));
+        metrics.drill_failover_rpo(&deleted, 2);
         metrics.drill_run(&deleted, RunOutcome::Aborted.name());
         metrics.drill_seen(&deleted);
         assert!(!exposition(&registry)?.contains("drill=\"kill\""));

@@ -379,3 +379,50 @@ async fn an_unknown_database_url_is_refused() {
         .unwrap_or_default();
     assert!(err.contains("use postgres:// or mysql://"), "{err}");
 }
+
+/// What a failover drill reads back (`flashsale_observe::orders`): the ids
+/// of one sale's orders whose buyer id starts with the run's prefix, in
+/// either family. Another run's buyers (a longer run id), a look-alike whose
+/// `:` are other characters, and another sale's rows are left out.
+async fn a_drill_finds_its_runs_orders_by_buyer_prefix(url: String) -> anyhow::Result<()> {
+    let (sink, database) = private_sink(url, 2).await?;
+    let (sale, other_sale) = ("ns.sale.1234abcd", "ns.other.1234abcd");
+    let rows = [
+        (sale, 1, "drill:fo:r1:0"),
+        (sale, 2, "drill:fo:r1:1"),
+        (sale, 3, "drill:fo:r10:0"),
+        (sale, 4, "drill_fo_r1_2"),
+        (sale, 5, "buyer-7"),
+        (other_sale, 6, "drill:fo:r1:3"),
+    ];
+    let batch: Vec<SourcedEvent> = rows
+        .iter()
+        .map(|(s, n, user)| {
+            let mut e = event(s, *n, EventKind::Created);
+            e.event.user_id = (*user).to_owned();
+            e
+        })
+        .collect();
+    assert_eq!(sink.write_batch(&batch).await?.inserted, 6);
+    let found = flashsale_observe::orders::stored_orders(
+        &database.url,
+        sale,
+        "drill:fo:r1:",
+        std::time::Duration::from_secs(5),
+    )
+    .await?;
+    let expected: std::collections::BTreeSet<String> =
+        [format!("{sale}-o1"), format!("{sale}-o2")].into();
+    assert_eq!(found, expected);
+    database.remove().await
+}
+
+#[tokio::test]
+async fn postgres_gives_a_drill_its_runs_orders() -> anyhow::Result<()> {
+    a_drill_finds_its_runs_orders_by_buyer_prefix(stack::postgres_url()?).await
+}
+
+#[tokio::test]
+async fn mariadb_gives_a_drill_its_runs_orders() -> anyhow::Result<()> {
+    a_drill_finds_its_runs_orders_by_buyer_prefix(stack::mysql_url()?).await
+}

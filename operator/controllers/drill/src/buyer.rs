@@ -41,12 +41,18 @@ impl Signer {
         Ok(signer)
     }
 
+    /// Whose orders the run's buyer places: the sale's id and the prefix
+    /// of every buyer id it signs for.
+    pub fn buyers(&self) -> (&str, String) {
+        (&self.sale_id, format!("drill:{}:", self.run))
+    }
+
     /// The `n`th buyer of the run and its token, valid from `now`.
     ///
     /// # Errors
     /// Signing failed.
     pub fn sign(&self, n: u64, now: Timestamp) -> Result<(String, String), DrillTokenError> {
-        let buyer = format!("drill:{}:{n}", self.run);
+        let buyer = format!("{}{n}", self.buyers().1);
         let expires = u64::try_from(now.as_second().saturating_add(TOKEN_SECONDS)).unwrap_or(0);
         let token = flashsale_drill_buyer::sign(&self.key, &self.sale_id, &buyer, expires)?;
         Ok((buyer, token))
@@ -155,6 +161,7 @@ impl Tally {
                 .map(|(region, statuses)| (region.clone(), count(statuses.values().sum())))
                 .collect(),
             unanswered: count(self.unanswered),
+            lost: None,
         }
     }
 
@@ -302,6 +309,10 @@ mod tests {
         let (first, token) = signer.sign(1, now)?;
         let (second, _) = signer.sign(2, now)?;
         assert_eq!(first, "drill:run1:1");
+        assert_eq!(
+            signer.buyers(),
+            ("ns.sale.1234abcd", "drill:run1:".to_owned())
+        );
         assert_ne!(first, second);
         let checker = flashsale_drill_buyer::Checker::new(&key, "ns.sale.1234abcd")?;
         assert_eq!(checker.buyer(&token, 1_800_000_000)?.sub, first);

@@ -24,17 +24,17 @@ use kube::{
 use super::{
     Ctx, blast,
     budget::Ask,
-    buyer::Signer,
+    buyer::{Signer, Tally},
     chaos,
     chaos::Backstop,
     chaos::Kind,
     chaos::TARGET_LABEL,
-    failover::{PROBE_EVERY, Probe, SUSTAINED},
+    failover::{Buyers, PROBE_EVERY, Probe, SUSTAINED},
     guard::Guard,
     promote, readings,
     reconcile::SaleState,
     reconcile::SaleView,
-    stop,
+    rpo, stop,
     stop::Stopped,
     verdict,
     verdict::Observed,
@@ -348,10 +348,67 @@ fn note_failover(guard: &Guard, probe: &Probe) -> bool {
 /// Stops the buyer and writes its orders, each answered or given up, into
 /// the run's record; their sentence. Once, as the probe stops: they change
 /// five times a second.
-async fn note_orders(guard: &Guard, probe: &mut Probe) -> String {
+async fn note_orders(guard: &Guard, probe: &mut Probe) -> Tally {
     let orders = probe.settle().await.tally;
     guard.update(|progress| progress.record.drill_orders = Some(orders.record()));
-    orders.sentence()
+    orders
+}
+
+/// Looks the orders the regions acknowledged up in both regions'
+/// databases, once the primary took buyers back, when the drill names
+/// them (`failover.orders`): writes the RPO and the lost orders into the
+/// run's record and says how it went, or ends the run when more are
+/// missing than `maxRPO` allows, any is lost, or a database cannot be read.
+async fn look_up_orders(
+    ctx: &Ctx,
+    plan: &Plan,
+    guard: &Guard,
+    (buyers, orders): (&Buyers, &Tally),
+) -> Result<Option<String>, Ending> {
+    let failover = plan.drill.spec.failover.as_ref();
+    let Some(check) = rpo::check(failover) else {
+        return Ok(None);
+    };
+    let max_rpo = failover.map_or(0, |f| f.max_rpo);
+    let namespace = plan.drill.namespace().unwrap_or_default();
+    let lookup = rpo::look_up(
+        (&ctx.client, ctx.clock.as_ref()),
+        &namespace,
+        check,
+        (buyers, &orders.acknowledged),
+    )
+    .await
+    .map_err(|why| {
+        Ending::new(
+            RunOutcome::Failed,
+            DrillReason::OrdersUnreadable,
+            format!("the run's orders could not be looked up: {why}"),
+        )
+    })?;
+    guard.update(|progress| {
+        progress.record.failover_rpo = Some(lookup.rpo());
+        if let Some(recorded) = &mut progress.record.drill_orders {
+            recorded.lost = Some(lookup.lost());
+        }
+    });
+    ctx.metrics
+        .drill_failover_rpo(plan.drill.as_ref(), lookup.rpo());
+    let sentence = lookup.sentence(max_rpo);
+    if !lookup.lost.is_empty() {
+        return Err(Ending::new(
+            RunOutcome::Failed,
+            DrillReason::OrdersLost,
+            sentence,
+        ));
+    }
+    if lookup.rpo() > max_rpo {
+        return Err(Ending::new(
+            RunOutcome::Failed,
+            DrillReason::RpoExceeded,
+            sentence,
+        ));
+    }
+    Ok(Some(sentence))
 }
 
 /// After the faults of an active failover run were removed (their stop
@@ -446,6 +503,38 @@ async fn failback(
     ))
 }
 
+/// After the faults of an active failover run were removed (at
+/// `stopping`): judges the failback, stops the buyer, has the standby
+/// follow the primary again, and looks the run's orders up; what it
+/// measured in a sentence, or the ending of a failover that failed.
+async fn judge_failover(
+    ctx: &Ctx,
+    plan: &Plan,
+    guard: &Guard,
+    (probe, stopping): (&mut Probe, Duration),
+) -> Result<String, Ending> {
+    let judged = failback(ctx, plan, guard, (probe, stopping)).await;
+    let orders = note_orders(guard, probe).await;
+    let tallied = orders.sentence();
+    let sentence = judged.map_err(|mut ending| {
+        ending.message = format!("{}; {tallied}", ending.message);
+        ending
+    })?;
+    // The primary serves again: the standby follows it before the orders
+    // are looked up and the SLOs verified.
+    let mut said = vec![sentence, tallied];
+    said.extend(give_back(ctx, plan, guard).await);
+    match look_up_orders(ctx, plan, guard, (probe.buyers(), &orders)).await {
+        Ok(looked) => said.extend(looked),
+        Err(mut ending) => {
+            said.push(ending.message);
+            ending.message = said.join("; ");
+            return Err(ending);
+        }
+    }
+    Ok(said.join("; "))
+}
+
 /// After the experiments' time: stops them, tells whether Chaos Mesh's
 /// backstop ended them first, judges an active failover, and verifies the
 /// SLO recovers for `steady`.
@@ -485,22 +574,10 @@ async fn finish(
     }
     set_phase(ctx, plan, guard, DrillPhase::Verifying);
     let failed_over = match &mut probe {
-        Some(probe) => {
-            let judged = failback(ctx, plan, guard, (probe, stopping)).await;
-            let orders = note_orders(guard, probe).await;
-            match judged {
-                // The primary serves again: the standby follows it before
-                // the SLOs are verified.
-                Ok(sentence) => Some(match give_back(ctx, plan, guard).await {
-                    Some(given) => format!("{sentence}; {orders}; {given}"),
-                    None => format!("{sentence}; {orders}"),
-                }),
-                Err(mut ending) => {
-                    ending.message = format!("{}; {orders}", ending.message);
-                    return ending;
-                }
-            }
-        }
+        Some(probe) => match judge_failover(ctx, plan, guard, (probe, stopping)).await {
+            Ok(sentence) => Some(sentence),
+            Err(ending) => return ending,
+        },
         None => None,
     };
     drop(probe);

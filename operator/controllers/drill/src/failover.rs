@@ -194,10 +194,23 @@ pub struct Orders {
     pub timeline: Timeline,
 }
 
+/// Whose orders a run's buyer places, to look them up in the regions'
+/// databases.
+#[derive(Debug, Clone)]
+pub struct Buyers {
+    /// The primary sale's region.
+    pub primary: String,
+    /// The sale's id, the `sale` of its orders' rows.
+    pub sale_id: String,
+    /// The prefix of every buyer id of the run.
+    pub prefix: String,
+}
+
 /// Asks the endpoint which region answers, and orders through it as the
 /// run's buyer, until dropped: into a [`Timeline`] and [`Orders`] it
 /// shares.
 pub struct Probe {
+    buyers: Buyers,
     timeline: Arc<Mutex<Timeline>>,
     orders: Arc<Mutex<Orders>>,
     settling: Arc<AtomicBool>,
@@ -225,6 +238,11 @@ impl Probe {
                     lock(&timeline).see(sent, &Answer::of(answer.ok(), &primary), took);
                 },
             )
+        };
+        let buyers = Buyers {
+            primary: primary.clone(),
+            sale_id: signer.buyers().0.to_owned(),
+            prefix: signer.buyers().1,
         };
         let buyer = {
             let (orders, signer) = (orders.clone(), Arc::new(signer));
@@ -254,6 +272,7 @@ impl Probe {
             )
         };
         Self {
+            buyers,
             timeline,
             orders,
             settling,
@@ -272,6 +291,11 @@ impl Probe {
             let _ = tokio::time::timeout(PROBE_TIMEOUT * 2, task).await;
         }
         self.orders()
+    }
+
+    /// Whose orders the buyer places.
+    pub const fn buyers(&self) -> &Buyers {
+        &self.buyers
     }
 
     /// The timeline so far.

@@ -26,6 +26,7 @@ pub mod promote;
 pub mod readiness;
 pub mod readings;
 pub mod reconcile;
+pub mod rpo;
 pub mod status;
 pub mod stop;
 pub mod verdict;

@@ -14,10 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Client;
 
 use super::{guard::Guard, readings};
-use flashsale_api::{
-    chaosdrill::{FailoverCheck, Promotion},
-    common::SecretKeyRef,
-};
+use flashsale_api::chaosdrill::{FailoverCheck, Promotion};
 use flashsale_observe::standby;
 
 /// How long one Redis command of a promotion or a restore may take.
@@ -40,7 +37,7 @@ pub async fn promote(
         let Some(secret) = &lag.promote_redis_url_secret_ref else {
             continue;
         };
-        let url = standby_url(client, namespace, secret).await?;
+        let url = readings::secret_text(client, namespace, secret).await?;
         let follows = standby::redis_primary_of(&url, REDIS_TIMEOUT)
             .await
             .map_err(|err| format!("the standby's Redis {}: {err}", lag.name))?;
@@ -90,7 +87,7 @@ pub async fn restore(
         });
         let restored = match secret {
             None => Err("the drill no longer names it".to_owned()),
-            Some(secret) => match standby_url(client, namespace, secret).await {
+            Some(secret) => match readings::secret_text(client, namespace, secret).await {
                 Ok(url) => standby::redis_replicaof(&url, Some(&promotion.follows), REDIS_TIMEOUT)
                     .await
                     .map_err(|err| err.to_string()),
@@ -113,21 +110,4 @@ pub async fn restore(
         });
     }
     (!said.is_empty()).then(|| said.join("; "))
-}
-
-/// The URL of a standby Redis, from its Secret.
-async fn standby_url(
-    client: &Client,
-    namespace: &str,
-    secret: &SecretKeyRef,
-) -> Result<String, String> {
-    let bytes = readings::secret_bytes(client, namespace, secret).await?;
-    String::from_utf8(bytes)
-        .map(|url| url.trim().to_owned())
-        .map_err(|_| {
-            format!(
-                "Secret {namespace}/{} key {} is not a URL",
-                secret.name, secret.key
-            )
-        })
 }

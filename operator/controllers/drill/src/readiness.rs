@@ -433,7 +433,7 @@ mod tests {
         FailoverCheck {
             mode: FailoverMode::Active,
             max_rto: flashsale_api::Duration::from_secs(30),
-            max_rpo: flashsale_api::Duration::from_secs(0),
+            max_rpo: 0,
             standby: StandbySale {
                 namespace: "region-b".into(),
                 name: "singles-day".into(),
@@ -451,6 +451,7 @@ mod tests {
                 redis_url_secret_ref: None,
                 promote_redis_url_secret_ref: None,
             }],
+            orders: None,
             endpoint: Some(EndpointCheck {
                 query: Some("up".into()),
                 haproxy_stats_url: None,

@@ -225,13 +225,26 @@ fn inline_only(kubeconfig: &Kubeconfig) -> Result<(), String> {
 
 /// The value of `secret`'s key in the drill's namespace, as text.
 async fn secret_value(source: &Source<'_>, secret: &SecretKeyRef) -> Result<String, String> {
-    let bytes = secret_bytes(&source.ctx.client, source.namespace, secret).await?;
-    String::from_utf8(bytes).map_err(|_| {
-        format!(
-            "Secret {}/{} key {} is not text",
-            source.namespace, secret.name, secret.key
-        )
-    })
+    secret_text(&source.ctx.client, source.namespace, secret).await
+}
+
+/// The value of `secret`'s key in `namespace` as text, without the
+/// whitespace around it (a URL written with a trailing newline is the same
+/// URL); why not, in a sentence.
+pub async fn secret_text(
+    client: &Client,
+    namespace: &str,
+    secret: &SecretKeyRef,
+) -> Result<String, String> {
+    let bytes = secret_bytes(client, namespace, secret).await?;
+    String::from_utf8(bytes)
+        .map(|text| text.trim().to_owned())
+        .map_err(|_| {
+            format!(
+                "Secret {namespace}/{} key {} is not text",
+                secret.name, secret.key
+            )
+        })
 }
 
 /// The value of `secret`'s key in `namespace`, read within the bound; why
