@@ -22,7 +22,7 @@ use kube::{
 };
 use serde_json::{Value, json};
 
-use crate::{kube::create_secret as secret, sales::condition};
+use crate::{kube::create_secret as secret, reach::Reach, sales::condition, stores::Stores};
 
 /// Pods start in seconds, but a loaded two-core machine starting a dozen
 /// containers at once can take a minute.
@@ -79,6 +79,59 @@ pub struct Sale {
     pub topic: String,
 }
 
+/// Where a sale keeps its stock and its orders: its stores as pods reach
+/// them, the Kafka this run creates its topics on, and its orders topic.
+#[derive(Debug, Clone)]
+pub struct SaleStores {
+    /// The Redis of its stock (`redis://`).
+    pub redis: String,
+    /// The order database (`postgres://`).
+    pub database: String,
+    /// The Kafka brokers its pods publish to and consume from.
+    pub kafka: String,
+    /// The same Kafka as this run reaches it.
+    pub kafka_here: String,
+    /// Its orders topic (its dead letters go to `<topic>.dlq`).
+    pub topic: String,
+    /// Whether creating the sale creates its topics, or finds them made
+    /// (a mirror's, made before its source's sale existed).
+    pub create_topics: bool,
+}
+
+impl SaleStores {
+    /// The stack's stores, and a topic of the sale's own.
+    pub fn stack() -> anyhow::Result<Self> {
+        Ok(Self {
+            redis: stack::in_cluster::redis_url()?,
+            database: stack::in_cluster::database_url()?,
+            kafka: stack::in_cluster::kafka_brokers()?,
+            kafka_here: stack::kafka_brokers()?,
+            topic: unique_name("orders"),
+            create_topics: true,
+        })
+    }
+
+    /// Region `region`'s stores (`a` or `b`, from the Secret `stores` the
+    /// stack writes in `flashsale-region-<region>`), with the orders topic
+    /// `topic`, on the Kafka this run reaches at `kafka_here`.
+    pub async fn region(
+        client: &Client,
+        region: &str,
+        (kafka_here, topic): (&str, &str),
+    ) -> anyhow::Result<Self> {
+        let namespace = format!("flashsale-region-{region}");
+        let stores = Stores::discover_in(client, &namespace, Reach::ServiceIp).await?;
+        Ok(Self {
+            redis: stores.in_cluster.redis,
+            database: stores.in_cluster.database,
+            kafka: stores.in_cluster.kafka_brokers,
+            kafka_here: kafka_here.to_owned(),
+            topic: topic.to_owned(),
+            create_topics: true,
+        })
+    }
+}
+
 /// A sale on the real node that opens in `opens_in` (warming up until then),
 /// with its own Kafka topics, reaching the stack's stores through the
 /// `flashsale-stack` Services: 10 units of `CASE`, at most 3 per buyer.
@@ -97,28 +150,26 @@ pub async fn create_stocked_sale(
     opens_in: SignedDuration,
     stock: u32,
 ) -> anyhow::Result<Sale> {
-    let redis = stack::in_cluster::redis_url()?;
-    create_sale_as(client, ns, (opens_in, stock), &redis, None).await
+    create_sale_as(client, ns, (opens_in, stock), &SaleStores::stack()?, None).await
 }
 
-/// [`create_sale`] with its stock in the Redis at `redis` (as pods reach
-/// it) rather than the stack's.
-pub async fn create_sale_on(
+/// [`create_sale`] in `stores` rather than the stack's.
+pub async fn create_sale_in(
     client: &Client,
     ns: &str,
     opens_in: SignedDuration,
-    redis: &str,
+    stores: &SaleStores,
 ) -> anyhow::Result<Sale> {
-    create_sale_as(client, ns, (opens_in, 10), redis, None).await
+    create_sale_as(client, ns, (opens_in, 10), stores, None).await
 }
 
-/// [`create_sale_on`] as another region's FlashSale of the sale with id
-/// `sale_id` (its `spec.saleID`) and drill key `drill_key` (in the Secret
-/// `drill`, named by its `spec.gateway.drillKeySecretRef`).
+/// [`create_sale_in`] as another region's FlashSale of the sale with id
+/// `sale_id` and drill key `drill_key` (in the Secret `drill`, named by
+/// its `spec.gateway.drillKeySecretRef`).
 pub async fn create_standby_sale(
     client: &Client,
     ns: &str,
-    (opens_in, redis): (SignedDuration, &str),
+    (opens_in, stores): (SignedDuration, &SaleStores),
     (sale_id, drill_key): (&str, &[u8]),
 ) -> anyhow::Result<Sale> {
     let drill: Secret = serde_json::from_value(json!({
@@ -128,29 +179,30 @@ pub async fn create_standby_sale(
     Api::<Secret>::namespaced(client.clone(), ns)
         .create(&PostParams::default(), &drill)
         .await?;
-    create_sale_as(client, ns, (opens_in, 10), redis, Some(sale_id)).await
+    create_sale_as(client, ns, (opens_in, 10), stores, Some(sale_id)).await
 }
 
 async fn create_sale_as(
     client: &Client,
     ns: &str,
     (opens_in, stock): (SignedDuration, u32),
-    redis: &str,
+    stores: &SaleStores,
     standby_of: Option<&str>,
 ) -> anyhow::Result<Sale> {
-    let brokers = stack::kafka_brokers()?;
     let name = "real".to_owned();
-    let topic = unique_name("orders");
+    let topic = stores.topic.clone();
     let dlq = format!("{topic}.dlq");
-    kafka::create_topic(&brokers, &topic, 3).await?;
-    kafka::create_topic(&brokers, &dlq, 1).await?;
+    if stores.create_topics {
+        kafka::create_topic(&stores.kafka_here, &topic, 3).await?;
+        kafka::create_topic(&stores.kafka_here, &dlq, 1).await?;
+    }
     secret(client, ns, "jwt", "hs256").await?;
     let db = Secret {
         metadata: ObjectMeta {
             name: Some("db".into()),
             ..ObjectMeta::default()
         },
-        string_data: Some([("url".to_owned(), stack::in_cluster::database_url()?)].into()),
+        string_data: Some([("url".to_owned(), stores.database.clone())].into()),
         ..Secret::default()
     };
     Api::<Secret>::namespaced(client.clone(), ns)
@@ -180,13 +232,13 @@ async fn create_sale_as(
             "inventory": {
                 "replicas": 1,
                 "resources": small(),
-                "redis": {"url": redis}
+                "redis": {"url": stores.redis}
             },
             "orderWriter": {
                 "replicas": 1,
                 "resources": small(),
                 "kafka": {
-                    "brokers": [stack::in_cluster::kafka_brokers()?],
+                    "brokers": [stores.kafka],
                     "topic": topic,
                     "dlqTopic": dlq
                 },

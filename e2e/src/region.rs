@@ -9,10 +9,8 @@ use flashsale_observe::standby::{self, StandbyReadError};
 
 use crate::{
     faults::{self, FaultError},
-    reach::Reach,
     same_store,
     stack::{self, MissingComponent},
-    stores::{Stores, StoresError},
     wait::{Timeout, poll_until},
 };
 
@@ -66,15 +64,6 @@ impl Regions {
             b_kubeconfig: var("FLASHSALE_REGION_B_KUBECONFIG")?,
         })
     }
-}
-
-/// Region `region`'s Redis (`a`: the failover pair's primary, `b`: its
-/// replica) as pods reach it, from the Secret `stores` the stack writes in
-/// namespace `flashsale-region-<region>`.
-pub async fn pod_redis(client: &kube::Client, region: &str) -> Result<String, StoresError> {
-    let namespace = format!("flashsale-region-{region}");
-    let stores = Stores::discover_in(client, &namespace, Reach::ServiceIp).await?;
-    Ok(stores.in_cluster.redis)
 }
 
 /// How the global endpoint checks the regions' gateways: every `interval`,

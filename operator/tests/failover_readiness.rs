@@ -16,10 +16,11 @@
 
 mod common;
 
-use std::time::Duration;
+use std::{collections::BTreeSet, time::Duration};
 
 use common::real_node::{
-    Scene, TICK, await_ready, create_sale, create_standby_sale, ended_run, pod_ip, ready_pods,
+    SaleStores, Scene, TICK, await_ready, create_sale, create_standby_sale, ended_run, pod_ip,
+    ready_pods,
 };
 use flashsale_api::{
     ChaosDrill, FlashSale,
@@ -30,6 +31,7 @@ use flashsale_e2e::{
     faults::{Outage, exclusive},
     kube::TestNamespace,
     region::{self, Checks, Regions},
+    stack::unique_name,
     wait::poll_until,
 };
 use k8s_openapi::api::core::v1::{Namespace, Secret};
@@ -86,6 +88,10 @@ fn drill(
                     "maxLag": "1s"
                 }],
                 "endpoint": {"haproxyStatsURL": stats, "server": "sale/region-b", "url": url},
+                "orders": {
+                    "primaryDatabaseURLSecretRef": {"name": "region-a-db", "key": "url"},
+                    "standbyDatabaseURLSecretRef": {"name": "region-b-db", "key": "url"}
+                },
                 "checkEvery": "1s",
                 "lagGrace": "6s"
             }
@@ -126,14 +132,17 @@ fn check<'a>(
         .ok_or_else(|| anyhow::anyhow!("no {name} check in {failover:?}"))
 }
 
-/// Which Redis the regions' sales keep their stock in.
+/// Which stores the regions' sales keep their stock and orders in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stock {
-    /// Both in the stack's Redis: region B's Redis is replicated, and
+    /// Both in the stack's stores: region B's Redis is replicated, and
     /// paused by the readiness test, but no sale's.
     Shared,
-    /// Region A's in its Redis of the pair, region B's in its replica,
-    /// which B's inventory stands by on until a run promotes it.
+    /// Each region in its own (`flashsale-region-<a|b>`'s `stores`):
+    /// region A's stock in its Redis of the pair, region B's in its
+    /// replica, which B's inventory stands by on until a run promotes it;
+    /// A's orders in the stack's Kafka and PostgreSQL, B's in kafka-b,
+    /// which MirrorMaker feeds A's orders topic into, and postgres-b.
     Replicated,
 }
 
@@ -156,20 +165,27 @@ struct Pair {
 impl Pair {
     async fn start(stock: Stock) -> anyhow::Result<Self> {
         let regions = Regions::from_env()?;
-        let (a_redis, b_redis) = match stock {
+        let (a_stores, b_stores, databases) = match stock {
             Stock::Shared => {
-                let shared = flashsale_e2e::stack::in_cluster::redis_url()?;
-                (shared.clone(), shared)
+                let db = flashsale_e2e::stack::postgres_url()?;
+                (SaleStores::stack()?, SaleStores::stack()?, (db.clone(), db))
             }
             Stock::Replicated => {
                 let client = common::setup().await?;
-                (
-                    region::pod_redis(&client, "a").await?,
-                    region::pod_redis(&client, "b").await?,
-                )
+                // One topic name in both Kafkas: A's is mirrored into B's.
+                let topic = format!("failover.{}", unique_name("orders"));
+                let a = SaleStores::region(&client, "a", (&regions.a_kafka, &topic)).await?;
+                let mut b = SaleStores::region(&client, "b", (&regions.b_kafka, &topic)).await?;
+                // B's topics first: MirrorMaker makes them once it sees A's.
+                flashsale_e2e::kafka::create_topic(&regions.b_kafka, &topic, 3).await?;
+                flashsale_e2e::kafka::create_topic(&regions.b_kafka, &format!("{topic}.dlq"), 1)
+                    .await?;
+                b.create_topics = false;
+                let db = flashsale_e2e::stack::postgres_url()?;
+                (a, b, (db, regions.b_database.clone()))
             }
         };
-        let scene = Scene::start_on("fo-a", &a_redis).await?;
+        let scene = Scene::start_in("fo-a", &a_stores).await?;
         let client = scene.client.clone();
         // Region B: its own namespace, operator and FlashSale on the real
         // node, of the same sale (A's sale id).
@@ -182,7 +198,7 @@ impl Pair {
         let opens_in = jiff::SignedDuration::from_hours(1);
         let key = drill_key(&client, &scene.ns.name, &scene.sale.name).await?;
         let b_sale =
-            create_standby_sale(&client, &b.name, (opens_in, &b_redis), (&sale_id, &key)).await?;
+            create_standby_sale(&client, &b.name, (opens_in, &b_stores), (&sale_id, &key)).await?;
         await_ready(&client, &b.name, &b_sale.name).await?;
         let b_gateways = ready_pods(&client, &b.name, &b_sale.name, "gateway").await?;
         // The global endpoint: A's gateway primary, B's the backup.
@@ -200,6 +216,8 @@ impl Pair {
         for (name, url) in [
             ("region-a-redis", &regions.a_redis),
             ("region-b-redis", &regions.b_redis),
+            ("region-a-db", &databases.0),
+            ("region-b-db", &databases.1),
         ] {
             let secret: Secret = serde_json::from_value(json!({
                 "metadata": {"name": name},
@@ -638,6 +656,7 @@ async fn an_active_run_fails_buyers_over_to_the_standby_and_gives_them_back() ->
     let cut = partition_from_endpoint()?;
     pair.patch(active_with("12s", &cut)).await?;
     fails_over_and_back(&pair).await?;
+    rpo_while_mirroring_stops(&pair).await?;
     orders_not_taken(&mut pair).await?;
     aborted_past_max_rto(&pair).await?;
     // A pod-failure from here on (its gateways restart when it goes), for
@@ -753,16 +772,54 @@ async fn fails_over_and_back(pair: &Pair) -> anyhow::Result<()> {
         .await?;
     assert_eq!(measured, 1.0);
     promoted_and_given_back(&run).await?;
-    drill_orders_landed(&run, (a, b)).await
+    drill_orders_landed(&run, (a, b), &pair.sale_id).await?;
+    // The run lost no order: its RPO is in the histogram's first bucket.
+    let lossless = flashsale_e2e::metrics::sum_samples(
+        &pair.scene.operator.metrics().await?,
+        "flashsale_failover_rpo_orders_bucket",
+        r#"le="0.5""#,
+    );
+    assert_eq!(lossless, 1.0);
+    Ok(())
+}
+
+/// The ids of the run's drill orders each region's database holds:
+/// region A's (the stack's PostgreSQL) and region B's (postgres-b).
+async fn stored_ids(run: &RunRecord, sale_id: &str) -> anyhow::Result<[BTreeSet<String>; 2]> {
+    let buyers = format!("drill:failover:{}:", run.id);
+    let mut found = [BTreeSet::new(), BTreeSet::new()];
+    let urls = [
+        flashsale_e2e::stack::postgres_url()?,
+        Regions::from_env()?.b_database,
+    ];
+    for (ids, url) in found.iter_mut().zip(urls) {
+        let db = sqlx::PgPool::connect(&url).await?;
+        let rows: Vec<String> = sqlx::query_scalar(
+            "SELECT order_id FROM orders WHERE sale = $1 AND user_id LIKE $2 AND sku = $3",
+        )
+        .bind(sale_id)
+        .bind(format!("{buyers}%"))
+        .bind(flashsale_drill_buyer::SKU)
+        .fetch_all(&db)
+        .await?;
+        db.close().await;
+        ids.extend(rows);
+    }
+    Ok(found)
 }
 
 /// The run's buyer ordered through the endpoint throughout, both regions'
-/// gateways acknowledged orders, and the database agrees with the record:
-/// it holds every order a gateway acknowledged, and at most the unanswered
-/// ones besides (a gateway may store an order whose answer the fault then
-/// lost). Both regions' sales write to the stack's one database here, under
-/// the one sale id.
-async fn drill_orders_landed(run: &RunRecord, (a, b): (&str, &str)) -> anyhow::Result<()> {
+/// gateways acknowledged orders, and the databases agree with the record,
+/// as the test reads them itself: once mirroring drained, region B's holds
+/// every order region A's holds (RPO 0, the record's too), and the two
+/// together hold every order a gateway acknowledged and at most the
+/// unanswered ones besides (a gateway may store an order whose answer the
+/// fault then lost): none lost, as the record says.
+async fn drill_orders_landed(
+    run: &RunRecord,
+    (a, b): (&str, &str),
+    sale_id: &str,
+) -> anyhow::Result<()> {
     let orders = run
         .drill_orders
         .clone()
@@ -775,36 +832,111 @@ async fn drill_orders_landed(run: &RunRecord, (a, b): (&str, &str)) -> anyhow::R
         "{orders:?}"
     );
     assert!(acked(a) > 0 && acked(b) > 0, "{orders:?}");
+    assert_eq!(
+        (run.failover_rpo, orders.lost),
+        (Some(0), Some(0)),
+        "{run:?}"
+    );
     let message = run.message.clone().unwrap_or_default();
     assert!(
         message.contains(&format!("the drill buyer's {} orders", orders.placed)),
         "{message}"
     );
-    let db = sqlx::PgPool::connect(&flashsale_e2e::stack::postgres_url()?).await?;
-    let buyers = format!("drill:failover:{}:%", run.id);
+    assert!(
+        message.contains(&format!(
+            "the standby's database held all {} orders the primary region acknowledged",
+            acked(a)
+        )),
+        "{message}"
+    );
     let acknowledged = acked(a) + acked(b);
     poll_until(
-        "the database to hold the drill orders",
+        "both databases to hold the drill orders",
         SEEN,
         TICK,
         || async {
-            let stored: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM orders WHERE user_id LIKE $1 AND sku = $2",
-            )
-            .bind(&buyers)
-            .bind(flashsale_drill_buyer::SKU)
-            .fetch_one(&db)
-            .await
-            .map_err(|e| e.to_string())?;
-            if (acknowledged..=acknowledged + orders.unanswered).contains(&stored) {
+            let [in_a, in_b] = stored_ids(run, sale_id).await.map_err(|e| e.to_string())?;
+            let union = i64::try_from(in_a.union(&in_b).count()).map_err(|e| e.to_string())?;
+            let lacking = in_a.difference(&in_b).count();
+            if lacking == 0 && (acknowledged..=acknowledged + orders.unanswered).contains(&union) {
                 Ok(())
             } else {
-                Err(format!("{stored} stored for {orders:?}"))
+                Err(format!(
+                    "{} in A, {} in B, {lacking} of A's not in B, for {orders:?}",
+                    in_a.len(),
+                    in_b.len()
+                ))
             }
         },
     )
     .await?;
     Ok(())
+}
+
+/// With MirrorMaker paused through a run, none of the orders region A
+/// acknowledged reaches region B's database: the run fails `RpoExceeded`
+/// with an RPO of every order A acknowledged, which the test counts itself
+/// in both databases; once MirrorMaker resumes they arrive, so the RPO
+/// was replication behind, not orders lost.
+async fn rpo_while_mirroring_stops(pair: &Pair) -> anyhow::Result<()> {
+    let (a, b) = (&pair.scene.ns.name, &pair.b.name);
+    pair.patch(json!({"spec": {"failover": {"orders": {"drainWithin": "2s"}}}}))
+        .await?;
+    let paused = Outage::pause("mirror-maker").await?;
+    let ran = async {
+        let before = run_now(pair, "rpo").await?;
+        let run = run_after(pair, before).await?;
+        let [in_a, in_b] = stored_ids(&run, &pair.sale_id).await?;
+        anyhow::Ok((run, in_a, in_b))
+    }
+    .await;
+    paused.end().await?;
+    let (run, in_a, in_b) = ran?;
+    assert_eq!(run.outcome, Some(RunOutcome::Failed), "{run:?}");
+    assert_eq!(run.reason.as_deref(), Some("RpoExceeded"), "{run:?}");
+    let orders = run
+        .drill_orders
+        .clone()
+        .ok_or_else(|| anyhow::anyhow!("no drill orders: {run:?}"))?;
+    let acked_a = orders.acknowledged.get(a.as_str()).copied().unwrap_or(0);
+    assert!(acked_a > 0, "{orders:?}");
+    assert_eq!(run.failover_rpo, Some(acked_a), "{run:?}");
+    assert_eq!(orders.lost, Some(0), "{run:?}");
+    // The test's own count: A's rows B lacked when the run ended, at least
+    // the orders A acknowledged and at most those and the unanswered ones.
+    let lacking = i64::try_from(in_a.difference(&in_b).count())?;
+    assert!(
+        (acked_a..=acked_a + orders.unanswered).contains(&lacking),
+        "{lacking} of A's rows not in B; {orders:?}"
+    );
+    let message = run.message.clone().unwrap_or_default();
+    assert!(
+        message.contains(&format!(
+            "the standby's database lacked {acked_a} of the {acked_a} orders"
+        )),
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!("region {b} served buyers")),
+        "{message}"
+    );
+    poll_until(
+        "B's database to catch up once mirroring resumes",
+        BACK,
+        TICK,
+        || async {
+            let [in_a, in_b] = stored_ids(&run, &pair.sale_id)
+                .await
+                .map_err(|e| e.to_string())?;
+            match in_a.difference(&in_b).count() {
+                0 => Ok(()),
+                n => Err(format!("{n} of A's orders not in B yet")),
+            }
+        },
+    )
+    .await?;
+    pair.patch(json!({"spec": {"failover": {"orders": {"drainWithin": "30s"}}}}))
+        .await
 }
 
 /// The run promoted region B's Redis once buyers lost A, and had it
@@ -1022,6 +1154,7 @@ async fn five_active_runs() -> anyhow::Result<()> {
         pair.patch(active_with("10s", fault)).await?;
         let mut rtos = Vec::new();
         let mut failbacks = Vec::new();
+        let mut rpos = Vec::new();
         for i in 0..5 {
             let before = run_now(&pair, &format!("bench-{f}-{i}")).await?;
             let run = run_after(&pair, before).await?;
@@ -1036,6 +1169,7 @@ async fn five_active_runs() -> anyhow::Result<()> {
             );
             rtos.push(rto.0);
             failbacks.push(back.0);
+            rpos.push(run.failover_rpo.unwrap_or(-1));
             fresh_gateways(&mut pair).await?;
         }
         let median = |values: &[Duration]| {
@@ -1046,7 +1180,8 @@ async fn five_active_runs() -> anyhow::Result<()> {
         let rto = median(&rtos);
         let slowest = rtos.iter().max().copied().unwrap_or_default();
         println!(
-            "{name}: median of 5: RTO {} ({:.2}x the floor; slowest {}), failback {}",
+            "{name}: median of 5: RTO {} ({:.2}x the floor; slowest {}), failback {}; RPO \
+             (orders) per run {rpos:?}",
             flashsale_api::Duration(rto),
             rto.as_secs_f64() / floor.as_secs_f64(),
             flashsale_api::Duration(slowest),

@@ -30,16 +30,15 @@ pub struct Scene {
 
 impl Scene {
     pub async fn start(prefix: &str) -> anyhow::Result<Self> {
-        Self::start_on(prefix, &flashsale_e2e::stack::in_cluster::redis_url()?).await
+        Self::start_in(prefix, &SaleStores::stack()?).await
     }
 
-    /// [`Scene::start`] with the sale's stock in the Redis at `redis` (as
-    /// pods reach it).
-    pub async fn start_on(prefix: &str, redis: &str) -> anyhow::Result<Self> {
+    /// [`Scene::start`] with the sale in `stores`.
+    pub async fn start_in(prefix: &str, stores: &SaleStores) -> anyhow::Result<Self> {
         let client = setup().await?;
         let ns = TestNamespace::create(&client, prefix).await?;
         let operator = operator(&ns.name)?;
-        let sale = create_sale_on(&client, &ns.name, SignedDuration::from_hours(1), redis).await?;
+        let sale = create_sale_in(&client, &ns.name, SignedDuration::from_hours(1), stores).await?;
         await_ready(&client, &ns.name, &sale.name).await?;
         let gateways = ready_pods(&client, &ns.name, &sale.name, "gateway").await?;
         await_scraped_and_up(&ns.name, &gateways).await?;
