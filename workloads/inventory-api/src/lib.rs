@@ -3,9 +3,13 @@
 //! ([`ErrorBody`], [`codes`]). The inventory serves it; the gateway (and
 //! any other caller) uses the same types, so the two cannot drift apart.
 //! The JSON of each type is the wire format, pinned by the tests beside it.
+//! Beside it, the inventory's Redis key schema ([`keys`]), which the
+//! gateway's own keys share a prefix with and a failover drill reads stock
+//! through.
 
 pub mod codes;
 mod error;
+pub mod keys;
 pub mod paths;
 mod reservations;
 mod sales;

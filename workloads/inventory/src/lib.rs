@@ -9,10 +9,12 @@
 pub mod api;
 pub mod auth;
 pub mod coalesce;
-pub mod keys;
 pub mod metrics;
 pub mod outbox;
 pub mod periodic;
 pub mod standby;
 pub mod store;
 pub mod sweeper;
+
+/// The Redis key schema, shared with the gateway and the operator.
+pub use flashsale_inventory_api::keys;
