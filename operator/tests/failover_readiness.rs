@@ -24,7 +24,7 @@ use common::real_node::{
 };
 use flashsale_api::{
     ChaosDrill, FlashSale,
-    chaosdrill::{ChaosDrillStatus, FailoverStatus, RunOutcome, RunRecord},
+    chaosdrill::{ChaosDrillStatus, DrillPhase, FailoverStatus, RunOutcome, RunRecord},
     conditions::STANDBY_READY,
 };
 use flashsale_e2e::{
@@ -657,6 +657,7 @@ async fn an_active_run_fails_buyers_over_to_the_standby_and_gives_them_back() ->
     pair.patch(active_with("12s", &cut)).await?;
     fails_over_and_back(&pair).await?;
     rpo_while_mirroring_stops(&pair).await?;
+    oversold_while_replication_stalls(&pair).await?;
     orders_not_taken(&mut pair).await?;
     aborted_past_max_rto(&pair).await?;
     // A pod-failure from here on (its gateways restart when it goes), for
@@ -966,6 +967,170 @@ async fn promoted_and_given_back(run: &RunRecord) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The drill SKU's units the Redis at `url` has given out, read by the
+/// test itself from the inventory's key schema (the drill SKU has one
+/// shard).
+async fn held(url: &str, sale_id: &str) -> anyhow::Result<i64> {
+    let key = inventory::keys::SaleKeys::new(sale_id)
+        .shard(flashsale_drill_buyer::SKU, 1, 0)
+        .held();
+    let mut conn = redis::Client::open(url)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let units: Option<i64> = redis::cmd("GET").arg(key).query_async(&mut conn).await?;
+    Ok(units.unwrap_or(0))
+}
+
+/// Has region B's Redis follow `primary` (`host:port`).
+async fn b_follows(primary: &str) -> anyhow::Result<()> {
+    let b = Regions::from_env()?.b_redis;
+    let (host, port) = primary
+        .rsplit_once(':')
+        .ok_or_else(|| anyhow::anyhow!("{primary} is not host:port"))?;
+    let mut conn = redis::Client::open(b)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let _: String = redis::cmd("REPLICAOF")
+        .arg(host)
+        .arg(port)
+        .query_async(&mut conn)
+        .await?;
+    Ok(())
+}
+
+/// Sets region A's inventory durability policy and waits until its
+/// inventory pods run with it (each ready, none other left).
+async fn a_durability(pair: &Pair, mode: &str, flag: &str) -> anyhow::Result<()> {
+    let (client, ns, sale) = (
+        &pair.scene.client,
+        &pair.scene.ns.name,
+        &pair.scene.sale.name,
+    );
+    Api::<FlashSale>::namespaced(client.clone(), ns)
+        .patch(
+            sale,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"inventory": {"durability": {"mode": mode}}}})),
+        )
+        .await?;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), ns);
+    let selector =
+        format!("app.kubernetes.io/part-of={sale},app.kubernetes.io/component=inventory");
+    poll_until(&format!("A's inventory {flag}"), BACK, TICK, || async {
+        let all = pods
+            .list(&kube::api::ListParams::default().labels(&selector))
+            .await
+            .map_err(|e| e.to_string())?;
+        let with = |pod: &k8s_openapi::api::core::v1::Pod| {
+            pod.spec.iter().flat_map(|s| &s.containers).any(|c| {
+                c.env
+                    .iter()
+                    .flatten()
+                    .any(|e| e.name == "INVENTORY_DURABILITY" && e.value.as_deref() == Some(flag))
+            })
+        };
+        let ready = ready_pods(client, ns, sale, "inventory")
+            .await
+            .map_err(|e| e.to_string())?;
+        if !all.items.is_empty() && all.items.iter().all(with) && ready.len() == all.items.len() {
+            Ok(())
+        } else {
+            Err(format!("{} pods, {} ready", all.items.len(), ready.len()))
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+/// Stock divergence as the run measures it when it promotes B's Redis,
+/// checked from both Redis servers by the test: B's Redis is cut off from
+/// A's (made to follow an address where nothing listens) once the run
+/// started and before its buyer orders, so every unit A's inventory gives
+/// out from then on is one B does not know of. The record's counts are the
+/// test's own: B's held units as it froze, A's once A lost buyers (its
+/// gateways down, its count still). Under `fast`, A acknowledges those
+/// orders, and B would sell as many units again. Under `replicated`, A
+/// acknowledges none of them (its `WAIT` unanswered); what it keeps
+/// reserved for a retry of the same request, B would sell again too, and
+/// the record says how much.
+async fn oversold_while_replication_stalls(pair: &Pair) -> anyhow::Result<()> {
+    let regions = Regions::from_env()?;
+    let a_redis = regions.a_redis.trim_start_matches("redis://").to_owned();
+    let a = pair.scene.ns.name.clone();
+    // Time to cut B off between the run's start and its buyer's first order.
+    pair.patch(json!({"spec": {"sloGuard": {"steadyState": "6s"}}}))
+        .await?;
+    for (mode, flag) in [("Fast", "fast"), ("Replicated", "replicated")] {
+        a_durability(pair, mode, flag).await?;
+        let before = run_now(pair, &format!("oversold-{flag}")).await?;
+        let measured = async {
+            poll_until("the run's steady state", SEEN, TICK, || async {
+                match pair.status().await?.phase {
+                    Some(DrillPhase::SteadyState) => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            })
+            .await?;
+            b_follows("127.0.0.1:9").await?;
+            let frozen = held(&regions.b_redis, &pair.sale_id).await?;
+            let promoted = poll_until("B's promotion", SEEN, TICK, || async {
+                let run = pair.status().await?.current_run.ok_or("no run")?;
+                match run.promoted.first() {
+                    Some(p) if p.primary_held.is_some() => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            })
+            .await;
+            let a_held = held(&regions.a_redis, &pair.sale_id).await?;
+            promoted?;
+            let run = run_after(pair, before).await?;
+            anyhow::Ok((run, frozen, a_held))
+        }
+        .await;
+        b_follows(&a_redis).await?;
+        let (run, frozen, a_held) = measured?;
+        let [promotion] = run.promoted.as_slice() else {
+            anyhow::bail!("{mode}: not one promotion: {run:?}");
+        };
+        assert_eq!(
+            (promotion.standby_held, promotion.primary_held),
+            (Some(frozen), Some(a_held)),
+            "{mode}: {run:?}"
+        );
+        let diverged = a_held - frozen;
+        assert_eq!(run.oversold_units, Some(diverged.max(0)), "{mode}: {run:?}");
+        let orders = run
+            .drill_orders
+            .clone()
+            .ok_or_else(|| anyhow::anyhow!("no drill orders: {run:?}"))?;
+        let acked_a = orders.acknowledged.get(&a).copied().unwrap_or(0);
+        if flag == "fast" {
+            // Each of A's acknowledged orders is a unit B lacks.
+            assert!(diverged >= acked_a && acked_a > 0, "{mode}: {run:?}");
+            let oversold = flashsale_e2e::metrics::sum_samples(
+                &pair.scene.operator.metrics().await?,
+                "flashsale_failover_oversold_units_sum",
+                "",
+            );
+            assert!(oversold >= 1.0, "{oversold}");
+        } else {
+            assert_eq!(
+                acked_a, 0,
+                "{mode}: A acknowledged unreplicated orders: {run:?}"
+            );
+        }
+        let message = run.message.clone().unwrap_or_default();
+        assert!(
+            message.contains(&format!("{} would be sold again", diverged.max(0))),
+            "{mode}: {message}"
+        );
+        println!("{mode}: {diverged} units diverged, {orders:?}");
+    }
+    pair.patch(json!({"spec": {"sloGuard": {"steadyState": "2s"}}}))
+        .await?;
+    a_durability(pair, "Auto", "auto").await
+}
+
 /// Region B's gateways restarted with another drill key than A's (its
 /// Secret `drill` changed): B serves buyers' pages but refuses every
 /// order of the drill's buyer, so the run fails `OrdersNotTaken`, its
@@ -1139,22 +1304,26 @@ async fn five_active_runs() -> anyhow::Result<()> {
     let mut pair = Pair::start(Stock::Replicated).await?;
     pair.until("True", "StandbyReady").await?;
     let host = std::env::var("HOST_POD_IP")?;
+    let partition = json!({"networkChaos": {"action": "partition", "toAddresses": [host]}});
+    // A's inventory under `auto` (replicated: A's Redis has B's as its
+    // replica), then under `fast`.
     let faults = [
         (
             "pod-failure",
             json!({"podChaos": {"action": "pod-failure"}}),
+            ("Auto", "auto"),
         ),
-        (
-            "partition from the endpoint",
-            json!({"networkChaos": {"action": "partition", "toAddresses": [host]}}),
-        ),
+        ("partition from the endpoint", partition.clone(), ("Auto", "auto")),
+        ("partition from the endpoint, A fast", partition, ("Fast", "fast")),
     ];
     let floor = pair.checks.interval * pair.checks.fall;
-    for (f, (name, fault)) in faults.iter().enumerate() {
+    for (f, (name, fault, (mode, flag))) in faults.iter().enumerate() {
+        a_durability(&pair, mode, flag).await?;
         pair.patch(active_with("10s", fault)).await?;
         let mut rtos = Vec::new();
         let mut failbacks = Vec::new();
         let mut rpos = Vec::new();
+        let mut oversold = Vec::new();
         for i in 0..5 {
             let before = run_now(&pair, &format!("bench-{f}-{i}")).await?;
             let run = run_after(&pair, before).await?;
@@ -1170,6 +1339,7 @@ async fn five_active_runs() -> anyhow::Result<()> {
             rtos.push(rto.0);
             failbacks.push(back.0);
             rpos.push(run.failover_rpo.unwrap_or(-1));
+            oversold.push(run.oversold_units.unwrap_or(-1));
             fresh_gateways(&mut pair).await?;
         }
         let median = |values: &[Duration]| {
@@ -1181,7 +1351,7 @@ async fn five_active_runs() -> anyhow::Result<()> {
         let slowest = rtos.iter().max().copied().unwrap_or_default();
         println!(
             "{name}: median of 5: RTO {} ({:.2}x the floor; slowest {}), failback {}; RPO \
-             (orders) per run {rpos:?}",
+             (orders) per run {rpos:?}; oversold units per run {oversold:?}",
             flashsale_api::Duration(rto),
             rto.as_secs_f64() / floor.as_secs_f64(),
             flashsale_api::Duration(slowest),

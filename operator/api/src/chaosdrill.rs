@@ -872,6 +872,12 @@ pub struct RunRecord {
         rename = "failoverRPO"
     )]
     pub failover_rpo: Option<i64>,
+    /// An active failover run's stock divergence: units of the drill SKU
+    /// the primary region had given out that the standby's promoted Redis
+    /// did not know of, which it would sell again (summed over
+    /// `promoted`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oversold_units: Option<i64>,
     /// What an active failover run's synthetic buyer got for its orders
     /// through the global endpoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -902,6 +908,22 @@ pub struct Promotion {
     /// When it followed the primary again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restored_at: Option<MicroTime>,
+    /// Units of the drill SKU the primary's inventory had given out
+    /// (reserved or sold) when the standby was promoted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary_held: Option<i64>,
+    /// The same units as the standby held them once promoted: fewer than
+    /// the primary's are units it would sell again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub standby_held: Option<i64>,
+}
+
+impl Promotion {
+    /// Units the primary had given out that the promoted standby did not
+    /// know of, once both were read.
+    pub fn diverged(&self) -> Option<i64> {
+        Some((self.primary_held? - self.standby_held?).max(0))
+    }
 }
 
 /// An active failover run's drill orders (SKU `_drill`, one unit each),

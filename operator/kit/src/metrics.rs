@@ -23,7 +23,8 @@ const RECONCILE_BUCKETS: Buckets = Buckets::exponential(0.001, 2.0, 17);
 const LATENCY_BUCKETS: Buckets = Buckets::exponential(0.001, 1.5, 27);
 /// 0.25 s to about 9 minutes: a failover's RTO.
 const RTO_BUCKETS: Buckets = Buckets::exponential(0.25, 1.5, 20);
-/// Orders: the first bucket (`le="0.5"`) counts the runs that lost none.
+/// Orders or units: the first bucket (`le="0.5"`) counts the runs that lost
+/// (or oversold) none.
 const RPO_BUCKETS: Buckets = Buckets::exponential(0.5, 2.0, 12);
 
 /// A controller, by its name.
@@ -85,6 +86,7 @@ pub struct OperatorMetrics {
     standby_ready: Family<DrillLabels, Gauge>,
     failover_rto: Family<DrillLabels, Histogram, Buckets>,
     failover_rpo: Family<DrillLabels, Histogram, Buckets>,
+    failover_oversold: Family<DrillLabels, Histogram, Buckets>,
     deleted: Arc<Mutex<Deleted>>,
 }
 
@@ -131,6 +133,7 @@ impl Default for OperatorMetrics {
             standby_ready: Family::default(),
             failover_rto: Family::new_with_constructor(RTO_BUCKETS),
             failover_rpo: Family::new_with_constructor(RPO_BUCKETS),
+            failover_oversold: Family::new_with_constructor(RPO_BUCKETS),
             deleted: Arc::default(),
         }
     }
@@ -231,6 +234,13 @@ impl OperatorMetrics {
              region acknowledged that the standby's database lacked once replication drained",
             self.failover_rpo.clone(),
         );
+        registry.register(
+            "flashsale_failover_oversold_units",
+            "Stock divergence an active failover run of a ChaosDrill measured at the standby's \
+             promotion: units of the drill SKU the primary had given out that the standby did \
+             not know of, which it would sell again",
+            self.failover_oversold.clone(),
+        );
     }
 
     /// Counts one reconcile and its duration.
@@ -317,10 +327,24 @@ impl OperatorMetrics {
     /// Records the RPO, in orders, one active failover run of `drill`
     /// measured.
     pub fn drill_failover_rpo(&self, drill: &impl ResourceExt, orders: i64) {
+        self.observe_count(&self.failover_rpo, drill, orders);
+    }
+
+    /// Records the stock divergence, in units, one active failover run of
+    /// `drill` measured.
+    pub fn drill_failover_oversold(&self, drill: &impl ResourceExt, units: i64) {
+        self.observe_count(&self.failover_oversold, drill, units);
+    }
+
+    /// Observes a count (orders, units) in `drill`'s histogram of `family`.
+    fn observe_count(
+        &self,
+        family: &Family<DrillLabels, Histogram, Buckets>,
+        drill: &impl ResourceExt,
+        count: i64,
+    ) {
         self.live(drill, |labels| {
-            self.failover_rpo
-                .get_or_create(labels)
-                .observe(orders as f64);
+            family.get_or_create(labels).observe(count as f64);
         });
     }
 
@@ -385,6 +409,7 @@ impl OperatorMetrics {
         self.standby_ready.remove(&labels);
         self.failover_rto.remove(&labels);
         self.failover_rpo.remove(&labels);
+        self.failover_oversold.remove(&labels);
         for outcome in RunOutcome::ALL.map(RunOutcome::name) {
             self.runs.remove(&run_labels(&labels, outcome));
         }
@@ -488,6 +513,7 @@ mod tests {
         metrics.drill_aborted(&deleted, Duration::from_millis(300));
         metrics.drill_failover(&deleted, Duration::from_secs(3));
         metrics.drill_failover_rpo(&deleted, 2);
+        metrics.drill_failover_oversold(&deleted, 1);
         metrics.drill_run(&deleted, RunOutcome::Aborted.name());
         metrics.drill_seen(&deleted);
         assert!(!exposition(&registry)?.contains("drill=\"kill\""));

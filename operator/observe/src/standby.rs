@@ -105,6 +105,38 @@ pub async fn redis_replicaof(
     redis_call::<String>(url, timeout, &cmd).await.map(drop)
 }
 
+/// The units of SKU `sku` of sale `sale` the inventory has given out
+/// (reserved or sold) in the Redis at `url`: the sum of its shards'
+/// `held` counters (`flashsale_inventory_api::keys`); 0 for a SKU the
+/// Redis has no record of.
+///
+/// # Errors
+/// The URL is unusable, Redis did not answer within `timeout`, or a
+/// counter is not a number.
+pub async fn redis_held_units(
+    url: &str,
+    (sale, sku): (&str, &str),
+    timeout: Duration,
+) -> Result<u64, StandbyReadError> {
+    let keys = flashsale_inventory_api::keys::SaleKeys::new(sale);
+    let shards: Option<u32> = redis_call(
+        url,
+        timeout,
+        redis::cmd("HGET").arg(keys.sku(sku)).arg("shards"),
+    )
+    .await?;
+    let Some(shards) = shards.map(|n| n.max(1)) else {
+        return Ok(0);
+    };
+    let mut held = 0u64;
+    for index in 0..shards {
+        let key = keys.shard(sku, shards, index).held();
+        let units: Option<u64> = redis_call(url, timeout, redis::cmd("GET").arg(key)).await?;
+        held = held.saturating_add(units.unwrap_or(0));
+    }
+    Ok(held)
+}
+
 /// `INFO replication` of the Redis at `url`.
 async fn replication_info(url: &str, timeout: Duration) -> Result<String, StandbyReadError> {
     redis_call(url, timeout, redis::cmd("INFO").arg("replication")).await

@@ -179,8 +179,12 @@ pub async fn execute(ctx: Arc<Ctx>, plan: Plan, guard: Arc<Guard>) {
     let namespace = drill.namespace().unwrap_or_default();
     ctx.settings.budgets.release(&namespace, &plan.key());
     ctx.metrics.drill_run(drill.as_ref(), ending.outcome.name());
-    if let Some(rto) = guard.progress().record.failover_rto {
+    let record = guard.progress().record;
+    if let Some(rto) = record.failover_rto {
         ctx.metrics.drill_failover(drill.as_ref(), rto.0);
+    }
+    if let Some(units) = record.oversold_units {
+        ctx.metrics.drill_failover_oversold(drill.as_ref(), units);
     }
     if matches!(ending.reason, DrillReason::Signal(_)) {
         ctx.metrics.drill_guard_blind(drill.as_ref());
@@ -523,6 +527,7 @@ async fn judge_failover(
     // The primary serves again: the standby follows it before the orders
     // are looked up and the SLOs verified.
     let mut said = vec![sentence, tallied];
+    said.extend(promote::divergence(&guard.progress().record.promoted));
     said.extend(give_back(ctx, plan, guard).await);
     match look_up_orders(ctx, plan, guard, (probe.buyers(), &orders)).await {
         Ok(looked) => said.extend(looked),
@@ -1326,7 +1331,8 @@ async fn promote_on_outage(
     let spec = plan.drill.spec.failover.as_ref()?;
     let namespace = plan.drill.namespace().unwrap_or_default();
     let now = || ctx.clock.now();
-    match promote::promote(&ctx.client, &namespace, spec, (guard, &now)).await {
+    let sale = (namespace.as_str(), probe.buyers().sale_id.as_str());
+    match promote::promote(&ctx.client, sale, spec, (guard, &now)).await {
         Ok(0) => None,
         Ok(_) => {
             ctx.settings.wake(&plan.drill);

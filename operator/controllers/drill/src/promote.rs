@@ -14,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Client;
 
 use super::{guard::Guard, readings};
-use flashsale_api::chaosdrill::{FailoverCheck, Promotion};
+use flashsale_api::chaosdrill::{FailoverCheck, Promotion, ReplicationLag};
 use flashsale_observe::standby;
 
 /// How long one Redis command of a promotion or a restore may take.
@@ -28,7 +28,7 @@ const REDIS_TIMEOUT: Duration = Duration::from_secs(3);
 /// before stay on the record, to be restored.
 pub async fn promote(
     client: &Client,
-    namespace: &str,
+    (namespace, sale): (&str, &str),
     spec: &FailoverCheck,
     (guard, now): (&Guard, &(dyn Fn() -> Timestamp + Sync)),
 ) -> Result<usize, String> {
@@ -47,6 +47,8 @@ pub async fn promote(
                 follows,
                 promoted_at: None,
                 restored_at: None,
+                primary_held: None,
+                standby_held: None,
             });
         });
         standby::redis_replicaof(&url, None, REDIS_TIMEOUT)
@@ -63,9 +65,83 @@ pub async fn promote(
                 p.promoted_at = Some(at);
             }
         });
+        let (standby_held, primary_held) = held_units(client, namespace, lag, (&url, sale)).await;
+        guard.update(|progress| {
+            let record = &mut progress.record;
+            if let Some(p) = record.promoted.iter_mut().rfind(|p| p.name == lag.name) {
+                (p.primary_held, p.standby_held) = (primary_held, standby_held);
+            }
+            record.oversold_units = oversold(&record.promoted);
+        });
         promoted += 1;
     }
     Ok(promoted)
+}
+
+/// The drill SKU's units the promoted standby (at `standby_url`) and its
+/// primary held, read right after the promotion: the standby first, before
+/// its inventory's next check (every 500 ms) lets it sell, then the
+/// primary, whose gateways lost buyers. `None` for one that could not be
+/// read, such as a primary lost with its region; the log says why.
+async fn held_units(
+    client: &Client,
+    namespace: &str,
+    lag: &ReplicationLag,
+    (standby_url, sale): (&str, &str),
+) -> (Option<i64>, Option<i64>) {
+    let units = (sale, flashsale_drill_buyer::SKU);
+    let read = |url: String, whose: &'static str| async move {
+        match standby::redis_held_units(&url, units, REDIS_TIMEOUT).await {
+            Ok(held) => i64::try_from(held).ok(),
+            Err(err) => {
+                tracing::warn!(replication = lag.name, error = %err, "cannot read the {whose}'s held units");
+                None
+            }
+        }
+    };
+    let standby = read(standby_url.to_owned(), "standby").await;
+    let primary = match &lag.redis_url_secret_ref {
+        Some(secret) => match readings::secret_text(client, namespace, secret).await {
+            Ok(url) => read(url, "primary").await,
+            Err(why) => {
+                tracing::warn!(
+                    replication = lag.name,
+                    error = why,
+                    "cannot read the primary's held units"
+                );
+                None
+            }
+        },
+        None => None,
+    };
+    (standby, primary)
+}
+
+/// The units the promoted standbys did not know of, summed; `None` until
+/// one was measured.
+pub fn oversold(promoted: &[Promotion]) -> Option<i64> {
+    promoted
+        .iter()
+        .filter_map(Promotion::diverged)
+        .reduce(i64::saturating_add)
+}
+
+/// The stock divergence the promotions measured, in a clause, or `None`
+/// when none was.
+pub fn divergence(promoted: &[Promotion]) -> Option<String> {
+    let said: Vec<String> = promoted
+        .iter()
+        .filter_map(|p| {
+            let diverged = p.diverged()?;
+            let (primary, standby) = (p.primary_held?, p.standby_held?);
+            Some(format!(
+                "once promoted, the standby's Redis {} held {standby} units of the drill SKU where \
+                 the primary had given out {primary}: {diverged} would be sold again",
+                p.name
+            ))
+        })
+        .collect();
+    (!said.is_empty()).then(|| said.join("; "))
 }
 
 /// Has each Redis of `promoted` not yet restored follow its primary again,
@@ -110,4 +186,53 @@ pub async fn restore(
         });
     }
     (!said.is_empty()).then(|| said.join("; "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn promotion(name: &str, held: (Option<i64>, Option<i64>)) -> Promotion {
+        Promotion {
+            name: name.to_owned(),
+            follows: "127.0.0.1:16381".to_owned(),
+            promoted_at: None,
+            restored_at: None,
+            primary_held: held.0,
+            standby_held: held.1,
+        }
+    }
+
+    #[test]
+    fn the_units_a_promoted_standby_did_not_know_of_are_what_it_would_sell_again() {
+        // Caught up: nothing diverged.
+        let caught_up = [promotion("inventory", (Some(42), Some(42)))];
+        assert_eq!(oversold(&caught_up), Some(0));
+        // Two units behind, said with both counts.
+        let behind = [promotion("inventory", (Some(42), Some(40)))];
+        assert_eq!(oversold(&behind), Some(2));
+        assert_eq!(
+            divergence(&behind).as_deref(),
+            Some(
+                "once promoted, the standby's Redis inventory held 40 units of the drill SKU \
+                 where the primary had given out 42: 2 would be sold again"
+            )
+        );
+        // A standby ahead (it sold once promoted, or the primary released
+        // units meanwhile) oversold nothing.
+        assert_eq!(
+            oversold(&[promotion("inventory", (Some(40), Some(41)))]),
+            Some(0)
+        );
+        // A primary lost with its region cannot be read: nothing measured.
+        let unread = [promotion("inventory", (None, Some(40)))];
+        assert_eq!((oversold(&unread), divergence(&unread)), (None, None));
+        // Two promotions add up; an unread one counts for nothing.
+        let two = [
+            promotion("inventory", (Some(10), Some(7))),
+            promotion("hot", (Some(5), Some(4))),
+            promotion("cold", (None, None)),
+        ];
+        assert_eq!(oversold(&two), Some(4));
+    }
 }
