@@ -15,6 +15,9 @@ use flashsale_api::reasons::Reason;
 
 use crate::{clock::Clock, leader::Leadership, metrics::OperatorMetrics};
 
+/// The longest Event note the apiserver takes (events.k8s.io/v1), in bytes.
+pub const EVENT_NOTE_BOUND: usize = 1024;
+
 /// Who a controller is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Identity {
@@ -114,6 +117,9 @@ impl<S> Context<S> {
         note: String,
     ) {
         let reason = reason.as_str();
+        let mut note = note;
+        // The apiserver refuses a longer note, and with it the Event.
+        flashsale_api::common::truncate(&mut note, EVENT_NOTE_BOUND);
         if !self.leadership.is_leader() {
             tracing::debug!(object = object.name_any(), reason, "not leading: no Event");
             return;

@@ -135,8 +135,8 @@ pub fn divergence(promoted: &[Promotion]) -> Option<String> {
             let diverged = p.diverged()?;
             let (primary, standby) = (p.primary_held?, p.standby_held?);
             Some(format!(
-                "once promoted, the standby's Redis {} held {standby} units of the drill SKU where \
-                 the primary had given out {primary}: {diverged} would be sold again",
+                "the standby's Redis {} held {standby} drill units when promoted, the primary \
+                 {primary}: {diverged} would be sold again",
                 p.name
             ))
         })
@@ -214,8 +214,8 @@ mod tests {
         assert_eq!(
             divergence(&behind).as_deref(),
             Some(
-                "once promoted, the standby's Redis inventory held 40 units of the drill SKU \
-                 where the primary had given out 42: 2 would be sold again"
+                "the standby's Redis inventory held 40 drill units when promoted, the primary 42: \
+                 2 would be sold again"
             )
         );
         // A standby ahead (it sold once promoted, or the primary released

@@ -88,7 +88,7 @@ impl Lookup {
         let rpo = if self.missing_in_standby.is_empty() {
             format!(
                 "the standby's database held all {} orders the primary region acknowledged \
-                 (RPO 0, maxRPO {max_rpo}; looked up in {took} after the failback)",
+                 (RPO 0, maxRPO {max_rpo}; looked up in {took})",
                 self.primary_acknowledged
             )
         } else {
@@ -102,10 +102,7 @@ impl Lookup {
             )
         };
         let lost = if self.lost.is_empty() {
-            format!(
-                "each of the {} acknowledged orders is in a region's database",
-                self.acknowledged
-            )
+            format!("none of the {} acknowledged orders lost", self.acknowledged)
         } else {
             format!(
                 "{} of the {} acknowledged orders are in neither region's database ({})",
@@ -197,8 +194,7 @@ mod tests {
         assert_eq!(
             whole.sentence(0),
             "the standby's database held all 3 orders the primary region acknowledged (RPO 0, \
-             maxRPO 0; looked up in 0s after the failback); each of the 5 acknowledged orders \
-             is in a region's database"
+             maxRPO 0; looked up in 0s); none of the 5 acknowledged orders lost"
         );
         // Mirroring stalled: A has its orders, B lacks two of them, and one
         // of B's own never reached any database.
