@@ -16,6 +16,9 @@ mod sales;
 mod stock;
 
 pub use error::ErrorBody;
-pub use reservations::{Reservation, ReservationState, ReserveBody, StateChange};
+pub use reservations::{
+    ORDER_ID_PREFIX, Reservation, ReservationState, ReserveBody, StateChange, order_id,
+    reservation_id,
+};
 pub use sales::{ItemDefinition, LoadedItem, LoadedSale, SaleDefinition};
 pub use stock::{AdjustBody, Adjustment, StockLevel};

@@ -3,6 +3,20 @@
 
 use serde::{Deserialize, Serialize};
 
+/// Prefix of every order id: an order is named after its reservation.
+pub const ORDER_ID_PREFIX: &str = "ord-";
+
+/// The order id of a reservation. The gateway (created, paid) and the
+/// inventory (expired) name an order the same way without asking each other.
+pub fn order_id(reservation_id: &str) -> String {
+    format!("{ORDER_ID_PREFIX}{reservation_id}")
+}
+
+/// The reservation id inside an order id, if `order_id` is one.
+pub fn reservation_id(order_id: &str) -> Option<&str> {
+    order_id.strip_prefix(ORDER_ID_PREFIX)
+}
+
 /// Body of a reservation request ([`crate::paths::RESERVATIONS`]).
 ///
 /// `N` is the type of the counts. The inventory reads them signed (the

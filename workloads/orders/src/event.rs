@@ -1,6 +1,7 @@
 //! The order event and its validation. Anything that fails validation is a
 //! poison message with a reason, never a panic.
 
+pub use flashsale_inventory_api::{ORDER_ID_PREFIX, order_id, reservation_id};
 use serde::{Deserialize, Serialize};
 
 /// The schema version this code writes and reads.
@@ -53,20 +54,6 @@ pub struct OrderEvent {
 
 fn created() -> EventKind {
     EventKind::Created
-}
-
-/// Prefix of every order id: an order is named after its reservation.
-pub const ORDER_ID_PREFIX: &str = "ord-";
-
-/// The order id of a reservation. The gateway (created, paid) and the
-/// inventory (expired) name an order the same way without asking each other.
-pub fn order_id(reservation_id: &str) -> String {
-    format!("{ORDER_ID_PREFIX}{reservation_id}")
-}
-
-/// The reservation id inside an order id, if `order_id` is one.
-pub fn reservation_id(order_id: &str) -> Option<&str> {
-    order_id.strip_prefix(ORDER_ID_PREFIX)
 }
 
 /// What the inventory's record says about a reservation: every event of an
