@@ -92,17 +92,22 @@ pub async fn redis_replicaof(
     match primary {
         None => cmd.arg("NO").arg("ONE"),
         Some(primary) => {
-            let (host, port) =
-                primary
-                    .rsplit_once(':')
-                    .ok_or_else(|| StandbyReadError::Answer {
-                        what: format!("Redis {}", shown(url)),
-                        detail: format!("`{primary}` is not host:port"),
-                    })?;
+            let (host, port) = host_port(url, primary)?;
             cmd.arg(host).arg(port)
         }
     };
     redis_call::<String>(url, timeout, &cmd).await.map(drop)
+}
+
+/// `address` (`host:port`) of another server, as told to the Redis at
+/// `url`, split.
+fn host_port<'a>(url: &str, address: &'a str) -> Result<(&'a str, &'a str), StandbyReadError> {
+    address
+        .rsplit_once(':')
+        .ok_or_else(|| StandbyReadError::Answer {
+            what: format!("Redis {}", shown(url)),
+            detail: format!("`{address}` is not host:port"),
+        })
 }
 
 /// The units of SKU `sku` of sale `sale` the inventory has given out
@@ -137,6 +142,125 @@ pub async fn redis_held_units(
     Ok(held)
 }
 
+/// A Redis server's place in replication, from `INFO replication`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisRole {
+    /// It takes writes; its replication offset.
+    Primary {
+        /// `master_repl_offset`.
+        offset: u64,
+    },
+    /// It follows `of` (`host:port`).
+    Replica {
+        /// The primary it follows.
+        of: String,
+        /// Whether its link to that primary is up.
+        linked: bool,
+        /// How far it has applied the primary's stream
+        /// (`slave_repl_offset`).
+        offset: u64,
+    },
+}
+
+/// Reads the role of the Redis at `url`.
+///
+/// # Errors
+/// The URL is unusable, Redis did not answer within `timeout`, or the
+/// answer names no role.
+pub async fn redis_role(url: &str, timeout: Duration) -> Result<RedisRole, StandbyReadError> {
+    let info = replication_info(url, timeout).await?;
+    role(&info).map_err(|detail| StandbyReadError::Answer {
+        what: format!("Redis {}", shown(url)),
+        detail,
+    })
+}
+
+/// Has the Redis primary at `url` hand its role to its replica `to`
+/// (`host:port`) with Redis's own coordinated failover (`FAILOVER TO …
+/// TIMEOUT …`): it holds its clients' writes, waits until `to` has applied
+/// everything it wrote, then follows `to`, which takes writes. Redis gives
+/// up (and takes writes again) when `to` has not caught up within
+/// `within`. Returns once Redis accepted the request; [`redis_role`] tells
+/// how it went.
+///
+/// # Errors
+/// The URL or `to` is unusable, or Redis refused (not a primary, `to` not
+/// one of its replicas, a failover already under way).
+pub async fn redis_hand_over(
+    url: &str,
+    to: &str,
+    (within, timeout): (Duration, Duration),
+) -> Result<(), StandbyReadError> {
+    let (host, port) = host_port(url, to)?;
+    let mut cmd = redis::cmd("FAILOVER");
+    cmd.arg("TO")
+        .arg(host)
+        .arg(port)
+        .arg("TIMEOUT")
+        .arg(u64::try_from(within.as_millis()).unwrap_or(u64::MAX));
+    redis_call::<String>(url, timeout, &cmd).await.map(drop)
+}
+
+/// The `host:port` other servers reach the Redis at `url` by, as the URL
+/// names it (6379 when it names no port).
+///
+/// # Errors
+/// The URL names no host.
+pub fn redis_address(url: &str) -> Result<String, StandbyReadError> {
+    let parsed = reqwest::Url::parse(url).map_err(|err| StandbyReadError::Answer {
+        what: format!("Redis {}", shown(url)),
+        detail: err.to_string(),
+    })?;
+    match parsed.host_str() {
+        Some(host) => Ok(format!("{host}:{}", parsed.port().unwrap_or(6379))),
+        None => Err(StandbyReadError::Answer {
+            what: format!("Redis {}", shown(url)),
+            detail: "the URL names no host".to_owned(),
+        }),
+    }
+}
+
+/// Of the orders `order_ids` of sale `sale`, those whose reservation the
+/// inventory's records in the Redis at `url` do not hold (an order is named
+/// after its reservation): units that stock would give out again. An id
+/// that names no reservation counts as not held.
+///
+/// # Errors
+/// The URL is unusable, or Redis did not answer within `timeout`.
+pub async fn redis_unreserved_orders(
+    url: &str,
+    sale: &str,
+    order_ids: &[String],
+    timeout: Duration,
+) -> Result<Vec<String>, StandbyReadError> {
+    let keys = flashsale_inventory_api::keys::SaleKeys::new(sale);
+    let named: Vec<(&String, String)> = order_ids
+        .iter()
+        .filter_map(|id| {
+            flashsale_inventory_api::reservation_id(id).map(|r| (id, keys.reservation(r)))
+        })
+        .collect();
+    let mut pipe = redis::pipe();
+    for (_, key) in &named {
+        pipe.cmd("EXISTS").arg(key);
+    }
+    let held: Vec<bool> = if named.is_empty() {
+        Vec::new()
+    } else {
+        redis_pipe(url, timeout, &pipe).await?
+    };
+    let held: std::collections::BTreeSet<&String> = named
+        .iter()
+        .zip(held)
+        .filter_map(|((id, _), held)| held.then_some(*id))
+        .collect();
+    Ok(order_ids
+        .iter()
+        .filter(|id| !held.contains(id))
+        .cloned()
+        .collect())
+}
+
 /// `INFO replication` of the Redis at `url`.
 async fn replication_info(url: &str, timeout: Duration) -> Result<String, StandbyReadError> {
     redis_call(url, timeout, redis::cmd("INFO").arg("replication")).await
@@ -149,19 +273,48 @@ async fn redis_call<T: redis::FromRedisValue>(
     cmd: &redis::Cmd,
 ) -> Result<T, StandbyReadError> {
     let what = format!("Redis {}", shown(url));
-    let failed = |err: redis::RedisError| StandbyReadError::Failed {
-        what: what.clone(),
-        detail: err.to_string(),
-    };
-    let ask = async {
-        let client = redis::Client::open(url).map_err(failed)?;
-        let mut conn = client
-            .get_multiplexed_async_connection()
+    bounded(&what, timeout, async {
+        let mut conn = redis_connect(url, &what).await?;
+        cmd.query_async(&mut conn)
             .await
-            .map_err(failed)?;
-        cmd.query_async::<T>(&mut conn).await.map_err(failed)
-    };
-    bounded(&what, timeout, ask).await
+            .map_err(|err| redis_failed(&what, &err))
+    })
+    .await
+}
+
+/// `pipe`'s answers from the Redis at `url`, within `timeout`.
+async fn redis_pipe<T: redis::FromRedisValue>(
+    url: &str,
+    timeout: Duration,
+    pipe: &redis::Pipeline,
+) -> Result<T, StandbyReadError> {
+    let what = format!("Redis {}", shown(url));
+    bounded(&what, timeout, async {
+        let mut conn = redis_connect(url, &what).await?;
+        pipe.query_async(&mut conn)
+            .await
+            .map_err(|err| redis_failed(&what, &err))
+    })
+    .await
+}
+
+/// A fresh connection to the Redis at `url`, known as `what`.
+async fn redis_connect(
+    url: &str,
+    what: &str,
+) -> Result<redis::aio::MultiplexedConnection, StandbyReadError> {
+    let client = redis::Client::open(url).map_err(|err| redis_failed(what, &err))?;
+    client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|err| redis_failed(what, &err))
+}
+
+fn redis_failed(what: &str, err: &redis::RedisError) -> StandbyReadError {
+    StandbyReadError::Failed {
+        what: what.to_owned(),
+        detail: err.to_string(),
+    }
 }
 
 /// `url` as it may be shown in a status or an Event: scheme, host and port
@@ -207,6 +360,25 @@ fn followed(info: &str) -> Result<String, String> {
         (Some("slave"), ..) => Err("it is a replica that names no primary".to_owned()),
         (Some(role), ..) => Err(format!("it is a {role}, not a replica")),
         (None, ..) => Err("no role in INFO replication".to_owned()),
+    }
+}
+
+/// The role an `INFO replication` answer gives.
+fn role(info: &str) -> Result<RedisRole, String> {
+    let fields = info_fields(info);
+    let field = |name: &str| fields.iter().find(|(k, _)| *k == name).map(|(_, v)| *v);
+    let offset = |name: &str| field(name).and_then(|v| v.parse().ok()).unwrap_or(0);
+    match field("role") {
+        Some("master") => Ok(RedisRole::Primary {
+            offset: offset("master_repl_offset"),
+        }),
+        Some("slave") => Ok(RedisRole::Replica {
+            of: followed(info)?,
+            linked: field("master_link_status") == Some("up"),
+            offset: offset("slave_repl_offset"),
+        }),
+        Some(role) => Err(format!("it has the role {role}")),
+        None => Err("no role in INFO replication".to_owned()),
     }
 }
 
@@ -500,6 +672,36 @@ mod tests {
             followed("role:slave\r\n"),
             Err("it is a replica that names no primary".to_owned())
         );
+    }
+
+    #[test]
+    fn a_role_tells_a_primary_from_a_replica_with_their_offsets() {
+        assert_eq!(
+            role("role:master\r\nconnected_slaves:1\r\nmaster_repl_offset:420\r\n"),
+            Ok(RedisRole::Primary { offset: 420 })
+        );
+        let syncing = "role:slave\r\nmaster_host:10.0.0.7\r\nmaster_port:6379\r\n\
+            master_link_status:down\r\nslave_repl_offset:17\r\n";
+        assert_eq!(
+            role(syncing),
+            Ok(RedisRole::Replica {
+                of: "10.0.0.7:6379".to_owned(),
+                linked: false,
+                offset: 17
+            })
+        );
+        assert!(role("# Replication\r\n").is_err());
+    }
+
+    #[test]
+    fn a_redis_address_is_the_urls_host_and_port() -> Result<(), StandbyReadError> {
+        assert_eq!(
+            redis_address("redis://u:p@10.0.0.7:16382/0")?,
+            "10.0.0.7:16382"
+        );
+        assert_eq!(redis_address("redis://redis-b")?, "redis-b:6379");
+        assert!(redis_address("not a url").is_err());
+        Ok(())
     }
 
     #[test]
