@@ -9,9 +9,11 @@
 //! shorter pause is reported without flipping it, and a not-ready standby
 //! refuses an active run. An active run fails buyers over to B by failing
 //! every A gateway through Chaos Mesh, measures the RTO (checked against
-//! the test's own view of the endpoint) and the failback, and is aborted
-//! past its maxRTO; the kill switch and an operator SIGKILLed mid-failover
-//! both leave A serving buyers again. And a standby in another cluster
+//! the test's own view of the endpoint) and the failback, hands B's Redis
+//! back with every unit B sold reserved in A's (checked by the test from
+//! both databases and A's Redis), and is aborted past its maxRTO; the kill
+//! switch and an operator SIGKILLed mid-failover both leave A serving
+//! buyers again with A's Redis primary. And a standby in another cluster
 //! (the stack's second apiserver) read through a kubeconfig Secret.
 
 mod common;
@@ -774,6 +776,15 @@ async fn fails_over_and_back(pair: &Pair) -> anyhow::Result<()> {
     assert_eq!(measured, 1.0);
     promoted_and_given_back(&run).await?;
     drill_orders_landed(&run, (a, b), &pair.sale_id).await?;
+    // B's sales came back to A with the switchback: A's stock holds every
+    // order both regions stored, B's included.
+    assert_eq!(run.unreserved_orders, Some(0), "{run:?}");
+    assert!(
+        message.contains("the primary's stock holds all"),
+        "{message}"
+    );
+    let unreserved = unreserved_in_a(&run, &pair.sale_id).await?;
+    assert!(unreserved.is_empty(), "A's Redis lacks {unreserved:?}");
     // The run lost no order: its RPO is in the histogram's first bucket.
     let lossless = flashsale_e2e::metrics::sum_samples(
         &pair.scene.operator.metrics().await?,
@@ -807,6 +818,52 @@ async fn stored_ids(run: &RunRecord, sale_id: &str) -> anyhow::Result<[BTreeSet<
         ids.extend(rows);
     }
     Ok(found)
+}
+
+/// Of the run's orders either region's database holds, those whose
+/// reservation region A's Redis does not hold, read by the test itself
+/// through the inventory's key schema (an order is named after its
+/// reservation): units A's stock would sell again.
+async fn unreserved_in_a(run: &RunRecord, sale_id: &str) -> anyhow::Result<BTreeSet<String>> {
+    let [in_a, in_b] = stored_ids(run, sale_id).await?;
+    let keys = inventory::keys::SaleKeys::new(sale_id);
+    let mut conn = redis::Client::open(Regions::from_env()?.a_redis)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let mut missing = BTreeSet::new();
+    for id in in_a.union(&in_b) {
+        let reservation = flashsale_inventory_api::reservation_id(id)
+            .ok_or_else(|| anyhow::anyhow!("{id} is not an order id"))?;
+        let held: bool = redis::cmd("EXISTS")
+            .arg(keys.reservation(reservation))
+            .query_async(&mut conn)
+            .await?;
+        if !held {
+            missing.insert(id.clone());
+        }
+    }
+    Ok(missing)
+}
+
+/// Region A's Redis is primary again and region B's follows it: the run's
+/// switchback, as both Redis servers say.
+async fn a_primary_again() -> anyhow::Result<()> {
+    use flashsale_observe::standby::{RedisRole, redis_role};
+    let regions = Regions::from_env()?;
+    let a = regions.a_redis.trim_start_matches("redis://");
+    let bound = Duration::from_secs(2);
+    assert!(
+        matches!(
+            redis_role(&regions.a_redis, bound).await?,
+            RedisRole::Primary { .. }
+        ),
+        "A's Redis is not primary"
+    );
+    match redis_role(&regions.b_redis, bound).await? {
+        RedisRole::Replica { of, .. } => assert_eq!(of, a),
+        other => anyhow::bail!("B's Redis is {other:?}"),
+    }
+    Ok(())
 }
 
 /// The run's buyer ordered through the endpoint throughout, both regions'
@@ -955,16 +1012,14 @@ async fn promoted_and_given_back(run: &RunRecord) -> anyhow::Result<()> {
         "{promotion:?}"
     );
     assert!(
-        promotion.promoted_at.is_some() && promotion.restored_at.is_some(),
+        promotion.promoted_at.is_some()
+            && promotion.fenced_at.is_some()
+            && promotion.restored_at.is_some(),
         "{promotion:?}"
     );
     let message = run.message.clone().unwrap_or_default();
     assert!(message.contains(&format!("follows {a} again")), "{message}");
-    let follows =
-        flashsale_observe::standby::redis_primary_of(&regions.b_redis, Duration::from_secs(2))
-            .await?;
-    assert_eq!(follows, a);
-    Ok(())
+    a_primary_again().await
 }
 
 /// The drill SKU's units the Redis at `url` has given out, read by the
@@ -981,20 +1036,30 @@ async fn held(url: &str, sale_id: &str) -> anyhow::Result<i64> {
     Ok(units.unwrap_or(0))
 }
 
-/// Has region B's Redis follow `primary` (`host:port`).
-async fn b_follows(primary: &str) -> anyhow::Result<()> {
+/// Cuts region B's Redis off from A's (`cut`), or lets it sync again:
+/// B keeps following A's address, as a replica whose primary's region went
+/// dark does, but authenticates with a password A does not know, so each
+/// attempt to sync fails until the password is cleared.
+async fn b_cut_from_a(cut: bool) -> anyhow::Result<()> {
     let b = Regions::from_env()?.b_redis;
-    let (host, port) = primary
-        .rsplit_once(':')
-        .ok_or_else(|| anyhow::anyhow!("{primary} is not host:port"))?;
     let mut conn = redis::Client::open(b)?
         .get_multiplexed_async_connection()
         .await?;
-    let _: String = redis::cmd("REPLICAOF")
-        .arg(host)
-        .arg(port)
+    let password = if cut { "cut-off-by-the-test" } else { "" };
+    let _: String = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("masterauth")
+        .arg(password)
         .query_async(&mut conn)
         .await?;
+    if cut {
+        let _: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("master")
+            .query_async(&mut conn)
+            .await?;
+    }
     Ok(())
 }
 
@@ -1044,17 +1109,19 @@ async fn a_durability(pair: &Pair, mode: &str, flag: &str) -> anyhow::Result<()>
 
 /// Stock divergence as the run measures it when it promotes B's Redis,
 /// checked from both Redis servers by the test: B's Redis is cut off from
-/// A's (made to follow an address where nothing listens) once the run
-/// started and before its buyer orders, so every unit A's inventory gives
-/// out from then on is one B does not know of. The record's counts are the
-/// test's own: B's held units as it froze, A's once A lost buyers (its
-/// gateways down, its count still), under A's `fast` policy and its
-/// `replicated` one. (How many of the buyer's orders fall after the cut
-/// depends on when the test sees the run start, so the counts are
-/// compared, not predicted.)
+/// A's once the run started and before its buyer orders, so every unit
+/// A's inventory gives out from then on is one B does not know of. The
+/// record's counts are the test's own: B's held units as it froze, A's
+/// once A lost buyers (its gateways down, its count still), under A's
+/// `fast` policy and its `replicated` one. The switchback then makes A's
+/// Redis B's copy, so A's acknowledged orders among those units lose their
+/// reservations: the run fails `StockInconsistent` with as many as the
+/// test finds itself, none under `replicated` (A acknowledged none of
+/// them). (How many of the buyer's orders fall after the cut depends on
+/// when the test sees the run start, so the counts are compared, not
+/// predicted.)
 async fn oversold_while_replication_stalls(pair: &Pair) -> anyhow::Result<()> {
     let regions = Regions::from_env()?;
-    let a_redis = regions.a_redis.trim_start_matches("redis://").to_owned();
     // Time to cut B off between the run's start and its buyer's first order.
     pair.patch(json!({"spec": {"sloGuard": {"steadyState": "6s"}}}))
         .await?;
@@ -1069,7 +1136,7 @@ async fn oversold_while_replication_stalls(pair: &Pair) -> anyhow::Result<()> {
                 }
             })
             .await?;
-            b_follows("127.0.0.1:9").await?;
+            b_cut_from_a(true).await?;
             let frozen = held(&regions.b_redis, &pair.sale_id).await?;
             let promoted = poll_until("B's promotion", SEEN, TICK, || async {
                 let run = pair.status().await?.current_run.ok_or("no run")?;
@@ -1080,13 +1147,16 @@ async fn oversold_while_replication_stalls(pair: &Pair) -> anyhow::Result<()> {
             })
             .await;
             let a_held = held(&regions.a_redis, &pair.sale_id).await?;
+            // Promoted: B may sync with A again once it follows A.
+            b_cut_from_a(false).await?;
             promoted?;
             let run = run_after(pair, before).await?;
             anyhow::Ok((run, frozen, a_held))
         }
         .await;
-        b_follows(&a_redis).await?;
+        b_cut_from_a(false).await?;
         let (run, frozen, a_held) = measured?;
+        a_primary_again().await?;
         let [promotion] = run.promoted.as_slice() else {
             anyhow::bail!("{mode}: not one promotion: {run:?}");
         };
@@ -1113,7 +1183,21 @@ async fn oversold_while_replication_stalls(pair: &Pair) -> anyhow::Result<()> {
             message.contains(&format!("{} would be sold again", diverged.max(0))),
             "{mode}: {message}"
         );
-        println!("{mode}: {diverged} units diverged, {orders:?}");
+        let unreserved = unreserved_in_a(&run, &pair.sale_id).await?;
+        let count = i64::try_from(unreserved.len())?;
+        assert_eq!(
+            run.unreserved_orders,
+            Some(count),
+            "{mode}: {unreserved:?} {run:?}"
+        );
+        assert!(count <= diverged.max(0), "{mode}: {unreserved:?} {run:?}");
+        if flag == "replicated" {
+            assert_eq!(count, 0, "{unreserved:?}");
+        }
+        if count > 0 {
+            assert_eq!(run.reason.as_deref(), Some("StockInconsistent"), "{run:?}");
+        }
+        println!("{mode}: {diverged} units diverged, {count} acknowledged, {orders:?}");
     }
     pair.patch(json!({"spec": {"sloGuard": {"steadyState": "2s"}}}))
         .await?;

@@ -878,6 +878,12 @@ pub struct RunRecord {
     /// `promoted`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oversold_units: Option<i64>,
+    /// An active failover run's consistency after the switchback: orders
+    /// of the run acknowledged by either region whose reservation the
+    /// primary's Redis does not hold, units its stock would give out a
+    /// second time. 0 when both regions' sales are accounted for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unreserved_orders: Option<i64>,
     /// What an active failover run's synthetic buyer got for its orders
     /// through the global endpoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -905,7 +911,13 @@ pub struct Promotion {
     /// When it was promoted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub promoted_at: Option<MicroTime>,
-    /// When it followed the primary again.
+    /// When the primary's Redis was made to follow it (fenced), so the
+    /// primary region sells nothing the standby sells and takes the
+    /// standby's sales back with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fenced_at: Option<MicroTime>,
+    /// When it followed the primary again, once the primary had caught up
+    /// with it and was primary again (the switchback).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restored_at: Option<MicroTime>,
     /// Units of the drill SKU the primary's inventory had given out

@@ -466,6 +466,15 @@ reasons! {
         /// An active failover run could not read a region's order database
         /// to look its orders up.
         OrdersUnreadable,
+        /// An active failover run could not hand a promoted standby Redis
+        /// back to the primary: the standby stays primary, the primary's
+        /// Redis follows it (if it could be fenced), and on-call finishes
+        /// the switchback.
+        SwitchbackFailed,
+        /// An active failover run: after the switchback, the primary's
+        /// Redis does not hold the reservation of an order a region
+        /// acknowledged, so its stock would sell that unit again.
+        StockInconsistent,
         ;
         /// The guard is blind: its signal is lost.
         Signal(SignalLoss),

@@ -361,13 +361,14 @@ async fn note_orders(guard: &Guard, probe: &mut Probe) -> Tally {
 /// Looks the orders the regions acknowledged up in both regions'
 /// databases, once the primary took buyers back, when the drill names
 /// them (`failover.orders`): writes the RPO and the lost orders into the
-/// run's record and says how it went, or ends the run when more are
+/// run's record, adds the run's orders either database holds to `stored`,
+/// and says how it went, or ends the run when more are
 /// missing than `maxRPO` allows, any is lost, or a database cannot be read.
 async fn look_up_orders(
     ctx: &Ctx,
     plan: &Plan,
     guard: &Guard,
-    (buyers, orders): (&Buyers, &Tally),
+    (buyers, orders, stored): (&Buyers, &Tally, &mut BTreeSet<String>),
 ) -> Result<Option<String>, Ending> {
     let failover = plan.drill.spec.failover.as_ref();
     let Some(check) = rpo::check(failover) else {
@@ -389,6 +390,7 @@ async fn look_up_orders(
             format!("the run's orders could not be looked up: {why}"),
         )
     })?;
+    stored.extend(lookup.stored.iter().cloned());
     guard.update(|progress| {
         progress.record.failover_rpo = Some(lookup.rpo());
         if let Some(recorded) = &mut progress.record.drill_orders {
@@ -529,15 +531,91 @@ async fn judge_failover(
     let mut said = vec![sentence, tallied];
     said.extend(promote::divergence(&guard.progress().record.promoted));
     said.extend(give_back(ctx, plan, guard).await);
-    match look_up_orders(ctx, plan, guard, (probe.buyers(), &orders)).await {
-        Ok(looked) => said.extend(looked),
-        Err(mut ending) => {
-            said.push(ending.message);
-            ending.message = said.join("; ");
-            return Err(ending);
+    let mut failed: Option<Ending> = None;
+    let mut stored = BTreeSet::new();
+    let looked = look_up_orders(ctx, plan, guard, (probe.buyers(), &orders, &mut stored)).await;
+    let mut records: BTreeSet<String> = orders.acknowledged.values().flatten().cloned().collect();
+    records.extend(stored);
+    for checked in [
+        looked,
+        check_stock(ctx, plan, guard, (&probe.buyers().sale_id, records)).await,
+    ] {
+        match checked {
+            Ok(sentence) => said.extend(sentence),
+            Err(ending) => {
+                said.push(ending.message.clone());
+                failed.get_or_insert(ending);
+            }
         }
     }
-    Ok(said.join("; "))
+    match failed {
+        Some(mut ending) => {
+            ending.message = said.join("; ");
+            Err(ending)
+        }
+        None => Ok(said.join("; ")),
+    }
+}
+
+/// Checks that every promoted Redis was handed back and that the
+/// primary's stock then holds the reservation of every order of the run
+/// either region acknowledged or stored (`records`), so no unit either
+/// sold is sold again:
+/// writes the count into the run's record and says how it went, or ends
+/// the run when a Redis was not handed back, a reservation is missing or
+/// the primary's Redis cannot be read.
+async fn check_stock(
+    ctx: &Ctx,
+    plan: &Plan,
+    guard: &Guard,
+    (sale, records): (&str, BTreeSet<String>),
+) -> Result<Option<String>, Ending> {
+    let promoted = guard.progress().record.promoted;
+    if promoted.is_empty() {
+        return Ok(None);
+    }
+    if promoted.iter().any(|p| p.restored_at.is_none()) {
+        return Err(Ending::new(
+            RunOutcome::Failed,
+            DrillReason::SwitchbackFailed,
+            "the primary's Redis is not primary again, so its stock was not checked",
+        ));
+    }
+    let records: Vec<String> = records.into_iter().collect();
+    let namespace = plan.drill.namespace().unwrap_or_default();
+    let spec = plan.drill.spec.failover.as_ref();
+    let unreserved = promote::unreserved(
+        &ctx.client,
+        &namespace,
+        spec,
+        (&promoted, sale, records.clone()),
+    )
+    .await
+    .map_err(|why| {
+        Ending::new(
+            RunOutcome::Failed,
+            DrillReason::StockInconsistent,
+            format!("the primary's stock could not be read after the switchback: {why}"),
+        )
+    })?;
+    let count = i64::try_from(unreserved.len()).unwrap_or(i64::MAX);
+    guard.update(|progress| progress.record.unreserved_orders = Some(count));
+    if unreserved.is_empty() {
+        return Ok(Some(format!(
+            "the primary's stock holds all {} orders the regions acknowledged or stored",
+            records.len()
+        )));
+    }
+    Err(Ending::new(
+        RunOutcome::Failed,
+        DrillReason::StockInconsistent,
+        format!(
+            "after the switchback the primary's stock lacks the reservations of {count} of the \
+             {} orders the regions acknowledged or stored ({}): it would sell those units again",
+            records.len(),
+            rpo::named(&unreserved)
+        ),
+    ))
 }
 
 /// After the experiments' time: stops them, tells whether Chaos Mesh's

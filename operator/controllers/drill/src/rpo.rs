@@ -37,6 +37,8 @@ pub struct Lookup {
     pub missing_in_standby: BTreeSet<String>,
     /// Of all, those neither database holds.
     pub lost: BTreeSet<String>,
+    /// The run's orders either database holds, acknowledged or not.
+    pub stored: BTreeSet<String>,
     /// From the first read to the last.
     pub took: Duration,
 }
@@ -63,6 +65,7 @@ impl Lookup {
                 .filter(|id| !in_primary.contains(*id) && !in_standby.contains(*id))
                 .cloned()
                 .collect(),
+            stored: in_primary.union(in_standby).cloned().collect(),
             took: Duration::ZERO,
         }
     }
@@ -116,8 +119,9 @@ impl Lookup {
 }
 
 /// Some ids of `ids`, and how many more.
-fn named(ids: &BTreeSet<String>) -> String {
-    let shown: Vec<&str> = ids.iter().take(NAMED).map(String::as_str).collect();
+pub fn named<'a>(ids: impl IntoIterator<Item = &'a String>) -> String {
+    let ids: Vec<&str> = ids.into_iter().map(String::as_str).collect();
+    let shown = &ids[..ids.len().min(NAMED)];
     match ids.len().saturating_sub(NAMED) {
         0 => shown.join(", "),
         more => format!("{}, and {more} more", shown.join(", ")),
