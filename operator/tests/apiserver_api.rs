@@ -524,6 +524,15 @@ fn invalid_failover_orders() -> Vec<Invalid> {
             with(drill(), "/spec/failover/maxRPO", json!("0s")),
             "spec.failover.maxRPO",
         ),
+        (
+            "a standby gateway that is no HTTP URL",
+            with(
+                drill(),
+                "/spec/failover/standby/gatewayURL",
+                json!("region-b-gateway:8080"),
+            ),
+            "spec.failover.standby.gatewayURL",
+        ),
     ]
 }
 

@@ -722,12 +722,20 @@ async fn a_drill_buyer_orders_before_the_opening(pair: &Pair) -> anyhow::Result<
 async fn fails_over_and_back(pair: &Pair) -> anyhow::Result<()> {
     let endpoint = Regions::from_env()?.endpoint;
     let (a, b) = (&pair.scene.ns.name, &pair.b.name);
+    // The buyer orders at B's gateway directly too, for this run.
+    let direct =
+        |url: Option<String>| json!({"spec": {"failover": {"standby": {"gatewayURL": url}}}});
+    pair.patch(direct(Some(format!("http://{}", pair.b_gw))))
+        .await?;
     let answers = Answers::start(endpoint.clone());
     let before = run_now(pair, "fail-over").await?;
-    let run = run_after(pair, before).await?;
+    let run = run_after(pair, before).await;
+    pair.patch(direct(None)).await?;
+    let run = run?;
     let seen = answers.rto(a, b).await;
     assert_eq!(run.outcome, Some(RunOutcome::Succeeded), "{run:?}");
     assert_eq!(run.reason.as_deref(), Some("FailedOver"), "{run:?}");
+    ordered_at_b_directly(&run, b)?;
     assert!(
         run.objects.iter().any(|o| o.starts_with("NetworkChaos/")),
         "{run:?}"
@@ -820,6 +828,32 @@ async fn stored_ids(run: &RunRecord, sale_id: &str) -> anyhow::Result<[BTreeSet<
     Ok(found)
 }
 
+/// The buyer's orders at B's gateway directly: B refused them while it
+/// stood by (before the promotion) and acknowledged them once promoted, A
+/// acknowledged none (the endpoint is not in the way), and the record
+/// dates when B took them after buyers lost A.
+fn ordered_at_b_directly(run: &RunRecord, b: &str) -> anyhow::Result<()> {
+    let direct = run
+        .direct_orders
+        .clone()
+        .ok_or_else(|| anyhow::anyhow!("no direct orders: {run:?}"))?;
+    let refused = direct.refused.get(b).copied().unwrap_or(0);
+    let acknowledged = direct.acknowledged.get(b).copied().unwrap_or(0);
+    assert!(refused > 0 && acknowledged > 0, "{run:?}");
+    assert_eq!(direct.acknowledged.len(), 1, "{run:?}");
+    let taken = run
+        .direct_order_rto
+        .map(|d| d.0)
+        .ok_or_else(|| anyhow::anyhow!("no direct order RTO: {run:?}"))?;
+    assert!(taken < Duration::from_secs(30), "{run:?}");
+    let message = run.message.clone().unwrap_or_default();
+    assert!(
+        message.contains("orders at the standby's gateways directly: acknowledged"),
+        "{message}"
+    );
+    Ok(())
+}
+
 /// Of the run's orders either region's database holds, those whose
 /// reservation region A's Redis does not hold, read by the test itself
 /// through the inventory's key schema (an order is named after its
@@ -907,7 +941,11 @@ async fn drill_orders_landed(
         )),
         "{message}"
     );
-    let acknowledged = acked(a) + acked(b);
+    // With the orders placed at B directly: every one B acknowledged is
+    // stored too, and some unanswered ones may be.
+    let direct = run.direct_orders.clone().unwrap_or_default();
+    let acknowledged = acked(a) + acked(b) + direct.acknowledged.values().sum::<i64>();
+    let unanswered = orders.unanswered + direct.unanswered;
     poll_until(
         "both databases to hold the drill orders",
         SEEN,
@@ -916,7 +954,7 @@ async fn drill_orders_landed(
             let [in_a, in_b] = stored_ids(run, sale_id).await.map_err(|e| e.to_string())?;
             let union = i64::try_from(in_a.union(&in_b).count()).map_err(|e| e.to_string())?;
             let lacking = in_a.difference(&in_b).count();
-            if lacking == 0 && (acknowledged..=acknowledged + orders.unanswered).contains(&union) {
+            if lacking == 0 && (acknowledged..=acknowledged + unanswered).contains(&union) {
                 Ok(())
             } else {
                 Err(format!(

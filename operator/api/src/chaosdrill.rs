@@ -519,6 +519,17 @@ pub struct StandbySale {
     /// namespace; unset means this cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubeconfig_secret_ref: Option<SecretKeyRef>,
+    /// The standby's gateways as a buyer reaches them without the global
+    /// endpoint: an active run's buyer orders there too, at the same pace,
+    /// which shows when the standby took orders apart from when the
+    /// endpoint sent buyers to it, and that it refused them before.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "gatewayURL"
+    )]
+    #[schemars(regex(pattern = r"^https?://"), length(max = 512))]
+    pub gateway_url: Option<String>,
 }
 
 /// The capacity arithmetic: ready standby gateways × `perGatewayRPS` must
@@ -800,7 +811,7 @@ pub struct RunRecord {
     pub reason: Option<String>,
     /// The reason in a sentence, with the numbers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 1024))]
+    #[schemars(length(max = 2048))]
     pub message: Option<String>,
     /// Pods targeted after the blast-radius cap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -855,6 +866,16 @@ pub struct RunRecord {
     /// sustained run another region acknowledged.
     #[serde(default, skip_serializing_if = "Option::is_none", rename = "orderRTO")]
     pub order_rto: Option<Duration>,
+    /// An active failover run's RTO at the standby directly
+    /// (`standby.gatewayURL`): from the first answer through the endpoint
+    /// the primary did not serve to the first of a sustained run of orders
+    /// the standby's gateways acknowledged when asked directly.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "directOrderRTO"
+    )]
+    pub direct_order_rto: Option<Duration>,
     /// The region that took buyers over in an active failover run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 63))]
@@ -888,6 +909,10 @@ pub struct RunRecord {
     /// through the global endpoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drill_orders: Option<DrillOrders>,
+    /// What the same buyer got for the orders it placed at the standby's
+    /// gateways directly (`standby.gatewayURL`), bypassing the endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub direct_orders: Option<DrillOrders>,
     /// The standby Redis servers an active failover run promoted, each
     /// recorded before its promotion, so whoever ends the run (this
     /// replica, or the next after a restart) has it follow its primary

@@ -21,6 +21,9 @@ pub const ORDER_EVERY: std::time::Duration = std::time::Duration::from_millis(20
 /// unanswered anyway.
 const TOKEN_SECONDS: i64 = 300;
 
+/// The lane of the buyers that order at the standby's gateways directly.
+pub const DIRECT_LANE: &str = "direct-";
+
 /// Signs the tokens of one run's buyers of one sale.
 pub struct Signer {
     key: Vec<u8>,
@@ -37,7 +40,7 @@ impl Signer {
     pub fn new(key: Vec<u8>, sale_id: String, run: String) -> Result<Self, DrillTokenError> {
         let signer = Self { key, sale_id, run };
         // Refused here once, not on every order.
-        signer.sign(0, Timestamp::UNIX_EPOCH)?;
+        signer.sign(("", 0), Timestamp::UNIX_EPOCH)?;
         Ok(signer)
     }
 
@@ -47,12 +50,18 @@ impl Signer {
         (&self.sale_id, format!("drill:{}:", self.run))
     }
 
-    /// The `n`th buyer of the run and its token, valid from `now`.
+    /// The `n`th buyer of the run's `lane` (a prefix of the buyer's own
+    /// part: `""` through the endpoint, [`DIRECT_LANE`] at the standby) and
+    /// its token, valid from `now`.
     ///
     /// # Errors
     /// Signing failed.
-    pub fn sign(&self, n: u64, now: Timestamp) -> Result<(String, String), DrillTokenError> {
-        let buyer = format!("{}{n}", self.buyers().1);
+    pub fn sign(
+        &self,
+        (lane, n): (&str, u64),
+        now: Timestamp,
+    ) -> Result<(String, String), DrillTokenError> {
+        let buyer = format!("{}{lane}{n}", self.buyers().1);
         let expires = u64::try_from(now.as_second().saturating_add(TOKEN_SECONDS)).unwrap_or(0);
         let token = flashsale_drill_buyer::sign(&self.key, &self.sale_id, &buyer, expires)?;
         Ok((buyer, token))
@@ -165,9 +174,10 @@ impl Tally {
         }
     }
 
-    /// The tally in a clause: "the drill buyer's 50 orders: 30
-    /// acknowledged by a, 15 by b; 3 refused by b (503 ×3); 2 unanswered".
-    pub fn sentence(&self) -> String {
+    /// The tally of the orders placed `placed` ("through it") in a clause:
+    /// "the drill buyer's 50 orders through it: acknowledged 30 by a, 15 by
+    /// b; refused 3 by b (503 ×3); 2 unanswered".
+    pub fn sentence(&self, placed: &str) -> String {
         let acknowledged: Vec<String> = self
             .acknowledged
             .iter()
@@ -197,7 +207,7 @@ impl Tally {
             parts.push(format!("{} unanswered", self.unanswered));
         }
         format!(
-            "the drill buyer's {} orders through it: {}",
+            "the drill buyer's {} orders {placed}: {}",
             self.placed,
             parts.join("; ")
         )
@@ -287,12 +297,12 @@ mod tests {
         assert_eq!(record.unanswered, 1);
         assert_eq!(tally.acknowledged["a"], ["o0", "o1"]);
         assert_eq!(
-            tally.sentence(),
+            tally.sentence("through it"),
             "the drill buyer's 7 orders through it: acknowledged 2 by a, 1 by b; refused 3 by b \
              (409 ×1, 503 ×2); 1 unanswered"
         );
         assert_eq!(
-            Tally::default().sentence(),
+            Tally::default().sentence("through it"),
             "the drill buyer's 0 orders through it: none acknowledged"
         );
     }
@@ -306,14 +316,18 @@ mod tests {
             "run1".to_owned(),
         )?;
         let now = Timestamp::from_second(1_800_000_000)?;
-        let (first, token) = signer.sign(1, now)?;
-        let (second, _) = signer.sign(2, now)?;
+        let (first, token) = signer.sign(("", 1), now)?;
+        let (second, _) = signer.sign(("", 2), now)?;
         assert_eq!(first, "drill:run1:1");
         assert_eq!(
             signer.buyers(),
             ("ns.sale.1234abcd", "drill:run1:".to_owned())
         );
         assert_ne!(first, second);
+        // The standby's lane is under the run's prefix, apart from the
+        // endpoint's.
+        let (direct, _) = signer.sign((DIRECT_LANE, 1), now)?;
+        assert_eq!(direct, "drill:run1:direct-1");
         let checker = flashsale_drill_buyer::Checker::new(&key, "ns.sale.1234abcd")?;
         assert_eq!(checker.buyer(&token, 1_800_000_000)?.sub, first);
         // Another sale's gateways refuse it.

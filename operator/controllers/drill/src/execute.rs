@@ -48,8 +48,10 @@ use flashsale_api::{
 use flashsale_kit::clock::Moment;
 use flashsale_observe::signal::Reading;
 
-/// Longest message a run's record holds (`RunRecord.message`).
-const RUN_MESSAGE_BOUND: usize = 1024;
+/// Longest message a run's record holds (`RunRecord.message`): every
+/// sentence of an active failover run; its Event carries the first
+/// 1,024 bytes, the apiserver's bound on a note.
+const RUN_MESSAGE_BOUND: usize = 2048;
 /// How long Chaos Mesh may take to create a run's StatusCheck.
 const STATUS_CHECK_BOUND: Duration = Duration::from_secs(15);
 /// How long a stop waits for Chaos Mesh to remove the experiments.
@@ -295,8 +297,9 @@ async fn failover_probe(ctx: &Ctx, plan: &Plan, sale: &SaleView) -> Result<Optio
             ),
         )
     })?;
+    let direct = failover.standby.gateway_url.clone();
     Ok(Some(Probe::start(
-        url,
+        (url, direct),
         sale.region.clone(),
         signer,
         ctx.clock.clone(),
@@ -328,21 +331,31 @@ fn note_failover(guard: &Guard, probe: &Probe) -> bool {
     let (timeline, orders) = (probe.timeline(), probe.orders().timeline);
     let rto = timeline.rto().map(flashsale_api::Duration);
     let order_rto = orders.rto().map(flashsale_api::Duration);
+    // The standby refuses direct orders until promoted: dated from the
+    // outage buyers saw through the endpoint.
+    let direct_rto = probe.direct_orders().and_then(|direct| {
+        let (taken, _) = direct.timeline.failed_over?;
+        Some(flashsale_api::Duration(
+            taken.saturating_sub(timeline.outage?),
+        ))
+    });
     let region = timeline.failed_over.as_ref().map(|(_, r)| r.clone());
     let failback = timeline.failback().map(flashsale_api::Duration);
     let record = guard.progress().record;
     if (
         &record.failover_rto,
         &record.order_rto,
+        &record.direct_order_rto,
         &record.failed_over_to,
         &record.failback,
-    ) == (&rto, &order_rto, &region, &failback)
+    ) == (&rto, &order_rto, &direct_rto, &region, &failback)
     {
         return false;
     }
     guard.update(|progress| {
         progress.record.failover_rto = rto;
         progress.record.order_rto = order_rto;
+        progress.record.direct_order_rto = direct_rto;
         progress.record.failed_over_to = region;
         progress.record.failback = failback;
     });
@@ -352,10 +365,14 @@ fn note_failover(guard: &Guard, probe: &Probe) -> bool {
 /// Stops the buyer and writes its orders, each answered or given up, into
 /// the run's record; their sentence. Once, as the probe stops: they change
 /// five times a second.
-async fn note_orders(guard: &Guard, probe: &mut Probe) -> Tally {
+async fn note_orders(guard: &Guard, probe: &mut Probe) -> (Tally, Option<Tally>) {
     let orders = probe.settle().await.tally;
-    guard.update(|progress| progress.record.drill_orders = Some(orders.record()));
-    orders
+    let direct = probe.direct_orders().map(|direct| direct.tally);
+    guard.update(|progress| {
+        progress.record.drill_orders = Some(orders.record());
+        progress.record.direct_orders = direct.as_ref().map(Tally::record);
+    });
+    (orders, direct)
 }
 
 /// Looks the orders the regions acknowledged up in both regions'
@@ -368,7 +385,11 @@ async fn look_up_orders(
     ctx: &Ctx,
     plan: &Plan,
     guard: &Guard,
-    (buyers, orders, stored): (&Buyers, &Tally, &mut BTreeSet<String>),
+    (buyers, acknowledged, stored): (
+        &Buyers,
+        &std::collections::BTreeMap<String, Vec<String>>,
+        &mut BTreeSet<String>,
+    ),
 ) -> Result<Option<String>, Ending> {
     let failover = plan.drill.spec.failover.as_ref();
     let Some(check) = rpo::check(failover) else {
@@ -380,7 +401,7 @@ async fn look_up_orders(
         (&ctx.client, ctx.clock.as_ref()),
         &namespace,
         check,
-        (buyers, &orders.acknowledged),
+        (buyers, acknowledged),
     )
     .await
     .map_err(|why| {
@@ -520,8 +541,21 @@ async fn judge_failover(
     (probe, stopping): (&mut Probe, Duration),
 ) -> Result<String, Ending> {
     let judged = failback(ctx, plan, guard, (probe, stopping)).await;
-    let orders = note_orders(guard, probe).await;
-    let tallied = orders.sentence();
+    let (orders, direct) = note_orders(guard, probe).await;
+    let mut tallied = orders.sentence("through it");
+    let mut acknowledged = orders.acknowledged.clone();
+    if let Some(direct) = &direct {
+        tallied = format!(
+            "{tallied}; {}",
+            direct.sentence("at the standby's gateways directly")
+        );
+        for (region, ids) in &direct.acknowledged {
+            acknowledged
+                .entry(region.clone())
+                .or_default()
+                .extend(ids.iter().cloned());
+        }
+    }
     let sentence = judged.map_err(|mut ending| {
         ending.message = format!("{}; {tallied}", ending.message);
         ending
@@ -533,8 +567,14 @@ async fn judge_failover(
     said.extend(give_back(ctx, plan, guard).await);
     let mut failed: Option<Ending> = None;
     let mut stored = BTreeSet::new();
-    let looked = look_up_orders(ctx, plan, guard, (probe.buyers(), &orders, &mut stored)).await;
-    let mut records: BTreeSet<String> = orders.acknowledged.values().flatten().cloned().collect();
+    let looked = look_up_orders(
+        ctx,
+        plan,
+        guard,
+        (probe.buyers(), &acknowledged, &mut stored),
+    )
+    .await;
+    let mut records: BTreeSet<String> = acknowledged.values().flatten().cloned().collect();
     records.extend(stored);
     for checked in [
         looked,

@@ -207,23 +207,28 @@ pub struct Buyers {
 }
 
 /// Asks the endpoint which region answers, and orders through it as the
-/// run's buyer, until dropped: into a [`Timeline`] and [`Orders`] it
-/// shares.
+/// run's buyer (and at the standby's gateways directly, when given), until
+/// dropped: into a [`Timeline`] and [`Orders`] it shares.
 pub struct Probe {
     buyers: Buyers,
     timeline: Arc<Mutex<Timeline>>,
     orders: Arc<Mutex<Orders>>,
+    direct: Option<Arc<Mutex<Orders>>>,
     settling: Arc<AtomicBool>,
-    tasks: [tokio::task::JoinHandle<()>; 2],
+    tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Probe {
     /// Starts asking `url`'s `/`, judging answers against `primary`, the
     /// primary sale's region, and ordering through `url` with `signer`'s
-    /// tokens.
-    pub fn start(url: String, primary: String, signer: Signer, clock: Arc<dyn Clock>) -> Self {
+    /// tokens, and at `direct` (the standby's gateways) too when given.
+    pub fn start(
+        (url, direct): (String, Option<String>),
+        primary: String,
+        signer: Signer,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
         let timeline = Arc::new(Mutex::new(Timeline::default()));
-        let orders = Arc::new(Mutex::new(Orders::default()));
         let settling = Arc::new(AtomicBool::new(false));
         let answers = {
             let (url, timeline, primary) = (url.clone(), timeline.clone(), primary.clone());
@@ -244,39 +249,27 @@ impl Probe {
             sale_id: signer.buyers().0.to_owned(),
             prefix: signer.buyers().1,
         };
-        let buyer = {
-            let (orders, signer) = (orders.clone(), Arc::new(signer));
-            let wall = clock.clone();
-            paced(
-                (ORDER_EVERY, settling.clone()),
-                clock,
-                move |n| {
-                    let (url, signer, now) = (url.clone(), signer.clone(), wall.now());
-                    async move {
-                        let (buyer, token) = match signer.sign(n, now) {
-                            Ok(signed) => signed,
-                            Err(err) => {
-                                tracing::warn!(error = %err, "cannot sign a drill order");
-                                return Fate::Unanswered;
-                            }
-                        };
-                        let order = (token.as_str(), flashsale_drill_buyer::SKU, buyer.as_str());
-                        Fate::of(standby::place_order(&url, order, PROBE_TIMEOUT).await)
-                    }
-                },
-                move |sent, fate: Fate, took| {
-                    let mut orders = lock(&orders);
-                    orders.timeline.see(sent, &fate.answer(&primary), took);
-                    orders.tally.see(fate);
-                },
-            )
+        let (signer, mut tasks) = (Arc::new(signer), vec![answers]);
+        let mut lane = |url: String, lane: &'static str| {
+            let orders = Arc::new(Mutex::new(Orders::default()));
+            let buyer = Buyer {
+                url,
+                lane,
+                primary: primary.clone(),
+                signer: signer.clone(),
+            };
+            tasks.push(buyer.start(orders.clone(), settling.clone(), clock.clone()));
+            orders
         };
+        let orders = lane(url, "");
+        let direct = direct.map(|url| lane(url, crate::buyer::DIRECT_LANE));
         Self {
             buyers,
             timeline,
             orders,
+            direct,
             settling,
-            tasks: [answers, buyer],
+            tasks,
         }
     }
 
@@ -303,15 +296,24 @@ impl Probe {
         lock(&self.timeline).clone()
     }
 
-    /// The buyer's orders so far.
+    /// The buyer's orders through the endpoint so far.
     pub fn orders(&self) -> Orders {
         lock(&self.orders).clone()
+    }
+
+    /// The buyer's orders at the standby's gateways so far, when it
+    /// orders there.
+    pub fn direct_orders(&self) -> Option<Orders> {
+        self.direct.as_ref().map(|orders| lock(orders).clone())
     }
 
     /// Marks the faults removed at `at`.
     pub fn restoring(&self, at: Duration) {
         lock(&self.timeline).restoring(at);
         lock(&self.orders).timeline.restoring(at);
+        if let Some(direct) = &self.direct {
+            lock(direct).timeline.restoring(at);
+        }
     }
 }
 
@@ -320,6 +322,55 @@ impl Drop for Probe {
         for task in &self.tasks {
             task.abort();
         }
+    }
+}
+
+/// One lane of the run's buyer: orders at `url`, as buyers of `lane`.
+struct Buyer {
+    url: String,
+    lane: &'static str,
+    primary: String,
+    signer: Arc<Signer>,
+}
+
+impl Buyer {
+    /// Orders every [`ORDER_EVERY`] into `orders` until `settling`.
+    fn start(
+        self,
+        orders: Arc<Mutex<Orders>>,
+        settling: Arc<AtomicBool>,
+        clock: Arc<dyn Clock>,
+    ) -> tokio::task::JoinHandle<()> {
+        let Self {
+            url,
+            lane,
+            primary,
+            signer,
+        } = self;
+        let wall = clock.clone();
+        paced(
+            (ORDER_EVERY, settling),
+            clock,
+            move |n| {
+                let (url, signer, now) = (url.clone(), signer.clone(), wall.now());
+                async move {
+                    let (buyer, token) = match signer.sign((lane, n), now) {
+                        Ok(signed) => signed,
+                        Err(err) => {
+                            tracing::warn!(error = %err, "cannot sign a drill order");
+                            return Fate::Unanswered;
+                        }
+                    };
+                    let order = (token.as_str(), flashsale_drill_buyer::SKU, buyer.as_str());
+                    Fate::of(standby::place_order(&url, order, PROBE_TIMEOUT).await)
+                }
+            },
+            move |sent, fate: Fate, took| {
+                let mut orders = lock(&orders);
+                orders.timeline.see(sent, &fate.answer(&primary), took);
+                orders.tally.see(fate);
+            },
+        )
     }
 }
 

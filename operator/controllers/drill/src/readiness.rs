@@ -438,6 +438,7 @@ mod tests {
                 namespace: "region-b".into(),
                 name: "singles-day".into(),
                 kubeconfig_secret_ref: None,
+                gateway_url: None,
             },
             capacity: Some(CapacityCheck {
                 per_gateway_rps: 100.0,
