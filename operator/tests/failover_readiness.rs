@@ -1204,6 +1204,10 @@ async fn oversold_while_replication_stalls(pair: &Pair) -> anyhow::Result<()> {
             "{mode}: {run:?}"
         );
         let diverged = a_held - frozen;
+        // What A gave out after the cut is in the bytes B had not received.
+        if diverged > 0 {
+            assert!(promotion.behind_bytes > Some(0), "{mode}: {promotion:?}");
+        }
         assert_eq!(run.oversold_units, Some(diverged.max(0)), "{mode}: {run:?}");
         let orders = run
             .drill_orders
@@ -1426,28 +1430,44 @@ async fn five_active_runs() -> anyhow::Result<()> {
         ),
     ];
     let floor = pair.checks.interval * pair.checks.fall;
-    for (f, (name, fault)) in faults.iter().enumerate() {
+    // Each way of taking A down under A's default policy (`replicated`:
+    // B's Redis is its replica), then the partition again under `fast`.
+    let blocks = [
+        (&faults[0], ("Auto", "auto")),
+        (&faults[1], ("Auto", "auto")),
+        (&faults[1], ("Fast", "fast")),
+    ];
+    for ((name, fault), (mode, flag)) in blocks {
+        a_durability(&pair, mode, flag).await?;
         pair.patch(active_with("10s", fault)).await?;
         let mut rtos = Vec::new();
         let mut failbacks = Vec::new();
-        let mut rpos = Vec::new();
-        let mut oversold = Vec::new();
+        let mut figures = Vec::new();
         for i in 0..5 {
-            let before = run_now(&pair, &format!("bench-{f}-{i}")).await?;
+            // Each request id once: a drill takes a request it has seen as
+            // already served.
+            let request = format!("bench-{}-{flag}-{i}", name.replace(' ', "-"));
+            let before = run_now(&pair, &request).await?;
             let run = run_after(&pair, before).await?;
             let (Some(rto), Some(back)) = (run.failover_rto, run.failback) else {
-                anyhow::bail!("{name}, run {i}: no failover measured: {run:?}");
+                anyhow::bail!("{name} ({flag}), run {i}: no failover measured: {run:?}");
             };
+            let behind: Vec<i64> = run.promoted.iter().filter_map(|p| p.behind_bytes).collect();
             println!(
-                "{name}, run {i}: RTO {rto} = {:.2}x the endpoint's floor {}; {}",
+                "{name} ({flag}), run {i}: RTO {rto} = {:.2}x the endpoint's floor {}; B's \
+                 Redis {behind:?} bytes behind at the promotion; {}",
                 rto.0.as_secs_f64() / floor.as_secs_f64(),
                 flashsale_api::Duration(floor),
-                run.message.unwrap_or_default()
+                run.message.clone().unwrap_or_default()
             );
             rtos.push(rto.0);
             failbacks.push(back.0);
-            rpos.push(run.failover_rpo.unwrap_or(-1));
-            oversold.push(run.oversold_units.unwrap_or(-1));
+            figures.push((
+                run.failover_rpo.unwrap_or(-1),
+                run.oversold_units.unwrap_or(-1),
+                run.unreserved_orders.unwrap_or(-1),
+                behind.iter().sum::<i64>(),
+            ));
             fresh_gateways(&mut pair).await?;
         }
         let median = |values: &[Duration]| {
@@ -1458,15 +1478,15 @@ async fn five_active_runs() -> anyhow::Result<()> {
         let rto = median(&rtos);
         let slowest = rtos.iter().max().copied().unwrap_or_default();
         println!(
-            "{name}: median of 5: RTO {} ({:.2}x the floor; slowest {}), failback {}; RPO \
-             (orders) per run {rpos:?}; oversold units per run {oversold:?}",
+            "{name} ({flag}): median of 5: RTO {} ({:.2}x the floor; slowest {}), failback {}; \
+             per run (RPO orders, oversold units, unreserved orders, bytes behind) {figures:?}",
             flashsale_api::Duration(rto),
             rto.as_secs_f64() / floor.as_secs_f64(),
             flashsale_api::Duration(slowest),
             flashsale_api::Duration(median(&failbacks))
         );
     }
-    Ok(())
+    a_durability(&pair, "Auto", "auto").await
 }
 
 /// A drill whose only check is the standby `ns/real` in the cluster of the

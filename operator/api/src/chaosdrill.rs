@@ -953,6 +953,11 @@ pub struct Promotion {
     /// the primary's are units it would sell again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub standby_held: Option<i64>,
+    /// How far the standby was behind the primary's replication stream
+    /// when promoted, in bytes: the primary's offset read right after the
+    /// promotion less the standby's read right before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub behind_bytes: Option<i64>,
 }
 
 impl Promotion {

@@ -63,20 +63,6 @@ pub async fn redis_replicas(url: &str, timeout: Duration) -> Result<ReplicaLags,
     })
 }
 
-/// The primary the Redis replica at `url` follows, `host:port` as the
-/// replica reaches it.
-///
-/// # Errors
-/// The URL is unusable, Redis did not answer within `timeout`, or the
-/// server is not a replica.
-pub async fn redis_primary_of(url: &str, timeout: Duration) -> Result<String, StandbyReadError> {
-    let info = replication_info(url, timeout).await?;
-    followed(&info).map_err(|detail| StandbyReadError::Answer {
-        what: format!("Redis {}", shown(url)),
-        detail,
-    })
-}
-
 /// Has the Redis at `url` follow `primary` (`host:port`), or, with `None`,
 /// promotes it (`REPLICAOF NO ONE`).
 ///

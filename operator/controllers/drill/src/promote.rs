@@ -49,9 +49,20 @@ pub async fn promote(
             continue;
         };
         let url = readings::secret_text(client, namespace, secret).await?;
-        let follows = standby::redis_primary_of(&url, REDIS_TIMEOUT)
+        let role = standby::redis_role(&url, REDIS_TIMEOUT)
             .await
             .map_err(|err| format!("the standby's Redis {}: {err}", lag.name))?;
+        let RedisRole::Replica {
+            of: follows,
+            offset: standby_offset,
+            ..
+        } = role
+        else {
+            return Err(format!(
+                "the standby's Redis {} is a primary already, not a replica",
+                lag.name
+            ));
+        };
         guard.update(|progress| {
             progress.record.promoted.push(Promotion {
                 name: lag.name.clone(),
@@ -61,6 +72,7 @@ pub async fn promote(
                 restored_at: None,
                 primary_held: None,
                 standby_held: None,
+                behind_bytes: None,
             });
         });
         standby::redis_replicaof(&url, None, REDIS_TIMEOUT)
@@ -77,7 +89,11 @@ pub async fn promote(
                 p.promoted_at = Some(at);
             }
         });
-        let (standby_held, primary_held) = held_units(client, namespace, lag, (&url, sale)).await;
+        let (standby_held, (primary_held, primary_offset)) =
+            held_units(client, namespace, lag, (&url, sale)).await;
+        let behind = primary_offset
+            .map(|primary| primary.saturating_sub(standby_offset))
+            .and_then(|bytes| i64::try_from(bytes).ok());
         // After the reads: following the standby replaces the primary's
         // data with the standby's, which is what the reads compare.
         let fenced = fence(client, namespace, lag, &url)
@@ -87,7 +103,7 @@ pub async fn promote(
             let record = &mut progress.record;
             if let Some(p) = record.promoted.iter_mut().rfind(|p| p.name == lag.name) {
                 (p.primary_held, p.standby_held) = (primary_held, standby_held);
-                p.fenced_at = fenced;
+                (p.behind_bytes, p.fenced_at) = (behind, fenced);
             }
             record.oversold_units = oversold(&record.promoted);
         });
@@ -128,14 +144,16 @@ async fn fence(client: &Client, namespace: &str, lag: &ReplicationLag, standby_u
 /// The drill SKU's units the promoted standby (at `standby_url`) and its
 /// primary held, read right after the promotion: the standby first, before
 /// its inventory's next check (every 500 ms) lets it sell, then the
-/// primary, whose gateways lost buyers. `None` for one that could not be
-/// read, such as a primary lost with its region; the log says why.
+/// primary, whose gateways lost buyers, with the primary's replication
+/// offset (how far its stream went, which the standby's offset before the
+/// promotion is compared with). `None` for one that could not be read,
+/// such as a primary lost with its region; the log says why.
 async fn held_units(
     client: &Client,
     namespace: &str,
     lag: &ReplicationLag,
     (standby_url, sale): (&str, &str),
-) -> (Option<i64>, Option<i64>) {
+) -> (Option<i64>, (Option<i64>, Option<u64>)) {
     let units = (sale, flashsale_drill_buyer::SKU);
     let read = |url: String, whose: &'static str| async move {
         match standby::redis_held_units(&url, units, REDIS_TIMEOUT).await {
@@ -147,21 +165,28 @@ async fn held_units(
         }
     };
     let standby = read(standby_url.to_owned(), "standby").await;
-    let primary = match &lag.redis_url_secret_ref {
-        Some(secret) => match readings::secret_text(client, namespace, secret).await {
-            Ok(url) => read(url, "primary").await,
-            Err(why) => {
+    let primary_url = match &lag.redis_url_secret_ref {
+        Some(secret) => readings::secret_text(client, namespace, secret)
+            .await
+            .map_err(|why| {
                 tracing::warn!(
                     replication = lag.name,
                     error = why,
                     "cannot read the primary's held units"
                 );
-                None
-            }
-        },
+            })
+            .ok(),
         None => None,
     };
-    (standby, primary)
+    let Some(primary_url) = primary_url else {
+        return (standby, (None, None));
+    };
+    let held = read(primary_url.clone(), "primary").await;
+    let offset = match standby::redis_role(&primary_url, REDIS_TIMEOUT).await {
+        Ok(RedisRole::Primary { offset }) => Some(offset),
+        _ => None,
+    };
+    (standby, (held, offset))
 }
 
 /// The units the promoted standbys did not know of, summed; `None` until
@@ -384,6 +409,7 @@ mod tests {
             restored_at: None,
             primary_held: held.0,
             standby_held: held.1,
+            behind_bytes: None,
         }
     }
 
