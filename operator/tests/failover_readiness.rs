@@ -565,13 +565,17 @@ impl Answers {
     }
 }
 
-/// The drill's newest run once it holds more than `before` of them.
-async fn run_after(pair: &Pair, before: usize) -> anyhow::Result<RunRecord> {
+/// The drill's newest run once it is another than `before` (the newest
+/// when the run was asked for).
+async fn run_after(pair: &Pair, before: Option<String>) -> anyhow::Result<RunRecord> {
+    // By id: the history keeps only the last `historyLimit` runs, so its
+    // length stops growing.
+    let before = &before;
     Ok(
         poll_until("the run ended", common::real_node::START, TICK, || async {
             let status = pair.status().await?;
             match status.history.first() {
-                Some(newest) if status.history.len() > before => Ok(newest.clone()),
+                Some(newest) if Some(&newest.id) != before.as_ref() => Ok(newest.clone()),
                 _ => Err(format!("{:?}: {:?}", status.phase, status.current_run)),
             }
         })
@@ -610,9 +614,9 @@ fn active_with(duration: &str, fault: &serde_json::Value) -> serde_json::Value {
 
 /// Asks the drill for a run now, once A's sale is Ready again (every
 /// gateway back from the last run's fault) and A's Redis has its replica
-/// again (the last run gave back B's, which then syncs); how many runs it
-/// held before.
-async fn run_now(pair: &Pair, request: &str) -> anyhow::Result<usize> {
+/// again (the last run gave back B's, which then syncs); the id of its
+/// newest run before.
+async fn run_now(pair: &Pair, request: &str) -> anyhow::Result<Option<String>> {
     await_ready(
         &pair.scene.client,
         &pair.scene.ns.name,
@@ -625,7 +629,8 @@ async fn run_now(pair: &Pair, request: &str) -> anyhow::Result<usize> {
         .await
         .map_err(anyhow::Error::msg)?
         .history
-        .len();
+        .first()
+        .map(|newest| newest.id.clone());
     pair.patch(json!({"metadata": {"annotations": {"flashsale.dev/run-now": request}}}))
         .await?;
     Ok(before)
@@ -1225,25 +1230,38 @@ async fn oversold_while_replication_stalls(pair: &Pair) -> anyhow::Result<()> {
             message.contains(&format!("{} would be sold again", diverged.max(0))),
             "{mode}: {message}"
         );
-        let unreserved = unreserved_in_a(&run, &pair.sale_id).await?;
-        let count = i64::try_from(unreserved.len())?;
-        assert_eq!(
-            run.unreserved_orders,
-            Some(count),
-            "{mode}: {unreserved:?} {run:?}"
-        );
-        assert!(count <= diverged.max(0), "{mode}: {unreserved:?} {run:?}");
-        if flag == "replicated" {
-            assert_eq!(count, 0, "{unreserved:?}");
-        }
-        if count > 0 {
-            assert_eq!(run.reason.as_deref(), Some("StockInconsistent"), "{run:?}");
-        }
+        let count = unreserved_after_divergence(pair, &run, (flag, diverged)).await?;
         println!("{mode}: {diverged} units diverged, {count} acknowledged, {orders:?}");
     }
     pair.patch(json!({"spec": {"sloGuard": {"steadyState": "2s"}}}))
         .await?;
     a_durability(pair, "Auto", "auto").await
+}
+
+/// The run's orders whose reservation A's Redis lacks after the
+/// switchback, as the run counted them and the test finds them: no more
+/// than the units that diverged, none under `replicated`, and any at all
+/// fail the run `StockInconsistent`.
+async fn unreserved_after_divergence(
+    pair: &Pair,
+    run: &RunRecord,
+    (flag, diverged): (&str, i64),
+) -> anyhow::Result<i64> {
+    let unreserved = unreserved_in_a(run, &pair.sale_id).await?;
+    let count = i64::try_from(unreserved.len())?;
+    assert_eq!(
+        run.unreserved_orders,
+        Some(count),
+        "{flag}: {unreserved:?} {run:?}"
+    );
+    assert!(count <= diverged.max(0), "{flag}: {unreserved:?} {run:?}");
+    if flag == "replicated" {
+        assert_eq!(count, 0, "{unreserved:?}");
+    }
+    if count > 0 {
+        assert_eq!(run.reason.as_deref(), Some("StockInconsistent"), "{run:?}");
+    }
+    Ok(count)
 }
 
 /// Region B's gateways restarted with another drill key than A's (its
