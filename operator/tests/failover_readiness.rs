@@ -833,18 +833,18 @@ async fn stored_ids(run: &RunRecord, sale_id: &str) -> anyhow::Result<[BTreeSet<
     Ok(found)
 }
 
-/// The buyer's orders at B's gateway directly: B refused them while it
-/// stood by (before the promotion) and acknowledged them once promoted, A
-/// acknowledged none (the endpoint is not in the way), and the record
-/// dates when B took them after buyers lost A.
+/// The buyer's orders at B's gateway directly: B acknowledged them once
+/// promoted, A none (the endpoint is not in the way), and the record dates
+/// when B took them after buyers lost A. (Whether B refused any first
+/// depends on timing: B's gateway holds an order while it retries the
+/// standing-by inventory, so a promotion within that time serves them.)
 fn ordered_at_b_directly(run: &RunRecord, b: &str) -> anyhow::Result<()> {
     let direct = run
         .direct_orders
         .clone()
         .ok_or_else(|| anyhow::anyhow!("no direct orders: {run:?}"))?;
-    let refused = direct.refused.get(b).copied().unwrap_or(0);
     let acknowledged = direct.acknowledged.get(b).copied().unwrap_or(0);
-    assert!(refused > 0 && acknowledged > 0, "{run:?}");
+    assert!(acknowledged > 0, "{run:?}");
     assert_eq!(direct.acknowledged.len(), 1, "{run:?}");
     let taken = run
         .direct_order_rto
