@@ -32,7 +32,9 @@ const CATCH_UP_WITHIN: Duration = Duration::from_secs(10);
 const SWITCH_EVERY: Duration = Duration::from_millis(100);
 
 /// Promotes each standby Redis `spec` names for promotion, recording each
-/// on the run's record first; how many, or why one could not be.
+/// on the run's record first, then reads what each held and fences its
+/// primary (after every promotion, so a primary that cannot be reached
+/// delays no other promotion); how many, or why one could not be.
 ///
 /// # Errors
 /// A Secret or a Redis could not be read, or Redis refused; those promoted
@@ -43,7 +45,7 @@ pub async fn promote(
     spec: &FailoverCheck,
     (guard, now): (&Guard, &(dyn Fn() -> Timestamp + Sync)),
 ) -> Result<usize, String> {
-    let mut promoted = 0;
+    let mut promoted = Vec::new();
     for lag in &spec.replication {
         let Some(secret) = &lag.promote_redis_url_secret_ref else {
             continue;
@@ -89,14 +91,17 @@ pub async fn promote(
                 p.promoted_at = Some(at);
             }
         });
+        promoted.push((lag, url, standby_offset));
+    }
+    for (lag, url, standby_offset) in &promoted {
         let (standby_held, (primary_held, primary_offset)) =
-            held_units(client, namespace, lag, (&url, sale)).await;
+            held_units(client, namespace, lag, (url, sale)).await;
         let behind = primary_offset
-            .map(|primary| primary.saturating_sub(standby_offset))
+            .map(|primary| primary.saturating_sub(*standby_offset))
             .and_then(|bytes| i64::try_from(bytes).ok());
         // After the reads: following the standby replaces the primary's
         // data with the standby's, which is what the reads compare.
-        let fenced = fence(client, namespace, lag, &url)
+        let fenced = fence(client, namespace, lag, url)
             .await
             .then(|| MicroTime(now()));
         guard.update(|progress| {
@@ -107,9 +112,8 @@ pub async fn promote(
             }
             record.oversold_units = oversold(&record.promoted);
         });
-        promoted += 1;
     }
-    Ok(promoted)
+    Ok(promoted.len())
 }
 
 /// Has the primary's Redis follow the promoted standby at `standby_url`,
@@ -244,11 +248,13 @@ pub async fn restore(
             Ok(()) => {
                 promotion.restored_at = Some(MicroTime(now));
                 format!(
-                    "the standby's Redis {name}, promoted for the failover, follows {follows} again, which had caught up with its sales"
+                    "the standby's Redis {name}, promoted for the failover, follows {follows} \
+                     again, which had caught up with its sales"
                 )
             }
             Err(why) => format!(
-                "the standby's Redis {name} could not hand the sale back to {follows} ({why}): once that Redis follows it and has caught up, run FAILOVER TO {} on it",
+                "the standby's Redis {name} could not hand the sale back to {follows} ({why}): \
+                 once that Redis follows it and has caught up, run FAILOVER TO {} on it",
                 follows.replace(':', " ")
             ),
         });
@@ -302,9 +308,10 @@ async fn switch_back(
                 .await
                 .map_err(|err| err.to_string());
         }
+        // Fenced: it follows the standby already.
+        RedisRole::Replica { of, .. } if of == standby_at => {}
         // Never fenced: what the primary gave out since the promotion is
         // replaced by the standby's record (the divergence counted it).
-        RedisRole::Replica { of, .. } if of == standby_at => {}
         _ => standby::redis_replicaof(&primary, Some(&standby_at), REDIS_TIMEOUT)
             .await
             .map_err(|err| format!("fencing the primary's Redis: {err}"))?,
