@@ -153,6 +153,17 @@ impl Tally {
         }
     }
 
+    /// The ids this tally and `other` acknowledged, per region.
+    pub fn acknowledged_with(&self, other: Option<&Self>) -> BTreeMap<String, Vec<String>> {
+        let mut all = self.acknowledged.clone();
+        for (region, ids) in other.iter().flat_map(|o| &o.acknowledged) {
+            all.entry(region.clone())
+                .or_default()
+                .extend(ids.iter().cloned());
+        }
+        all
+    }
+
     /// The counts, for the run's record.
     pub fn record(&self) -> DrillOrders {
         let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
@@ -305,6 +316,25 @@ mod tests {
             Tally::default().sentence("through it"),
             "the drill buyer's 0 orders through it: none acknowledged"
         );
+    }
+
+    #[test]
+    fn the_orders_acknowledged_through_both_lanes_are_counted_per_region() {
+        let lane = |region: &str, ids: &[&str]| Tally {
+            acknowledged: [(
+                region.to_owned(),
+                ids.iter().map(|id| (*id).to_owned()).collect(),
+            )]
+            .into(),
+            ..Tally::default()
+        };
+        let endpoint = lane("a", &["ord-1"]);
+        let merged = endpoint.acknowledged_with(Some(&lane("b", &["ord-2"])));
+        assert_eq!(merged["a"], ["ord-1"]);
+        assert_eq!(merged["b"], ["ord-2"]);
+        let same = endpoint.acknowledged_with(Some(&lane("a", &["ord-3"])));
+        assert_eq!(same["a"], ["ord-1", "ord-3"]);
+        assert_eq!(endpoint.acknowledged_with(None), endpoint.acknowledged);
     }
 
     #[test]

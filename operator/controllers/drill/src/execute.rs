@@ -331,8 +331,8 @@ fn note_failover(guard: &Guard, probe: &Probe) -> bool {
     let (timeline, orders) = (probe.timeline(), probe.orders().timeline);
     let rto = timeline.rto().map(flashsale_api::Duration);
     let order_rto = orders.rto().map(flashsale_api::Duration);
-    // The standby refuses direct orders until promoted: dated from the
-    // outage buyers saw through the endpoint.
+    // The standby sells nothing until promoted: dated from the outage
+    // buyers saw through the endpoint.
     let direct_rto = probe.direct_orders().and_then(|direct| {
         let (taken, _) = direct.timeline.failed_over?;
         Some(flashsale_api::Duration(
@@ -543,19 +543,13 @@ async fn judge_failover(
     let judged = failback(ctx, plan, guard, (probe, stopping)).await;
     let (orders, direct) = note_orders(guard, probe).await;
     let mut tallied = orders.sentence("through it");
-    let mut acknowledged = orders.acknowledged.clone();
     if let Some(direct) = &direct {
         tallied = format!(
             "{tallied}; {}",
             direct.sentence("at the standby's gateways directly")
         );
-        for (region, ids) in &direct.acknowledged {
-            acknowledged
-                .entry(region.clone())
-                .or_default()
-                .extend(ids.iter().cloned());
-        }
     }
+    let acknowledged = orders.acknowledged_with(direct.as_ref());
     let sentence = judged.map_err(|mut ending| {
         ending.message = format!("{}; {tallied}", ending.message);
         ending
