@@ -15,6 +15,26 @@ use super::{
     duration::{self, Duration},
 };
 
+/// Annotation on a drill asking for a run now; its value names the
+/// request, and each new value starts one run (still inside the windows).
+pub const RUN_NOW_ANNOTATION: &str = "flashsale.dev/run-now";
+/// Annotation on a drill that, together with a run-now request, lifts the
+/// windows and blackouts for that run; its value says who and why.
+pub const FORCE_ANNOTATION: &str = "flashsale.dev/force-reason";
+/// Annotation on a drill asking to abort the run its value names: a run id,
+/// so a request never ends a later run.
+pub const ABORT_ANNOTATION: &str = "flashsale.dev/abort-run";
+/// Annotation on a drill saying who asked for the abort and why, quoted in
+/// the run's message.
+pub const ABORT_REASON_ANNOTATION: &str = "flashsale.dev/abort-reason";
+/// Annotation on a drill asking for a failover readiness check now; its
+/// value names the request, and each new value makes one check
+/// (`status.failover.request` names the last one answered).
+pub const CHECK_ANNOTATION: &str = "flashsale.dev/check-readiness";
+/// Annotation on a namespace that stops every run in it and removes every
+/// experiment the operator created there, while it is `"true"`.
+pub const KILL_SWITCH_ANNOTATION: &str = "flashsale.dev/chaos-kill-switch";
+
 /// A recurring chaos drill against one FlashSale.
 #[derive(CustomResource, KubeSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[kube(
@@ -766,6 +786,11 @@ pub struct FailoverStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub checks: Vec<ReadinessCheck>,
+    /// The latest check request (`flashsale.dev/check-readiness`) this
+    /// check answers, so one request makes one check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub request: Option<String>,
 }
 
 /// One readiness check.

@@ -339,6 +339,8 @@ reasons! {
         Ended,
         /// A run-now request came while a run is in progress.
         RunInProgress,
+        /// Someone asked to abort the run (`flashsale.dev/abort-run`).
+        AbortRequested,
         /// Event: `force` was asked where it cannot apply.
         ForceIgnored,
         /// The run's tick passed by more than the starting deadline.

@@ -56,15 +56,10 @@ use flashsale_api::reasons::DrillReason;
 use flashsale_kit::{Context, Error, guarded, health::WatchHealth};
 use flashsale_observe::signal::SignalReader;
 
-/// Annotation on a drill asking for a run now; its value names the
-/// request, and each new value starts one run (still inside the windows).
-pub const RUN_NOW_ANNOTATION: &str = "flashsale.dev/run-now";
-/// Annotation on a drill that, together with a run-now request, lifts the
-/// windows and blackouts for that run; its value says who and why.
-pub const FORCE_ANNOTATION: &str = "flashsale.dev/force-reason";
-/// Annotation on a namespace that stops every run in it and removes every
-/// experiment the operator created there, while it is `"true"`.
-pub const KILL_SWITCH_ANNOTATION: &str = "flashsale.dev/chaos-kill-switch";
+pub use flashsale_api::chaosdrill::{
+    ABORT_ANNOTATION, ABORT_REASON_ANNOTATION, CHECK_ANNOTATION, FORCE_ANNOTATION,
+    KILL_SWITCH_ANNOTATION, RUN_NOW_ANNOTATION,
+};
 
 /// The ChaosDrill controller's settings.
 pub struct Settings {

@@ -166,6 +166,7 @@ pub fn assess(
             checked_at: Some(Time(now)),
             ready: reason == DrillReason::StandbyReady,
             checks: checks.into_iter().map(|(check, _)| check).collect(),
+            request: None,
         },
         reason,
         message,

@@ -18,7 +18,8 @@ use kube::{
 };
 
 use super::{
-    Ctx, FORCE_ANNOTATION, KILL_SWITCH_ANNOTATION, RUN_NOW_ANNOTATION, chaos, execute,
+    ABORT_ANNOTATION, ABORT_REASON_ANNOTATION, CHECK_ANNOTATION, Ctx, FORCE_ANNOTATION,
+    KILL_SWITCH_ANNOTATION, RUN_NOW_ANNOTATION, chaos, execute,
     execute::Plan,
     guard::{Guard, Progress},
     promote, readiness, readings,
@@ -343,6 +344,9 @@ impl<'a> Pass<'a> {
             self.refuse_request(DrillReason::RunInProgress, &message)
                 .await;
         }
+        if let Some(why) = abort_request(self.drill, &guard.run) {
+            guard.ask_to_end(DrillReason::AbortRequested, why);
+        }
         let binding = progress.record.forced.is_none().then_some(calendar);
         let avoid_live_sale = self.drill.spec.avoid_live_sale;
         if let Err(ending) = execute::still_allowed(binding, sale, avoid_live_sale, self.now) {
@@ -417,10 +421,13 @@ impl<'a> Pass<'a> {
         let previous = self.old.failover.as_ref();
         let edited = self.old.observed.observed_generation != self.drill.metadata.generation;
         let due = previous.is_none_or(|p| readiness_due(failover, p, self.now).is_zero());
-        if !(now || edited || due) {
+        let request = self.drill.annotations().get(CHECK_ANNOTATION).cloned();
+        let asked = previous.is_some_and(|p| check_requested(request.as_deref(), p));
+        if !(now || edited || due || asked) {
             self.standby = StandbyLook::Kept;
             return;
         }
+        tracing::debug!(now, edited, due, asked, "checking the standby's readiness");
         let prometheus_url = prometheus_url(self.ctx, self.drill);
         let source = readings::Source {
             ctx: self.ctx,
@@ -430,7 +437,8 @@ impl<'a> Pass<'a> {
             prometheus_url: &prometheus_url,
         };
         let read = readings::read(&source, failover, self.now).await;
-        let verdict = readiness::assess(failover, &read, previous, self.ctx.clock.now());
+        let mut verdict = readiness::assess(failover, &read, previous, self.ctx.clock.now());
+        verdict.status.request = request;
         self.ctx
             .metrics
             .drill_standby(self.drill, Some(verdict.ready()));
@@ -516,6 +524,25 @@ impl<'a> Pass<'a> {
             .await;
         self.handled = Some(request);
     }
+}
+
+/// The abort asked of the run `run` (`flashsale.dev/abort-run` names it),
+/// as the run's message says it: who asked and why, when they said.
+fn abort_request(drill: &ChaosDrill, run: &str) -> Option<String> {
+    let annotations = drill.annotations();
+    if annotations.get(ABORT_ANNOTATION)? != run {
+        return None;
+    }
+    Some(match annotations.get(ABORT_REASON_ANNOTATION) {
+        Some(why) => format!("aborted on request: {why}"),
+        None => "aborted on request".to_owned(),
+    })
+}
+
+/// Whether `request` (`flashsale.dev/check-readiness`) asks for a check
+/// the last one did not answer.
+fn check_requested(request: Option<&str>, last: &FailoverStatus) -> bool {
+    request.is_some_and(|r| last.request.as_deref() != Some(r))
 }
 
 /// Sleep until the next run is due, looking again at least every
@@ -961,6 +988,54 @@ pub(crate) mod tests {
     /// An instant written with its zone.
     pub(crate) fn at(text: &str) -> anyhow::Result<Timestamp> {
         Ok(text.parse::<jiff::Zoned>()?.timestamp())
+    }
+
+    /// The shipped example drill with `annotations`.
+    fn annotated(annotations: &[(&str, &str)]) -> anyhow::Result<ChaosDrill> {
+        let mut drill: ChaosDrill = serde_yaml_ng::from_str(include_str!(
+            "../../../../crds/examples/chaosdrill-pod-kill.yaml"
+        ))?;
+        for (key, value) in annotations {
+            drill
+                .annotations_mut()
+                .insert((*key).to_owned(), (*value).to_owned());
+        }
+        Ok(drill)
+    }
+
+    #[test]
+    fn an_abort_request_ends_only_the_run_it_names() -> anyhow::Result<()> {
+        let run = "2026-11-10T05:00:00.000Z";
+        let asked = annotated(&[(ABORT_ANNOTATION, run)])?;
+        assert_eq!(
+            abort_request(&asked, run).as_deref(),
+            Some("aborted on request")
+        );
+        // A request for an earlier run never ends a later one.
+        assert_eq!(abort_request(&asked, "2026-11-10T06:00:00.000Z"), None);
+        assert_eq!(abort_request(&annotated(&[])?, run), None);
+        let said = annotated(&[
+            (ABORT_ANNOTATION, run),
+            (ABORT_REASON_ANNOTATION, "alice: checkout errors rising"),
+        ])?;
+        assert_eq!(
+            abort_request(&said, run).as_deref(),
+            Some("aborted on request: alice: checkout errors rising")
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn each_new_check_request_makes_one_check() {
+        let answered = |request: Option<&str>| FailoverStatus {
+            request: request.map(str::to_owned),
+            ..FailoverStatus::default()
+        };
+        assert!(check_requested(Some("r1"), &answered(None)));
+        assert!(!check_requested(Some("r1"), &answered(Some("r1"))));
+        assert!(check_requested(Some("r2"), &answered(Some("r1"))));
+        assert!(!check_requested(None, &answered(None)));
+        assert!(!check_requested(None, &answered(Some("r1"))));
     }
 
     #[test]
