@@ -3,6 +3,11 @@
 
 use std::fmt::Display;
 
+/// What to ask for when a right is missing.
+pub const ONCALL: &str = "ask a cluster admin for a RoleBinding in this namespace to the on-call \
+     ClusterRole the operator's chart installs (flashsale-operator-oncall under the default release \
+     name), which holds every right this plugin uses";
+
 /// A command's failure.
 #[derive(Debug, thiserror::Error)]
 pub enum Failure {
@@ -49,9 +54,7 @@ impl Call<'_> {
             .unwrap_or_default();
         match err {
             kube::Error::Api(status) if status.code == 403 => Failure::Refused(format!(
-                "permission denied: {}.\nYou need `{}` on {}{place}: ask a cluster admin to bind the \
-                 flashsale-oncall ClusterRole the operator's chart installs (it holds every right \
-                 this plugin uses), or check --as/--context.",
+                "permission denied: {}.\nYou need `{}` on {}{place}: {ONCALL}, or check --as/--context.",
                 status.message, self.verb, self.resource
             )),
             kube::Error::Api(status) if status.code == 404 => Failure::Refused(match self.name {

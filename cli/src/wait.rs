@@ -10,7 +10,7 @@ use kube::{
 };
 use serde::de::DeserializeOwned;
 
-use crate::failure::Failure;
+use crate::failure::{Failure, ONCALL};
 
 /// How a wait ended without the check passing.
 pub enum Waited<K> {
@@ -54,7 +54,7 @@ where
                 {
                     return Err(Failure::Refused(format!(
                         "permission denied: {}.\nYou need `list` and `watch` on it to follow \
-                         the operator's answer: ask for the flashsale-oncall ClusterRole.",
+                         the operator's answer: {ONCALL}.",
                         status.message
                     )));
                 }

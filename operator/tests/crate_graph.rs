@@ -148,3 +148,17 @@ fn the_api_crate_builds_without_a_client_or_the_controller_runtime() -> anyhow::
     );
     Ok(())
 }
+
+#[test]
+fn the_kubectl_plugin_builds_on_the_api_crate_alone() -> anyhow::Result<()> {
+    let packages = packages()?;
+    let workspace: Vec<&str> = packages.iter().map(|(name, _)| name.as_str()).collect();
+    let ours: Vec<&str> = deps_of(&packages, "kubectl-flashsale")?
+        .iter()
+        .map(|(dep, _)| dep.as_str())
+        .filter(|dep| workspace.contains(dep))
+        .collect();
+    // What `cargo install` builds: the objects' types, not the operator.
+    assert_eq!(ours, [API], "kubectl-flashsale depends on {ours:?}");
+    Ok(())
+}
