@@ -105,7 +105,10 @@ fn degradation(out: &mut String, policy: &PolicyReport, now: Timestamp, style: S
             span(now, o.until),
             o.reason
         ),
-        None => source.to_lowercase(),
+        None => match &policy.why {
+            Some(why) => format!("{}: {why}", source.to_lowercase()),
+            None => source.to_lowercase(),
+        },
     };
     if let Some(since) = policy.since {
         let _ = write!(first, " · since {} ago", span(since, now));
@@ -139,6 +142,7 @@ fn degradation(out: &mut String, policy: &PolicyReport, now: Timestamp, style: S
         let all = p.applied == p.desired;
         let counted = format!("{}/{} gateways", p.applied, p.desired);
         let text = match p.seconds {
+            _ if p.desired == 0 => "no gateway runs to apply it".to_owned(),
             Some(secs) if all => format!("applied by {} in {secs:.2}s", style.good(&counted)),
             _ => format!("applied by {} so far", style.warn(&counted)),
         };
@@ -255,14 +259,30 @@ mod tests {
             ordered: 176.2,
             paid: 150.0,
         };
-        let without_prometheus = report::sale(
-            &sale,
-            &[],
-            &[],
-            Err("no Prometheus: set --prometheus-url or PROMETHEUS_URL".to_owned()),
-        );
-        let mut other = without_prometheus;
-        other.namespace = "outlet".to_owned();
+        // The same sale in another namespace, ended: its policy follows the
+        // signal, and no gateway runs any more.
+        let mut ended = sale.clone();
+        ended.metadata.namespace = Some("outlet".to_owned());
+        if let Some(status) = ended.status.as_mut() {
+            status.phase = Some(flashsale_api::flashsale::SalePhase::Ended);
+            status.ready_workloads = Some("1/3".to_owned());
+        }
+        let mut calm = policy.clone();
+        calm.metadata.namespace = Some("outlet".to_owned());
+        calm.spec.r#override = None;
+        if let Some(status) = calm.status.as_mut() {
+            status.tier = Some(0);
+            status.tier_reason = Some(flashsale_api::degradation::TierReason::Signal);
+            status.tier_message = Some("load 0.12 is below every tier's threshold".to_owned());
+            status.active_override = None;
+            status.propagation = Some(flashsale_api::degradation::Propagation {
+                generation: 9,
+                desired_replicas: 0,
+                ..Default::default()
+            });
+        }
+        let missing = Err("no Prometheus: set --prometheus-url or PROMETHEUS_URL".to_owned());
+        let other = report::sale(&ended, std::slice::from_ref(&calm), &drills, missing);
         Ok(vec![
             report::sale(&sale, &[policy], &drills, Ok(funnel)),
             other,

@@ -81,6 +81,8 @@ pub struct PolicyReport {
     pub tier: Option<i32>,
     /// What decided it: Signal, Override or SignalLost.
     pub source: Option<String>,
+    /// Why that tier, as the policy's status says it.
+    pub why: Option<String>,
     /// Since when.
     pub since: Option<Timestamp>,
     /// The override in force.
@@ -290,6 +292,7 @@ fn policy(policy: &DegradationPolicy) -> PolicyReport {
             }
             .to_owned()
         }),
+        why: status.tier_message.clone(),
         since: status.since.map(|s| s.0),
         r#override: status.active_override.map(|o| OverrideReport {
             tier: o.tier,
