@@ -260,6 +260,11 @@ pub async fn kill_switch<O: Write, E: Write>(
     }
     namespaces.sort();
     namespaces.dedup();
+    if namespaces.is_empty() {
+        return Err(Failure::Refused(
+            "no namespace has a ChaosDrill: there is no drill to stop".to_owned(),
+        ));
+    }
     let running: Vec<(String, String, String)> = drills
         .iter()
         .filter_map(|d| {
