@@ -16,7 +16,7 @@ use flashsale_api::{
     ChaosDrill,
     chaosdrill::{
         ABORT_ANNOTATION, ABORT_REASON_ANNOTATION, FORCE_ANNOTATION, KILL_SWITCH_ANNOTATION,
-        RUN_NOW_ANNOTATION, RunRecord,
+        RUN_NOW_ANNOTATION, RunOutcome, RunRecord,
     },
 };
 
@@ -70,7 +70,7 @@ pub async fn run_now<O: Write, E: Write>(
     record(session, &written, "RunRequested", "RunNow", note, err).await;
     let answered = wait::until(api, name, write.timeout.0, |d| {
         let status = d.status.as_ref()?;
-        (status.last_run_request.as_deref() == Some(&request)).then(|| answer(d, &request, asked))
+        (status.last_run_request.as_deref() == Some(&request)).then(|| answer(d, &request))
     })
     .await;
     let answer = waited(answered, write, "answer the run-now request")?;
@@ -106,31 +106,26 @@ enum Answer {
     Refused(RunRecord),
 }
 
-/// What the operator did with `request`: the run it started (still running
-/// or already finished), or the refusal it recorded.
-fn answer(drill: &ChaosDrill, request: &str, asked: Timestamp) -> Answer {
+/// What the operator did with `request`, as the run it recorded for it
+/// says: the run it started (still running or already finished), or its
+/// refusal. No clock is compared, so a skewed clock cannot mislead it.
+fn answer(drill: &ChaosDrill, request: &str) -> Answer {
     let status = drill.status.clone().unwrap_or_default();
-    let after = |run: &RunRecord| {
-        run.started_at
-            .as_ref()
-            .is_some_and(|t| t.0.as_second() >= asked.as_second())
-    };
-    if let Some(run) = status.current_run.filter(after) {
+    let mine = |run: &RunRecord| run.request.as_deref() == Some(request);
+    if let Some(run) = status.current_run.filter(mine) {
         return Answer::Started(run);
     }
-    let newest = status.history.into_iter().find(after);
-    match newest {
-        Some(run) if run.message.as_deref().is_some_and(|m| m.contains(request)) => {
-            Answer::Refused(run)
-        }
-        Some(run) if run.outcome == Some(flashsale_api::chaosdrill::RunOutcome::Skipped) => {
-            Answer::Refused(run)
-        }
+    match status.history.into_iter().find(mine) {
+        Some(run) if run.outcome == Some(RunOutcome::Skipped) => Answer::Refused(run),
         Some(run) => Answer::Started(run),
+        // A request that came as a run ended is taken as handled.
         None => Answer::Refused(RunRecord {
             id: request.to_owned(),
             reason: Some("NotStarted".to_owned()),
-            message: Some("the operator handled the request without starting a run".to_owned()),
+            message: Some(
+                "the operator took the request as a run ended and started none; ask again"
+                    .to_owned(),
+            ),
             ..RunRecord::default()
         }),
     }

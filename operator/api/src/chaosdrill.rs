@@ -849,6 +849,11 @@ pub struct RunRecord {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub objects: Vec<String>,
+    /// The run-now request (`flashsale.dev/run-now`) that started this run,
+    /// or that this skipped record refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub request: Option<String>,
     /// Who forced the run outside its windows, and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 256))]

@@ -505,6 +505,7 @@ impl<'a> Pass<'a> {
             outcome: Some(RunOutcome::Skipped),
             reason: Some(reason.to_string()),
             message: Some(message),
+            request: self.request.clone(),
             ..RunRecord::default()
         };
         let skipped = RunOutcome::Skipped.name();
@@ -587,6 +588,7 @@ fn start(
         id: run_id(now),
         started_at: Some(Time(now)),
         forced: forced.clone(),
+        request: request.clone(),
         ..RunRecord::default()
     };
     let guard = Arc::new(
@@ -1297,6 +1299,44 @@ pub(crate) mod tests {
             Action::await_change(),
             "an invalid spec waits for an edit"
         );
+        Ok(())
+    }
+
+    /// A run-now request refused on arrival is recorded with the request
+    /// it refused, so whoever asked finds the answer by the request alone.
+    #[tokio::test]
+    async fn a_refused_request_is_named_in_its_skipped_record() -> anyhow::Result<()> {
+        use flashsale_kit::mock::Scripted;
+        use serde_json::json;
+
+        let (mut drill, settings) = scripted_drill(crate::guard::Guards::default())?;
+        drill.spec.schedule.cron = "every tuesday".to_owned();
+        drill
+            .annotations_mut()
+            .insert(RUN_NOW_ANNOTATION.to_owned(), "r1".to_owned());
+        // The refusal's Event, then the status.
+        let event = flashsale_kit::mock::Step::expect(
+            http::Method::POST,
+            "/apis/events.k8s.io/v1/namespaces/shop/events",
+        )
+        .holding("/reason", json!("RunSkipped"))
+        .answer(http::StatusCode::CREATED, json!({}));
+        let script = vec![
+            namespace_without_switch(),
+            event,
+            status_write(
+                &drill,
+                &[
+                    ("/status/lastRunRequest", json!("r1")),
+                    ("/status/history/0/outcome", json!("Skipped")),
+                    ("/status/history/0/reason", json!("InvalidSpec")),
+                    ("/status/history/0/request", json!("r1")),
+                ],
+            )?,
+        ];
+        let scripted = Scripted::new(IDENTITY, settings, script);
+        let outcome = reconcile_drill(&drill, &scripted.ctx).await;
+        scripted.check(outcome).await.map_err(anyhow::Error::msg)?;
         Ok(())
     }
 
