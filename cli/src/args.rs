@@ -240,13 +240,13 @@ pub enum FailoverCommand {
     /// Check the standby now and print each check with its numbers.
     #[command(after_help = "\
 Example:
-  kubectl flashsale failover check region-failover")]
+  kubectl flashsale failover check region-failover --reason 'pre-sale check'")]
     Check {
         /// The drill whose spec.failover to check.
         drill: String,
-        /// How long to wait for the operator's check.
-        #[arg(long, default_value = "1m")]
-        timeout: Duration,
+        /// Why.
+        #[command(flatten)]
+        write: WriteArgs,
     },
 }
 

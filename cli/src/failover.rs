@@ -10,6 +10,7 @@ use serde_json::json;
 use flashsale_api::{ChaosDrill, Duration, chaosdrill::CHECK_ANNOTATION};
 
 use crate::{
+    args::WriteArgs,
     failure::{Call, Described, Failure},
     output::Out,
     render,
@@ -22,7 +23,7 @@ use crate::{
 pub async fn check<O: Write, E: Write>(
     session: &mut Session,
     name: &str,
-    timeout: Duration,
+    write: &WriteArgs,
     out: &mut Out<O>,
     err: &mut E,
 ) -> Result<(), Failure> {
@@ -41,13 +42,23 @@ pub async fn check<O: Write, E: Write>(
     }
     let request = format!("{FIELD_MANAGER}-{}", Timestamp::now().as_millisecond());
     let started = Instant::now();
-    let params = merge_params(false);
+    let params = merge_params(write.dry_run);
     let patch = json!({"metadata": {"annotations": {CHECK_ANNOTATION: request}}});
     api.patch(name, &params, &Patch::Merge(patch))
         .await
         .described(call("patch"))?;
+    if write.dry_run {
+        let text = format!(
+            "drill {}/{name}: would ask for readiness check {request} (dry run: nothing changed)\n",
+            session.namespace
+        );
+        return out.emit(&request, &text);
+    }
     let user = session.user().await;
-    let note = format!("{user} asked for a failover readiness check");
+    let note = format!(
+        "{user} asked for a failover readiness check: {}",
+        write.reason
+    );
     if let Err(warning) = session
         .record(
             drill.object_ref(&()),
@@ -59,7 +70,7 @@ pub async fn check<O: Write, E: Write>(
     {
         let _ = writeln!(err, "warning: {warning}");
     }
-    let report = read_back(api, name, &request, timeout).await?;
+    let report = read_back(api, name, &request, write.timeout).await?;
     let style = out.style();
     let mut text = format!(
         "drill {}/{name}: {} (checked {} ms after the request)\n",

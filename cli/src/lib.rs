@@ -96,8 +96,8 @@ async fn dispatch<O: Write + Send, E: Write + Send>(
         Command::Drill(DrillCommand::History { drill }) => {
             drill::history(&connect().await?, &drill, out).await
         }
-        Command::Failover(FailoverCommand::Check { drill, timeout }) => {
-            failover::check(&mut connect().await?, &drill, timeout, out, err).await
+        Command::Failover(FailoverCommand::Check { drill, write }) => {
+            failover::check(&mut connect().await?, &drill, &write, out, err).await
         }
     }
 }

@@ -62,6 +62,7 @@ fn a_write_without_a_reason_is_a_usage_error() -> anyhow::Result<()> {
         &["drill", "abort", "gateway-pod-kill"],
         &["drill", "abort-all", "-n", "shop"],
         &["drill", "run-now", "gateway-pod-kill", "--force"],
+        &["failover", "check", "region-failover"],
     ] {
         let run = plugin(args)?;
         assert_eq!(

@@ -395,6 +395,24 @@ async fn refusals(
     Ok(())
 }
 
+/// A drill of `sale` that only checks the readiness of `standby` (a sale
+/// of `ns`), every ten minutes, and never runs on its own.
+fn readiness_drill(ns: &str, sale: &str, name: &str, standby: &str) -> anyhow::Result<ChaosDrill> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "flashsale.dev/v1alpha1", "kind": "ChaosDrill",
+        "metadata": {"name": name},
+        "spec": {
+            "saleRef": {"name": sale},
+            "schedule": {"cron": "0 0 1 1 *"},
+            "experiments": [{"name": "fail", "target": "gateway", "duration": "1m", "podChaos": {"action": "pod-failure"}}],
+            "blastRadius": {"maxPercent": 50, "maxPods": 1},
+            "sloGuard": {"objectives": [{"name": "up", "query": "vector(1)", "threshold": 0, "breachWhen": "Below"}]},
+            "failover": {"mode": "ReadinessOnly", "maxRTO": "30s", "checkEvery": "10m",
+                         "standby": {"namespace": ns, "name": standby}}
+        }
+    }))?)
+}
+
 /// `failover check` makes the operator check now (the drill's own period
 /// is ten minutes), and prints the checks: the sale itself as the standby
 /// is ready, a missing one is not (exit 1). The operator's answer names the
@@ -402,19 +420,7 @@ async fn refusals(
 async fn failover_check(client: &Client, ns: &str, sale: &str) -> anyhow::Result<()> {
     let drills: Api<ChaosDrill> = Api::namespaced(client.clone(), ns);
     for (name, standby) in [("standby", sale), ("no-standby", "missing-sale")] {
-        let drill: ChaosDrill = serde_json::from_value(json!({
-            "apiVersion": "flashsale.dev/v1alpha1", "kind": "ChaosDrill",
-            "metadata": {"name": name},
-            "spec": {
-                "saleRef": {"name": sale},
-                "schedule": {"cron": "0 0 1 1 *"},
-                "experiments": [{"name": "fail", "target": "gateway", "duration": "1m", "podChaos": {"action": "pod-failure"}}],
-                "blastRadius": {"maxPercent": 50, "maxPods": 1},
-                "sloGuard": {"objectives": [{"name": "up", "query": "vector(1)", "threshold": 0, "breachWhen": "Below"}]},
-                "failover": {"mode": "ReadinessOnly", "maxRTO": "30s", "checkEvery": "10m",
-                             "standby": {"namespace": ns, "name": standby}}
-            }
-        }))?;
+        let drill = readiness_drill(ns, sale, name, standby)?;
         drills.create(&PostParams::default(), &drill).await?;
     }
     let first = |name: &'static str| {
@@ -434,12 +440,29 @@ async fn failover_check(client: &Client, ns: &str, sale: &str) -> anyhow::Result
     })
     .await?;
     poll_until("the other first check", BOUND, TICK, || first("no-standby")).await?;
-    let (code, out, err) =
-        plugin(&["failover", "check", "standby", "-n", ns, "--color", "never"]).await;
+    let (code, out, err) = plugin(&[
+        "failover",
+        "check",
+        "standby",
+        "-n",
+        ns,
+        "--reason",
+        "pre-sale check",
+        "--color",
+        "never",
+    ])
+    .await;
     assert_eq!(code, 0, "{out}{err}");
     assert!(
         out.contains("failover ready") && out.contains("standby ✓"),
         "{out}"
+    );
+    let asked = events(client, ns, "ReadinessCheckRequested").await?;
+    assert!(
+        asked
+            .iter()
+            .any(|(_, note)| note.contains("pre-sale check")),
+        "{asked:?}"
     );
     // The check that answered is the plugin's, not the first one.
     let failover = drills.get("standby").await?.status.and_then(|s| s.failover);
@@ -454,6 +477,8 @@ async fn failover_check(client: &Client, ns: &str, sale: &str) -> anyhow::Result
         "no-standby",
         "-n",
         ns,
+        "--reason",
+        "pre-sale check",
         "--color",
         "never",
     ])
