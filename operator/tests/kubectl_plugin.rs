@@ -440,18 +440,14 @@ async fn failover_check(client: &Client, ns: &str, sale: &str) -> anyhow::Result
     })
     .await?;
     poll_until("the other first check", BOUND, TICK, || first("no-standby")).await?;
-    let (code, out, err) = plugin(&[
-        "failover",
-        "check",
-        "standby",
-        "-n",
-        ns,
-        "--reason",
-        "pre-sale check",
-        "--color",
-        "never",
-    ])
-    .await;
+    let check = |drill: &'static str| async move {
+        let why = "pre-sale check";
+        plugin(&[
+            "failover", "check", drill, "-n", ns, "--reason", why, "--color", "never",
+        ])
+        .await
+    };
+    let (code, out, err) = check("standby").await;
     assert_eq!(code, 0, "{out}{err}");
     assert!(
         out.contains("failover ready") && out.contains("standby ✓"),
@@ -471,18 +467,7 @@ async fn failover_check(client: &Client, ns: &str, sale: &str) -> anyhow::Result
         answered.starts_with(flashsale_cli::FIELD_MANAGER),
         "{answered:?}"
     );
-    let (code, out, err) = plugin(&[
-        "failover",
-        "check",
-        "no-standby",
-        "-n",
-        ns,
-        "--reason",
-        "pre-sale check",
-        "--color",
-        "never",
-    ])
-    .await;
+    let (code, out, err) = check("no-standby").await;
     assert_eq!(code, 1, "{out}{err}");
     assert!(
         out.contains("NOT ready") && out.contains("standby ✗"),
