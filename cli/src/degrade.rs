@@ -8,7 +8,7 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{
     Api, Resource, ResourceExt,
-    api::{ListParams, Patch, PatchParams},
+    api::{Patch, PatchParams},
 };
 use serde::Serialize;
 use serde_json::json;
@@ -24,11 +24,9 @@ use crate::{
     failure::{Call, Described, Failure},
     output::Out,
     render::clock,
-    session::{FIELD_MANAGER, Session},
+    session::{FIELD_MANAGER, POLICIES, SALES, Session},
     wait::{self, Waited},
 };
-
-const POLICIES: &str = "degradationpolicies.flashsale.dev";
 
 /// What `degrade` did, for `-o json|yaml`.
 #[derive(Debug, Serialize)]
@@ -169,39 +167,16 @@ async fn announce<E: Write>(
             format!("{user} cleared the override: {reason}"),
         ),
     };
-    if let Err(warning) = session
-        .record(written.object_ref(&()), kind, "Degrade", note)
-        .await
-    {
-        let _ = writeln!(err, "warning: {warning}");
-    }
+    session
+        .record(written.object_ref(&()), kind, "Degrade", note, err)
+        .await;
 }
 
 /// The policy of the sale `args` name: the one naming it, or `--policy`.
 async fn find_policy(session: &Session, args: &DegradeArgs) -> Result<DegradationPolicy, Failure> {
-    let namespace = Some(session.namespace.as_str());
-    session
-        .namespaced::<FlashSale>()
-        .get(&args.sale)
-        .await
-        .described(Call {
-            verb: "get",
-            resource: "flashsales.flashsale.dev",
-            name: Some(&args.sale),
-            namespace,
-        })?;
-    let listed = session
-        .namespaced::<DegradationPolicy>()
-        .list(&ListParams::default())
-        .await
-        .described(Call {
-            verb: "list",
-            resource: POLICIES,
-            name: None,
-            namespace,
-        })?;
+    session.get::<FlashSale>(SALES, &args.sale).await?;
+    let listed: Vec<DegradationPolicy> = session.list(POLICIES, false).await?;
     let mut policies: Vec<DegradationPolicy> = listed
-        .items
         .into_iter()
         .filter(|p| p.spec.sale_ref.name == args.sale)
         .filter(|p| {

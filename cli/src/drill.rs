@@ -6,10 +6,7 @@ use std::{collections::BTreeMap, io::Write};
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Namespace;
-use kube::{
-    Api, Resource, ResourceExt,
-    api::{ListParams, Patch},
-};
+use kube::{Api, Resource, ResourceExt, api::Patch};
 use serde_json::{Value, json};
 
 use flashsale_api::{
@@ -25,11 +22,9 @@ use crate::{
     failure::{Call, Described, Failure},
     output::Out,
     report::span,
-    session::{FIELD_MANAGER, Session, merge_params},
+    session::{DRILLS, Session, merge_params, request_id},
     wait::{self, Waited},
 };
-
-const DRILLS: &str = "chaosdrills.flashsale.dev";
 
 /// `drill run-now`: one request, answered by a run or a refusal.
 pub async fn run_now<O: Write, E: Write>(
@@ -41,10 +36,10 @@ pub async fn run_now<O: Write, E: Write>(
     err: &mut E,
 ) -> Result<(), Failure> {
     let api: Api<ChaosDrill> = session.namespaced();
-    get(session, &api, name).await?;
+    session.get::<ChaosDrill>(DRILLS, name).await?;
     let user = session.user().await;
     let asked = Timestamp::now();
-    let request = format!("{FIELD_MANAGER}-{}", asked.as_millisecond());
+    let request = request_id();
     let mut annotations = BTreeMap::from([(RUN_NOW_ANNOTATION, request.clone())]);
     if force {
         annotations.insert(FORCE_ANNOTATION, format!("{user}: {}", write.reason));
@@ -67,7 +62,10 @@ pub async fn run_now<O: Write, E: Write>(
         },
         write.reason
     );
-    record(session, &written, "RunRequested", "RunNow", note, err).await;
+    let reference = written.object_ref(&());
+    session
+        .record(reference, "RunRequested", "RunNow", note, err)
+        .await;
     let answered = wait::until(api, name, write.timeout.0, |d| {
         let status = d.status.as_ref()?;
         (status.last_run_request.as_deref() == Some(&request)).then(|| answer(d, &request))
@@ -140,7 +138,7 @@ pub async fn abort<O: Write, E: Write>(
     err: &mut E,
 ) -> Result<(), Failure> {
     let api: Api<ChaosDrill> = session.namespaced();
-    let drill = get(session, &api, name).await?;
+    let drill = session.get::<ChaosDrill>(DRILLS, name).await?;
     let Some(run) = drill.status.as_ref().and_then(|s| s.current_run.clone()) else {
         let last = drill
             .status
@@ -173,15 +171,11 @@ pub async fn abort<O: Write, E: Write>(
         );
         return out.emit(&annotations, &text);
     }
-    record(
-        session,
-        &written,
-        "AbortRequested",
-        "Abort",
-        format!("{user} asked to abort run {}: {}", run.id, write.reason),
-        err,
-    )
-    .await;
+    let note = format!("{user} asked to abort run {}: {}", run.id, write.reason);
+    let reference = written.object_ref(&());
+    session
+        .record(reference, "AbortRequested", "Abort", note, err)
+        .await;
     let ended = wait::until(api, name, write.timeout.0, |d| finished(d, &run.id)).await;
     let ended = waited(ended, write, "end the run")?;
     let text = format!(
@@ -238,17 +232,7 @@ pub async fn kill_switch<O: Write, E: Write>(
     out: &mut Out<O>,
     err: &mut E,
 ) -> Result<(), Failure> {
-    let drills: Vec<ChaosDrill> = session
-        .listing::<ChaosDrill>()
-        .list(&ListParams::default())
-        .await
-        .described(Call {
-            verb: "list",
-            resource: DRILLS,
-            name: None,
-            namespace: (!session.all_namespaces).then_some(session.namespace.as_str()),
-        })?
-        .items;
+    let drills: Vec<ChaosDrill> = session.list(DRILLS, session.all_namespaces).await?;
     let mut namespaces: Vec<String> = drills.iter().filter_map(ResourceExt::namespace).collect();
     if !session.all_namespaces {
         namespaces = vec![session.namespace.clone()];
@@ -290,15 +274,11 @@ pub async fn kill_switch<O: Write, E: Write>(
             drill.namespace().unwrap_or_default(),
             write.reason
         );
-        record(
-            session,
-            drill,
-            if on { "KillSwitchOn" } else { "KillSwitchOff" },
-            "KillSwitch",
-            note,
-            err,
-        )
-        .await;
+        let reason = if on { "KillSwitchOn" } else { "KillSwitchOff" };
+        let reference = drill.object_ref(&());
+        session
+            .record(reference, reason, "KillSwitch", note, err)
+            .await;
     }
     let mut text = format!("kill switch {verb} in {}\n", namespaces.join(", "));
     if !on {
@@ -366,8 +346,7 @@ pub async fn history<O: Write>(
     name: &str,
     out: &mut Out<O>,
 ) -> Result<(), Failure> {
-    let api: Api<ChaosDrill> = session.namespaced();
-    let drill = get(session, &api, name).await?;
+    let drill = session.get::<ChaosDrill>(DRILLS, name).await?;
     let runs = drill.status.map(|s| s.history).unwrap_or_default();
     let mut text = format!(
         "{:<26} {:<10} {:<24} {:>9} {:>9}  {}\n",
@@ -399,16 +378,9 @@ pub async fn history<O: Write>(
     out.emit(&runs, &text)
 }
 
-async fn get(session: &Session, api: &Api<ChaosDrill>, name: &str) -> Result<ChaosDrill, Failure> {
-    api.get(name).await.described(Call {
-        verb: "get",
-        resource: DRILLS,
-        name: Some(name),
-        namespace: Some(&session.namespace),
-    })
-}
-
-async fn annotate(
+/// Sets `annotations` on the drill `name` (a server-side dry run when
+/// asked), under this plugin's field manager.
+pub async fn annotate(
     session: &Session,
     api: &Api<ChaosDrill>,
     name: &str,
@@ -425,22 +397,6 @@ async fn annotate(
             name: Some(name),
             namespace: Some(&session.namespace),
         })
-}
-
-async fn record<E: Write>(
-    session: &mut Session,
-    drill: &ChaosDrill,
-    reason: &str,
-    action: &str,
-    note: String,
-    err: &mut E,
-) {
-    if let Err(warning) = session
-        .record(drill.object_ref(&()), reason, action, note)
-        .await
-    {
-        let _ = writeln!(err, "warning: {warning}");
-    }
 }
 
 fn waited<T>(

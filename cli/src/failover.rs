@@ -1,21 +1,21 @@
 //! `failover check`: asks the operator to check a drill's standby now and
 //! prints each check with its numbers, as the operator recorded them.
 
-use std::{io::Write, time::Instant};
+use std::{collections::BTreeMap, io::Write, time::Instant};
 
 use jiff::Timestamp;
-use kube::{Api, Resource, api::Patch};
-use serde_json::json;
+use kube::{Api, Resource};
 
 use flashsale_api::{ChaosDrill, Duration, chaosdrill::CHECK_ANNOTATION};
 
 use crate::{
     args::WriteArgs,
-    failure::{Call, Described, Failure},
+    drill::annotate,
+    failure::Failure,
     output::Out,
     render,
     report::{self, FailoverReport},
-    session::{FIELD_MANAGER, Session, merge_params},
+    session::{DRILLS, Session, request_id},
     wait::{self, Waited},
 };
 
@@ -27,26 +27,17 @@ pub async fn check<O: Write, E: Write>(
     out: &mut Out<O>,
     err: &mut E,
 ) -> Result<(), Failure> {
-    let api: Api<ChaosDrill> = session.namespaced();
-    let call = |verb| Call {
-        verb,
-        resource: "chaosdrills.flashsale.dev",
-        name: Some(name),
-        namespace: Some(&session.namespace),
-    };
-    let drill = api.get(name).await.described(call("get"))?;
+    let drill: ChaosDrill = session.get(DRILLS, name).await?;
     if drill.spec.failover.is_none() {
         return Err(Failure::Refused(format!(
             "drill {name} has no spec.failover: there is no standby to check"
         )));
     }
-    let request = format!("{FIELD_MANAGER}-{}", Timestamp::now().as_millisecond());
+    let api: Api<ChaosDrill> = session.namespaced();
+    let request = request_id();
     let started = Instant::now();
-    let params = merge_params(write.dry_run);
-    let patch = json!({"metadata": {"annotations": {CHECK_ANNOTATION: request}}});
-    api.patch(name, &params, &Patch::Merge(patch))
-        .await
-        .described(call("patch"))?;
+    let annotations = BTreeMap::from([(CHECK_ANNOTATION, request.clone())]);
+    let written = annotate(session, &api, name, &annotations, write.dry_run).await?;
     if write.dry_run {
         let text = format!(
             "drill {}/{name}: would ask for readiness check {request} (dry run: nothing changed)\n",
@@ -59,17 +50,10 @@ pub async fn check<O: Write, E: Write>(
         "{user} asked for a failover readiness check: {}",
         write.reason
     );
-    if let Err(warning) = session
-        .record(
-            drill.object_ref(&()),
-            "ReadinessCheckRequested",
-            "Check",
-            note,
-        )
-        .await
-    {
-        let _ = writeln!(err, "warning: {warning}");
-    }
+    let reference = written.object_ref(&());
+    session
+        .record(reference, "ReadinessCheckRequested", "Check", note, err)
+        .await;
     let report = read_back(api, name, &request, write.timeout).await?;
     let style = out.style();
     let mut text = format!(

@@ -2,21 +2,43 @@
 //! impersonation), the namespace, the user as the apiserver knows them, and
 //! the Events that attribute each write to that user.
 
+use std::{fmt::Debug, io::Write};
+
 use k8s_openapi::api::{
     authentication::v1::{SelfSubjectReview, SelfSubjectReviewStatus},
     core::v1::ObjectReference,
 };
 use kube::{
-    Api, Client, Config, Resource,
-    api::{PatchParams, PostParams},
+    Api, Client, Config, Resource, ResourceExt,
+    api::{ListParams, PatchParams, PostParams},
     config::{KubeConfigOptions, Kubeconfig},
     runtime::events::{Event, EventType, Recorder, Reporter},
 };
+use serde::de::DeserializeOwned;
 
-use crate::{args::ClusterArgs, failure::Failure};
+use crate::{
+    args::ClusterArgs,
+    failure::{Call, Described, Failure},
+};
+
+/// The three kinds as RBAC names them, for the messages of refused calls.
+pub const SALES: &str = "flashsales.flashsale.dev";
+/// DegradationPolicies, as RBAC names them.
+pub const POLICIES: &str = "degradationpolicies.flashsale.dev";
+/// ChaosDrills, as RBAC names them.
+pub const DRILLS: &str = "chaosdrills.flashsale.dev";
 
 /// The field manager and Event reporter of every write this plugin makes.
 pub const FIELD_MANAGER: &str = "kubectl-flashsale";
+
+/// A new request's name, for the annotations the operator answers one
+/// request at a time (run-now, check-readiness): unique per millisecond.
+pub fn request_id() -> String {
+    format!(
+        "{FIELD_MANAGER}-{}",
+        jiff::Timestamp::now().as_millisecond()
+    )
+}
 
 /// The parameters of this plugin's merge patches (annotations, a cleared
 /// override): its field manager, and a server-side dry run when asked.
@@ -129,17 +151,60 @@ impl Session {
         user
     }
 
+    /// `name` of kind `K` in the namespace; `resource` (as RBAC names it)
+    /// says what was missing or forbidden.
+    pub async fn get<K>(&self, resource: &str, name: &str) -> Result<K, Failure>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope> + Clone + DeserializeOwned + Debug,
+        K::DynamicType: Default,
+    {
+        self.namespaced::<K>().get(name).await.described(Call {
+            verb: "get",
+            resource,
+            name: Some(name),
+            namespace: Some(&self.namespace),
+        })
+    }
+
+    /// Every `K` of the namespace, or of every namespace when `all`, by
+    /// namespace and name; `resource` (as RBAC names it) says what was
+    /// forbidden.
+    pub async fn list<K>(&self, resource: &str, all: bool) -> Result<Vec<K>, Failure>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope> + Clone + DeserializeOwned + Debug,
+        K::DynamicType: Default,
+    {
+        let (api, namespace) = if all {
+            (Api::all(self.client.clone()), None)
+        } else {
+            (self.namespaced(), Some(self.namespace.as_str()))
+        };
+        let call = Call {
+            verb: "list",
+            resource,
+            name: None,
+            namespace,
+        };
+        let mut items = api
+            .list(&ListParams::default())
+            .await
+            .described(call)?
+            .items;
+        items.sort_by_key(|item: &K| (item.namespace(), item.name_any()));
+        Ok(items)
+    }
+
     /// Records what the user did on `object`, as an Event reported by this
     /// plugin with the user as its instance. A write that happened is not
-    /// undone when the Event cannot be written: the failure is returned
-    /// for the caller to print as a warning.
+    /// undone when the Event cannot be written: that is a warning on `err`.
     pub async fn record(
         &mut self,
         object: ObjectReference,
         reason: &str,
         action: &str,
         note: String,
-    ) -> Result<(), String> {
+        err: &mut impl Write,
+    ) {
         let user = self.user().await;
         let reporter = Reporter {
             controller: FIELD_MANAGER.to_owned(),
@@ -153,9 +218,8 @@ impl Session {
             action: action.to_owned(),
             secondary: None,
         };
-        recorder
-            .publish(&event, &object)
-            .await
-            .map_err(|err| format!("the {reason} Event was not written: {err}"))
+        if let Err(failed) = recorder.publish(&event, &object).await {
+            let _ = writeln!(err, "warning: the {reason} Event was not written: {failed}");
+        }
     }
 }

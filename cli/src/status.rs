@@ -6,8 +6,7 @@ use std::io::Write;
 use futures::{StreamExt, future::join_all, stream::select_all};
 use jiff::Timestamp;
 use kube::{
-    Api, ResourceExt,
-    api::ListParams,
+    ResourceExt,
     runtime::{WatchStreamExt, watcher},
 };
 
@@ -15,12 +14,12 @@ use flashsale_api::{ChaosDrill, DegradationPolicy, FlashSale};
 
 use crate::{
     args::StatusArgs,
-    failure::{Call, Described, Failure},
+    failure::Failure,
     funnel,
     output::Out,
     render,
     report::{self, SaleReport},
-    session::Session,
+    session::{DRILLS, POLICIES, SALES, Session},
 };
 
 /// Prints the status once, or on every change with `--watch`.
@@ -92,35 +91,13 @@ async fn gather(
     args: &StatusArgs,
     http: &reqwest::Client,
 ) -> Result<Vec<SaleReport>, Failure> {
-    let namespace = (!session.all_namespaces).then_some(session.namespace.as_str());
-    let listed = |resource| Call {
-        verb: "list",
-        resource,
-        name: None,
-        namespace,
+    let all = session.all_namespaces;
+    let sales: Vec<FlashSale> = match &args.sale {
+        Some(name) => vec![session.get(SALES, name).await?],
+        None => session.list(SALES, all).await?,
     };
-    let sales = match &args.sale {
-        Some(name) => vec![
-            session
-                .namespaced::<FlashSale>()
-                .get(name)
-                .await
-                .described(Call {
-                    verb: "get",
-                    resource: "flashsales.flashsale.dev",
-                    name: Some(name),
-                    namespace: Some(&session.namespace),
-                })?,
-        ],
-        None => list(session.listing(), listed("flashsales.flashsale.dev")).await?,
-    };
-    let policies: Vec<DegradationPolicy> = list(
-        session.listing(),
-        listed("degradationpolicies.flashsale.dev"),
-    )
-    .await?;
-    let drills: Vec<ChaosDrill> =
-        list(session.listing(), listed("chaosdrills.flashsale.dev")).await?;
+    let policies: Vec<DegradationPolicy> = session.list(POLICIES, all).await?;
+    let drills: Vec<ChaosDrill> = session.list(DRILLS, all).await?;
     let url = args.prometheus_url.as_deref();
     let funnels = join_all(sales.iter().map(|sale| {
         let namespace = sale.namespace().unwrap_or_default();
@@ -133,17 +110,4 @@ async fn gather(
         .zip(funnels)
         .map(|(sale, funnel)| report::sale(sale, &policies, &drills, funnel))
         .collect())
-}
-
-async fn list<K>(api: Api<K>, call: Call<'_>) -> Result<Vec<K>, Failure>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let mut items = api
-        .list(&ListParams::default())
-        .await
-        .described(call)?
-        .items;
-    items.sort_by_key(|item| (item.namespace(), item.name_any()));
-    Ok(items)
 }
