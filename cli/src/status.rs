@@ -1,13 +1,18 @@
 //! `status`: every sale (or one) with its policies and drills, once or
-//! redrawn on every change the apiserver reports.
+//! redrawn on every change the apiserver reports (from watched copies of
+//! the objects, so a change costs no list).
 
 use std::io::Write;
 
-use futures::{StreamExt, future::join_all, stream::select_all};
+use futures::{FutureExt, StreamExt, future::join_all, stream::select_all};
 use jiff::Timestamp;
 use kube::{
     ResourceExt,
-    runtime::{WatchStreamExt, watcher},
+    runtime::{
+        WatchStreamExt,
+        reflector::{self, Store, store::Writer},
+        watcher,
+    },
 };
 
 use flashsale_api::{ChaosDrill, DegradationPolicy, FlashSale};
@@ -29,19 +34,38 @@ pub async fn run<O: Write>(
     out: &mut Out<O>,
 ) -> Result<(), Failure> {
     let http = reqwest::Client::new();
-    let reports = gather(session, args, &http).await?;
-    show(out, &reports, false)?;
+    let first = gather(session, args, &http).await?;
+    show(out, &first, false)?;
     if !args.watch {
         return Ok(());
     }
-    let mut last = reports;
+    // The watches keep a copy of every object, so a change costs no list.
+    let (sales, sales_copy) = reflector::store::<FlashSale>();
+    let (policies, policies_copy) = reflector::store::<DegradationPolicy>();
+    let (drills, drills_copy) = reflector::store::<ChaosDrill>();
     let mut changes = select_all([
-        changes::<FlashSale>(session),
-        changes::<DegradationPolicy>(session),
-        changes::<ChaosDrill>(session),
+        mirrored(session, sales_copy),
+        mirrored(session, policies_copy),
+        mirrored(session, drills_copy),
     ]);
+    let mut last = first;
     while changes.next().await.is_some() {
-        let reports = gather(session, args, &http).await?;
+        // Until every copy holds its first list, a report would miss objects.
+        let listed = [
+            sales.wait_until_ready().now_or_never(),
+            policies.wait_until_ready().now_or_never(),
+            drills.wait_until_ready().now_or_never(),
+        ];
+        if listed.iter().any(Option::is_none) {
+            continue;
+        }
+        let shown = copies(&sales).into_iter().filter(|sale| {
+            args.sale.as_ref().is_none_or(|name| {
+                &sale.name_any() == name && sale.namespace().as_ref() == Some(&session.namespace)
+            })
+        });
+        let shown: Vec<FlashSale> = shown.collect();
+        let reports = build(&shown, &copies(&policies), &copies(&drills), args, &http).await;
         // A status write that changes nothing shown is not a change.
         if reports != last {
             show(out, &reports, true)?;
@@ -52,22 +76,35 @@ pub async fn run<O: Write>(
 }
 
 /// Every change to objects of kind `K` in the session's namespaces, as a
-/// unit each.
-fn changes<K>(session: &Session) -> futures::stream::BoxStream<'static, ()>
+/// unit each, once `copy` holds it.
+fn mirrored<K>(session: &Session, copy: Writer<K>) -> futures::stream::BoxStream<'static, ()>
 where
     K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
         + Clone
         + serde::de::DeserializeOwned
         + std::fmt::Debug
         + Send
+        + Sync
         + 'static,
-    K::DynamicType: Default,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
     watcher(session.listing::<K>(), watcher::Config::default())
         .default_backoff()
+        .reflect(copy)
         .touched_objects()
         .filter_map(|event| async move { event.ok().map(|_| ()) })
         .boxed()
+}
+
+/// The objects of `store`, by namespace and name, as a list would give them.
+fn copies<K>(store: &Store<K>) -> Vec<K>
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    let mut objects: Vec<K> = store.state().iter().map(|o| K::clone(o)).collect();
+    objects.sort_by_key(|o| (o.namespace(), o.name_any()));
+    objects
 }
 
 fn show<O: Write>(out: &mut Out<O>, reports: &[SaleReport], again: bool) -> Result<(), Failure> {
@@ -98,6 +135,17 @@ async fn gather(
     };
     let policies: Vec<DegradationPolicy> = session.list(POLICIES, all).await?;
     let drills: Vec<ChaosDrill> = session.list(DRILLS, all).await?;
+    Ok(build(&sales, &policies, &drills, args, http).await)
+}
+
+/// The reports of `sales`, each with its funnel from Prometheus.
+async fn build(
+    sales: &[FlashSale],
+    policies: &[DegradationPolicy],
+    drills: &[ChaosDrill],
+    args: &StatusArgs,
+    http: &reqwest::Client,
+) -> Vec<SaleReport> {
     let url = args.prometheus_url.as_deref();
     let funnels = join_all(sales.iter().map(|sale| {
         let namespace = sale.namespace().unwrap_or_default();
@@ -105,9 +153,9 @@ async fn gather(
         async move { funnel::read(http, url, &namespace, &name).await }
     }))
     .await;
-    Ok(sales
+    sales
         .iter()
         .zip(funnels)
-        .map(|(sale, funnel)| report::sale(sale, &policies, &drills, funnel))
-        .collect())
+        .map(|(sale, funnel)| report::sale(sale, policies, drills, funnel))
+        .collect()
 }
