@@ -31,24 +31,43 @@ use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
-/// A running inventory over a Redis.
+/// A running inventory over a Redis, with its outbox relay when it has a
+/// producer.
 pub struct Inventory {
     /// Its base URL.
     pub url: String,
     task: JoinHandle<()>,
+    relay: Option<(Shutdown, JoinHandle<()>)>,
 }
 
 impl Inventory {
-    /// Serves the inventory API on a free port; `sale` is loaded first.
-    pub async fn start(sale: &SaleDefinition) -> anyhow::Result<Self> {
-        Self::start_on(&stack::redis_url()?, sale).await
-    }
-
-    /// The same, on the Redis at `redis_url`.
-    pub async fn start_on(redis_url: &str, sale: &SaleDefinition) -> anyhow::Result<Self> {
+    /// Serves the inventory API on a free port over the Redis at
+    /// `redis_url`, `sale` loaded first, and publishes the sale's order
+    /// events with `relay`, when given.
+    pub async fn start_on(
+        redis_url: &str,
+        sale: &SaleDefinition,
+        relay: Option<&ProducerSettings>,
+    ) -> anyhow::Result<Self> {
         let store = Store::connect(redis_url).await?;
         store.load(sale).await?;
         let metrics = inventory::metrics::Metrics::register(&mut Registry::default());
+        let relay = match relay {
+            Some(settings) => {
+                let producer = flashsale_orders::OrderProducer::new(settings)?;
+                let shutdown = Shutdown::new();
+                let task = tokio::spawn(inventory::outbox::run(
+                    store.clone(),
+                    producer,
+                    metrics.clone(),
+                    format!("funnel-{}", sale.sale),
+                    Duration::from_millis(10),
+                    shutdown.clone(),
+                ));
+                Some((shutdown, task))
+            }
+            None => None,
+        };
         let state = inventory::api::AppState::new(store, metrics, Duration::from_millis(200))
             .with_tokens(inventory::auth::Tokens::new(Some(INVENTORY_TOKEN), None));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -56,18 +75,22 @@ impl Inventory {
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, inventory::api::router(state)).await;
         });
-        Ok(Self { url, task })
+        Ok(Self { url, task, relay })
     }
 
-    /// Stops serving: connections are refused from now on.
+    /// Stops serving and publishing: connections are refused from now on.
     pub fn stop(&self) {
         self.task.abort();
+        if let Some((shutdown, relay)) = &self.relay {
+            shutdown.trigger();
+            relay.abort();
+        }
     }
 }
 
 impl Drop for Inventory {
     fn drop(&mut self) {
-        self.task.abort();
+        self.stop();
     }
 }
 
@@ -264,7 +287,8 @@ impl Funnel {
             let stack = stack::redis_url()?;
             (stack.clone(), options.redis_url.unwrap_or(stack))
         };
-        let inventory = Inventory::start_on(&inventory_redis, &definition).await?;
+        let inventory =
+            Inventory::start_on(&inventory_redis, &definition, Some(&plan.producer)).await?;
         let config: GatewayConfig = serde_json::from_value(plan.config)?;
         config.check()?;
         let gateway = Running::start_producing(
@@ -300,6 +324,37 @@ impl Funnel {
     /// The sale's stock of `sku` straight from the inventory.
     pub async fn available(&self, sku: &str) -> anyhow::Result<u64> {
         flashsale_e2e::funnel::available(&self.inventory.url, &self.sale, sku).await
+    }
+
+    /// The order events on the sale's topic once the inventory's outbox is
+    /// drained: every order acknowledged so far is then in Kafka (an entry
+    /// leaves the outbox only once Kafka acknowledged its event).
+    pub async fn events(&self) -> anyhow::Result<Vec<flashsale_orders::OrderEvent>> {
+        let outbox = SaleKeys::new(&self.sale).outbox();
+        let client = redis::Client::open(stack::redis_url()?)?;
+        let conn = client.get_multiplexed_async_connection().await?;
+        flashsale_e2e::wait::poll_until(
+            "the sale's outbox to be published",
+            Duration::from_secs(15),
+            Duration::from_millis(10),
+            || {
+                let (mut conn, outbox) = (conn.clone(), outbox.clone());
+                async move {
+                    let left: u64 = redis::cmd("XLEN")
+                        .arg(&outbox)
+                        .query_async(&mut conn)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    if left == 0 {
+                        Ok(())
+                    } else {
+                        Err(format!("{left} entries left"))
+                    }
+                }
+            },
+        )
+        .await?;
+        flashsale_e2e::funnel::events(&self.brokers, &self.topic).await
     }
 
     /// Removes the sale's Redis keys.

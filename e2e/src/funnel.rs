@@ -52,7 +52,7 @@ pub struct Plan {
     pub brokers: String,
     /// The gateway's configuration (JSON, as its `--config` file).
     pub config: Value,
-    /// The gateway's producer.
+    /// The producer of the gateway and of the inventory's outbox relay.
     pub producer: ProducerSettings,
 }
 

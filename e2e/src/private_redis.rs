@@ -41,6 +41,11 @@ impl PrivateRedis {
         let child = Command::new("redis-server")
             .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
             .args(["--save", "", "--appendonly", "no"])
+            // A replica still writes the snapshot its primary sends: into
+            // the temp folder, not the caller's working directory.
+            .arg("--dir")
+            .arg(std::env::temp_dir())
+            .args(["--dbfilename", &format!("private-redis-{port}.rdb")])
             .args(extra)
             .stdout(Stdio::null())
             .kill_on_drop(true)

@@ -7,7 +7,7 @@
 use std::{collections::BTreeSet, time::Duration};
 
 use flashsale_bench::funnel::{Funnel, Options};
-use flashsale_e2e::funnel::{JWT_SECRET, PAYMENT_SECRET, events};
+use flashsale_e2e::funnel::{JWT_SECRET, PAYMENT_SECRET};
 use flashsale_orders::EventKind;
 use flashsale_play::buyers::{self, Config, Counters, Outcome, Profile, Progress, SkuLimit};
 use serde_json::json;
@@ -46,7 +46,8 @@ async fn play(funnel: &Funnel, users: usize, play: Duration) -> anyhow::Result<O
 
 /// The order ids of the topic's events of `kind`.
 async fn published(funnel: &Funnel, kind: EventKind) -> anyhow::Result<BTreeSet<String>> {
-    Ok(events(&funnel.brokers, &funnel.topic)
+    Ok(funnel
+        .events()
         .await?
         .into_iter()
         .filter(|e| e.kind == kind)

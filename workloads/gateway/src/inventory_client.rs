@@ -57,15 +57,6 @@ pub enum ClientError {
     Token,
 }
 
-/// The answer to a reservation request.
-#[derive(Debug, Clone)]
-pub struct Reserved {
-    /// The reservation as it is now.
-    pub record: Reservation,
-    /// Whether this call made it (not a retry of an earlier one).
-    pub fresh: bool,
-}
-
 /// A client of one sale's reservation API.
 #[derive(Debug, Clone)]
 pub struct InventoryClient {
@@ -112,7 +103,7 @@ impl InventoryClient {
         amount_minor: u64,
         request_id: &str,
         deadline: Instant,
-    ) -> Result<Reserved, InventoryError> {
+    ) -> Result<Reservation, InventoryError> {
         let body = ReserveBody {
             amount_minor,
             quantity,
@@ -121,13 +112,10 @@ impl InventoryClient {
             user: user.to_owned(),
         };
         let path = paths::reservations(&self.sale);
-        let (status, record) = self
+        let (_, record) = self
             .call(Method::POST, &path, Some(&body), deadline)
             .await?;
-        Ok(Reserved {
-            record,
-            fresh: status == StatusCode::CREATED,
-        })
+        Ok(record)
     }
 
     /// One reservation.
@@ -146,14 +134,6 @@ impl InventoryClient {
     pub async fn confirm(&self, id: &str, deadline: Instant) -> Result<(), InventoryError> {
         let path = paths::confirm(&self.sale, id);
         // Any JSON answer will do: success is the news.
-        self.call::<IgnoredAny>(Method::POST, &path, None, deadline)
-            .await
-            .map(drop)
-    }
-
-    /// Returns a reservation's units (idempotent).
-    pub async fn cancel(&self, id: &str, deadline: Instant) -> Result<(), InventoryError> {
-        let path = paths::cancel(&self.sale, id);
         self.call::<IgnoredAny>(Method::POST, &path, None, deadline)
             .await
             .map(drop)

@@ -1,33 +1,25 @@
-//! Order intake: reserve in inventory, publish the order event and wait for
-//! the broker's acknowledgement, then answer with the order id. An order is
-//! acknowledged only once its event is durably in Kafka; if publishing fails
-//! the reservation is cancelled so no stock is held for an order the buyer
-//! was refused (503).
-//!
-//! A failed publish does not prove the event missing: a send reported as
-//! timed out (during a broker failover, say) may have been written, and the
-//! producer cannot tell "not persisted" from "possibly persisted". So the
-//! inventory announces a cancelled reservation as `expired`, like a lapsed
-//! one (through its outbox, in the script that releases it): an order whose
-//! `created` event did land ends `expired`, consistent with its units being
-//! back in stock, instead of staying `pending_payment` forever. The
-//! order-writer acknowledges an `expired` event whose order it never stored
-//! (the usual case: the send really failed) after its parking window,
-//! counted in `order_writer_expired_without_order_total`, not as a dead
-//! letter.
+//! Order intake: one durable write, then the answer. The inventory's
+//! reserve script puts the order's `created` event into the sale's outbox
+//! in the same atomic step that takes the units, and the inventory's relay
+//! publishes it to Kafka (`acks=all`). So an order is acknowledged once the
+//! reservation is as durable as the inventory's policy makes it (on the
+//! primary, or confirmed by a replica's `WAIT`), without a Kafka round trip
+//! in series, and a reserved unit and its order's event exist together or
+//! not at all: there is no "reserved but not published" case to undo.
+//! Kafka being down delays orders reaching the database, not the buyers.
 //!
 //! Ids are derived, not stored: the inventory request id is a hash of (sale,
-//! user, idempotency key), so a client's retry finds the same reservation,
-//! and the order id is `ord-<reservation id>`, so the same retry names the
-//! same order (the order-writer stores an order id once). Once Kafka has
-//! acknowledged an order's event the gateway notes it in Redis, so a retry
-//! answers without publishing again; without that note (Redis unreachable,
-//! or a crash between reserve and publish) the retry publishes the same
-//! event again, which the order-writer stores once.
+//! user, idempotency key), so a client's retry finds the same reservation
+//! (and adds no second event), and the order id is `ord-<reservation id>`,
+//! so the same retry names the same order.
 //!
 //! A retry finds the reservation as it is now. One past its deadline has
 //! lapsed, even before the inventory's sweeper returns its units: the retry
-//! is told `order_lapsed` and publishes nothing.
+//! is told `order_lapsed`.
+//!
+//! Behind a waiting room the gateway also notes each order's answer in
+//! Redis under its request id: a retry that comes with the pass its order
+//! used up is answered from the note, without a pass.
 
 use std::time::Duration;
 
@@ -38,7 +30,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use flashsale_inventory_api::{Reservation, ReservationState, codes};
-use flashsale_orders::{EventKind, OrderEvent, ReservedFacts, order_id, reservation_id};
+use flashsale_orders::{OrderEvent, ReservedFacts, order_id, reservation_id};
 use flashsale_runtime::ApiError;
 use serde::Deserialize;
 use serde_json::json;
@@ -49,7 +41,7 @@ use crate::{
     app::{AppState, MAX_BODY_BYTES, RateScope},
     auth::User,
     concurrency::Partition,
-    inventory_client::{InventoryError, Reserved},
+    inventory_client::InventoryError,
     metrics::DrillOrder,
     queue,
     waiting_room::PassLease,
@@ -57,10 +49,6 @@ use crate::{
 
 /// Longest idempotency key accepted.
 const MAX_KEY_LEN: usize = 64;
-/// Budget for returning a reservation after a failed publish: the request's
-/// own deadline may be spent, and the units must not wait for the TTL.
-const CANCEL_BUDGET: Duration = Duration::from_secs(1);
-
 /// Body of `POST /api/v1/orders`.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -254,7 +242,7 @@ pub fn request_id(sale: &str, user: &str, key: &str) -> String {
 
 async fn intake(state: &AppState, user: &User, order: &Order) -> Result<Response, ApiError> {
     let deadline = Instant::now() + state.config.request_timeout();
-    let Reserved { record, fresh } = state
+    let record = state
         .inventory
         .reserve(
             &order.sku,
@@ -269,34 +257,9 @@ async fn intake(state: &AppState, user: &User, order: &Order) -> Result<Response
     if let Some(answer) = standing(&record, now_ms())? {
         return Ok(answer);
     }
-    // A fresh reservation cannot have been published yet.
-    if !fresh && noted(state, &order.request_id).await.is_some() {
-        return Ok(accepted(&record, "reserved", StatusCode::CREATED));
+    if state.waiting_room.is_some() {
+        note_order(state, &record).await;
     }
-    // Built from the record: an order is what was reserved, whatever the
-    // request that reached this replica said.
-    let event = OrderEvent::of_reservation(
-        EventKind::Created,
-        facts(state, &record),
-        jiff::Timestamp::now(),
-    );
-    if let Err(reason) = publish(state, &event).await {
-        // The event may have landed all the same: the inventory announces the
-        // cancel as `expired`, which ends such an order.
-        tracing::warn!(order = event.order_id, %reason, "order event not acknowledged; returning the reservation");
-        let cancelled = state
-            .inventory
-            .cancel(&record.id, Instant::now() + CANCEL_BUDGET)
-            .await;
-        if let Err(err) = cancelled {
-            // The inventory's sweeper returns it at the reservation's TTL.
-            tracing::warn!(reservation = record.id, error = %err, "cancel failed; the reservation lapses at its TTL");
-        }
-        return Err(unavailable(
-            "orders cannot be recorded right now; nothing was charged or held",
-        ));
-    }
-    note_acknowledged(state, &record).await;
     Ok(accepted(&record, "reserved", StatusCode::CREATED))
 }
 
@@ -304,12 +267,12 @@ async fn intake(state: &AppState, user: &User, order: &Order) -> Result<Response
 /// `now_ms` (Unix ms): `None` while it awaits payment (the order stands and
 /// goes on), else the answer (paid) or the refusal. A reservation past its
 /// deadline is lapsed even before the sweeper returns its units: a retry
-/// must not publish `created` for it again nor answer it as an order.
+/// must not answer it as an order.
 fn standing(record: &Reservation, now_ms: u64) -> Result<Option<Response>, ApiError> {
     match record.state {
         ReservationState::Reserved if record.lapsed_at(now_ms) => Err(order_lapsed(record)),
         ReservationState::Reserved => Ok(None),
-        // A retry of an order already paid: its events are in Kafka.
+        // A retry of an order already paid.
         ReservationState::Confirmed => Ok(Some(accepted(record, "paid", StatusCode::OK))),
         // A sharded claim not settled yet holds no stock for sure: not an order.
         ReservationState::Pending => Err(unavailable(
@@ -370,8 +333,8 @@ fn ack_key(state: &AppState, request_id: &str) -> String {
     format!("fs:{{{}}}:ord:req:{request_id}", state.config.sale)
 }
 
-/// The answer (body) an order got when its created event was acknowledged
-/// by Kafka, if this request id's order was (a retry).
+/// The answer (body) an order got, if this request id's order was noted
+/// (a retry behind a waiting room).
 async fn noted(state: &AppState, request_id: &str) -> Option<serde_json::Value> {
     let redis = state.redis.as_ref()?;
     let mut conn = redis.clone();
@@ -383,7 +346,7 @@ async fn noted(state: &AppState, request_id: &str) -> Option<serde_json::Value> 
 }
 
 /// The answer to a retry that came with the pass its order used up, if
-/// the order was acknowledged: its noted answer while it awaits payment;
+/// the order was noted: its noted answer while it awaits payment;
 /// once the note's deadline has passed, what its reservation says now
 /// (paid, or lapsed), so a lapsed order is not answered as one.
 async fn replayed(state: &AppState, request_id: &str) -> Option<Result<Response, ApiError>> {
@@ -405,9 +368,9 @@ async fn replayed(state: &AppState, request_id: &str) -> Option<Result<Response,
     )
 }
 
-/// Notes the order's answer under its request id, so a retry neither
-/// publishes again nor needs a pass again.
-async fn note_acknowledged(state: &AppState, record: &Reservation) {
+/// Notes the order's answer under its request id, so a retry does not
+/// need a pass again.
+async fn note_order(state: &AppState, record: &Reservation) {
     let Some(redis) = &state.redis else {
         return;
     };
@@ -422,7 +385,7 @@ async fn note_acknowledged(state: &AppState, record: &Reservation) {
     if !matches!(tokio::time::timeout(NOTE_BUDGET, set).await, Ok(Ok(()))) {
         tracing::debug!(
             order_id = order_id(&record.id),
-            "could not note the acknowledgement; a retry would publish again"
+            "could not note the order; a retry with its used-up pass is refused as replayed"
         );
     }
 }
@@ -430,9 +393,7 @@ async fn note_acknowledged(state: &AppState, record: &Reservation) {
 /// Publishes and waits for the acknowledgement. Not cut short by the
 /// request's deadline: the producer's own message timeout is the request
 /// timeout, and only when the client library has given the message up is a
-/// failure final (an event abandoned here but still retried inside the
-/// client could land after its reservation was cancelled). So an order
-/// answers within about reserve time + the request timeout.
+/// failure final.
 pub(crate) async fn publish(state: &AppState, event: &OrderEvent) -> Result<(), String> {
     state
         .producer

@@ -34,7 +34,7 @@ use tokio::sync::oneshot;
 use crate::{
     keys::SaleKeys,
     metrics::Metrics,
-    store::{RESERVE_LOCAL_LUA, Store, StoreError},
+    store::{Durability, RESERVE_LOCAL_LUA, Store, StoreError},
 };
 
 /// How reservations of one SKU are gathered into script calls.
@@ -87,6 +87,7 @@ pub fn batch_invocation<'a>(
     call.key(sale.expiry())
         .key(shard.avail())
         .key(shard.held())
+        .key(sale.outbox())
         .arg(sku);
     for item in items {
         call.key(sale.user(sku, &item.user))
@@ -115,6 +116,14 @@ pub(crate) enum BatchError {
     /// The drain task ended without answering (a panic or shutdown).
     #[error("the reservation batch was abandoned")]
     Abandoned,
+    /// The batch's `WAIT` found too few replicas in time.
+    #[error("the batch reached {acked} of {wanted} replicas in time")]
+    NotDurable {
+        /// Replicas that confirmed.
+        acked: u64,
+        /// Replicas the policy asks for.
+        wanted: u32,
+    },
 }
 
 impl From<BatchError> for StoreError {
@@ -126,6 +135,7 @@ impl From<BatchError> for StoreError {
                 ErrorKind::Io,
                 "the reservation batch was abandoned; retry with the same request id",
             ))),
+            BatchError::NotDurable { acked, wanted } => Self::NotDurable { acked, wanted },
         }
     }
 }
@@ -203,20 +213,42 @@ struct Waiter {
 pub(crate) struct Coalescer {
     conn: RedisConnection,
     script: Script,
-    settings: CoalesceSettings,
+    pub(crate) settings: CoalesceSettings,
+    durability: Durability,
     queues: Mutex<Queues<Waiter>>,
     metrics: RwLock<Option<Metrics>>,
 }
 
 impl Coalescer {
-    pub(crate) fn new(conn: RedisConnection, settings: CoalesceSettings) -> Self {
+    pub(crate) fn new(
+        conn: RedisConnection,
+        settings: CoalesceSettings,
+        durability: Durability,
+    ) -> Self {
         Self {
             conn,
             script: Script::new(RESERVE_LOCAL_LUA),
             settings,
+            durability,
             queues: Mutex::default(),
             metrics: RwLock::new(None),
         }
+    }
+
+    /// A coalescer on the same connection and metrics with other settings
+    /// or durability.
+    pub(crate) fn rebuilt(&self, settings: CoalesceSettings, durability: Durability) -> Self {
+        let metrics = self
+            .metrics
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone();
+        let coalescer = Self::new(self.conn.clone(), settings, durability);
+        *coalescer
+            .metrics
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = metrics;
+        coalescer
     }
 
     fn queues(&self) -> MutexGuard<'_, Queues<Waiter>> {
@@ -278,8 +310,10 @@ impl Coalescer {
         let (items, answers): (Vec<BatchItem>, Vec<oneshot::Sender<Reply>>) =
             batch.into_iter().map(|w| (w.item, w.answer)).unzip();
         let mut conn = self.conn.clone();
+        let since = conn.generation();
+        let keys = SaleKeys::new(sale);
         let result: Result<Vec<Vec<String>>, BatchError> =
-            batch_invocation(&self.script, &SaleKeys::new(sale), sku, &items)
+            batch_invocation(&self.script, &keys, sku, &items)
                 .invoke_async(&mut conn)
                 .await
                 .map_err(BatchError::from)
@@ -297,8 +331,35 @@ impl Coalescer {
         // A send fails only if its waiter went away; the others still get theirs.
         match result {
             Ok(replies) => {
+                // One WAIT for the whole batch: no member that holds a
+                // reservation is answered before it, and if it fails they
+                // all fail (their retries find their reservations).
+                let holds = |reply: &[String]| {
+                    matches!(
+                        reply.first().map(String::as_str),
+                        Some("reserved" | "duplicate")
+                    )
+                };
+                let confirmed = if replies.iter().any(|r| holds(r)) {
+                    self.durability
+                        .confirm(&mut conn, &keys.sku(sku), since)
+                        .await
+                        .map_err(|err| match err {
+                            StoreError::NotDurable { acked, wanted } => {
+                                BatchError::NotDurable { acked, wanted }
+                            }
+                            StoreError::Redis(err) => BatchError::Redis(err),
+                            other => BatchError::Corrupt(other.to_string()),
+                        })
+                } else {
+                    Ok(())
+                };
                 for (answer, reply) in answers.into_iter().zip(replies) {
-                    let _ = answer.send(Ok(reply));
+                    let reply = match &confirmed {
+                        Err(err) if holds(&reply) => Err(err.clone()),
+                        _ => Ok(reply),
+                    };
+                    let _ = answer.send(reply);
                 }
             }
             Err(err) => {
@@ -314,19 +375,8 @@ impl Store {
     /// The same store with other coalescing settings. Call before the store
     /// is cloned and used: clones made earlier keep the old settings.
     pub fn with_coalescing(mut self, settings: CoalesceSettings) -> Self {
-        let conn = self.coalescer.conn.clone();
-        let metrics = self
-            .coalescer
-            .metrics
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone();
-        let coalescer = Coalescer::new(conn, settings);
-        *coalescer
-            .metrics
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = metrics;
-        self.coalescer = Arc::new(coalescer);
+        let durability = self.coalescer.durability;
+        self.coalescer = Arc::new(self.coalescer.rebuilt(settings, durability));
         self
     }
 

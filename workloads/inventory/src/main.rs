@@ -77,8 +77,9 @@ struct Args {
     /// Topic of order events.
     #[arg(long, env = "ORDERS_TOPIC", default_value = "flashsale.orders")]
     orders_topic: String,
-    /// How often the outbox of expired order events is published.
-    #[arg(long, env = "INVENTORY_OUTBOX_INTERVAL_MS", default_value_t = 250)]
+    /// How often the outbox of order events (created, expired) is looked
+    /// at when it was empty; a backlog is published back to back.
+    #[arg(long, env = "INVENTORY_OUTBOX_INTERVAL_MS", default_value_t = 10)]
     outbox_interval_ms: u64,
     /// How often the inventory checks whether Redis takes writes: a
     /// read-only replica (a standby region's) makes it stand by, refusing
@@ -306,8 +307,8 @@ async fn durability(args: &Args, store: &Store) -> anyhow::Result<Durability> {
     })
 }
 
-/// Starts publishing the outbox of `expired` order events, when Kafka
-/// brokers are configured.
+/// Starts publishing the outbox of order events, when Kafka brokers are
+/// configured.
 fn start_outbox(
     args: &Args,
     store: &Store,
@@ -330,12 +331,12 @@ fn start_outbox(
                 producer,
                 metrics.clone(),
                 consumer,
-                Duration::from_millis(args.outbox_interval_ms.max(10)),
+                Duration::from_millis(args.outbox_interval_ms.max(1)),
                 shutdown.clone(),
             ));
         }
         None => tracing::warn!(
-            "no Kafka brokers configured: orders of lapsed or cancelled reservations are not marked expired"
+            "no Kafka brokers configured: order events stay in the outbox until an inventory with brokers publishes them"
         ),
     }
     Ok(())

@@ -36,13 +36,20 @@ struct SkuLabels {
     sku: String,
 }
 
+/// Labels of `inventory_order_events_published`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EventLabels {
+    /// `created` or `expired`.
+    kind: &'static str,
+}
+
 /// Handles to the inventory's metrics; cheap to clone.
 #[derive(Clone, Default)]
 pub struct Metrics {
     reservations: Family<ReservationLabels, Counter>,
     stock_available: Family<SkuLabels, Gauge>,
     expired: Counter,
-    expired_published: Counter,
+    events_published: Family<EventLabels, Counter>,
     outbox_pending: Gauge,
     reserve_batch_size: BatchSizes,
     durability_replicas: Gauge,
@@ -69,13 +76,13 @@ impl Metrics {
             metrics.expired.clone(),
         );
         registry.register(
-            "inventory_expired_published",
-            "Expired order events acknowledged by Kafka",
-            metrics.expired_published.clone(),
+            "inventory_order_events_published",
+            "Order events from the outbox acknowledged by Kafka, by kind (created, expired)",
+            metrics.events_published.clone(),
         );
         registry.register(
             "inventory_outbox_pending",
-            "Expired order events not yet acknowledged by Kafka (last sale published)",
+            "Order events in the outbox not yet acknowledged by Kafka (last sale published)",
             metrics.outbox_pending.clone(),
         );
         registry.register(
@@ -134,10 +141,14 @@ impl Metrics {
     }
 
     /// Records one outbox round: events published, entries left.
-    pub fn outbox(&self, published: u64, pending: u64) {
-        self.expired_published.inc_by(published);
+    pub fn outbox(&self, round: &crate::outbox::Round) {
+        for (kind, published) in [("created", round.created), ("expired", round.expired)] {
+            self.events_published
+                .get_or_create(&EventLabels { kind })
+                .inc_by(published);
+        }
         self.outbox_pending
-            .set(i64::try_from(pending).unwrap_or(i64::MAX));
+            .set(i64::try_from(round.pending).unwrap_or(i64::MAX));
     }
 }
 

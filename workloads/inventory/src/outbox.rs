@@ -1,50 +1,74 @@
-//! Publishes an `expired` order event for every reservation that lapsed
-//! unpaid or was cancelled, so no order stays `pending_payment` forever.
-//! The gateway cancels a reservation only when the publish of its `created`
-//! event failed; a send that timed out may still have landed, so the order
-//! may exist, and `expired` ends it as its units went back to stock. The
-//! order-writer acknowledges an `expired` event whose order never arrives.
+//! The relay of the sales' order events: publishes every entry of a sale's
+//! outbox stream to Kafka (`acks=all`, idempotent producer), oldest first.
 //!
-//! The last release step puts the reservation id in the sale's outbox
-//! stream in the same script that releases it (`finish_release.lua`), so a
-//! crash between releasing and publishing loses nothing. Publishers
-//! read the stream through one consumer group, so with several replicas each
-//! entry goes to one of them; an entry is acknowledged and deleted only once
-//! Kafka acknowledged its event. An entry a replica took and never
-//! acknowledged (it crashed, or Kafka refused) is retried by that replica on
-//! its next round and, once idle for [`CLAIM_IDLE`], taken over by another.
-//! Delivery is at least once; the order-writer applies `expired` once.
+//! Two scripts write the stream, each in the same atomic step as the change
+//! it announces, so a crash between the change and its publication loses
+//! nothing:
+//! - the reserve (`reserve_batch.lua`, or `settle.lua` for a sharded SKU)
+//!   adds `created` for every reservation it grants: an order is
+//!   acknowledged to its buyer once that script returned (and, under the
+//!   replicated policy, its `WAIT`), one durable write, and its event
+//!   reaches Kafka from here;
+//! - the last release step (`finish_release.lua`) adds `expired` for a
+//!   reservation that lapsed unpaid or was cancelled.
+//!
+//! An entry names the reservation; the event is built from its record (an
+//! order is exactly what was reserved) and stamped with the entry's time.
+//! Publishers read the stream through one consumer group, so with several
+//! replicas each entry goes to one of them; a round sends all it read at
+//! once and acknowledges and deletes an entry only once Kafka acknowledged
+//! its event. An entry a replica took and never acknowledged (it crashed,
+//! or Kafka refused) is retried by that replica and, once idle for
+//! [`CLAIM_IDLE`], taken over by another. Delivery is at least once; the
+//! order-writer stores an order once and applies `expired` once, and parks a
+//! `paid` event that overtook its `created` (see its ledger) for longer
+//! than a takeover takes.
 
-use std::time::Duration;
+use std::{collections::HashMap, time::Duration};
 
 use flashsale_orders::{EventKind, OrderEvent, OrderProducer, ReservedFacts};
 use flashsale_runtime::RedisConnection;
 use flashsale_runtime::Shutdown;
 use redis::Value;
+use tokio::time::Instant;
 
 use crate::{
     keys::SaleKeys,
     metrics::Metrics,
-    periodic,
+    periodic::Ticks,
     store::{Reservation, Store, StoreError},
 };
 
 /// The consumer group every inventory replica publishes through.
 const GROUP: &str = "publishers";
-/// Entries read per round.
-const BATCH: usize = 128;
+/// Entries read per source and round.
+const BATCH: usize = 512;
 /// How long an entry may sit unacknowledged with another replica before it
-/// is taken over: well past one Kafka send bound.
-const CLAIM_IDLE: Duration = Duration::from_secs(30);
+/// is taken over: past one Kafka send bound (5 s), so a replica still
+/// sending is rarely overtaken, and within the order-writer's parking of a
+/// `paid` event that overtook its `created` one.
+pub const CLAIM_IDLE: Duration = Duration::from_secs(10);
+/// How often a replica looks for entries abandoned by others.
+const CLAIM_EVERY: Duration = Duration::from_secs(1);
 
-/// One outbox entry: its stream id and the reservation it names.
+/// One outbox entry: its stream id, what it announces and the reservation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Entry {
     stream_id: String,
+    kind: EventKind,
     reservation: String,
 }
 
-/// Publishes the outbox of every loaded sale each `interval` until shutdown.
+impl Entry {
+    /// When the entry was added, from its stream id (Redis's clock, ms).
+    fn added_at(&self) -> Option<jiff::Timestamp> {
+        let ms = self.stream_id.split('-').next()?.parse().ok()?;
+        jiff::Timestamp::from_millisecond(ms).ok()
+    }
+}
+
+/// Publishes the outbox of every loaded sale every `interval` until
+/// shutdown; a round that found more goes again at once.
 pub async fn run(
     store: Store,
     producer: OrderProducer,
@@ -53,104 +77,218 @@ pub async fn run(
     interval: Duration,
     shutdown: Shutdown,
 ) {
-    periodic::for_each_sale(&store, interval, shutdown, |sale| {
-        let (store, producer, metrics, consumer) = (&store, &producer, &metrics, &consumer);
-        async move {
-            match publish_round(store, producer, &sale, consumer).await {
-                Ok(Round { published, pending }) => {
-                    metrics.outbox(published, pending);
-                    if published > 0 {
-                        tracing::info!(sale, published, "published expired order events");
+    let mut ticks = Ticks::new(interval, shutdown);
+    let mut due: HashMap<String, Due> = HashMap::new();
+    while ticks.next().await {
+        for sale in store.sales().await {
+            let due = due.entry(sale.clone()).or_insert_with(Due::new);
+            loop {
+                let sources = due.sources(Instant::now());
+                match publish_from(&store, &producer, &sale, &consumer, sources).await {
+                    Ok(round) => {
+                        metrics.outbox(&round);
+                        due.after(sources, &round, Instant::now());
+                        if round.expired > 0 {
+                            tracing::info!(
+                                sale,
+                                expired = round.expired,
+                                "published expired order events"
+                            );
+                        }
+                        if !round.more() {
+                            break;
+                        }
                     }
-                }
-                Err(err) => {
-                    tracing::warn!(sale, error = %err, "outbox not published; retrying next tick")
+                    Err(err) => {
+                        due.own = true;
+                        tracing::warn!(sale, error = %err, "outbox not published; retrying next tick");
+                        break;
+                    }
                 }
             }
         }
-    })
-    .await;
+    }
+}
+
+/// Which sources a sale's next round reads besides new entries.
+#[derive(Debug)]
+struct Due {
+    /// Read this replica's own unacknowledged entries (at start, and after
+    /// a round that left some).
+    own: bool,
+    /// When abandoned entries were last looked for.
+    claimed: Option<Instant>,
+}
+
+impl Due {
+    fn new() -> Self {
+        Self {
+            own: true,
+            claimed: None,
+        }
+    }
+
+    fn sources(&self, now: Instant) -> Sources {
+        Sources {
+            own: self.own,
+            abandoned: self
+                .claimed
+                .is_none_or(|at| now.saturating_duration_since(at) >= CLAIM_EVERY),
+        }
+    }
+
+    fn after(&mut self, sources: Sources, round: &Round, now: Instant) {
+        self.own = round.unsent > 0;
+        if sources.abandoned {
+            self.claimed = Some(now);
+        }
+    }
+}
+
+/// Which entries a round reads; new ones always.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sources {
+    /// Entries this consumer read before and did not acknowledge.
+    pub own: bool,
+    /// Entries other consumers left unacknowledged past [`CLAIM_IDLE`].
+    pub abandoned: bool,
+}
+
+impl Sources {
+    /// Every source.
+    pub const ALL: Self = Self {
+        own: true,
+        abandoned: true,
+    };
 }
 
 /// What one round did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Round {
-    /// Events acknowledged by Kafka and removed from the outbox.
-    pub published: u64,
-    /// Entries still in the outbox afterwards.
+    /// `created` events acknowledged by Kafka and removed from the outbox.
+    pub created: u64,
+    /// `expired` events acknowledged by Kafka and removed from the outbox.
+    pub expired: u64,
+    /// Entries read but not published (Kafka refused them): retried.
+    pub unsent: u64,
+    /// Entries in the outbox afterwards (any replica's).
     pub pending: u64,
 }
 
-/// One round for one sale: this replica's own unacknowledged entries, then
-/// new ones, then entries abandoned by other replicas. Public so tests can
-/// drive it without a timer.
+impl Round {
+    /// Events published.
+    pub fn published(&self) -> u64 {
+        self.created + self.expired
+    }
+
+    /// Whether the relay should go again at once: everything read went
+    /// out and entries remain.
+    fn more(&self) -> bool {
+        self.published() > 0 && self.unsent == 0 && self.pending > 0
+    }
+}
+
+/// One round of every source for one sale. Public so tests can drive it
+/// without a timer.
 pub async fn publish_round(
     store: &Store,
     producer: &OrderProducer,
     sale: &str,
     consumer: &str,
 ) -> Result<Round, StoreError> {
-    let keys = SaleKeys::new(sale);
-    let stream = keys.outbox();
-    let mut conn = store.connection();
-    ensure_group(&mut conn, &stream).await?;
-    let mut published = 0;
-    for source in [Source::Own, Source::New, Source::Abandoned] {
-        let entries = source.read(&mut conn, &stream, consumer).await?;
-        for entry in entries {
-            if publish(store, producer, sale, &entry).await? {
-                let _: () = redis::pipe()
-                    .atomic()
-                    .cmd("XACK")
-                    .arg(&stream)
-                    .arg(GROUP)
-                    .arg(&entry.stream_id)
-                    .ignore()
-                    .cmd("XDEL")
-                    .arg(&stream)
-                    .arg(&entry.stream_id)
-                    .ignore()
-                    .query_async(&mut conn)
-                    .await?;
-                published += 1;
-            }
-        }
-    }
-    let pending: u64 = redis::cmd("XLEN")
-        .arg(&stream)
-        .query_async(&mut conn)
-        .await?;
-    Ok(Round { published, pending })
+    publish_from(store, producer, sale, consumer, Sources::ALL).await
 }
 
-/// Sends the entry's event; `Ok(false)` leaves it for a later round.
-async fn publish(
+/// One round for one sale: this replica's own unacknowledged entries (if
+/// asked), new ones, then entries abandoned by other replicas (if asked),
+/// all sent at once in stream order.
+pub async fn publish_from(
     store: &Store,
     producer: &OrderProducer,
     sale: &str,
-    entry: &Entry,
-) -> Result<bool, StoreError> {
-    let Some(record) = store.reservation(sale, &entry.reservation).await? else {
-        // Nothing to announce: drop the entry rather than retry it forever.
-        tracing::warn!(
-            sale,
-            reservation = entry.reservation,
-            "outbox names a missing reservation"
-        );
-        return Ok(true);
-    };
-    let event = expired_event(sale, &record);
-    match producer.send(&event).await {
-        Ok(_) => Ok(true),
-        Err(err) => {
-            tracing::warn!(order = event.order_id, error = %err, "expired event not acknowledged; retrying");
-            Ok(false)
+    consumer: &str,
+    sources: Sources,
+) -> Result<Round, StoreError> {
+    let stream = SaleKeys::new(sale).outbox();
+    let mut conn = store.connection();
+    ensure_group(&mut conn, &stream).await?;
+    let mut entries = Vec::new();
+    for (source, wanted) in [
+        (Source::Own, sources.own),
+        (Source::New, true),
+        (Source::Abandoned, sources.abandoned),
+    ] {
+        if wanted {
+            entries.extend(source.read(&mut conn, &stream, consumer).await?);
         }
     }
+    let mut round = Round::default();
+    if !entries.is_empty() {
+        let ids: Vec<&str> = entries.iter().map(|e| e.reservation.as_str()).collect();
+        let records = store.reservations(sale, &ids).await?;
+        let sends = entries
+            .iter()
+            .zip(&records)
+            .map(|(entry, record)| publish(producer, sale, entry, record.as_ref()));
+        let sent = futures::future::join_all(sends).await;
+        let mut done = Vec::new();
+        for (entry, sent) in entries.iter().zip(sent) {
+            match (sent, entry.kind) {
+                (false, _) => round.unsent += 1,
+                (true, EventKind::Expired) => round.expired += 1,
+                (true, _) => round.created += 1,
+            }
+            if sent {
+                done.push(entry.stream_id.as_str());
+            }
+        }
+        if !done.is_empty() {
+            let _: () = redis::pipe()
+                .atomic()
+                .cmd("XACK")
+                .arg(&stream)
+                .arg(GROUP)
+                .arg(&done)
+                .ignore()
+                .cmd("XDEL")
+                .arg(&stream)
+                .arg(&done)
+                .ignore()
+                .query_async(&mut conn)
+                .await?;
+        }
+    }
+    round.pending = redis::cmd("XLEN")
+        .arg(&stream)
+        .query_async(&mut conn)
+        .await?;
+    Ok(round)
 }
 
-/// The `expired` event of a lapsed or cancelled reservation, from its record.
-fn expired_event(sale: &str, record: &Reservation) -> OrderEvent {
+/// Sends the entry's event; `false` leaves it for a later round.
+async fn publish(
+    producer: &OrderProducer,
+    sale: &str,
+    entry: &Entry,
+    record: Result<&Option<Reservation>, &StoreError>,
+) -> bool {
+    let record = match record {
+        Ok(Some(record)) => record,
+        // Nothing to announce, or nothing that ever could be: drop the
+        // entry rather than retry it forever.
+        Ok(None) => {
+            tracing::warn!(
+                sale,
+                reservation = entry.reservation,
+                "outbox names a missing reservation"
+            );
+            return true;
+        }
+        Err(err) => {
+            tracing::error!(sale, reservation = entry.reservation, error = %err, "outbox names an unreadable reservation; its event is dropped");
+            return true;
+        }
+    };
     let facts = ReservedFacts {
         sale,
         reservation_id: &record.id,
@@ -160,7 +298,15 @@ fn expired_event(sale: &str, record: &Reservation) -> OrderEvent {
         amount_minor: record.amount_minor,
         request_id: &record.request_id,
     };
-    OrderEvent::of_reservation(EventKind::Expired, facts, jiff::Timestamp::now())
+    let at = entry.added_at().unwrap_or_else(jiff::Timestamp::now);
+    let event = OrderEvent::of_reservation(entry.kind, facts, at);
+    match producer.send(&event).await {
+        Ok(_) => true,
+        Err(err) => {
+            tracing::warn!(order = event.order_id, kind = ?entry.kind, error = %err, "order event not acknowledged; retrying");
+            false
+        }
+    }
 }
 
 async fn ensure_group(conn: &mut RedisConnection, stream: &str) -> Result<(), StoreError> {
@@ -181,11 +327,8 @@ async fn ensure_group(conn: &mut RedisConnection, stream: &str) -> Result<(), St
 /// Where a round reads entries from.
 #[derive(Debug, Clone, Copy)]
 enum Source {
-    /// Entries this consumer read before and did not acknowledge.
     Own,
-    /// Entries no consumer has read.
     New,
-    /// Entries other consumers left unacknowledged past [`CLAIM_IDLE`].
     Abandoned,
 }
 
@@ -251,6 +394,12 @@ fn collect(value: &Value, found: &mut Vec<Entry>) {
     {
         found.push(Entry {
             stream_id: String::from_utf8_lossy(id).into_owned(),
+            // Entries from before `created` went through the outbox name
+            // no kind: they were all `expired`.
+            kind: match field(fields, "kind").as_deref() {
+                Some("created") => EventKind::Created,
+                _ => EventKind::Expired,
+            },
             reservation,
         });
         return;
@@ -282,7 +431,12 @@ mod tests {
         let entry = |id: &str, r: &str| {
             Value::Array(vec![
                 bulk(id),
-                Value::Array(vec![bulk("reservation"), bulk(r)]),
+                Value::Array(vec![
+                    bulk("kind"),
+                    bulk("created"),
+                    bulk("reservation"),
+                    bulk(r),
+                ]),
             ])
         };
         // XREADGROUP: [[stream, [entry...]]]
@@ -299,11 +453,17 @@ mod tests {
         let ids = |v: &Value| -> Vec<String> {
             entries(v)
                 .into_iter()
-                .map(|e| format!("{}={}", e.stream_id, e.reservation))
+                .map(|e| format!("{}={}:{:?}", e.stream_id, e.reservation, e.kind))
                 .collect()
         };
-        assert_eq!(ids(&read), ["1-0=a", "2-0=b"]);
-        assert_eq!(ids(&claimed), ["3-0=c"]);
+        assert_eq!(ids(&read), ["1-0=a:Created", "2-0=b:Created"]);
+        assert_eq!(ids(&claimed), ["3-0=c:Created"]);
+        // An entry written before entries had a kind announces an expiry.
+        let old = Value::Array(vec![
+            bulk("4-0"),
+            Value::Array(vec![bulk("reservation"), bulk("d")]),
+        ]);
+        assert_eq!(ids(&Value::Array(vec![old])), ["4-0=d:Expired"]);
         assert!(entries(&Value::Nil).is_empty());
     }
 }

@@ -147,6 +147,32 @@ impl Durability {
         }
     }
 
+    /// Acknowledges nothing before `key`'s primary has the writes made on
+    /// `conn` replicated as the policy asks (one `WAIT`). `since` is
+    /// [`RedisConnection::generation`] read before the writes: a connection
+    /// replaced in between cannot vouch for them.
+    pub(crate) async fn confirm(
+        &self,
+        conn: &mut RedisConnection,
+        key: &str,
+        since: u64,
+    ) -> Result<(), StoreError> {
+        let Self::Replicated { replicas, timeout } = *self else {
+            return Ok(());
+        };
+        let mut acked = conn.wait_for_replicas(key, replicas, timeout).await?;
+        if conn.generation() != since {
+            acked = 0;
+        }
+        if acked < u64::from(replicas) {
+            return Err(StoreError::NotDurable {
+                acked,
+                wanted: replicas,
+            });
+        }
+        Ok(())
+    }
+
     /// Replicas every acknowledged write waits for (0 for `fast`).
     pub fn replicas(&self) -> u32 {
         match self {
@@ -303,7 +329,11 @@ impl Store {
     /// (after `SCRIPT FLUSH` or a Redis restart) by the `redis` crate.
     pub fn new(conn: RedisConnection) -> Self {
         Self {
-            coalescer: Arc::new(Coalescer::new(conn.clone(), CoalesceSettings::default())),
+            coalescer: Arc::new(Coalescer::new(
+                conn.clone(),
+                CoalesceSettings::default(),
+                Durability::Fast,
+            )),
             conn,
             scripts: Arc::new(Scripts::new()),
             sales: Arc::default(),
@@ -315,6 +345,7 @@ impl Store {
     /// The same store, acknowledging writes by `durability`.
     pub fn with_durability(mut self, durability: Durability) -> Self {
         self.durability = durability;
+        self.coalescer = Arc::new(self.coalescer.rebuilt(self.coalescer.settings, durability));
         self
     }
 
@@ -371,21 +402,9 @@ impl Store {
     /// `since` is [`RedisConnection::generation`] read before the writes: a
     /// connection replaced in between cannot vouch for them.
     async fn make_durable(&self, key: &str, since: u64) -> Result<(), StoreError> {
-        let Durability::Replicated { replicas, timeout } = self.durability else {
-            return Ok(());
-        };
-        let mut conn = self.conn.clone();
-        let mut acked = conn.wait_for_replicas(key, replicas, timeout).await?;
-        if conn.generation() != since {
-            acked = 0;
-        }
-        if acked < u64::from(replicas) {
-            return Err(StoreError::NotDurable {
-                acked,
-                wanted: replicas,
-            });
-        }
-        Ok(())
+        self.durability
+            .confirm(&mut self.conn.clone(), key, since)
+            .await
     }
 
     /// Whether Redis still holds sale `sale` (its load marker). A sale found
@@ -592,27 +611,31 @@ impl Store {
     /// answered once it is as safe as the durability policy asks.
     pub async fn reserve(&self, req: &ReserveRequest<'_>) -> Result<ReserveOutcome, StoreError> {
         let since = self.conn.generation();
-        let outcome = self.decide_reservation(req).await?;
-        if matches!(
-            outcome,
-            ReserveOutcome::Reserved(_) | ReserveOutcome::Existing(_)
-        ) {
+        let (outcome, confirmed) = self.decide_reservation(req).await?;
+        if !confirmed
+            && matches!(
+                outcome,
+                ReserveOutcome::Reserved(_) | ReserveOutcome::Existing(_)
+            )
+        {
             self.make_durable(&SaleKeys::new(req.sale).sku(req.sku), since)
                 .await?;
         }
         Ok(outcome)
     }
 
+    /// The outcome, and whether it is already as durable as the policy
+    /// asks (a coalesced batch waits once for all its members).
     async fn decide_reservation(
         &self,
         req: &ReserveRequest<'_>,
-    ) -> Result<ReserveOutcome, StoreError> {
+    ) -> Result<(ReserveOutcome, bool), StoreError> {
         let info = self.sale(req.sale).await?;
         if info.lost.load(Ordering::Relaxed) {
             return Err(lost(req.sale, "its load marker"));
         }
         let Some(&shards) = info.shards.get(req.sku) else {
-            return Ok(ReserveOutcome::UnknownSku);
+            return Ok((ReserveOutcome::UnknownSku, true));
         };
         let keys = SaleKeys::new(req.sale);
         let uuid = uuid::Uuid::new_v4();
@@ -639,14 +662,14 @@ impl Store {
                 ttl_ms: info.ttl_ms,
             };
             let reply = self.coalescer.reserve(req.sale, req.sku, item).await?;
-            return self.reserve_reply(&keys, reply, fresh).await;
+            return Ok((self.reserve_reply(&keys, reply, fresh).await?, true));
         }
 
         let reply: Vec<String> = admission(&self.scripts.claim, &keys, req, &id, CLAIM_WINDOW_MS)
             .invoke_async(&mut conn)
             .await?;
         if reply.first().map(String::as_str) != Some("claimed") {
-            return self.reserve_reply(&keys, reply, fresh).await;
+            return Ok((self.reserve_reply(&keys, reply, fresh).await?, false));
         }
         // A random first shard spreads buyers; the others are tried in turn.
         let start = (uuid.as_u128() % u128::from(shards)) as u32;
@@ -659,19 +682,23 @@ impl Store {
             .key(keys.reservation(&id))
             .key(keys.expiry())
             .key(keys.user(req.sku, req.user))
+            .key(keys.outbox())
             .arg(&id)
             .arg(taken_from)
             .arg(info.ttl_ms)
             .invoke_async(&mut conn)
             .await?;
         match settled.first().map(String::as_str) {
-            Some("reserved") => Ok(ReserveOutcome::Reserved(fresh(
-                settled
-                    .get(1)
-                    .and_then(|e| e.parse().ok())
-                    .unwrap_or_default(),
-            ))),
-            Some("sold_out") => Ok(ReserveOutcome::SoldOut),
+            Some("reserved") => Ok((
+                ReserveOutcome::Reserved(fresh(
+                    settled
+                        .get(1)
+                        .and_then(|e| e.parse().ok())
+                        .unwrap_or_default(),
+                )),
+                false,
+            )),
+            Some("sold_out") => Ok((ReserveOutcome::SoldOut, true)),
             _ => Err(StoreError::ClaimExpired(id)),
         }
     }
@@ -753,6 +780,27 @@ impl Store {
         self.reservation_by_key(&SaleKeys::new(sale), id).await
     }
 
+    /// Reads several reservations of `sale` in one round trip, in order;
+    /// a record that cannot be read fails alone.
+    pub async fn reservations(
+        &self,
+        sale: &str,
+        ids: &[&str],
+    ) -> Result<Vec<Result<Option<Reservation>, StoreError>>, StoreError> {
+        let keys = SaleKeys::new(sale);
+        let mut pipe = redis::pipe();
+        for id in ids {
+            pipe.cmd("HGETALL").arg(keys.reservation(id));
+        }
+        let mut conn = self.conn.clone();
+        let replies: Vec<HashMap<String, String>> = pipe.query_async(&mut conn).await?;
+        Ok(ids
+            .iter()
+            .zip(replies)
+            .map(|(id, fields)| record(id, &fields))
+            .collect())
+    }
+
     async fn reservation_by_key(
         &self,
         keys: &SaleKeys,
@@ -763,46 +811,8 @@ impl Store {
             .arg(keys.reservation(id))
             .query_async(&mut conn)
             .await?;
-        if fields.is_empty() {
-            return Ok(None);
-        }
-        let get = |k: &str| {
-            fields
-                .get(k)
-                .cloned()
-                .ok_or_else(|| StoreError::Corrupt(format!("reservation {id} lacks {k}")))
-        };
-        let state = match get("state")?.as_str() {
-            "pending" => ReservationState::Pending,
-            "reserved" => ReservationState::Reserved,
-            "confirmed" => ReservationState::Confirmed,
-            "releasing" => ReservationState::Releasing,
-            "released" => ReservationState::Released,
-            other => {
-                return Err(StoreError::Corrupt(format!(
-                    "reservation {id} in state {other:?}"
-                )));
-            }
-        };
-        Ok(Some(Reservation {
-            id: id.to_owned(),
-            sku: get("sku")?,
-            user: get("user")?,
-            quantity: get("qty")?
-                .parse()
-                .map_err(|_| StoreError::Corrupt(format!("reservation {id} qty")))?,
-            // Absent on records written before amounts were kept.
-            amount_minor: fields
-                .get("amount")
-                .and_then(|a| a.parse().ok())
-                .unwrap_or(0),
-            request_id: get("request")?,
-            state,
-            reason: fields.get("reason").cloned(),
-            expires_at_ms: get("expires_at")?.parse().unwrap_or_default(),
-        }))
+        record(id, &fields)
     }
-
     /// Marks a reservation paid. Refused once it lapsed, even before the
     /// sweeper returned its units.
     pub async fn confirm(&self, sale: &str, id: &str) -> Result<ConfirmOutcome, StoreError> {
@@ -1119,6 +1129,48 @@ pub fn admission<'a>(
         .arg(req.amount_minor)
         .arg(req.request_id);
     invocation
+}
+
+/// The reservation `id` from its hash's fields; `None` when it has none.
+fn record(id: &str, fields: &HashMap<String, String>) -> Result<Option<Reservation>, StoreError> {
+    if fields.is_empty() {
+        return Ok(None);
+    }
+    let get = |k: &str| {
+        fields
+            .get(k)
+            .cloned()
+            .ok_or_else(|| StoreError::Corrupt(format!("reservation {id} lacks {k}")))
+    };
+    let state = match get("state")?.as_str() {
+        "pending" => ReservationState::Pending,
+        "reserved" => ReservationState::Reserved,
+        "confirmed" => ReservationState::Confirmed,
+        "releasing" => ReservationState::Releasing,
+        "released" => ReservationState::Released,
+        other => {
+            return Err(StoreError::Corrupt(format!(
+                "reservation {id} in state {other:?}"
+            )));
+        }
+    };
+    Ok(Some(Reservation {
+        id: id.to_owned(),
+        sku: get("sku")?,
+        user: get("user")?,
+        quantity: get("qty")?
+            .parse()
+            .map_err(|_| StoreError::Corrupt(format!("reservation {id} qty")))?,
+        // Absent on records written before amounts were kept.
+        amount_minor: fields
+            .get("amount")
+            .and_then(|a| a.parse().ok())
+            .unwrap_or(0),
+        request_id: get("request")?,
+        state,
+        reason: fields.get("reason").cloned(),
+        expires_at_ms: get("expires_at")?.parse().unwrap_or_default(),
+    }))
 }
 
 fn lost(sale: &str, what: &str) -> StoreError {

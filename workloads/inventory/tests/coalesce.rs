@@ -436,3 +436,100 @@ async fn a_failed_batch_fails_every_member_and_retries_succeed_once() -> anyhow:
     );
     Ok(())
 }
+
+/// The value of `field` in the `INFO commandstats` line of `command`.
+async fn command_calls(url: &str, command: &str) -> anyhow::Result<u64> {
+    let mut conn = redis::Client::open(url)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await?;
+    Ok(info
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0))
+}
+
+/// Under the replicated policy a batch sends one `WAIT` for all its
+/// members. On a private Redis with no replica yet, every `WAIT` times out:
+/// every member of every batch fails as not durable, though the script
+/// made their reservations. Once a replica has joined, retries under the
+/// same request ids succeed, each once, with the reservation first made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_waits_once_and_a_failed_wait_fails_every_member() -> anyhow::Result<()> {
+    let primary = PrivateRedis::start(&[]).await?;
+    let target: RedisTarget = primary.url.parse()?;
+    let replicated = inventory::store::Durability::Replicated {
+        replicas: 1,
+        timeout: Duration::from_millis(100),
+    };
+    let store = Store::new(RedisConnection::connect(&target, RedisTimeouts::default()).await?)
+        .with_durability(replicated);
+    let mut registry = Registry::default();
+    store.record_batch_sizes(&Metrics::register(&mut registry));
+    let sale = load(&store, 100, 2).await?;
+
+    let waits_before = command_calls(&primary.url, "wait").await?;
+    let asks: Vec<Ask> = (0..20)
+        .map(|i| ask(format!("u{i}"), 1, format!("w{i}")))
+        .collect();
+    for (a, outcome) in asks.iter().zip(concurrently(&store, &sale, &asks).await?) {
+        anyhow::ensure!(
+            matches!(
+                outcome,
+                Err(StoreError::NotDurable {
+                    acked: 0,
+                    wanted: 1
+                })
+            ),
+            "{a:?} answered {outcome:?} with no replica"
+        );
+    }
+    anyhow::ensure!(batched(&registry)?, "the requests were never in one call");
+    let text = render(&registry)?;
+    let calls = text
+        .lines()
+        .find_map(|l| l.strip_prefix("flashsale_inventory_reserve_batch_size_count"))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    let waits = command_calls(&primary.url, "wait").await? - waits_before;
+    anyhow::ensure!(
+        waits == calls && calls < 20,
+        "{waits} WAITs for {calls} script calls of 20 requests"
+    );
+    let level = stock_of(&store, &sale).await?;
+    anyhow::ensure!(level.reserved == 20, "the script ran: {level:?}");
+
+    // A replica joins; each client retries under its own request id.
+    let port = primary
+        .url
+        .rsplit(':')
+        .next()
+        .unwrap_or_default()
+        .trim_end_matches('/');
+    let _replica = PrivateRedis::start(&["--replicaof", "127.0.0.1", port]).await?;
+    let mut ids = HashSet::new();
+    for a in &asks {
+        let (store, sale) = (&store, &sale);
+        let outcome = poll_until(
+            "a retry to be confirmed by the replica",
+            Duration::from_secs(15),
+            Duration::from_millis(100),
+            || async move { reserve(store, sale, a).await.map_err(|e| e.to_string()) },
+        )
+        .await?;
+        match outcome {
+            ReserveOutcome::Existing(r) => anyhow::ensure!(ids.insert(r.id), "{a:?}"),
+            other => anyhow::bail!("{a:?}: retry answered {other:?}"),
+        }
+    }
+    let level = stock_of(&store, &sale).await?;
+    anyhow::ensure!(
+        level.reserved == 20 && level.available == 80,
+        "after the retries: {level:?}"
+    );
+    Ok(())
+}

@@ -1,7 +1,8 @@
-//! Expired orders are announced: a reservation that lapses unpaid, or that
-//! is cancelled (the gateway cancels after a publish that failed but may
-//! have landed), puts its `expired` order event on the order topic (real
-//! Redis, real Kafka), once per release, and nothing else does.
+//! Every order is announced from the sale's outbox (real Redis, real
+//! Kafka): a reservation puts its `created` order event in the outbox in
+//! the step that takes the units, and one that lapses unpaid or is
+//! cancelled its `expired` event, once per release; the relay publishes
+//! them in that order, and nothing else.
 
 use std::time::Duration;
 
@@ -71,8 +72,8 @@ async fn swept(store: &Store, sale: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The reservation ids in the sale's outbox stream, oldest first.
-async fn outbox_ids(sale: &str) -> anyhow::Result<Vec<String>> {
+/// The (kind, reservation id) entries of the sale's outbox, oldest first.
+async fn outbox_ids(sale: &str) -> anyhow::Result<Vec<(String, String)>> {
     let mut conn = redis_connection().await?;
     let entries: Vec<(String, Vec<String>)> = redis::cmd("XRANGE")
         .arg(SaleKeys::new(sale).outbox())
@@ -83,7 +84,9 @@ async fn outbox_ids(sale: &str) -> anyhow::Result<Vec<String>> {
     Ok(entries
         .into_iter()
         .filter_map(|(_, fields)| match fields.as_slice() {
-            [name, id] if name == "reservation" => Some(id.clone()),
+            [k, kind, r, id] if k == "kind" && r == "reservation" => {
+                Some((kind.clone(), id.clone()))
+            }
             _ => None,
         })
         .collect())
@@ -112,10 +115,28 @@ async fn a_cancelled_reservation_enters_the_outbox_once() -> anyhow::Result<()> 
     for shards in [1, 2] {
         let (store, sale) = sale("outbox-cancel", 60_000, shards).await?;
         let id = reserve(&store, &sale, "eve", "e1").await?;
+        let created = |id: &str| ("created".to_owned(), id.to_owned());
+        let expired = |id: &str| ("expired".to_owned(), id.to_owned());
+        assert_eq!(outbox_ids(&sale).await?, [created(&id)], "shards={shards}");
+        // A retry of the reservation adds nothing.
+        let retried = store
+            .reserve(&ReserveRequest {
+                sale: &sale,
+                sku: "HOT",
+                user: "eve",
+                quantity: 2,
+                request_id: "e1",
+                amount_minor: 3998,
+            })
+            .await?;
+        assert!(
+            matches!(retried, ReserveOutcome::Existing(_)),
+            "{retried:?}"
+        );
         assert_eq!(store.cancel(&sale, &id).await?, CancelOutcome::Cancelled);
         assert_eq!(
             outbox_ids(&sale).await?,
-            std::slice::from_ref(&id),
+            [created(&id), expired(&id)],
             "shards={shards}"
         );
         // A retried cancel, and a sweep, add nothing.
@@ -126,7 +147,7 @@ async fn a_cancelled_reservation_enters_the_outbox_once() -> anyhow::Result<()> 
         assert_eq!(store.sweep(&sale, 10).await?, 0);
         assert_eq!(
             outbox_ids(&sale).await?,
-            std::slice::from_ref(&id),
+            [created(&id), expired(&id)],
             "shards={shards}"
         );
 
@@ -146,7 +167,16 @@ async fn a_cancelled_reservation_enters_the_outbox_once() -> anyhow::Result<()> 
         assert_eq!(begun.first().map(String::as_str), Some("releasing"));
         assert_eq!(store.sweep(&sale, 10).await?, 1, "shards={shards}");
         assert_eq!(store.sweep(&sale, 10).await?, 0, "shards={shards}");
-        assert_eq!(outbox_ids(&sale).await?, [id, broken], "shards={shards}");
+        assert_eq!(
+            outbox_ids(&sale).await?,
+            [
+                created(&id),
+                expired(&id),
+                created(&broken),
+                expired(&broken)
+            ],
+            "shards={shards}"
+        );
         let level = store
             .stock(&sale, "HOT")
             .await?
@@ -162,7 +192,7 @@ async fn a_cancelled_reservation_enters_the_outbox_once() -> anyhow::Result<()> 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lapsed_and_cancelled_reservations_and_only_they_become_expired_events()
+async fn every_reservation_is_created_and_only_lapsed_and_cancelled_ones_expire()
 -> anyhow::Result<()> {
     let (store, sale) = sale("outbox", 200, 2).await?;
     let brokers = stack::kafka_brokers()?;
@@ -186,32 +216,40 @@ async fn lapsed_and_cancelled_reservations_and_only_they_become_expired_events()
     assert_eq!(
         first,
         Round {
-            published: 2,
+            created: 3,
+            expired: 2,
+            unsent: 0,
             pending: 0
         }
     );
-    assert_eq!(
-        second,
-        Round {
-            published: 0,
-            pending: 0
-        }
-    );
+    assert_eq!(second, Round::default());
 
+    // Each order's events in the order they happened (one user, one partition).
     let mut events = kafka::events(&brokers, &topic).await?;
     events.sort_by_key(|e| e.user_id.clone());
+    let order = |id: &str| flashsale_orders::order_id(id);
     assert_eq!(
         events
             .iter()
             .map(|e| (e.kind, e.order_id.clone()))
             .collect::<Vec<_>>(),
         [
-            (EventKind::Expired, flashsale_orders::order_id(&lapsed)),
-            (EventKind::Expired, flashsale_orders::order_id(&cancelled)),
+            (EventKind::Created, order(&lapsed)),
+            (EventKind::Expired, order(&lapsed)),
+            (EventKind::Created, order(&cancelled)),
+            (EventKind::Expired, order(&cancelled)),
+            (EventKind::Created, order(&paid)),
         ],
-        "the lapsed and the cancelled reservation, not the paid one"
+        "every reservation is an order; only the lapsed and the cancelled one expired"
     );
-    let event = &events[0];
+    let created = &events[0];
+    assert_eq!(created.idempotency_key, "a1", "the request id");
+    let age = jiff::Timestamp::now().duration_since(created.created_at);
+    assert!(
+        age > jiff::SignedDuration::ZERO && age < jiff::SignedDuration::from_secs(30),
+        "stamped when reserved, by Redis: {created:?}"
+    );
+    let event = &events[1];
     assert_eq!(
         (
             event.sale.as_str(),
@@ -232,6 +270,12 @@ async fn an_entry_whose_event_kafka_refused_stays_until_it_is_published() -> any
     let (store, sale) = sale("outbox-down", 100, 1).await?;
     reserve(&store, &sale, "dan", "d1").await?;
     swept(&store, &sale).await?;
+    let both = Round {
+        created: 1,
+        expired: 1,
+        unsent: 0,
+        pending: 0,
+    };
     // Nobody listens on this port: the send fails at its bound.
     let down = OrderProducer::new(&ProducerSettings {
         send_timeout: Duration::from_millis(300),
@@ -241,8 +285,9 @@ async fn an_entry_whose_event_kafka_refused_stays_until_it_is_published() -> any
     assert_eq!(
         failed,
         Round {
-            published: 0,
-            pending: 1
+            unsent: 2,
+            pending: 2,
+            ..Round::default()
         }
     );
 
@@ -255,13 +300,12 @@ async fn an_entry_whose_event_kafka_refused_stays_until_it_is_published() -> any
     })?;
     // The same replica retries its own unacknowledged entry.
     let retried = outbox::publish_round(&store, &up, &sale, "replica-a").await?;
-    assert_eq!(
-        retried,
-        Round {
-            published: 1,
-            pending: 0
-        }
-    );
-    assert_eq!(kafka::events(&brokers, &topic).await?.len(), 1);
+    assert_eq!(retried, both);
+    let kinds: Vec<EventKind> = kafka::events(&brokers, &topic)
+        .await?
+        .iter()
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(kinds, [EventKind::Created, EventKind::Expired]);
     Ok(())
 }

@@ -7,10 +7,7 @@
 
 mod common;
 
-use std::{
-    process::Stdio,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use flashsale_e2e::{
     private_redis::PrivateRedis,
@@ -32,12 +29,6 @@ fn port(redis: &PrivateRedis) -> &str {
     redis.url.rsplit(':').next().unwrap_or_default()
 }
 
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
 /// Sends `REPLICAOF args` to the Redis at `url`.
 async fn replicaof(url: &str, args: &[&str]) -> anyhow::Result<()> {
     let mut conn = redis::Client::open(url)?
@@ -50,43 +41,14 @@ async fn replicaof(url: &str, args: &[&str]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The inventory binary on `redis_url` with the sale file `def`; killed
-/// when dropped.
-struct Inventory {
-    _child: tokio::process::Child,
-    api: String,
-    ops: String,
-    http: reqwest::Client,
-    log: std::path::PathBuf,
+/// The inventory binary, checking every 100 ms whether its Redis takes writes.
+type Inventory = common::InventoryProcess;
+
+fn start(redis_url: &str, def: &SaleDefinition) -> anyhow::Result<Inventory> {
+    common::InventoryProcess::start(redis_url, def, &["--standby-check-ms", "100"])
 }
 
-impl Inventory {
-    fn start(redis_url: &str, def: &SaleDefinition) -> anyhow::Result<Self> {
-        let dir = std::env::temp_dir();
-        let sale_file = dir.join(format!("{}.json", unique_name("standby-sale")));
-        std::fs::write(&sale_file, serde_json::to_vec(def)?)?;
-        let log = dir.join(format!("{}.log", unique_name("standby-inventory")));
-        let (api, ops) = (free_port()?, free_port()?);
-        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_inventory"))
-            .args(["--redis-url", redis_url])
-            .arg("--sale-file")
-            .arg(&sale_file)
-            .args(["--listen", &format!("127.0.0.1:{api}")])
-            .args(["--ops-addr", &format!("127.0.0.1:{ops}")])
-            .args(["--standby-check-ms", "100"])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log)?)
-            .kill_on_drop(true)
-            .spawn()?;
-        Ok(Self {
-            _child: child,
-            api: format!("http://127.0.0.1:{api}"),
-            ops: format!("http://127.0.0.1:{ops}"),
-            http: reqwest::Client::new(),
-            log,
-        })
-    }
-
+impl common::InventoryProcess {
     /// Reserves one unit of `HOT` as `user`: the status and the body.
     async fn reserve(&self, sale: &str, user: &str) -> Result<(StatusCode, Value), String> {
         let response = self
@@ -139,10 +101,6 @@ impl Inventory {
         let url = format!("{}/v1/sales/{sale}/items/HOT/stock", self.api);
         Ok(self.http.get(url).send().await?.json().await?)
     }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
 }
 
 /// Region A's Redis and region B's, its replica, once it follows; A
@@ -191,7 +149,7 @@ async fn a_standby_inventory_sells_once_its_replica_is_promoted_and_stands_by_wh
 -> anyhow::Result<()> {
     let (primary, replica, def) = region_a_sold_two().await?;
     let sale = def.sale.clone();
-    let b = Inventory::start(&replica.url, &def)?;
+    let b = start(&replica.url, &def)?;
     let body = b
         .until_answered(
             "the standby to refuse sales",

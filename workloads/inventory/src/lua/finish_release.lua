@@ -2,10 +2,10 @@
 -- drops and the reservation leaves the expiry queue. A reservation that was
 -- an order (it left state `reserved`) is put in the outbox in the same
 -- step, so its `expired` order event is published at least once whatever
--- crashes: one that lapsed unpaid, and one cancelled, since the gateway
--- cancels only after a publish of its `created` event failed, and a send
--- that timed out may still have landed. A claim that never settled was
--- never an order. Idempotent: only the call that leaves `releasing` adds.
+-- crashes: one that lapsed unpaid, and one cancelled. Its `created` event
+-- entered the same stream earlier, when it was reserved. A claim that never
+-- settled was never an order. Idempotent: only the call that leaves
+-- `releasing` adds.
 -- KEYS: 1 reservation hash, 2 expiry zset, 3 user counter, 4 outbox stream
 -- ARGV: 1 reservation id
 if redis.call('HGET', KEYS[1], 'state') ~= 'releasing' then
@@ -16,6 +16,6 @@ redis.call('HSET', KEYS[1], 'state', 'released')
 redis.call('ZREM', KEYS[2], ARGV[1])
 local why = redis.call('HMGET', KEYS[1], 'reason', 'prior')
 if why[2] == 'reserved' and (why[1] == 'expired' or why[1] == 'cancelled') then
-  redis.call('XADD', KEYS[4], '*', 'reservation', ARGV[1])
+  redis.call('XADD', KEYS[4], '*', 'kind', 'expired', 'reservation', ARGV[1])
 end
 return 1

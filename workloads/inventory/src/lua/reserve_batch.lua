@@ -1,16 +1,21 @@
 -- Reserve when the SKU's only shard lives in the sale's slot: one script for
 -- a batch of requests of one SKU, each decided in order exactly as a call of
 -- its own would decide it (a single request is a batch of one). Every key is
--- in the sale's slot, so a batch is one atomic step on one node.
--- KEYS: 1 sku hash, 2 expiry zset, 3 shard avail, 4 shard held, then per
---       request: user counter, request-id key, reservation hash, taken marker
+-- in the sale's slot, so a batch is one atomic step on one node. A granted
+-- request's `created` order event goes into the sale's outbox in the same
+-- step: a reserved unit and its order's event exist together or not at all,
+-- so the order is acknowledged once this script (and, under the replicated
+-- policy, its WAIT) returned, and the outbox relay publishes it.
+-- KEYS: 1 sku hash, 2 expiry zset, 3 shard avail, 4 shard held, 5 outbox
+--       stream, then per request: user counter, request-id key, reservation
+--       hash, taken marker
 -- ARGV: 1 sku, then per request: qty, reservation id, user, ttl ms, amount,
 --       request id
 -- Answers one reply per request, in order: admit's refusal, {'sold_out', ''}
 -- or {'reserved', id, expires_at}.
 -- (admit.lua runs first.)
 local sku = ARGV[1]
-local n = (#KEYS - 4) / 4
+local n = (#KEYS - 5) / 4
 if n < 1 or n ~= math.floor(n) or #ARGV ~= 1 + 6 * n then
   return redis.error_reply('reserve batch: ' .. #KEYS .. ' keys do not fit ' .. #ARGV .. ' arguments')
 end
@@ -21,7 +26,7 @@ local taken = 0
 local now
 local replies = {}
 for i = 1, n do
-  local k = 4 + 4 * (i - 1)
+  local k = 5 + 4 * (i - 1)
   local a = 1 + 6 * (i - 1)
   local id = ARGV[a + 2]
   local refusal, qty, request = admit(KEYS[1], KEYS[k + 1], KEYS[k + 2], ARGV[a + 1], id, sku)
@@ -43,6 +48,7 @@ for i = 1, n do
       'state', 'reserved', 'expires_at', expires, 'request', ARGV[a + 6], 'amount', ARGV[a + 5])
     redis.call('ZADD', KEYS[2], expires, id)
     redis.call('SET', KEYS[k + 2], request)
+    redis.call('XADD', KEYS[5], '*', 'kind', 'created', 'reservation', id)
     replies[i] = {'reserved', id, tostring(expires)}
   end
 end

@@ -1,5 +1,6 @@
 //! What the store tests share: a fresh sale on a Redis (one server or a
-//! cluster), and the concurrent no-oversell hammer.
+//! cluster), the concurrent no-oversell hammer, and the inventory binary
+//! as a child process.
 
 // Each test binary uses only part of this.
 #![allow(dead_code)]
@@ -264,4 +265,66 @@ async fn check_books(
         "{late} units left for the single-unit buyers"
     );
     Ok(())
+}
+
+/// The inventory binary as a child process, serving its API and ops ports
+/// on loopback; killed when dropped.
+pub struct InventoryProcess {
+    child: tokio::process::Child,
+    /// Base URL of its API.
+    pub api: String,
+    /// Base URL of its ops server.
+    pub ops: String,
+    /// A client for it.
+    pub http: reqwest::Client,
+    log: std::path::PathBuf,
+}
+
+impl InventoryProcess {
+    /// Starts the binary on `redis_url` with the sale file `def` and
+    /// `extra` arguments; its log goes to a file [`Self::log`] reads.
+    pub fn start(redis_url: &str, def: &SaleDefinition, extra: &[&str]) -> anyhow::Result<Self> {
+        let dir = std::env::temp_dir();
+        let name = flashsale_e2e::stack::unique_name("inventory");
+        let sale_file = dir.join(format!("{name}.json"));
+        std::fs::write(&sale_file, serde_json::to_vec(def)?)?;
+        let log = dir.join(format!("{name}.log"));
+        let (api, ops) = (free_port()?, free_port()?);
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_inventory"))
+            .args(["--redis-url", redis_url])
+            .arg("--sale-file")
+            .arg(&sale_file)
+            .args(["--listen", &format!("127.0.0.1:{api}")])
+            .args(["--ops-addr", &format!("127.0.0.1:{ops}")])
+            .args(extra)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .kill_on_drop(true)
+            .spawn()?;
+        Ok(Self {
+            child,
+            api: format!("http://127.0.0.1:{api}"),
+            ops: format!("http://127.0.0.1:{ops}"),
+            http: reqwest::Client::new(),
+            log,
+        })
+    }
+
+    /// SIGKILL: no shutdown path runs.
+    pub async fn kill(&mut self) -> anyhow::Result<()> {
+        self.child.kill().await?;
+        Ok(())
+    }
+
+    /// What it logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+/// A port free on loopback a moment ago.
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
