@@ -8,13 +8,15 @@
 //!   requests refused) through the gateway vs Debian's nginx `limit_req` at
 //!   the same settings, keyed by the same user header;
 //! - `order`: the full order path (token, rate limit, reserve in the real
-//!   inventory, publish to Kafka with acks=all, answer), first at saturation,
-//!   then open-loop at half that rate for its p99; on the stack's single
-//!   broker and/or its three-broker cluster (`--kafka single,cluster`: a topic
-//!   with three replicas and `min.insync.replicas` 2), and optionally at
-//!   several producer lingers (`--linger-ms 5,0`). `--breakdown` also times
-//!   the path's two dependencies alone at the same rate: the inventory's
-//!   reserve and one Kafka send.
+//!   inventory, whose script also puts the order's event in the outbox,
+//!   answer), first at saturation, then open-loop at half that rate for its
+//!   p99; the inventory's relay publishes the events meanwhile, to the
+//!   stack's single broker and/or its three-broker cluster (`--kafka
+//!   single,cluster`: a topic with three replicas and `min.insync.replicas`
+//!   2), optionally at several producer lingers (`--linger-ms 5,0`).
+//!   `--breakdown` also times, alone at the same rate, the inventory's
+//!   reserve (HTTP) and the path's floor: one reserve-script call on Redis,
+//!   and prints the order's p99 over the floor's, a same-run ratio.
 //!
 //! Needs the local stack (`eval "$(e2e/local/stack env)"`). Run:
 //! `cargo run --release -p flashsale-bench --example bench_gateway -- --runs 3`
@@ -35,12 +37,13 @@ use flashsale_bench::{
     funnel::{Funnel, Options as FunnelOptions},
     load::{Measured, closed_loop, open_loop},
     median,
+    reserve_script::reserve_calls,
 };
 use flashsale_e2e::{
     clusters::KafkaCluster,
     funnel::{INVENTORY_TOKEN, TopicSpec, token},
 };
-use flashsale_orders::{EventKind, OrderEvent, OrderProducer, ProducerSettings, ReservedFacts};
+use flashsale_runtime::redis::{RedisConnection, RedisTarget, RedisTimeouts};
 use serde_json::json;
 
 /// A measured path.
@@ -93,8 +96,8 @@ struct Options {
     /// run; without it, the producer's default.
     #[arg(long, value_delimiter = ',')]
     linger_ms: Vec<u64>,
-    /// Also time the inventory's reserve alone and a Kafka send alone, each
-    /// at the order path's half-load rate.
+    /// Also time the inventory's reserve alone and one reserve-script call
+    /// alone (the path's floor), each at the order path's half-load rate.
     #[arg(long)]
     breakdown: bool,
 }
@@ -298,62 +301,26 @@ async fn reserve_open_loop(opts: &Options, funnel: &Funnel, rate: f64) -> anyhow
     .check()
 }
 
-/// One Kafka send alone (the event an order publishes, to the funnel's
-/// topic, by a producer with the gateway's settings), at `rate` per second.
-async fn send_open_loop(
-    opts: &Options,
-    funnel: &Funnel,
-    linger: Option<Duration>,
-    rate: f64,
-) -> anyhow::Result<Measured> {
-    let mut settings = ProducerSettings::new(funnel.brokers.clone());
-    settings.topic = funnel.topic.clone();
-    if let Some(linger) = linger {
-        settings.linger = linger;
-    }
-    let producer = OrderProducer::new(&settings)?;
-    // A new producer's first send waits for metadata and its producer id:
-    // not measured.
-    send_one(&producer, &funnel.sale).await?;
-    let sale = funnel.sale.clone();
-    open_loop(opts.concurrency, rate, seconds(opts), move |_| {
-        let (producer, sale) = (producer.clone(), sale.clone());
-        async move { send_one(&producer, &sale).await }
-    })
-    .await?
-    .check()
+/// The path's floor: one reserve-script call straight on the funnel's
+/// Redis, at `rate` per second.
+async fn script_open_loop(opts: &Options, funnel: &Funnel, rate: f64) -> anyhow::Result<Measured> {
+    let target: RedisTarget = flashsale_e2e::stack::redis_url()?.parse()?;
+    let conn = RedisConnection::connect(&target, RedisTimeouts::default()).await?;
+    let call = reserve_calls(&conn, &funnel.sale, "A", format!("floor{}", unique()));
+    open_loop(opts.concurrency, rate, seconds(opts), call)
+        .await?
+        .check()
 }
 
-/// Sends one order event of `sale` and waits for its acknowledgement.
-async fn send_one(producer: &OrderProducer, sale: &str) -> anyhow::Result<()> {
-    let id = format!("alone{}", unique());
-    let event = OrderEvent::of_reservation(
-        EventKind::Created,
-        ReservedFacts {
-            sale,
-            reservation_id: &id,
-            user_id: &id,
-            sku: "A",
-            quantity: 1,
-            amount_minor: 1999,
-            request_id: &id,
-        },
-        jiff::Timestamp::now(),
-    );
-    producer.send(&event).await?;
-    Ok(())
-}
-
-/// One order setup: where its events go, at which linger, and what it measured.
+/// One order setup: where its events go and what it measured.
 struct OrderSetup {
     label: String,
     kafka: Kafka,
-    linger: Option<Duration>,
     funnel: Funnel,
     saturated: Vec<Measured>,
     half: Vec<Measured>,
     reserve_alone: Vec<Measured>,
-    send_alone: Vec<Measured>,
+    floor: Vec<Measured>,
     unavailable: u64,
 }
 
@@ -383,12 +350,11 @@ impl OrderSetup {
         Ok(Self {
             label,
             kafka,
-            linger,
             funnel,
             saturated: vec![],
             half: vec![],
             reserve_alone: vec![],
-            send_alone: vec![],
+            floor: vec![],
             unavailable: 0,
         })
     }
@@ -412,16 +378,16 @@ impl OrderSetup {
         self.half.push(half);
         if opts.breakdown {
             let reserve = reserve_open_loop(opts, &self.funnel, rate).await?;
-            let send = send_open_loop(opts, &self.funnel, self.linger, rate).await?;
+            let floor = script_open_loop(opts, &self.funnel, rate).await?;
             eprintln!(
-                "    alone at {rate:.0}/s: reserve p50 {:.2} / p99 {:.2} ms, Kafka send p50 {:.2} / p99 {:.2} ms",
+                "    alone at {rate:.0}/s: reserve p50 {:.2} / p99 {:.2} ms, reserve script p50 {:.2} / p99 {:.2} ms",
                 reserve.p50_us() / 1000.0,
                 reserve.p99_us() / 1000.0,
-                send.p50_us() / 1000.0,
-                send.p99_us() / 1000.0
+                floor.p50_us() / 1000.0,
+                floor.p99_us() / 1000.0
             );
             self.reserve_alone.push(reserve);
-            self.send_alone.push(send);
+            self.floor.push(floor);
         }
         self.unavailable += UNAVAILABLE.load(Ordering::Relaxed) - before;
         Ok(())
@@ -451,8 +417,17 @@ impl OrderSetup {
                 &self.reserve_alone,
             );
             row(
-                &format!("  Kafka send alone ({})", self.label),
-                &self.send_alone,
+                &format!("  reserve script alone, the floor ({})", self.label),
+                &self.floor,
+            );
+            let over_floor = of(self
+                .half
+                .iter()
+                .zip(&self.floor)
+                .map(|(order, floor)| order.p99_us() / floor.p99_us()));
+            println!(
+                "  order p99 / floor p99 at half load ({}): {over_floor:.2} (median of same-run ratios)",
+                self.label
             );
         }
         println!("  orders answered 503: {}", self.unavailable);

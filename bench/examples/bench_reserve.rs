@@ -30,12 +30,12 @@ use clap::{Parser, ValueEnum};
 use flashsale_bench::{
     load::{Measured, closed_loop, open_loop},
     median,
+    reserve_script::reserve_calls,
 };
 use flashsale_e2e::clusters::{RedisCluster, RedisRole};
 use flashsale_runtime::redis::{RedisConnection, RedisTarget, RedisTimeouts};
 use inventory::{
     api::{self, AppState},
-    coalesce::{BatchItem, batch_invocation},
     keys::SaleKeys,
     metrics::Metrics,
     store::{Durability, ItemDefinition, SaleDefinition, Store},
@@ -153,38 +153,6 @@ fn via_service(
             url.clone(),
             format!("{tag}-{n}"),
         ))
-    }
-}
-
-/// A closed-loop op calling the reserve script straight on Redis, one
-/// reservation (a batch of one) per call, on `sale`.
-fn via_script(
-    conn: &RedisConnection,
-    sale: &str,
-    tag: String,
-) -> impl Fn(u64) -> futures::future::BoxFuture<'static, anyhow::Result<()>> + Send + Sync + 'static
-{
-    let script = Arc::new(redis::Script::new(inventory::store::RESERVE_LOCAL_LUA));
-    let (conn, keys) = (conn.clone(), SaleKeys::new(sale));
-    move |n| {
-        let (mut conn, script, keys) = (conn.clone(), script.clone(), keys.clone());
-        let id = format!("{tag}-{n}");
-        Box::pin(async move {
-            let item = BatchItem {
-                user: format!("u{id}"),
-                quantity: 1,
-                reservation_id: id.clone(),
-                request_id: id,
-                amount_minor: 3600,
-                ttl_ms: 3_600_000,
-            };
-            let replies: Vec<Vec<String>> = batch_invocation(&script, &keys, SKU, &[item])
-                .invoke_async(&mut conn)
-                .await?;
-            let reply = replies.first().and_then(|r| r.first());
-            anyhow::ensure!(reply.map(String::as_str) == Some("reserved"), "{replies:?}");
-            Ok(())
-        })
     }
 }
 
@@ -412,7 +380,7 @@ async fn against_baselines(
     closed_loop(
         opts.concurrency,
         Duration::from_secs(1),
-        via_script(&raw_conn, &raw_sale, "rw".into()),
+        reserve_calls(&raw_conn, &raw_sale, SKU, "rw".into()),
     )
     .await?;
     closed_loop(
@@ -434,7 +402,7 @@ async fn against_baselines(
             closed_loop(
                 opts.concurrency,
                 duration,
-                via_script(&raw_conn, &raw_sale, format!("r{run}")),
+                reserve_calls(&raw_conn, &raw_sale, SKU, format!("r{run}")),
             )
             .await?,
         );

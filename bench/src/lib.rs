@@ -32,6 +32,7 @@ pub mod funnel;
 pub mod load;
 mod median;
 mod recorder;
+pub mod reserve_script;
 pub mod system;
 
 pub use binary::release_binary;
