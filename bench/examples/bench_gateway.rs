@@ -7,6 +7,9 @@
 //! - `limited`: a rate-limited GET (rate 50/s, burst 10 per user, most
 //!   requests refused) through the gateway vs Debian's nginx `limit_req` at
 //!   the same settings, keyed by the same user header;
+//! - `sold-out`: an order of a SKU the gateway knows is sold out, answered
+//!   `409 sold_out` from its memory, vs a bare axum handler answering the
+//!   same 409;
 //! - `order`: the full order path (token, rate limit, reserve in the real
 //!   inventory, whose script also puts the order's event in the outbox,
 //!   answer), first at saturation, then open-loop at half that rate for its
@@ -31,7 +34,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use axum::{Json, Router, routing::get};
+use axum::{
+    Json, Router,
+    http::StatusCode,
+    routing::{get, post},
+};
 use clap::{Parser, ValueEnum};
 use flashsale_bench::{
     funnel::{Funnel, Options as FunnelOptions},
@@ -53,6 +60,8 @@ enum Path {
     Get,
     /// Rate-limited GET through the gateway vs nginx.
     Limited,
+    /// An order of a sold-out SKU through the gateway vs bare axum.
+    SoldOut,
     /// The order path.
     Order,
 }
@@ -140,17 +149,54 @@ fn seconds(opts: &Options) -> Duration {
     Duration::from_secs(opts.seconds)
 }
 
+/// Bare axum answering what the gateway answers, with none of its work:
+/// the item page, and an order of a sold-out SKU. Its base URL.
 async fn bare_axum() -> anyhow::Result<String> {
-    let router = Router::new().route(
-        "/api/v1/items/{sku}",
-        get(|| async {
-            Json(json!({"sku": "A", "status": "available", "available": 100, "stock": 100}))
-        }),
-    );
+    let router = Router::new()
+        .route(
+            "/api/v1/items/{sku}",
+            get(|| async {
+                Json(json!({"sku": "A", "status": "available", "available": 100, "stock": 100}))
+            }),
+        )
+        .route(
+            "/api/v1/orders",
+            post(|| async {
+                (
+                    StatusCode::CONFLICT,
+                    Json(json!({"error": "sold_out", "message": "SKU \"A\" is sold out"})),
+                )
+            }),
+        );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}/api/v1/items/A", listener.local_addr()?);
+    let url = format!("http://{}", listener.local_addr()?);
     tokio::spawn(async move { axum::serve(listener, router).await });
     Ok(url)
+}
+
+/// Orders `A` at `url` as each of `users` in turn, each with a key of its
+/// own, counting only `409` as an answer (the SKU is sold out).
+async fn order_sold_out(opts: &Options, url: String, users: usize) -> anyhow::Result<Measured> {
+    let http = client();
+    let tokens: Arc<Vec<String>> = Arc::new((0..users).map(|u| token(&format!("u{u}"))).collect());
+    closed_loop(opts.concurrency, seconds(opts), move |n| {
+        let (http, url, tokens) = (http.clone(), url.clone(), tokens.clone());
+        async move {
+            let index = usize::try_from(n)? % tokens.len();
+            let response = http
+                .post(&url)
+                .bearer_auth(&tokens[index])
+                .json(&json!({"sku": "A", "quantity": 1, "idempotencyKey": format!("k{n}")}))
+                .send()
+                .await?;
+            let status = response.status().as_u16();
+            response.bytes().await?;
+            anyhow::ensure!(status == 409, "unexpected HTTP {status}");
+            Ok(())
+        }
+    })
+    .await?
+    .check()
 }
 
 /// nginx with `limit_req` at rate 50/s, burst 10, keyed by `X-User`, in a
@@ -594,8 +640,10 @@ struct Peers {
     get_gateway: Option<String>,
     /// The rate-limited gateway.
     limited: Option<Funnel>,
-    /// The bare axum handler's URL.
+    /// The bare axum server's base URL.
     bare: Option<String>,
+    /// A gateway whose SKUs are sold out.
+    sold_out: Option<Funnel>,
     /// nginx with `limit_req`.
     nginx: Option<Nginx>,
 }
@@ -625,8 +673,18 @@ impl Peers {
             ),
             false => None,
         };
-        let bare = match wants(Path::Get) {
+        let bare = match wants(Path::Get) || wants(Path::SoldOut) {
             true => Some(bare_axum().await?),
+            false => None,
+        };
+        let sold_out = match wants(Path::SoldOut) {
+            true => Some(
+                Funnel::start(FunnelOptions {
+                    stock: 0,
+                    ..high_limits()
+                })
+                .await?,
+            ),
             false => None,
         };
         let nginx = match wants(Path::Limited) {
@@ -638,6 +696,7 @@ impl Peers {
             get_gateway,
             limited,
             bare,
+            sold_out,
             nginx,
         })
     }
@@ -651,6 +710,9 @@ impl Peers {
         if let Some(funnel) = self.own_funnel {
             funnel.cleanup().await?;
         }
+        if let Some(funnel) = self.sold_out {
+            funnel.cleanup().await?;
+        }
         Ok(())
     }
 }
@@ -662,16 +724,28 @@ struct Gets {
     bare_axum: Vec<Measured>,
     limited: Vec<Measured>,
     nginx: Vec<Measured>,
+    sold_out: Vec<Measured>,
+    bare_sold_out: Vec<Measured>,
 }
 
 impl Gets {
     /// One run of each GET path that has its peer.
     async fn run(&mut self, opts: &Options, peers: &Peers) -> anyhow::Result<()> {
-        if let (Some(gw_get), Some(bare)) = (&peers.get_gateway, &peers.bare) {
+        if let (Some(gw_get), Some(bare), true) = (
+            &peers.get_gateway,
+            &peers.bare,
+            opts.paths.contains(&Path::Get),
+        ) {
             self.gateway
                 .push(get_as_users(opts, gw_get.clone(), 10_000).await?);
             self.bare_axum
-                .push(get_as_users(opts, bare.clone(), 10_000).await?);
+                .push(get_as_users(opts, format!("{bare}/api/v1/items/A"), 10_000).await?);
+        }
+        if let (Some(funnel), Some(bare)) = (&peers.sold_out, &peers.bare) {
+            let url = format!("{}/api/v1/orders", funnel.gateway.url);
+            self.sold_out.push(order_sold_out(opts, url, 10_000).await?);
+            self.bare_sold_out
+                .push(order_sold_out(opts, format!("{bare}/api/v1/orders"), 10_000).await?);
         }
         if let (Some(limited), Some(nginx)) = (&peers.limited, &peers.nginx) {
             let url = format!("{}/api/v1/items/A", limited.gateway.url);
@@ -726,6 +800,10 @@ fn report(opts: &Options, gets: &Gets, orders: &[OrderSetup]) {
         row("gateway limited GET", &gets.limited);
         row("nginx limit_req GET", &gets.nginx);
     }
+    if !gets.sold_out.is_empty() {
+        row("gateway sold-out order", &gets.sold_out);
+        row("bare axum 409", &gets.bare_sold_out);
+    }
     for setup in orders {
         setup.report();
     }
@@ -734,6 +812,13 @@ fn report(opts: &Options, gets: &Gets, orders: &[OrderSetup]) {
     }
     if !gets.limited.is_empty() {
         ratios("limited GET gateway / nginx", &gets.limited, &gets.nginx);
+    }
+    if !gets.sold_out.is_empty() {
+        ratios(
+            "sold-out order gateway / bare axum",
+            &gets.sold_out,
+            &gets.bare_sold_out,
+        );
     }
     if let Some((first, rest)) = orders.split_first() {
         for other in rest {

@@ -11,7 +11,8 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use flashsale_e2e::{
     funnel::{
-        DRILL_KEY, INVENTORY_TOKEN, ITEMS, JWT_SECRET, PAYMENT_SECRET, Plan, ROOM_KEY, TopicSpec,
+        DRILL_KEY, INVENTORY_ADMIN_TOKEN, INVENTORY_TOKEN, ITEMS, JWT_SECRET, PAYMENT_SECRET, Plan,
+        ROOM_KEY, TopicSpec,
     },
     stack,
 };
@@ -68,8 +69,10 @@ impl Inventory {
             }
             None => None,
         };
-        let state = inventory::api::AppState::new(store, metrics, Duration::from_millis(200))
-            .with_tokens(inventory::auth::Tokens::new(Some(INVENTORY_TOKEN), None));
+        let state =
+            inventory::api::AppState::new(store, metrics, Duration::from_millis(200)).with_tokens(
+                inventory::auth::Tokens::new(Some(INVENTORY_TOKEN), Some(INVENTORY_ADMIN_TOKEN)),
+            );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let url = format!("http://{}", listener.local_addr()?);
         let task = tokio::spawn(async move {

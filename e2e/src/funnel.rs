@@ -22,6 +22,8 @@ pub const JWT_SECRET: &[u8] = b"test-secret-test-secret-test-secret!";
 pub const ROOM_KEY: &[u8] = b"room-key-room-key-room-key-room-key!";
 /// The token the funnel's inventory requires of the gateway.
 pub const INVENTORY_TOKEN: &str = "inventory-token-of-the-tests";
+/// The funnel's inventory's admin token (stock adjustments).
+pub const INVENTORY_ADMIN_TOKEN: &str = "inventory-admin-token-of-the-tests";
 /// The secret the funnel's payment provider signs callbacks with.
 pub const PAYMENT_SECRET: &[u8] = b"payment-secret-of-the-tests-0123456789";
 /// The drill key of the funnel's sale: tokens signed with it are drill

@@ -61,6 +61,11 @@ pub struct GatewayConfig {
     /// How long a stock answer is served from memory.
     #[serde(default = "default_item_cache_ms")]
     pub item_cache_ms: u64,
+    /// How long a SKU found sold out is answered so from memory, its orders
+    /// and its item page, before the inventory is asked again: the bound on
+    /// learning a restock (plus the inventory's own, 200 ms by default).
+    #[serde(default = "default_sold_out_recheck_ms")]
+    pub sold_out_recheck_ms: u64,
     /// When orders open (RFC 3339 with any offset); absent: already open.
     #[serde(default, deserialize_with = "opens_at")]
     pub opens_at: Option<Timestamp>,
@@ -245,6 +250,10 @@ fn default_item_cache_ms() -> u64 {
     500
 }
 
+fn default_sold_out_recheck_ms() -> u64 {
+    1_000
+}
+
 /// A region name as a Kubernetes label value has it, so it is also a valid
 /// header value.
 fn valid_region(region: &str) -> bool {
@@ -310,6 +319,12 @@ impl GatewayConfig {
         }
         if self.request_timeout_ms == 0 {
             return invalid("requestTimeoutMs must be positive".into());
+        }
+        if self.sold_out_recheck_ms > 60_000 {
+            return invalid(format!(
+                "soldOutRecheckMs must be 0-60000 (0: never answer sold out from memory), got {}",
+                self.sold_out_recheck_ms
+            ));
         }
         if let Some(region) = &self.region
             && !valid_region(region)

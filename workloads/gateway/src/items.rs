@@ -2,7 +2,9 @@
 //! refreshed by one request per SKU at a time (single flight), so a million
 //! page views cost the inventory a handful of reads. Only the sale's own
 //! SKUs have entries: an unknown SKU is refused before any lookup, so the
-//! cache cannot be flooded with misses.
+//! cache cannot be flooded with misses. The cache keeps the sale's sold-out
+//! flags ([`SoldOut`]): a reading of no stock sets one, and while it holds
+//! the last reading is served without a refresh.
 
 use std::{
     collections::HashMap,
@@ -16,7 +18,10 @@ use std::{
 use flashsale_inventory_api::StockLevel;
 use tokio::time::Instant;
 
-use crate::inventory_client::{InventoryClient, InventoryError};
+use crate::{
+    inventory_client::{InventoryClient, InventoryError},
+    sold_out::SoldOut,
+};
 
 /// Longest a refresh may take before the request is answered from what is
 /// known (or refused).
@@ -66,15 +71,20 @@ pub struct ItemCache {
     ttl: Duration,
     entries: Arc<HashMap<String, Entry>>,
     refreshes: Arc<AtomicU64>,
+    sold_out: Arc<SoldOut>,
 }
 
 impl ItemCache {
-    /// A cache of `skus`, each answer fresh for `ttl`.
+    /// A cache of `skus`, each answer fresh for `ttl`, and their sold-out
+    /// flags, each trusted for `sold_out_recheck`.
     pub fn new(
         inventory: InventoryClient,
         skus: impl IntoIterator<Item = String>,
         ttl: Duration,
+        sold_out_recheck: Duration,
     ) -> Self {
+        let skus: Vec<String> = skus.into_iter().collect();
+        let sold_out = Arc::new(SoldOut::new(skus.iter().cloned(), sold_out_recheck));
         let entries = skus
             .into_iter()
             .map(|sku| {
@@ -90,7 +100,13 @@ impl ItemCache {
             ttl,
             entries: Arc::new(entries),
             refreshes: Arc::default(),
+            sold_out,
         }
+    }
+
+    /// The sale's sold-out flags.
+    pub fn sold_out(&self) -> &SoldOut {
+        &self.sold_out
     }
 
     /// Reads that went to the inventory so far.
@@ -105,12 +121,12 @@ impl ItemCache {
             .entries
             .get(sku)
             .ok_or_else(|| ItemError::UnknownSku(sku.to_owned()))?;
-        if let Some(answer) = self.fresh(entry) {
+        if let Some(answer) = self.fresh(sku, entry) {
             return answer;
         }
         let _flight = entry.flight.lock().await;
         // Whoever held the flight before us may have refreshed already.
-        if let Some(answer) = self.fresh(entry) {
+        if let Some(answer) = self.fresh(sku, entry) {
             return answer;
         }
         self.refreshes.fetch_add(1, Ordering::Relaxed);
@@ -122,6 +138,11 @@ impl ItemCache {
         let now = Instant::now();
         match (result, *last) {
             (Ok(level), _) => {
+                if level.available == 0 {
+                    self.sold_out.mark(sku, now);
+                } else {
+                    self.sold_out.clear(sku);
+                }
                 let status = ItemStatus {
                     level,
                     stale: false,
@@ -145,11 +166,18 @@ impl ItemCache {
         }
     }
 
-    /// The answer while the last reading is younger than the TTL.
-    fn fresh(&self, entry: &Entry) -> Option<Result<ItemStatus, ItemError>> {
+    /// The answer while the last reading is younger than the TTL, or shows
+    /// `sku` sold out while its flag holds.
+    fn fresh(&self, sku: &str, entry: &Entry) -> Option<Result<ItemStatus, ItemError>> {
         let last = *entry.last.read().unwrap_or_else(|p| p.into_inner());
         match last {
             Reading::Level { status, at } if at.elapsed() < self.ttl => Some(Ok(status)),
+            Reading::Level { status, .. }
+                if status.level.available == 0
+                    && self.sold_out.is_sold_out(sku, Instant::now()) =>
+            {
+                Some(Ok(status))
+            }
             Reading::Failed { at } if at.elapsed() < self.ttl => Some(Err(ItemError::Unavailable)),
             _ => None,
         }

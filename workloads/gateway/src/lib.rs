@@ -16,5 +16,6 @@ pub mod payments;
 pub mod queue;
 pub mod ratelimit;
 pub mod server;
+pub mod sold_out;
 pub mod waiting_room;
 pub mod window;

@@ -114,6 +114,7 @@ pub struct GatewayMetrics {
     rate_limit_decisions: Family<DecisionLabels, Counter>,
     waiting_room_depth: Gauge,
     admitted: Counter,
+    sold_out_from_memory: Counter,
     degradation_tier: Gauge,
     degradation_generation: Gauge,
     clock_skew: Gauge<f64, AtomicU64>,
@@ -134,6 +135,7 @@ impl Default for GatewayMetrics {
             rate_limit_decisions: Family::default(),
             waiting_room_depth: Gauge::default(),
             admitted: Counter::default(),
+            sold_out_from_memory: Counter::default(),
             degradation_tier: Gauge::default(),
             degradation_generation: Gauge::default(),
             clock_skew: Gauge::default(),
@@ -211,6 +213,11 @@ impl GatewayMetrics {
             "gateway_admitted",
             "Waiting-room passes redeemed for an order",
             self.admitted.clone(),
+        );
+        registry.register(
+            "gateway_sold_out_from_memory",
+            "Orders answered sold out from this gateway's memory, without the inventory or Redis",
+            self.sold_out_from_memory.clone(),
         );
         registry.register(
             "gateway_degradation_tier",
@@ -308,6 +315,11 @@ impl GatewayMetrics {
     /// A pass redeemed.
     pub fn admitted(&self) {
         self.admitted.inc();
+    }
+
+    /// An order answered sold out from memory.
+    pub fn sold_out_from_memory(&self) {
+        self.sold_out_from_memory.inc();
     }
 
     /// This replica's clock minus Redis's, seconds.

@@ -95,6 +95,16 @@ pub async fn place(
     // inventory and Kafka: an order outside the window can never succeed,
     // so it costs nothing downstream, holds no stock and burns no pass.
     state.config.window_state(jiff::Timestamp::now()).check()?;
+    // A SKU known sold out is answered from memory, before the rate limit
+    // (a Redis call) and everything after it.
+    if state
+        .items
+        .sold_out()
+        .is_sold_out(&order.sku, Instant::now())
+    {
+        state.metrics.sold_out_from_memory();
+        return Err(sold_out(&order.sku));
+    }
     let rate = state.rate_limit(&user, RateScope::Shared).await?;
     // The pass is held on a lease: only an order that went through uses it
     // up. Any failure (sold out, a 503, a gateway crash, a client that went
@@ -253,7 +263,13 @@ async fn intake(state: &AppState, user: &User, order: &Order) -> Result<Response
             deadline,
         )
         .await
-        .map_err(inventory_refusal)?;
+        .map_err(|err| {
+            let refusal = inventory_refusal(err);
+            if refusal.code() == "sold_out" {
+                state.items.sold_out().mark(&order.sku, Instant::now());
+            }
+            refusal
+        })?;
     if let Some(answer) = standing(&record, now_ms())? {
         return Ok(answer);
     }
@@ -418,6 +434,15 @@ fn answer(record: &Reservation, status: &str) -> serde_json::Value {
         "status": status,
         "payBeforeMs": record.expires_at_ms,
     })
+}
+
+/// 409 `sold_out`, answered from this gateway's memory.
+fn sold_out(sku: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "sold_out",
+        format!("SKU {sku:?} is sold out"),
+    )
 }
 
 /// A 503 the client should retry after a second.

@@ -165,6 +165,7 @@ impl Gateway {
             inventory.clone(),
             config.items.iter().map(|i| i.sku.clone()),
             Duration::from_millis(config.item_cache_ms),
+            Duration::from_millis(config.sold_out_recheck_ms),
         );
         let kube = match &settings.switches {
             SwitchSource::ConfigMap { .. } => Some(kube::Client::try_default().await?),

@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::{DRILL_KEY, Funnel, Options, drill_order, http, now_s, order, provider_pays, token};
-use flashsale_e2e::stack;
+use flashsale_e2e::{stack, wait::poll_until};
 use inventory::keys::SaleKeys;
 use serde_json::{Value, json};
 
@@ -479,7 +479,7 @@ async fn item_status_is_cached_with_single_flight() -> anyhow::Result<()> {
         order(&funnel.gateway.url, "bob", "A", "k", None).await?.0,
         201
     );
-    flashsale_e2e::wait::poll_until(
+    poll_until(
         "the new stock level",
         Duration::from_secs(3),
         Duration::from_millis(50),
@@ -895,4 +895,125 @@ async fn buyers_whose_subject_is_an_email_or_uuid_can_order_and_pay() -> anyhow:
     );
     assert_eq!(funnel.available("A").await?, 98);
     funnel.cleanup().await
+}
+
+/// Adds `delta` units of `sku` through the inventory's admin API.
+async fn restock(funnel: &Funnel, sku: &str, delta: i64) -> anyhow::Result<()> {
+    let response = http()
+        .post(format!(
+            "{}/v1/sales/{}/items/{sku}/adjustments",
+            funnel.inventory.url, funnel.sale
+        ))
+        .bearer_auth(flashsale_e2e::funnel::INVENTORY_ADMIN_TOKEN)
+        .json(&json!({"delta": delta, "reason": "restock"}))
+        .send()
+        .await?;
+    anyhow::ensure!(response.status().is_success(), "{}", response.text().await?);
+    Ok(())
+}
+
+/// A SKU found sold out is answered so from the gateway's memory (no
+/// inventory, no Redis) for `soldOutRecheckMs`; a restock is learned within
+/// that plus the inventory's own 200 ms, and no order is answered sold out
+/// after that bound.
+#[tokio::test]
+async fn a_sold_out_sku_is_answered_from_memory_and_a_restock_learned_within_its_bound()
+-> anyhow::Result<()> {
+    const RECHECK: Duration = Duration::from_millis(1_000);
+    let bound = RECHECK + Duration::from_millis(200);
+    let funnel = Funnel::start(Options {
+        stock: 1,
+        per_user_limit: 1,
+        config: json!({"soldOutRecheckMs": RECHECK.as_millis() as u64, "requestTimeoutMs": 500}),
+        ..Options::default()
+    })
+    .await?;
+    let gw = &funnel.gateway.url;
+    let code = |answer: &(u16, Value, _)| (answer.0, answer.1["error"].as_str().map(str::to_owned));
+    let sold_out = || (409, Some("sold_out".to_owned()));
+    assert_eq!(order(gw, "alice", "A", "k", None).await?.0, 201);
+    assert_eq!(code(&order(gw, "bob", "A", "k", None).await?), sold_out());
+    let from_memory = || funnel.gateway.metric("gateway_sold_out_from_memory_total");
+    assert_eq!(from_memory(), Some(0.0), "the inventory said so");
+    assert_eq!(code(&order(gw, "carol", "A", "k", None).await?), sold_out());
+    assert_eq!(from_memory(), Some(1.0), "then memory did");
+
+    // Restocked: every order answered sold out after the bound is a failure.
+    restock(&funnel, "A", 1).await?;
+    let restocked = std::time::Instant::now();
+    let mut buyer = 0;
+    let took = poll_until(
+        "a restocked unit to be sold",
+        bound + Duration::from_secs(2),
+        Duration::from_millis(20),
+        || {
+            buyer += 1;
+            let user = format!("late{buyer}");
+            async move {
+                let answer = order(gw, &user, "A", "k", None)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let at = restocked.elapsed();
+                match code(&answer) {
+                    (201, _) => Ok(at),
+                    other if other == sold_out() && at < bound => {
+                        Err(format!("sold out at {at:?}"))
+                    }
+                    other => panic!("answered {other:?} {at:?} after the restock: {}", answer.1),
+                }
+            }
+        },
+    )
+    .await?;
+    assert!(
+        took < bound + Duration::from_millis(300),
+        "sold only {took:?} after the restock"
+    );
+
+    // Sold out again; with the inventory gone, only memory can answer,
+    // until the recheck: then the gateway asks and finds no inventory.
+    assert_eq!(code(&order(gw, "dave", "A", "k", None).await?), sold_out());
+    let flagged = std::time::Instant::now();
+    funnel.inventory.stop();
+    let (asked_at, buyer) = asked_again(gw, RECHECK).await?;
+    let asked = asked_at.duration_since(flagged);
+    assert!(
+        buyer > 1,
+        "the first order after the flag was answered from memory"
+    );
+    assert!(
+        asked >= RECHECK.saturating_sub(Duration::from_millis(50))
+            && asked < RECHECK + Duration::from_millis(500),
+        "asked again {asked:?} after the flag, recheck {RECHECK:?}"
+    );
+    funnel.cleanup().await
+}
+
+/// Orders `A` as new buyers until an answer is not `sold_out` (which must
+/// be the 503 of a missing inventory): when that order was sent, and how
+/// many orders it took.
+async fn asked_again(gw: &str, recheck: Duration) -> anyhow::Result<(std::time::Instant, usize)> {
+    let mut buyer = 0;
+    let at = poll_until(
+        "the gateway to ask the inventory again",
+        recheck + Duration::from_secs(2),
+        Duration::from_millis(20),
+        || {
+            buyer += 1;
+            let user = format!("gone{buyer}");
+            async move {
+                let sent = std::time::Instant::now();
+                let (status, body, _) = order(gw, &user, "A", "k", None)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                match (status, body["error"].as_str()) {
+                    (503, _) => Ok(sent),
+                    (409, Some("sold_out")) => Err("answered from memory".to_owned()),
+                    other => panic!("answered {other:?} with the inventory gone: {body}"),
+                }
+            }
+        },
+    )
+    .await?;
+    Ok((at, buyer))
 }
