@@ -9,7 +9,8 @@
 //!   the same settings, keyed by the same user header;
 //! - `sold-out`: an order of a SKU the gateway knows is sold out, answered
 //!   `409 sold_out` from its memory, vs a bare axum handler answering the
-//!   same 409;
+//!   same 409, and vs a gateway that asks the inventory every time
+//!   (`soldOutRecheckMs` 0);
 //! - `order`: the full order path (token, rate limit, reserve in the real
 //!   inventory, whose script also puts the order's event in the outbox,
 //!   answer), first at saturation, then open-loop at half that rate for its
@@ -642,8 +643,9 @@ struct Peers {
     limited: Option<Funnel>,
     /// The bare axum server's base URL.
     bare: Option<String>,
-    /// A gateway whose SKUs are sold out.
-    sold_out: Option<Funnel>,
+    /// A gateway whose SKUs are sold out, and one that asks the inventory
+    /// about every order.
+    sold_out: Option<(Funnel, Funnel)>,
     /// nginx with `limit_req`.
     nginx: Option<Nginx>,
 }
@@ -678,13 +680,19 @@ impl Peers {
             false => None,
         };
         let sold_out = match wants(Path::SoldOut) {
-            true => Some(
-                Funnel::start(FunnelOptions {
-                    stock: 0,
-                    ..high_limits()
-                })
-                .await?,
-            ),
+            true => {
+                let mut asking = high_limits();
+                asking.stock = 0;
+                asking.config["soldOutRecheckMs"] = json!(0);
+                Some((
+                    Funnel::start(FunnelOptions {
+                        stock: 0,
+                        ..high_limits()
+                    })
+                    .await?,
+                    Funnel::start(asking).await?,
+                ))
+            }
             false => None,
         };
         let nginx = match wants(Path::Limited) {
@@ -710,8 +718,9 @@ impl Peers {
         if let Some(funnel) = self.own_funnel {
             funnel.cleanup().await?;
         }
-        if let Some(funnel) = self.sold_out {
-            funnel.cleanup().await?;
+        if let Some((memory, asking)) = self.sold_out {
+            memory.cleanup().await?;
+            asking.cleanup().await?;
         }
         Ok(())
     }
@@ -725,6 +734,7 @@ struct Gets {
     limited: Vec<Measured>,
     nginx: Vec<Measured>,
     sold_out: Vec<Measured>,
+    sold_out_asking: Vec<Measured>,
     bare_sold_out: Vec<Measured>,
 }
 
@@ -741,9 +751,12 @@ impl Gets {
             self.bare_axum
                 .push(get_as_users(opts, format!("{bare}/api/v1/items/A"), 10_000).await?);
         }
-        if let (Some(funnel), Some(bare)) = (&peers.sold_out, &peers.bare) {
-            let url = format!("{}/api/v1/orders", funnel.gateway.url);
-            self.sold_out.push(order_sold_out(opts, url, 10_000).await?);
+        if let (Some((memory, asking)), Some(bare)) = (&peers.sold_out, &peers.bare) {
+            let url = |f: &Funnel| format!("{}/api/v1/orders", f.gateway.url);
+            self.sold_out
+                .push(order_sold_out(opts, url(memory), 10_000).await?);
+            self.sold_out_asking
+                .push(order_sold_out(opts, url(asking), 10_000).await?);
             self.bare_sold_out
                 .push(order_sold_out(opts, format!("{bare}/api/v1/orders"), 10_000).await?);
         }
@@ -802,6 +815,7 @@ fn report(opts: &Options, gets: &Gets, orders: &[OrderSetup]) {
     }
     if !gets.sold_out.is_empty() {
         row("gateway sold-out order", &gets.sold_out);
+        row("  asking the inventory", &gets.sold_out_asking);
         row("bare axum 409", &gets.bare_sold_out);
     }
     for setup in orders {
@@ -818,6 +832,11 @@ fn report(opts: &Options, gets: &Gets, orders: &[OrderSetup]) {
             "sold-out order gateway / bare axum",
             &gets.sold_out,
             &gets.bare_sold_out,
+        );
+        ratios(
+            "sold-out order from memory / asking the inventory",
+            &gets.sold_out,
+            &gets.sold_out_asking,
         );
     }
     if let Some((first, rest)) = orders.split_first() {
