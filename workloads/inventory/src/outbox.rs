@@ -14,6 +14,9 @@
 //!
 //! An entry names the reservation; the event is built from its record (an
 //! order is exactly what was reserved) and stamped with the entry's time.
+//! Under the replicated policy an entry is published only once a replica
+//! has it (one `WAIT` per round), so a write refused as not durable is not
+//! announced while its primary alone holds it.
 //! Publishers read the stream through one consumer group, so with several
 //! replicas each entry goes to one of them; a round sends all it read at
 //! once and acknowledges and deletes an entry only once Kafka acknowledged
@@ -24,7 +27,10 @@
 //! `paid` event that overtook its `created` (see its ledger) for longer
 //! than a takeover takes.
 
-use std::{collections::HashMap, time::Duration};
+use std::{
+    collections::{HashMap, HashSet},
+    time::Duration,
+};
 
 use flashsale_orders::{EventKind, OrderEvent, OrderProducer, ReservedFacts};
 use flashsale_runtime::RedisConnection;
@@ -100,7 +106,10 @@ pub async fn run(
                         }
                     }
                     Err(err) => {
-                        due.own = true;
+                        // The stream may be gone with its group (its keys
+                        // removed): make it again, and reread what this
+                        // replica holds.
+                        *due = Due::new();
                         tracing::warn!(sale, error = %err, "outbox not published; retrying next tick");
                         break;
                     }
@@ -110,9 +119,11 @@ pub async fn run(
     }
 }
 
-/// Which sources a sale's next round reads besides new entries.
+/// What a sale's next round does besides reading new entries.
 #[derive(Debug)]
 struct Due {
+    /// Create the consumer group (at start, and after a failed round).
+    group: bool,
     /// Read this replica's own unacknowledged entries (at start, and after
     /// a round that left some).
     own: bool,
@@ -123,6 +134,7 @@ struct Due {
 impl Due {
     fn new() -> Self {
         Self {
+            group: true,
             own: true,
             claimed: None,
         }
@@ -130,6 +142,7 @@ impl Due {
 
     fn sources(&self, now: Instant) -> Sources {
         Sources {
+            group: self.group,
             own: self.own,
             abandoned: self
                 .claimed
@@ -138,6 +151,7 @@ impl Due {
     }
 
     fn after(&mut self, sources: Sources, round: &Round, now: Instant) {
+        self.group = false;
         self.own = round.unsent > 0;
         if sources.abandoned {
             self.claimed = Some(now);
@@ -145,9 +159,12 @@ impl Due {
     }
 }
 
-/// Which entries a round reads; new ones always.
+/// Which entries a round reads, new ones always, and whether it first
+/// creates the consumer group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sources {
+    /// Create the consumer group (and the stream) if missing.
+    pub group: bool,
     /// Entries this consumer read before and did not acknowledge.
     pub own: bool,
     /// Entries other consumers left unacknowledged past [`CLAIM_IDLE`].
@@ -155,8 +172,9 @@ pub struct Sources {
 }
 
 impl Sources {
-    /// Every source.
+    /// Every source, the group created first.
     pub const ALL: Self = Self {
+        group: true,
         own: true,
         abandoned: true,
     };
@@ -211,7 +229,10 @@ pub async fn publish_from(
 ) -> Result<Round, StoreError> {
     let stream = SaleKeys::new(sale).outbox();
     let mut conn = store.connection();
-    ensure_group(&mut conn, &stream).await?;
+    let since = conn.generation();
+    if sources.group {
+        ensure_group(&mut conn, &stream).await?;
+    }
     let mut entries = Vec::new();
     for (source, wanted) in [
         (Source::Own, sources.own),
@@ -222,7 +243,23 @@ pub async fn publish_from(
             entries.extend(source.read(&mut conn, &stream, consumer).await?);
         }
     }
+    // This replica's own entries, once idle, are also among the abandoned.
+    let mut seen = HashSet::new();
+    entries.retain(|e| seen.insert(e.stream_id.clone()));
     let mut round = Round::default();
+    // Only what the durability policy holds durable is announced: under
+    // `replicated`, entries a replica has. Reading moved the group's
+    // cursor, a write on this connection, so one WAIT now covers every
+    // entry read. An order refused as not durable is not announced while
+    // only its primary holds it (a promoted standby with no replica of its
+    // own announces none of what it refused).
+    if !entries.is_empty()
+        && let Err(err) = store.make_durable(&stream, since).await
+    {
+        tracing::debug!(sale, error = %err, "outbox entries not durable yet; publishing them later");
+        round.unsent = u64::try_from(entries.len()).unwrap_or(u64::MAX);
+        entries.clear();
+    }
     if !entries.is_empty() {
         let ids: Vec<&str> = entries.iter().map(|e| e.reservation.as_str()).collect();
         let records = store.reservations(sale, &ids).await?;
@@ -232,15 +269,24 @@ pub async fn publish_from(
             .map(|(entry, record)| publish(producer, sale, entry, record.as_ref()));
         let sent = futures::future::join_all(sends).await;
         let mut done = Vec::new();
+        let mut refused = None;
         for (entry, sent) in entries.iter().zip(sent) {
-            match (sent, entry.kind) {
-                (false, _) => round.unsent += 1,
-                (true, EventKind::Expired) => round.expired += 1,
-                (true, _) => round.created += 1,
+            match sent {
+                Ok(()) => {
+                    match entry.kind {
+                        EventKind::Expired => round.expired += 1,
+                        _ => round.created += 1,
+                    }
+                    done.push(entry.stream_id.as_str());
+                }
+                Err(err) => {
+                    round.unsent += 1;
+                    refused.get_or_insert(err);
+                }
             }
-            if sent {
-                done.push(entry.stream_id.as_str());
-            }
+        }
+        if let Some(err) = refused {
+            tracing::warn!(sale, unsent = round.unsent, error = %err, "order events not acknowledged by Kafka; retrying");
         }
         if !done.is_empty() {
             let _: () = redis::pipe()
@@ -265,13 +311,13 @@ pub async fn publish_from(
     Ok(round)
 }
 
-/// Sends the entry's event; `false` leaves it for a later round.
+/// Sends the entry's event; an error (Kafka's) leaves it for a later round.
 async fn publish(
     producer: &OrderProducer,
     sale: &str,
     entry: &Entry,
     record: Result<&Option<Reservation>, &StoreError>,
-) -> bool {
+) -> Result<(), String> {
     let record = match record {
         Ok(Some(record)) => record,
         // Nothing to announce, or nothing that ever could be: drop the
@@ -282,11 +328,11 @@ async fn publish(
                 reservation = entry.reservation,
                 "outbox names a missing reservation"
             );
-            return true;
+            return Ok(());
         }
         Err(err) => {
             tracing::error!(sale, reservation = entry.reservation, error = %err, "outbox names an unreadable reservation; its event is dropped");
-            return true;
+            return Ok(());
         }
     };
     let facts = ReservedFacts {
@@ -300,13 +346,11 @@ async fn publish(
     };
     let at = entry.added_at().unwrap_or_else(jiff::Timestamp::now);
     let event = OrderEvent::of_reservation(entry.kind, facts, at);
-    match producer.send(&event).await {
-        Ok(_) => true,
-        Err(err) => {
-            tracing::warn!(order = event.order_id, kind = ?entry.kind, error = %err, "order event not acknowledged; retrying");
-            false
-        }
-    }
+    producer
+        .send(&event)
+        .await
+        .map(drop)
+        .map_err(|err| format!("{:?} event of {}: {err}", entry.kind, event.order_id))
 }
 
 async fn ensure_group(conn: &mut RedisConnection, stream: &str) -> Result<(), StoreError> {

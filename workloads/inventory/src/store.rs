@@ -401,7 +401,7 @@ impl Store {
     /// as the durability policy asks.
     /// `since` is [`RedisConnection::generation`] read before the writes: a
     /// connection replaced in between cannot vouch for them.
-    async fn make_durable(&self, key: &str, since: u64) -> Result<(), StoreError> {
+    pub(crate) async fn make_durable(&self, key: &str, since: u64) -> Result<(), StoreError> {
         self.durability
             .confirm(&mut self.conn.clone(), key, since)
             .await
