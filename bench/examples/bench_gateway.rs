@@ -120,29 +120,43 @@ fn client() -> reqwest::Client {
         .unwrap_or_default()
 }
 
-/// GETs `url` as each user (token and `X-User` header), counting 200 and 429
-/// alike as answers.
-async fn get_as_users(opts: &Options, url: String, users: usize) -> anyhow::Result<Measured> {
+/// Sends the request `build` makes for call `n` as user `u<index>` (each
+/// of `users` in turn, with a token of its own), closed-loop, counting only
+/// the statuses in `answers` as answers.
+async fn as_users(
+    opts: &Options,
+    users: usize,
+    answers: &'static [u16],
+    build: impl Fn(&reqwest::Client, usize, u64) -> reqwest::RequestBuilder + Send + Sync + 'static,
+) -> anyhow::Result<Measured> {
     let http = client();
     let tokens: Arc<Vec<String>> = Arc::new((0..users).map(|u| token(&format!("u{u}"))).collect());
+    let build = Arc::new(build);
     closed_loop(opts.concurrency, seconds(opts), move |n| {
-        let (http, url, tokens) = (http.clone(), url.clone(), tokens.clone());
+        let (http, tokens, build) = (http.clone(), tokens.clone(), build.clone());
         async move {
             let index = usize::try_from(n)? % tokens.len();
-            let response = http
-                .get(&url)
+            let response = build(&http, index, n)
                 .bearer_auth(&tokens[index])
-                .header("x-user", format!("u{index}"))
                 .send()
                 .await?;
             let status = response.status().as_u16();
             response.bytes().await?;
-            anyhow::ensure!(status == 200 || status == 429, "unexpected HTTP {status}");
+            anyhow::ensure!(answers.contains(&status), "unexpected HTTP {status}");
             Ok(())
         }
     })
     .await?
     .check()
+}
+
+/// GETs `url` as each user (token and `X-User` header), counting 200 and 429
+/// alike as answers.
+async fn get_as_users(opts: &Options, url: String, users: usize) -> anyhow::Result<Measured> {
+    as_users(opts, users, &[200, 429], move |http, index, _| {
+        http.get(&url).header("x-user", format!("u{index}"))
+    })
+    .await
 }
 
 /// How long each measurement lasts.
@@ -178,26 +192,11 @@ async fn bare_axum() -> anyhow::Result<String> {
 /// Orders `A` at `url` as each of `users` in turn, each with a key of its
 /// own, counting only `409` as an answer (the SKU is sold out).
 async fn order_sold_out(opts: &Options, url: String, users: usize) -> anyhow::Result<Measured> {
-    let http = client();
-    let tokens: Arc<Vec<String>> = Arc::new((0..users).map(|u| token(&format!("u{u}"))).collect());
-    closed_loop(opts.concurrency, seconds(opts), move |n| {
-        let (http, url, tokens) = (http.clone(), url.clone(), tokens.clone());
-        async move {
-            let index = usize::try_from(n)? % tokens.len();
-            let response = http
-                .post(&url)
-                .bearer_auth(&tokens[index])
-                .json(&json!({"sku": "A", "quantity": 1, "idempotencyKey": format!("k{n}")}))
-                .send()
-                .await?;
-            let status = response.status().as_u16();
-            response.bytes().await?;
-            anyhow::ensure!(status == 409, "unexpected HTTP {status}");
-            Ok(())
-        }
+    as_users(opts, users, &[409], move |http, _, n| {
+        http.post(&url)
+            .json(&json!({"sku": "A", "quantity": 1, "idempotencyKey": format!("k{n}")}))
     })
-    .await?
-    .check()
+    .await
 }
 
 /// nginx with `limit_req` at rate 50/s, burst 10, keyed by `X-User`, in a

@@ -333,30 +333,11 @@ impl Funnel {
     /// drained: every order acknowledged so far is then in Kafka (an entry
     /// leaves the outbox only once Kafka acknowledged its event).
     pub async fn events(&self) -> anyhow::Result<Vec<flashsale_orders::OrderEvent>> {
+        let conn = redis::Client::open(stack::redis_url()?)?
+            .get_multiplexed_async_connection()
+            .await?;
         let outbox = SaleKeys::new(&self.sale).outbox();
-        let client = redis::Client::open(stack::redis_url()?)?;
-        let conn = client.get_multiplexed_async_connection().await?;
-        flashsale_e2e::wait::poll_until(
-            "the sale's outbox to be published",
-            Duration::from_secs(15),
-            Duration::from_millis(10),
-            || {
-                let (mut conn, outbox) = (conn.clone(), outbox.clone());
-                async move {
-                    let left: u64 = redis::cmd("XLEN")
-                        .arg(&outbox)
-                        .query_async(&mut conn)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    if left == 0 {
-                        Ok(())
-                    } else {
-                        Err(format!("{left} entries left"))
-                    }
-                }
-            },
-        )
-        .await?;
+        flashsale_e2e::wait::until_stream_empty(&conn, &outbox, Duration::from_secs(15)).await?;
         flashsale_e2e::funnel::events(&self.brokers, &self.topic).await
     }
 

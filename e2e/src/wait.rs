@@ -44,6 +44,36 @@ where
     }
 }
 
+/// Waits up to `within` until the Redis stream `key` holds no entry (or is
+/// gone): everything written to it was consumed and deleted. `conn` is any
+/// async connection, to one server or a cluster.
+pub async fn until_stream_empty<C>(conn: &C, key: &str, within: Duration) -> Result<(), Timeout>
+where
+    C: redis::aio::ConnectionLike + Clone + Send,
+{
+    poll_until(
+        &format!("the stream {key} to be empty"),
+        within,
+        Duration::from_millis(10),
+        || {
+            let mut conn = conn.clone();
+            let key = key.to_owned();
+            async move {
+                let left: u64 = redis::cmd("XLEN")
+                    .arg(&key)
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                match left {
+                    0 => Ok(()),
+                    left => Err(format!("{left} entries left")),
+                }
+            }
+        },
+    )
+    .await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

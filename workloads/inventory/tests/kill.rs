@@ -27,7 +27,7 @@ use flashsale_e2e::{
     clusters::{KafkaCluster, RedisCluster},
     kafka,
     stack::unique_name,
-    wait::poll_until,
+    wait::{poll_until, until_stream_empty},
 };
 use flashsale_inventory_api::StockLevel;
 use flashsale_orders::EventKind;
@@ -257,26 +257,7 @@ impl Scene {
         let target: RedisTarget = self.redis.urls().parse()?;
         let conn = RedisConnection::connect(&target, RedisTimeouts::default()).await?;
         let outbox = SaleKeys::new(&self.def.sale).outbox();
-        poll_until(
-            "the outbox to drain",
-            Duration::from_secs(60),
-            Duration::from_millis(100),
-            || {
-                let (mut conn, outbox) = (conn.clone(), outbox.clone());
-                async move {
-                    let left: u64 = redis::cmd("XLEN")
-                        .arg(&outbox)
-                        .query_async(&mut conn)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    match left {
-                        0 => Ok(()),
-                        left => Err(format!("{left} entries left")),
-                    }
-                }
-            },
-        )
-        .await?;
+        until_stream_empty(&conn, &outbox, Duration::from_secs(60)).await?;
         Ok(())
     }
 }
