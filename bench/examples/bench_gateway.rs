@@ -4,6 +4,11 @@
 //! - `get`: a tier-1 `GET /api/v1/items/A` through the gateway (token check,
 //!   Redis GCRA decision, concurrency slot, cached stock) vs a bare axum
 //!   handler answering the same JSON;
+//! - `slow-get`: the same GET through a gateway whose inventory is 50 ms
+//!   away (a delay the benchmark owns, in front of the real inventory),
+//!   its item cache refreshed every second, vs the same bare axum: the
+//!   refresh-ahead cache and the hedged read keep every read off the
+//!   inventory's latency;
 //! - `limited`: a rate-limited GET (rate 50/s, burst 10 per user, most
 //!   requests refused) through the gateway vs Debian's nginx `limit_req` at
 //!   the same settings, keyed by the same user header;
@@ -42,16 +47,18 @@ use axum::{
 };
 use clap::{Parser, ValueEnum};
 use flashsale_bench::{
-    funnel::{Funnel, Options as FunnelOptions},
+    funnel::{Funnel, Options as FunnelOptions, Running},
     load::{Measured, closed_loop, open_loop},
     median,
     reserve_script::reserve_calls,
 };
 use flashsale_e2e::{
     clusters::KafkaCluster,
+    delay::DelayProxy,
     funnel::{INVENTORY_TOKEN, TopicSpec, token},
 };
 use flashsale_runtime::redis::{RedisConnection, RedisTarget, RedisTimeouts};
+use gateway::server::SwitchSource;
 use serde_json::json;
 
 /// A measured path.
@@ -59,6 +66,8 @@ use serde_json::json;
 enum Path {
     /// GET through the gateway vs bare axum.
     Get,
+    /// GET through a gateway whose inventory is 50 ms away vs bare axum.
+    SlowGet,
     /// Rate-limited GET through the gateway vs nginx.
     Limited,
     /// An order of a sold-out SKU through the gateway vs bare axum.
@@ -496,6 +505,28 @@ fn high_limits() -> FunnelOptions {
     }
 }
 
+/// How far the `slow-get` gateway's inventory is.
+const INVENTORY_DELAY: Duration = Duration::from_millis(50);
+
+/// A funnel with a second gateway that reaches its inventory through a
+/// delay of [`INVENTORY_DELAY`], its item cache refreshed every second, so
+/// that a measurement spans several refreshes.
+async fn slow_inventory() -> anyhow::Result<(Funnel, DelayProxy, Running)> {
+    // The funnel's item cache lasts a second (`high_limits`).
+    let funnel = Funnel::start(high_limits()).await?;
+    let proxy = DelayProxy::start(&funnel.inventory.url).await?;
+    proxy.set_delay(INVENTORY_DELAY);
+    let gateway = Running::start(
+        funnel.config.clone(),
+        &proxy.url,
+        &funnel.brokers,
+        &funnel.topic,
+        SwitchSource::None,
+    )
+    .await?;
+    Ok((funnel, proxy, gateway))
+}
+
 /// Waits until the Kafka cluster and `topic`'s partition are whole (another
 /// test may have killed a broker); says so when that took a while.
 async fn kafka_healthy(cluster: &KafkaCluster, topic: &str, run: usize) -> anyhow::Result<()> {
@@ -588,6 +619,9 @@ async fn main() -> anyhow::Result<()> {
     if let (Some(url), true) = (&peers.get_gateway, opts.paths.contains(&Path::Get)) {
         get_as_users(&warm, url.clone(), 1_000).await?;
     }
+    if let Some((_, _, slow)) = &peers.slow {
+        get_as_users(&warm, format!("{}/api/v1/items/A", slow.url), 1_000).await?;
+    }
     for setup in &orders {
         order_saturated(&warm, &setup.funnel.gateway.url).await?;
     }
@@ -642,6 +676,9 @@ struct Peers {
     limited: Option<Funnel>,
     /// The bare axum server's base URL.
     bare: Option<String>,
+    /// A gateway reaching its funnel's inventory through a delay, with
+    /// both.
+    slow: Option<(Funnel, DelayProxy, Running)>,
     /// A gateway whose SKUs are sold out, and one that asks the inventory
     /// about every order.
     sold_out: Option<(Funnel, Funnel)>,
@@ -674,7 +711,11 @@ impl Peers {
             ),
             false => None,
         };
-        let bare = match wants(Path::Get) || wants(Path::SoldOut) {
+        let slow = match wants(Path::SlowGet) {
+            true => Some(slow_inventory().await?),
+            false => None,
+        };
+        let bare = match wants(Path::Get) || wants(Path::SlowGet) || wants(Path::SoldOut) {
             true => Some(bare_axum().await?),
             false => None,
         };
@@ -703,6 +744,7 @@ impl Peers {
             get_gateway,
             limited,
             bare,
+            slow,
             sold_out,
             nginx,
         })
@@ -717,6 +759,10 @@ impl Peers {
         if let Some(funnel) = self.own_funnel {
             funnel.cleanup().await?;
         }
+        if let Some((funnel, _, gateway)) = self.slow {
+            drop(gateway);
+            funnel.cleanup().await?;
+        }
         if let Some((memory, asking)) = self.sold_out {
             memory.cleanup().await?;
             asking.cleanup().await?;
@@ -729,6 +775,7 @@ impl Peers {
 #[derive(Default)]
 struct Gets {
     gateway: Vec<Measured>,
+    slow_inventory: Vec<Measured>,
     bare_axum: Vec<Measured>,
     limited: Vec<Measured>,
     nginx: Vec<Measured>,
@@ -740,13 +787,19 @@ struct Gets {
 impl Gets {
     /// One run of each GET path that has its peer.
     async fn run(&mut self, opts: &Options, peers: &Peers) -> anyhow::Result<()> {
-        if let (Some(gw_get), Some(bare), true) = (
-            &peers.get_gateway,
-            &peers.bare,
-            opts.paths.contains(&Path::Get),
-        ) {
+        if let (Some(gw_get), true) = (&peers.get_gateway, opts.paths.contains(&Path::Get)) {
             self.gateway
                 .push(get_as_users(opts, gw_get.clone(), 10_000).await?);
+        }
+        if let Some((_, _, slow)) = &peers.slow {
+            let url = format!("{}/api/v1/items/A", slow.url);
+            self.slow_inventory
+                .push(get_as_users(opts, url, 10_000).await?);
+        }
+        if let (Some(bare), true) = (
+            &peers.bare,
+            opts.paths.contains(&Path::Get) || opts.paths.contains(&Path::SlowGet),
+        ) {
             self.bare_axum
                 .push(get_as_users(opts, format!("{bare}/api/v1/items/A"), 10_000).await?);
         }
@@ -806,6 +859,11 @@ fn report(opts: &Options, gets: &Gets, orders: &[OrderSetup]) {
     );
     if !gets.gateway.is_empty() {
         row("gateway GET", &gets.gateway);
+    }
+    if !gets.slow_inventory.is_empty() {
+        row("  inventory +50 ms", &gets.slow_inventory);
+    }
+    if !gets.bare_axum.is_empty() {
         row("bare axum GET", &gets.bare_axum);
     }
     if !gets.limited.is_empty() {
@@ -822,6 +880,13 @@ fn report(opts: &Options, gets: &Gets, orders: &[OrderSetup]) {
     }
     if !gets.gateway.is_empty() {
         ratios("GET gateway / bare axum", &gets.gateway, &gets.bare_axum);
+    }
+    if !gets.slow_inventory.is_empty() {
+        ratios(
+            "GET gateway, inventory +50 ms / bare axum",
+            &gets.slow_inventory,
+            &gets.bare_axum,
+        );
     }
     if !gets.limited.is_empty() {
         ratios("limited GET gateway / nginx", &gets.limited, &gets.nginx);

@@ -7,6 +7,10 @@
 //!   client), which coalesces concurrent reservations of the SKU into one
 //!   call of the same script (with `--shards N` > 1: the sharded path, claim,
 //!   take from a shard, settle, without coalescing);
+//! - `gateway-client`: the gateway's own inventory client against the same
+//!   service, as an order takes it: concurrent reservations travel many in
+//!   one request (reservation batches), which the service decides in one
+//!   script call;
 //! - `naive-sql`: `UPDATE stock SET available = available - 1 WHERE sku = $1
 //!   AND available > 0` on PostgreSQL, committed durably (`synchronous_commit = on`).
 //!
@@ -33,7 +37,9 @@ use flashsale_bench::{
     reserve_script::reserve_calls,
 };
 use flashsale_e2e::clusters::{RedisCluster, RedisRole};
+use flashsale_inventory_api::paths;
 use flashsale_runtime::redis::{RedisConnection, RedisTarget, RedisTimeouts};
+use gateway::inventory_client::InventoryClient;
 use inventory::{
     api::{self, AppState},
     keys::SaleKeys,
@@ -111,16 +117,13 @@ fn ratio(a: &[Measured], b: &[Measured], f: impl Fn(&Measured) -> f64) -> (f64, 
 }
 
 /// The inventory's API in this process on loopback, over `store`; returns
-/// the reservation URL of `sale` and the service's metrics registry.
-async fn serve(store: Store, sale: &str) -> anyhow::Result<(String, Arc<Registry>)> {
+/// its base URL and the service's metrics registry.
+async fn serve(store: Store) -> anyhow::Result<(String, Arc<Registry>)> {
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
     let state = AppState::new(store, metrics, Duration::from_millis(200));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!(
-        "http://{}/v1/sales/{sale}/reservations",
-        listener.local_addr()?
-    );
+    let url = format!("http://{}", listener.local_addr()?);
     tokio::spawn(async move { axum::serve(listener, api::router(state)).await });
     Ok((url, Arc::new(registry)))
 }
@@ -138,21 +141,41 @@ async fn reserve_http(http: reqwest::Client, url: String, id: String) -> anyhow:
     Ok(())
 }
 
-/// A closed-loop op reserving through the service; `tag` keeps request ids
-/// of different measurements apart.
+/// A closed-loop op reserving through the service at `base` for `sale`;
+/// `tag` keeps request ids of different measurements apart.
 fn via_service(
     http: &reqwest::Client,
-    url: &str,
+    base: &str,
+    sale: &str,
     tag: String,
 ) -> impl Fn(u64) -> futures::future::BoxFuture<'static, anyhow::Result<()>> + Send + Sync + 'static
 {
-    let (http, url) = (http.clone(), url.to_owned());
+    let (http, url) = (http.clone(), format!("{base}{}", paths::reservations(sale)));
     move |n| {
         Box::pin(reserve_http(
             http.clone(),
             url.clone(),
             format!("{tag}-{n}"),
         ))
+    }
+}
+
+/// A closed-loop op reserving through the gateway's inventory client.
+fn via_gateway_client(
+    client: &InventoryClient,
+    tag: String,
+) -> impl Fn(u64) -> futures::future::BoxFuture<'static, anyhow::Result<()>> + Send + Sync + 'static
+{
+    let client = client.clone();
+    move |n| {
+        let (client, id) = (client.clone(), format!("{tag}-{n}"));
+        Box::pin(async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+            client
+                .reserve(SKU, &format!("u{id}"), 1, 0, &id, deadline)
+                .await?;
+            Ok(())
+        })
     }
 }
 
@@ -365,7 +388,8 @@ async fn against_baselines(
     // The raw baseline gets a sale of its own, so the two never share keys.
     let raw_sale = format!("{prefix}raw");
     store.load(&definition(&raw_sale, 1)).await?;
-    let (url, registry) = serve(store, sale).await?;
+    let (base, registry) = serve(store).await?;
+    let client = InventoryClient::new(&base, sale, None)?;
 
     // The raw baseline: the same script, straight to Redis, one request per
     // call, over the connection type the service uses (one server or a
@@ -386,7 +410,13 @@ async fn against_baselines(
     closed_loop(
         opts.concurrency,
         Duration::from_secs(1),
-        via_service(http, &url, "sw".into()),
+        via_service(http, &base, sale, "sw".into()),
+    )
+    .await?;
+    closed_loop(
+        opts.concurrency,
+        Duration::from_secs(1),
+        via_gateway_client(&client, "gw".into()),
     )
     .await?;
 
@@ -394,6 +424,7 @@ async fn against_baselines(
     let mut rows: Vec<(&str, Vec<Measured>)> = vec![
         ("raw-lua", vec![]),
         ("service", vec![]),
+        ("gateway-client", vec![]),
         ("naive-sql", vec![]),
     ];
     for run in 1..=opts.runs {
@@ -410,21 +441,31 @@ async fn against_baselines(
             closed_loop(
                 opts.concurrency,
                 duration,
-                via_service(http, &url, format!("s{run}")),
+                via_service(http, &base, sale, format!("s{run}")),
+            )
+            .await?,
+        );
+        let gateway_client = noted(
+            closed_loop(
+                opts.concurrency,
+                duration,
+                via_gateway_client(&client, format!("g{run}")),
             )
             .await?,
         );
         let sql = noted(naive_sql(opts.concurrency, duration, &pool).await?);
         eprintln!(
-            "run {run}/{}: raw {:.0}/s, service {:.0}/s, sql {:.0}/s",
+            "run {run}/{}: raw {:.0}/s, service {:.0}/s, gateway client {:.0}/s, sql {:.0}/s",
             opts.runs,
             raw.per_second(),
             service.per_second(),
+            gateway_client.per_second(),
             sql.per_second()
         );
         rows[0].1.push(raw);
         rows[1].1.push(service);
-        rows[2].1.push(sql);
+        rows[2].1.push(gateway_client);
+        rows[3].1.push(sql);
         watch.end(redis_url, cluster, run).await;
     }
 
@@ -512,11 +553,14 @@ fn report_baselines(
         );
     }
     let (to_raw, raw_runs) = ratio(&rows[1].1, &rows[0].1, Measured::per_second);
-    let (to_sql, sql_runs) = ratio(&rows[1].1, &rows[2].1, Measured::per_second);
+    let (client_to_raw, client_runs) = ratio(&rows[2].1, &rows[0].1, Measured::per_second);
+    let (to_sql, sql_runs) = ratio(&rows[1].1, &rows[3].1, Measured::per_second);
     println!(
-        "service / raw-lua = {to_raw:.2} (same-run ratios, median); service / naive-sql = {to_sql:.1}"
+        "service / raw-lua = {to_raw:.2}, gateway-client / raw-lua = {client_to_raw:.2} (same-run ratios, median); service / naive-sql = {to_sql:.1}"
     );
-    println!("  per run: service / raw-lua {raw_runs}; service / naive-sql {sql_runs}");
+    println!(
+        "  per run: service / raw-lua {raw_runs}; gateway-client / raw-lua {client_runs}; service / naive-sql {sql_runs}"
+    );
     report_errors(rows);
     if opts.shards == 1 {
         let text = flashsale_runtime::metrics::render(registry)?;
@@ -554,8 +598,8 @@ async fn durability_cost(
     replicated_store
         .load(&definition(sale, opts.shards))
         .await?;
-    let (fast_url, _) = serve(fast_store, sale).await?;
-    let (replicated_url, _) = serve(replicated_store, sale).await?;
+    let (fast_url, _) = serve(fast_store).await?;
+    let (replicated_url, _) = serve(replicated_store).await?;
     let names = ["fast", "replicated (1 replica, 100 ms)"];
     let urls = [fast_url, replicated_url];
     let duration = Duration::from_secs(opts.seconds);
@@ -565,7 +609,7 @@ async fn durability_cost(
         closed_loop(
             opts.concurrency,
             Duration::from_secs(1),
-            via_service(http, url, format!("w{i}")),
+            via_service(http, url, sale, format!("w{i}")),
         )
         .await?;
     }
@@ -576,13 +620,13 @@ async fn durability_cost(
         // the other's load (replication backlog, a busier machine).
         let order = if run % 2 == 1 { [0, 1] } else { [1, 0] };
         for i in order {
-            let op = via_service(http, &urls[i], format!("c{run}p{i}"));
+            let op = via_service(http, &urls[i], sale, format!("c{run}p{i}"));
             saturated[i].push(noted(closed_loop(opts.concurrency, duration, op).await?));
         }
         let rate = saturated[0][run - 1].per_second() / 2.0;
         rates.push(rate);
         for i in order {
-            let op = via_service(http, &urls[i], format!("o{run}p{i}"));
+            let op = via_service(http, &urls[i], sale, format!("o{run}p{i}"));
             half[i].push(noted(
                 open_loop(opts.concurrency, rate, duration, op).await?,
             ));

@@ -4,7 +4,8 @@
 //! checkout is, the operator process, the standby region and its global
 //! endpoint, a Service reached from outside the cluster (by its cluster IP
 //! or through the apiserver alone), the cluster's stores as its Secret
-//! names them and which store an address leads to, and the worlds tests
+//! names them and which store an address leads to, a slow dependency the
+//! test owns, and the worlds tests
 //! build (a drill's scene, an exporter the test sets, the chart and its
 //! rights, the drill library, the audit log, Prometheus's rules and alerts,
 //! the gateway's funnel, order topics, a sale on the real node).
@@ -14,6 +15,7 @@ pub mod browser;
 pub mod chart;
 pub mod checkout;
 pub mod clusters;
+pub mod delay;
 pub mod drill;
 pub mod exporter;
 pub mod faults;

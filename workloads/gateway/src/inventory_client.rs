@@ -3,16 +3,24 @@
 //! and only failures that cannot have changed anything twice (the
 //! inventory's calls are idempotent by request id or reservation id) or that
 //! were never answered are retried, with jittered exponential backoff, until
-//! the deadline.
+//! the deadline. Concurrent reservations travel together, many in one
+//! request ([`batch`]).
 
-use std::time::Duration;
+mod batch;
+
+use std::{future::Future, time::Duration};
 
 use backon::{ExponentialBuilder, Retryable};
 use flashsale_inventory_api::{ErrorBody, Reservation, ReserveBody, StockLevel, paths};
 use rand::Rng;
 use reqwest::{Method, StatusCode};
-use serde::de::{DeserializeOwned, IgnoredAny};
+use serde::{
+    Serialize,
+    de::{DeserializeOwned, IgnoredAny},
+};
 use tokio::time::Instant;
+
+use self::batch::Batcher;
 
 /// Caps of the pauses between attempts: 10 ms, doubling up to 200 ms, for
 /// as long as the deadline allows. Each pause is drawn below its cap (full
@@ -24,7 +32,7 @@ const BACKOFF: ExponentialBuilder = ExponentialBuilder::new()
     .without_max_times();
 
 /// What went wrong calling the inventory.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum InventoryError {
     /// The inventory answered with a refusal (4xx): final, not retried.
     #[error("inventory refused: {status} {code}: {message}")]
@@ -60,9 +68,17 @@ pub enum ClientError {
 /// A client of one sale's reservation API.
 #[derive(Debug, Clone)]
 pub struct InventoryClient {
-    http: reqwest::Client,
-    base: String,
+    http: Http,
     sale: String,
+    /// Gathers concurrent reservations into batches; shared by clones.
+    batcher: std::sync::Arc<Batcher>,
+}
+
+/// Requests to the inventory, one at a time.
+#[derive(Debug, Clone)]
+struct Http {
+    client: reqwest::Client,
+    base: String,
     /// `Bearer <token>` when the inventory requires one.
     authorization: Option<reqwest::header::HeaderValue>,
 }
@@ -71,7 +87,7 @@ impl InventoryClient {
     /// A client for `sale` at `base_url` (e.g. `http://inventory:8080`),
     /// sending `token` as a bearer token when given.
     pub fn new(base_url: &str, sale: &str, token: Option<&str>) -> Result<Self, ClientError> {
-        let http = reqwest::Client::builder()
+        let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_millis(500))
             .pool_max_idle_per_host(256)
             .tcp_nodelay(true)
@@ -84,17 +100,26 @@ impl InventoryClient {
                 Ok::<_, ClientError>(value)
             })
             .transpose()?;
-        Ok(Self {
-            http,
+        let http = Http {
+            client,
             base: base_url.trim_end_matches('/').to_owned(),
-            sale: sale.to_owned(),
             authorization,
+        };
+        Ok(Self {
+            batcher: std::sync::Arc::new(Batcher::new(
+                http.clone(),
+                paths::reservation_batches(sale),
+            )),
+            http,
+            sale: sale.to_owned(),
         })
     }
 
     /// Reserves `quantity` of `sku` for `user` at `amount_minor`; a repeat
     /// of `request_id` returns the same reservation as it is now, and one
     /// for another SKU or quantity is refused (`idempotency_mismatch`).
+    /// It travels with the other reservations made meanwhile, in one
+    /// request; an inventory that does not take batches gets it alone.
     pub async fn reserve(
         &self,
         sku: &str,
@@ -111,9 +136,20 @@ impl InventoryClient {
             sku: sku.to_owned(),
             user: user.to_owned(),
         };
-        let path = paths::reservations(&self.sale);
+        let alone = format!("{}{}", self.http.base, paths::reservations(&self.sale));
         let (_, record) = self
-            .call(Method::POST, &path, Some(&body), deadline)
+            .http
+            .retrying(&alone, deadline, || {
+                let (body, alone) = (body.clone(), &alone);
+                async move {
+                    if self.batcher.supported() {
+                        self.batcher.reserve(body, deadline).await
+                    } else {
+                        let post = &Method::POST;
+                        self.http.attempt(post, alone, Some(&body), deadline).await
+                    }
+                }
+            })
             .await?;
         Ok(record)
     }
@@ -125,7 +161,8 @@ impl InventoryClient {
         deadline: Instant,
     ) -> Result<Reservation, InventoryError> {
         let path = paths::reservation(&self.sale, id);
-        self.call(Method::GET, &path, None, deadline)
+        self.http
+            .call(Method::GET, &path, None::<&()>, deadline)
             .await
             .map(|(_, record)| record)
     }
@@ -134,7 +171,8 @@ impl InventoryClient {
     pub async fn confirm(&self, id: &str, deadline: Instant) -> Result<(), InventoryError> {
         let path = paths::confirm(&self.sale, id);
         // Any JSON answer will do: success is the news.
-        self.call::<IgnoredAny>(Method::POST, &path, None, deadline)
+        self.http
+            .call::<IgnoredAny, ()>(Method::POST, &path, None, deadline)
             .await
             .map(drop)
     }
@@ -142,29 +180,78 @@ impl InventoryClient {
     /// Stock of `sku`.
     pub async fn stock(&self, sku: &str, deadline: Instant) -> Result<StockLevel, InventoryError> {
         let path = paths::stock(&self.sale, sku);
-        self.call(Method::GET, &path, None, deadline)
+        self.http
+            .call(Method::GET, &path, None::<&()>, deadline)
             .await
             .map(|(_, level)| level)
     }
 
+    /// Stock of `sku`, read hedged: when the first request has not
+    /// answered within `hedge_after`, a second one is sent on another
+    /// connection and the first answer of either wins, so one slow
+    /// connection or replica does not hold the reading up. Says whether
+    /// the hedge was sent.
+    pub async fn stock_hedged(
+        &self,
+        sku: &str,
+        hedge_after: Duration,
+        deadline: Instant,
+    ) -> (Result<StockLevel, InventoryError>, bool) {
+        let first = self.stock(sku, deadline);
+        tokio::pin!(first);
+        tokio::select! {
+            answer = &mut first => return (answer, false),
+            () = tokio::time::sleep(hedge_after) => {}
+        }
+        let second = self.stock(sku, deadline);
+        tokio::pin!(second);
+        // A refusal or a give-up from one does not end the other's chance.
+        let answer = tokio::select! {
+            answer = &mut first => match answer {
+                Ok(level) => Ok(level),
+                Err(_) => second.await,
+            },
+            answer = &mut second => match answer {
+                Ok(level) => Ok(level),
+                Err(_) => first.await,
+            },
+        };
+        (answer, true)
+    }
+}
+
+impl Http {
     /// Calls `path` until an answer, a refusal, or the deadline.
-    async fn call<T: DeserializeOwned>(
+    async fn call<T: DeserializeOwned, B: Serialize>(
         &self,
         method: Method,
         path: &str,
-        body: Option<&ReserveBody<u64>>,
+        body: Option<&B>,
         deadline: Instant,
     ) -> Result<(StatusCode, T), InventoryError> {
         let (method, url) = (&method, &format!("{}{path}", self.base));
+        self.retrying(url, deadline, || self.attempt(method, url, body, deadline))
+            .await
+    }
+
+    /// Runs `attempt` until an answer, a refusal, or the deadline; `url`
+    /// names what is called in the logs.
+    async fn retrying<T, F, Fut>(
+        &self,
+        url: &str,
+        deadline: Instant,
+        mut attempt: F,
+    ) -> Result<T, InventoryError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, Attempt>>,
+    {
         let mut attempts = 0;
         (|| {
             attempts += 1;
-            let attempt = attempts;
-            async move {
-                self.attempt(method, url, body, deadline)
-                    .await
-                    .map_err(|failure| (attempt, failure))
-            }
+            let number = attempts;
+            let once = attempt();
+            async move { once.await.map_err(|failure| (number, failure)) }
         })
         .retry(BACKOFF)
         .when(|(_, failure)| matches!(failure, Attempt::Retry(_)))
@@ -191,18 +278,18 @@ impl InventoryClient {
     }
 
     /// One request, given what is left of the deadline.
-    async fn attempt<T: DeserializeOwned>(
+    async fn attempt<T: DeserializeOwned, B: Serialize>(
         &self,
         method: &Method,
         url: &str,
-        body: Option<&ReserveBody<u64>>,
+        body: Option<&B>,
         deadline: Instant,
     ) -> Result<(StatusCode, T), Attempt> {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(Attempt::Retry("deadline reached".to_owned()));
         }
-        let mut request = self.http.request(method.clone(), url).timeout(left);
+        let mut request = self.client.request(method.clone(), url).timeout(left);
         if let Some(authorization) = &self.authorization {
             request = request.header(reqwest::header::AUTHORIZATION, authorization.clone());
         }
@@ -237,6 +324,7 @@ impl InventoryClient {
 }
 
 /// How one attempt failed.
+#[derive(Debug, Clone)]
 enum Attempt {
     /// Unanswered, a 5xx or an unreadable answer: worth another try.
     Retry(String),
@@ -319,6 +407,75 @@ mod tests {
         };
         assert_eq!((status, code.as_str()), (Status::NOT_FOUND, "unknown_sku"));
         assert_eq!(reads.load(Ordering::SeqCst), 1);
+        Ok(())
+    }
+
+    /// A client of an inventory whose `n`th stock read (from 1) answers
+    /// after `delay(n)`, and the count of reads.
+    async fn slow_inventory(
+        delay: fn(u32) -> Duration,
+    ) -> anyhow::Result<(InventoryClient, Arc<AtomicU32>)> {
+        let reads = Arc::new(AtomicU32::new(0));
+        let router = Router::new()
+            .route(
+                paths::STOCK,
+                get(move |State(reads): State<Arc<AtomicU32>>| async move {
+                    let n = reads.fetch_add(1, Ordering::SeqCst) + 1;
+                    tokio::time::sleep(delay(n)).await;
+                    Json(serde_json::json!({"stock": 10, "available": n, "reserved": 0, "sold": 0}))
+                }),
+            )
+            .with_state(reads.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("http://{}", listener.local_addr()?);
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        Ok((InventoryClient::new(&url, "s1", None)?, reads))
+    }
+
+    #[tokio::test]
+    async fn a_slow_read_is_hedged_and_the_first_answer_wins() -> anyhow::Result<()> {
+        // The first read hangs past the deadline; the hedge answers at once.
+        let (client, reads) = slow_inventory(|n| match n {
+            1 => Duration::from_secs(5),
+            _ => Duration::ZERO,
+        })
+        .await?;
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let (level, hedged) = client
+            .stock_hedged("A", Duration::from_millis(10), deadline)
+            .await;
+        assert!(hedged);
+        assert_eq!(level?.available, 2, "the hedge's answer");
+        assert_eq!(reads.load(Ordering::SeqCst), 2);
+        // A prompt inventory is read once.
+        let (level, hedged) = client
+            .stock_hedged("A", Duration::from_secs(1), deadline)
+            .await;
+        assert!(!hedged);
+        assert_eq!(level?.available, 3);
+        assert_eq!(reads.load(Ordering::SeqCst), 3);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_hedged_read_gives_up_at_its_deadline() -> anyhow::Result<()> {
+        let (client, reads) = slow_inventory(|_| Duration::from_secs(5)).await?;
+        let started = Instant::now();
+        let (level, hedged) = client
+            .stock_hedged(
+                "A",
+                Duration::from_millis(10),
+                started + Duration::from_millis(110),
+            )
+            .await;
+        assert!(hedged);
+        assert!(
+            matches!(level, Err(InventoryError::Unavailable { .. })),
+            "{level:?}"
+        );
+        // Both requests were sent and both were given up.
+        assert_eq!(reads.load(Ordering::SeqCst), 2);
+        assert!(started.elapsed() < Duration::from_secs(5));
         Ok(())
     }
 

@@ -84,6 +84,23 @@ struct RefundLabels {
     reason: &'static str,
 }
 
+/// Why the item cache read the inventory
+/// (`gateway_item_refreshes_total{mode}`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RefreshMode {
+    /// Behind an answer, in the refresh-ahead window: no reader waited.
+    Ahead,
+    /// With readers waiting: a first reading, or one nobody read in time.
+    Waited,
+}
+
+/// Labels of `gateway_item_refreshes_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RefreshLabels {
+    /// `ahead` or `waited`.
+    mode: &'static str,
+}
+
 /// Labels of `gateway_rate_limit_decisions_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DecisionLabels {
@@ -115,6 +132,8 @@ pub struct GatewayMetrics {
     waiting_room_depth: Gauge,
     admitted: Counter,
     sold_out_from_memory: Counter,
+    item_refreshes: Family<RefreshLabels, Counter>,
+    item_reads_hedged: Counter,
     degradation_tier: Gauge,
     degradation_generation: Gauge,
     clock_skew: Gauge<f64, AtomicU64>,
@@ -136,6 +155,8 @@ impl Default for GatewayMetrics {
             waiting_room_depth: Gauge::default(),
             admitted: Counter::default(),
             sold_out_from_memory: Counter::default(),
+            item_refreshes: Family::default(),
+            item_reads_hedged: Counter::default(),
             degradation_tier: Gauge::default(),
             degradation_generation: Gauge::default(),
             clock_skew: Gauge::default(),
@@ -218,6 +239,16 @@ impl GatewayMetrics {
             "gateway_sold_out_from_memory",
             "Orders answered sold out from this gateway's memory, without the inventory or Redis",
             self.sold_out_from_memory.clone(),
+        );
+        registry.register(
+            "gateway_item_refreshes",
+            "Stock reads of the item cache from the inventory, by whether readers waited (waited) or were answered from the last reading meanwhile (ahead)",
+            self.item_refreshes.clone(),
+        );
+        registry.register(
+            "gateway_item_reads_hedged",
+            "Stock reads of the item cache that sent a second request after the first was slow",
+            self.item_reads_hedged.clone(),
         );
         registry.register(
             "gateway_degradation_tier",
@@ -320,6 +351,22 @@ impl GatewayMetrics {
     /// An order answered sold out from memory.
     pub fn sold_out_from_memory(&self) {
         self.sold_out_from_memory.inc();
+    }
+
+    /// A stock read of the item cache.
+    pub fn item_refresh(&self, mode: RefreshMode) {
+        let mode = match mode {
+            RefreshMode::Ahead => "ahead",
+            RefreshMode::Waited => "waited",
+        };
+        self.item_refreshes
+            .get_or_create(&RefreshLabels { mode })
+            .inc();
+    }
+
+    /// A stock read that was hedged.
+    pub fn item_read_hedged(&self) {
+        self.item_reads_hedged.inc();
     }
 
     /// This replica's clock minus Redis's, seconds.

@@ -111,6 +111,33 @@ pub struct Gateway {
     kube: Option<kube::Client>,
 }
 
+/// The sale's waiting room when its config turns one on: it keeps its
+/// queue in `redis` and signs tickets with `ticket_key`.
+fn open_waiting_room(
+    config: &GatewayConfig,
+    redis: Option<&RedisConnection>,
+    ticket_key: Option<&[u8]>,
+) -> Result<Option<WaitingRoom>, BuildError> {
+    if !config.waiting_room.enabled {
+        return Ok(None);
+    }
+    let redis = redis.cloned().ok_or_else(|| {
+        BuildError::WaitingRoom("it keeps its queue in Redis: give --redis-url".into())
+    })?;
+    let key = ticket_key.ok_or_else(|| {
+        BuildError::WaitingRoom("it signs tickets: give --waiting-room-key-file".into())
+    })?;
+    let signer = Signer::new(key).map_err(|e| BuildError::WaitingRoom(e.to_string()))?;
+    let mut room =
+        waiting_room::Settings::new(config.sale.clone(), config.waiting_room.admit_per_second);
+    room.pass_ttl = Duration::from_secs(config.waiting_room.pass_ttl_seconds);
+    // An order takes at most its reserve budget plus the publish
+    // bound (each the request timeout); the lease outlives both, so
+    // only a crashed gateway's pass comes back by expiry.
+    room.lease_ttl = config.request_timeout() * 2 + Duration::from_secs(3);
+    Ok(Some(WaitingRoom::new(redis, signer, room)))
+}
+
 impl Gateway {
     /// Connects everything and binds `listen`.
     pub async fn build(
@@ -126,27 +153,8 @@ impl Gateway {
             None => None,
         };
         let config = settings.config;
-        let waiting_room = if config.waiting_room.enabled {
-            let redis = redis.clone().ok_or_else(|| {
-                BuildError::WaitingRoom("it keeps its queue in Redis: give --redis-url".into())
-            })?;
-            let key = settings.ticket_key.as_deref().ok_or_else(|| {
-                BuildError::WaitingRoom("it signs tickets: give --waiting-room-key-file".into())
-            })?;
-            let signer = Signer::new(key).map_err(|e| BuildError::WaitingRoom(e.to_string()))?;
-            let mut room = waiting_room::Settings::new(
-                config.sale.clone(),
-                config.waiting_room.admit_per_second,
-            );
-            room.pass_ttl = Duration::from_secs(config.waiting_room.pass_ttl_seconds);
-            // An order takes at most its reserve budget plus the publish
-            // bound (each the request timeout); the lease outlives both, so
-            // only a crashed gateway's pass comes back by expiry.
-            room.lease_ttl = config.request_timeout() * 2 + Duration::from_secs(3);
-            Some(WaitingRoom::new(redis.clone(), signer, room))
-        } else {
-            None
-        };
+        let waiting_room =
+            open_waiting_room(&config, redis.as_ref(), settings.ticket_key.as_deref())?;
         // The client gives up on a message when the request would: a message
         // it kept retrying after the order was answered 503 could still land.
         let mut producer = settings.producer;
@@ -161,11 +169,13 @@ impl Gateway {
             .as_deref()
             .map(PaymentVerifier::new)
             .transpose()?;
+        let metrics = GatewayMetrics::register(registry);
         let items = ItemCache::new(
             inventory.clone(),
             config.items.iter().map(|i| i.sku.clone()),
             Duration::from_millis(config.item_cache_ms),
             Duration::from_millis(config.sold_out_recheck_ms),
+            metrics.clone(),
         );
         let kube = match &settings.switches {
             SwitchSource::ConfigMap { .. } => Some(kube::Client::try_default().await?),
@@ -191,7 +201,7 @@ impl Gateway {
             items,
             payments,
             chat: ChatThrottle::default(),
-            metrics: GatewayMetrics::register(registry),
+            metrics,
             config,
         });
         Ok(Self {

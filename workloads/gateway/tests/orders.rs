@@ -7,8 +7,14 @@ mod common;
 
 use std::time::Duration;
 
-use common::{DRILL_KEY, Funnel, Options, drill_order, http, now_s, order, provider_pays, token};
-use flashsale_e2e::{stack, wait::poll_until};
+use common::{
+    DRILL_KEY, Funnel, Options, Running, drill_order, http, now_s, order, provider_pays, token,
+};
+use flashsale_e2e::{delay::DelayProxy, stack, wait::poll_until};
+use gateway::{
+    items::{FALLBACK, HEDGE_AFTER},
+    server::SwitchSource,
+};
 use inventory::keys::SaleKeys;
 use serde_json::{Value, json};
 
@@ -469,9 +475,9 @@ async fn item_status_is_cached_with_single_flight() -> anyhow::Result<()> {
         ok += 1;
     }
     assert_eq!(ok, 200);
-    let refreshes = funnel.gateway.state.items.refreshes();
+    let refreshes = funnel.gateway.metric(WAITED).unwrap_or(0.0);
     assert!(
-        refreshes <= 2,
+        refreshes <= 2.0,
         "200 concurrent reads cost {refreshes} inventory reads"
     );
     // A change shows within the cache's TTL.
@@ -507,6 +513,82 @@ async fn item_status_is_cached_with_single_flight() -> anyhow::Result<()> {
         .send()
         .await?;
     assert_eq!(unknown.status().as_u16(), 404);
+    funnel.cleanup().await
+}
+
+/// Stock reads of the item cache that readers waited for.
+const WAITED: &str = "gateway_item_refreshes_total{mode=\"waited\"}";
+
+/// With the inventory 50 ms away (a delay the test owns) and an item read
+/// steadily, only the first read waits: each later refresh runs behind an
+/// answer in the refresh-ahead window, hedged, and a change still shows
+/// within the TTL and one refresh.
+#[tokio::test]
+async fn item_reads_never_wait_on_a_slow_inventory_while_read_steadily() -> anyhow::Result<()> {
+    const TTL: Duration = Duration::from_millis(1_000);
+    let funnel = Funnel::start(Options {
+        config: json!({"itemCacheMs": TTL.as_millis() as u64}),
+        ..Options::default()
+    })
+    .await?;
+    let proxy = DelayProxy::start(&funnel.inventory.url).await?;
+    let gateway = Running::start(
+        funnel.config.clone(),
+        &proxy.url,
+        &funnel.brokers,
+        &funnel.topic,
+        SwitchSource::None,
+    )
+    .await?;
+    let url = format!("{}/api/v1/items/A", gateway.url);
+    let read = || async {
+        let answer = http().get(&url).bearer_auth(token("alice")).send().await?;
+        anyhow::ensure!(answer.status() == 200, "HTTP {}", answer.status());
+        let body: Value = answer.json().await?;
+        body["available"]
+            .as_u64()
+            .ok_or_else(|| anyhow::anyhow!("no exact stock (stale or coarse): {body}"))
+    };
+    assert_eq!(read().await?, 100);
+    assert_eq!(gateway.metric(WAITED), Some(1.0), "the first read waits");
+    proxy.set_delay(Duration::from_millis(50));
+    assert_eq!(
+        order(&funnel.gateway.url, "bob", "A", "k", None).await?.0,
+        201
+    );
+
+    // Read every 25 ms until three refreshes ran ahead. A read can only
+    // wait when the reads left the refresh-ahead window (a quarter of the
+    // TTL) empty: the machine paused the loop for longer than the window
+    // less a refresh's budget. Such gaps are counted, not assumed away.
+    let ahead = "gateway_item_refreshes_total{mode=\"ahead\"}";
+    let may_miss = TTL / 4 - (HEDGE_AFTER + FALLBACK);
+    let (mut gaps, mut last, mut seen_change) = (0.0, std::time::Instant::now(), false);
+    let mut pace = tokio::time::interval(Duration::from_millis(25));
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while gateway.metric(ahead).unwrap_or(0.0) < 3.0 {
+        anyhow::ensure!(std::time::Instant::now() < deadline, "no refresh ahead");
+        pace.tick().await;
+        if last.elapsed() >= may_miss {
+            gaps += 1.0;
+        }
+        last = std::time::Instant::now();
+        seen_change |= read().await? == 99;
+    }
+    assert!(seen_change, "the order showed within the reads");
+    let waited = gateway.metric(WAITED).unwrap_or(0.0);
+    assert!(
+        waited <= 1.0 + gaps,
+        "{waited} reads waited with {gaps} gaps of {may_miss:?} in the reads"
+    );
+    assert!(
+        gateway
+            .metric("gateway_item_reads_hedged_total")
+            .unwrap_or(0.0)
+            >= 3.0,
+        "every refresh through the 50 ms delay sent its hedge"
+    );
+    drop(gateway);
     funnel.cleanup().await
 }
 

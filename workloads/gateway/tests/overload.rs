@@ -37,6 +37,31 @@ async fn reserve(
     State(slow): State<Slow>,
     Json(request): Json<Value>,
 ) -> Result<(StatusCode, Json<Value>), StatusCode> {
+    let record = serve_one(&slow, &request).await?;
+    Ok((StatusCode::CREATED, Json(record)))
+}
+
+/// A batch, as the real inventory serves one: each member is a reservation
+/// of its own, waiting for capacity like one that came alone.
+async fn reserve_batch(
+    State(slow): State<Slow>,
+    Json(batch): Json<Value>,
+) -> Result<Json<Value>, StatusCode> {
+    let members = batch["reservations"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let records =
+        futures::future::try_join_all(members.iter().map(|m| serve_one(&slow, m))).await?;
+    let results: Vec<Value> = records
+        .into_iter()
+        .map(|record| json!({"status": 201, "reservation": record}))
+        .collect();
+    Ok(Json(json!({"results": results})))
+}
+
+/// One reservation, once capacity allows: its record.
+async fn serve_one(slow: &Slow, request: &Value) -> Result<Value, StatusCode> {
     let queued = slow.waiting.fetch_add(1, Ordering::SeqCst) + 1;
     slow.most_waiting.fetch_max(queued, Ordering::SeqCst);
     let permit = slow
@@ -49,9 +74,7 @@ async fn reserve(
     slow.waiting.fetch_sub(1, Ordering::SeqCst);
     let id = uuid::Uuid::new_v4().simple().to_string();
     let expires = jiff::Timestamp::now().as_millisecond() + 60_000;
-    Ok((
-        StatusCode::CREATED,
-        Json(json!({
+    Ok(json!({
             "id": id,
             "state": "reserved",
             "expires_at_ms": expires,
@@ -60,8 +83,7 @@ async fn reserve(
             "quantity": request["quantity"],
             "amount_minor": request["amountMinor"],
             "request_id": request["requestId"],
-        })),
-    ))
+    }))
 }
 
 /// The slow stand-in inventory on a free port: its state and base URL, and
@@ -75,6 +97,7 @@ async fn serve_slow_inventory()
     };
     let router = Router::new()
         .route("/v1/sales/{sale}/reservations", post(reserve))
+        .route("/v1/sales/{sale}/reservation-batches", post(reserve_batch))
         .with_state(slow.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let inventory = format!("http://{}", listener.local_addr()?);

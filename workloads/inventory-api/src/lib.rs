@@ -17,8 +17,8 @@ mod stock;
 
 pub use error::ErrorBody;
 pub use reservations::{
-    ORDER_ID_PREFIX, Reservation, ReservationState, ReserveBody, StateChange, order_id,
-    reservation_id,
+    MAX_BATCH, MemberAnswer, ORDER_ID_PREFIX, Reservation, ReservationState, ReserveBatchAnswer,
+    ReserveBatchBody, ReserveBody, StateChange, order_id, reservation_id,
 };
 pub use sales::{ItemDefinition, LoadedItem, LoadedSale, SaleDefinition};
 pub use stock::{AdjustBody, Adjustment, StockLevel};

@@ -9,6 +9,11 @@ pub const SALES: &str = "/v1/sales";
 /// Reserving (`POST`): a [`crate::ReserveBody`], answered with the
 /// [`crate::Reservation`] (201 when made now, 200 for a repeated request id).
 pub const RESERVATIONS: &str = "/v1/sales/{sale}/reservations";
+/// Reserving several at once (`POST`): a [`crate::ReserveBatchBody`] of at
+/// most [`crate::MAX_BATCH`], each member decided as if posted alone to
+/// [`RESERVATIONS`], answered with a [`crate::ReserveBatchAnswer`] in the
+/// same order (200; a member's own status is in its answer).
+pub const RESERVATION_BATCHES: &str = "/v1/sales/{sale}/reservation-batches";
 /// One reservation (`GET`): a [`crate::Reservation`].
 pub const RESERVATION: &str = "/v1/sales/{sale}/reservations/{id}";
 /// Confirming a reservation as paid (`POST`, no body, idempotent): a
@@ -26,6 +31,11 @@ pub const ADJUSTMENTS: &str = "/v1/sales/{sale}/items/{sku}/adjustments";
 /// [`RESERVATIONS`] of `sale`.
 pub fn reservations(sale: &str) -> String {
     fill(RESERVATIONS, &[sale])
+}
+
+/// [`RESERVATION_BATCHES`] of `sale`.
+pub fn reservation_batches(sale: &str) -> String {
+    fill(RESERVATION_BATCHES, &[sale])
 }
 
 /// [`RESERVATION`] `id` of `sale`.

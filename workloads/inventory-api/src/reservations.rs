@@ -43,6 +43,42 @@ pub struct ReserveBody<N = i64> {
     pub user: String,
 }
 
+/// Most members of one [`ReserveBatchBody`].
+pub const MAX_BATCH: usize = 256;
+
+/// Body of a batch of reservations ([`crate::paths::RESERVATION_BATCHES`]):
+/// one request for many, so a caller with many concurrent reservations
+/// pays the HTTP exchange once for all of them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    bound(deserialize = "N: Deserialize<'de> + Default")
+)]
+pub struct ReserveBatchBody<N = i64> {
+    /// 1 to [`MAX_BATCH`] reservation requests, each as for one alone.
+    pub reservations: Vec<ReserveBody<N>>,
+}
+
+/// The answer to a batch: one per member, in the request's order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReserveBatchAnswer {
+    /// The members' answers.
+    pub results: Vec<MemberAnswer>,
+}
+
+/// One member's answer: the status and body it would have had alone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberAnswer {
+    /// HTTP status it would have had alone (201, 200, 409, 503, ...).
+    pub status: u16,
+    /// The reservation, on 201 or 200.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<Reservation>,
+    /// The refusal or failure, otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<crate::ErrorBody>,
+}
+
 /// Lifecycle of a reservation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -124,6 +160,41 @@ mod tests {
             reason: reason.map(str::to_owned),
             expires_at_ms: 1_700_000_300_000,
         }
+    }
+
+    #[test]
+    fn a_batch_answer_carries_each_members_status_and_body() -> Result {
+        let answer = ReserveBatchAnswer {
+            results: vec![
+                MemberAnswer {
+                    status: 201,
+                    reservation: Some(record(ReservationState::Reserved, None)),
+                    error: None,
+                },
+                MemberAnswer {
+                    status: 409,
+                    reservation: None,
+                    error: Some(crate::ErrorBody {
+                        error: "sold_out".into(),
+                        message: "A is sold out".into(),
+                    }),
+                },
+            ],
+        };
+        let wire = serde_json::to_value(&answer)?;
+        assert_eq!(wire["results"][0]["status"], 201);
+        assert_eq!(wire["results"][0]["reservation"]["id"], "5f0c2a9e");
+        assert!(wire["results"][0].get("error").is_none());
+        assert_eq!(
+            wire["results"][1],
+            json!({"status": 409, "error": {"error": "sold_out", "message": "A is sold out"}})
+        );
+        assert_eq!(serde_json::from_value::<ReserveBatchAnswer>(wire)?, answer);
+        let body: ReserveBatchBody = serde_json::from_value(
+            json!({"reservations": [{"quantity": 1, "requestId": "r", "sku": "A", "user": "u"}]}),
+        )?;
+        assert_eq!(body.reservations[0].quantity, 1);
+        Ok(())
     }
 
     #[test]

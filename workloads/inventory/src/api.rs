@@ -20,7 +20,8 @@ use axum::{
     routing::{get, post},
 };
 use flashsale_inventory_api::{
-    AdjustBody, LoadedSale, ReservationState, ReserveBody, StateChange, codes, paths,
+    AdjustBody, ErrorBody, LoadedSale, MAX_BATCH, MemberAnswer, Reservation, ReservationState,
+    ReserveBatchAnswer, ReserveBatchBody, ReserveBody, StateChange, codes, paths,
 };
 use flashsale_runtime::ApiError;
 
@@ -115,6 +116,7 @@ pub fn router(state: AppState) -> Router {
         ));
     Router::new()
         .route(paths::RESERVATIONS, post(reserve))
+        .route(paths::RESERVATION_BATCHES, post(reserve_batch))
         .route(paths::RESERVATION, get(reservation))
         .route(paths::CONFIRM, post(confirm))
         .route(paths::CANCEL, post(cancel))
@@ -224,6 +226,58 @@ async fn reserve(
 ) -> Result<Response, ApiError> {
     let Path(sale) = path?;
     let Json(body) = body.map_err(|r| ApiError::json(r, MAX_BODY_BYTES))?;
+    let (status, record) = reserve_one(&state, sale, body).await?;
+    Ok((status, Json(record)).into_response())
+}
+
+/// Each member decided as if posted alone, all at once: concurrent members
+/// of one SKU join one call of the reserve script.
+async fn reserve_batch(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    body: Result<Json<ReserveBatchBody>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Path(sale) = path?;
+    let Json(batch) = body.map_err(|r| ApiError::json(r, MAX_BODY_BYTES))?;
+    if !(1..=MAX_BATCH).contains(&batch.reservations.len()) {
+        return Err(ApiError::bad_request(format!(
+            "reservations must hold 1-{MAX_BATCH} requests"
+        )));
+    }
+    let members = batch
+        .reservations
+        .into_iter()
+        .map(|body| reserve_one(&state, sale.clone(), body));
+    let results = futures::future::join_all(members)
+        .await
+        .into_iter()
+        .map(|outcome| match outcome {
+            Ok((status, record)) => MemberAnswer {
+                status: status.as_u16(),
+                reservation: Some(record),
+                error: None,
+            },
+            Err(err) => MemberAnswer {
+                status: err.status().as_u16(),
+                reservation: None,
+                error: Some(ErrorBody {
+                    error: err.code().to_owned(),
+                    message: err.message().to_owned(),
+                }),
+            },
+        })
+        .collect();
+    Ok(Json(ReserveBatchAnswer { results }).into_response())
+}
+
+/// One reservation request of `sale`, checked and decided: the status it
+/// is answered with (201 made now, 200 a repeat) and the record, or the
+/// refusal.
+async fn reserve_one(
+    state: &AppState,
+    sale: String,
+    body: ReserveBody,
+) -> Result<(StatusCode, Reservation), ApiError> {
     let (quantity, amount_minor) = check_reserve_body(&body)?;
     if state.known_sold_out(&sale, &body.sku) {
         state.metrics.reservation("sold_out");
@@ -264,7 +318,7 @@ async fn reserve(
         )
     })?
     .inspect_err(|_| state.metrics.reservation("error"))?;
-    reserve_answer(&state, &sale, &body, outcome)
+    reserve_answer(state, &sale, &body, outcome)
 }
 
 /// The checked quantity and amount of a reservation request, or the 400
@@ -292,13 +346,13 @@ fn reserve_answer(
     sale: &str,
     body: &ReserveBody,
     outcome: ReserveOutcome,
-) -> Result<Response, ApiError> {
+) -> Result<(StatusCode, Reservation), ApiError> {
     match outcome {
         ReserveOutcome::Reserved(record) => {
             state.metrics.reservation("ok");
-            Ok((StatusCode::CREATED, Json(record)).into_response())
+            Ok((StatusCode::CREATED, record))
         }
-        ReserveOutcome::Existing(existing) => Ok((StatusCode::OK, Json(existing)).into_response()),
+        ReserveOutcome::Existing(existing) => Ok((StatusCode::OK, existing)),
         ReserveOutcome::Mismatch { id } => Err(ApiError::new(
             StatusCode::CONFLICT,
             codes::IDEMPOTENCY_MISMATCH,

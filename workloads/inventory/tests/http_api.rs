@@ -500,6 +500,92 @@ async fn a_request_id_reused_for_another_order_is_a_409() -> anyhow::Result<()> 
     Ok(())
 }
 
+/// A batch's members are each answered as if posted alone, in order: made,
+/// repeated, refused for bad input, over the user's limit, granted; then
+/// sold out. The stock moves by exactly the units granted.
+#[tokio::test]
+async fn a_batch_answers_each_member_as_if_it_came_alone() -> anyhow::Result<()> {
+    let api = Api::start().await?;
+    let (status, first) = api.reserve("u1", 1, "before").await?;
+    assert_eq!(status, StatusCode::CREATED, "{first}");
+    let member = |user: &str, quantity: i64, id: &str| json!({"sku": "PHONE", "user": user, "quantity": quantity, "requestId": id});
+    let batches = format!("/v1/sales/{}/reservation-batches", api.sale);
+    let (status, body) = api
+        .post(
+            &batches,
+            json!({"reservations": [
+                member("u1", 1, "before"),
+                member("u2", 0, "zero"),
+                member("u1", 2, "over-limit"),
+                member("u2", 2, "granted"),
+            ]}),
+        )
+        .await?;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let answers: Vec<(u64, Option<&str>)> = body["results"]
+        .as_array()
+        .map(|results| {
+            results
+                .iter()
+                .map(|r| {
+                    let status = r["status"].as_u64().unwrap_or_default();
+                    let code = r["error"]["error"].as_str();
+                    (status, code)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(
+        answers,
+        [
+            (200, None),
+            (400, Some("invalid_request")),
+            (409, Some("user_limit")),
+            (201, None),
+        ],
+        "{body}"
+    );
+    assert_eq!(body["results"][0]["reservation"]["id"], first["id"]);
+    assert_eq!(body["results"][3]["reservation"]["quantity"], 2);
+    let stock = api.stock().await?;
+    assert_eq!(
+        (stock["available"].as_u64(), stock["reserved"].as_u64()),
+        (Some(0), Some(3))
+    );
+    let (status, body) = api
+        .post(&batches, json!({"reservations": [member("u3", 1, "late")]}))
+        .await?;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        (
+            &body["results"][0]["status"],
+            &body["results"][0]["error"]["error"]
+        ),
+        (&json!(409), &json!("sold_out"))
+    );
+
+    // The batch itself: empty, too large, malformed.
+    let (status, body) = api.post(&batches, json!({"reservations": []})).await?;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("invalid_request"))
+    );
+    let many: Vec<Value> = (0..=256)
+        .map(|i| member("u9", 1, &format!("m{i}")))
+        .collect();
+    let (status, body) = api.post(&batches, json!({"reservations": many})).await?;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("invalid_request"))
+    );
+    let (status, body) = api.post(&batches, json!({"orders": []})).await?;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_json"))
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn the_api_needs_its_token_and_stock_changes_need_the_admin_token() -> anyhow::Result<()> {
     let api = Api::start().await?;
