@@ -635,6 +635,15 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     report(&opts, &gets, &orders);
+    if let Some((_, _, slow)) = &peers.slow {
+        let count = |series: &str| slow.metric(series).unwrap_or(0.0);
+        println!(
+            "inventory +50 ms: {} item refreshes ran behind an answer, {} had readers waiting, {} sent their hedge",
+            count("gateway_item_refreshes_total{mode=\"ahead\"}"),
+            count("gateway_item_refreshes_total{mode=\"waited\"}"),
+            count("gateway_item_reads_hedged_total"),
+        );
+    }
     peers.cleanup().await?;
     for setup in orders {
         let (brokers, topic) = (setup.funnel.brokers.clone(), setup.funnel.topic.clone());
