@@ -284,8 +284,7 @@ pub async fn chat_message(
     admitted.permit.success();
     if state.switches.current().switches.shop_chat == ShopChatMode::Throttled {
         if let Err(not_until) = state.chat.0.check_key(&admitted.user.0) {
-            let wait =
-                not_until.wait_time_from(governor::clock::Clock::now(&DefaultClock::default()));
+            let wait = not_until.wait_time_from(governor::clock::Clock::now(state.chat.0.clock()));
             let seconds = wait.as_secs_f64().ceil().max(1.0) as u64;
             return Err(ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,

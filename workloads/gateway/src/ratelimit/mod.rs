@@ -254,7 +254,9 @@ impl RateLimiter {
             Err(not_until) => Decision {
                 allowed: false,
                 remaining: 0,
-                retry_after: not_until.wait_time_from(DefaultClock::default().now()),
+                // The limiter's own clock: making one calibrates it anew,
+                // which cost more than the whole decision.
+                retry_after: not_until.wait_time_from(self.local.clock().now()),
                 reset: window,
                 source: Source::Local,
             },
