@@ -5,9 +5,11 @@
 //! topic's partition. On the stack's Redis Cluster and three brokers (a
 //! topic of three replicas, `min.insync.replicas` 2), like production.
 //!
-//! An order is acknowledged when the reserve answered 201: the reservation
-//! and its `created` outbox entry were written in one script and confirmed
-//! by a replica. Every acknowledged order must reach Kafka as a `created`
+//! The buyers reserve through the gateway's own inventory client, so their
+//! reservations travel in batches as in production, and a kill fails whole
+//! batches. An order is acknowledged when the client returned its
+//! reservation: the reservation and its `created` outbox entry were written
+//! in one script and confirmed by a replica. Every acknowledged order must reach Kafka as a `created`
 //! event, by order id; and once the outbox is drained, every reserved unit
 //! is an order on the topic and every order a reserved unit.
 
@@ -32,11 +34,11 @@ use flashsale_e2e::{
 use flashsale_inventory_api::StockLevel;
 use flashsale_orders::EventKind;
 use flashsale_runtime::{RedisConnection, RedisTarget, RedisTimeouts};
+use gateway::inventory_client::InventoryClient;
 use inventory::{
     keys::SaleKeys,
     store::{ItemDefinition, SaleDefinition},
 };
-use serde_json::{Value, json};
 
 const BUYERS: usize = 200;
 /// Orders acknowledged before the kill, and again after it.
@@ -55,50 +57,40 @@ enum Kill {
 }
 
 /// The buyers: each places orders back to back, each order a new buyer,
-/// against whichever inventory is current; acknowledged reservation ids
-/// are kept.
+/// against whichever inventory is current, through one client (one batcher)
+/// per inventory; acknowledged reservation ids are kept.
 struct Buyers {
-    api: Arc<RwLock<String>>,
+    client: Arc<RwLock<InventoryClient>>,
     acked: Arc<Mutex<BTreeSet<String>>>,
     stop: Arc<AtomicBool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Buyers {
-    fn start(api: &str, sale: &str) -> Self {
-        let api = Arc::new(RwLock::new(api.to_owned()));
+    fn start(client: InventoryClient) -> Self {
+        let client = Arc::new(RwLock::new(client));
         let acked = Arc::new(Mutex::new(BTreeSet::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let next = Arc::new(AtomicU64::new(0));
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(2))
-            .build()
-            .unwrap_or_default();
         let tasks = (0..BUYERS)
             .map(|_| {
-                let (api, acked, stop, next) =
-                    (api.clone(), acked.clone(), stop.clone(), next.clone());
-                let (http, sale) = (http.clone(), sale.to_owned());
+                let (client, acked, stop, next) =
+                    (client.clone(), acked.clone(), stop.clone(), next.clone());
                 tokio::spawn(async move {
                     while !stop.load(Ordering::Relaxed) {
                         let buyer = format!("b{}", next.fetch_add(1, Ordering::Relaxed));
-                        let url = format!(
-                            "{}/v1/sales/{sale}/reservations",
-                            api.read().map(|a| a.clone()).unwrap_or_default()
-                        );
-                        let body =
-                            json!({"sku": "HOT", "quantity": 1, "user": buyer, "requestId": buyer});
-                        match http.post(&url).json(&body).send().await {
-                            Ok(r) if r.status() == reqwest::StatusCode::CREATED => {
-                                if let Ok(record) = r.json::<Value>().await
-                                    && let Some(id) = record["id"].as_str()
-                                    && let Ok(mut acked) = acked.lock()
-                                {
-                                    acked.insert(id.to_owned());
+                        let Ok(current) = client.read().map(|c| c.clone()) else {
+                            return;
+                        };
+                        // The gateway's order budget (requestTimeoutMs).
+                        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+                        match current.reserve("HOT", &buyer, 1, 0, &buyer, deadline).await {
+                            Ok(record) => {
+                                if let Ok(mut acked) = acked.lock() {
+                                    acked.insert(record.id);
                                 }
                             }
                             // Refused or failed: not acknowledged, nothing promised.
-                            Ok(_) => {}
                             Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
                         }
                     }
@@ -106,7 +98,7 @@ impl Buyers {
             })
             .collect();
         Self {
-            api,
+            client,
             acked,
             stop,
             tasks,
@@ -202,6 +194,11 @@ impl Scene {
         )
     }
 
+    /// The gateway's client of `inventory`, for the scene's sale.
+    fn client(&self, inventory: &InventoryProcess) -> anyhow::Result<InventoryClient> {
+        Ok(InventoryClient::new(&inventory.api, &self.def.sale, None)?)
+    }
+
     /// SIGKILLs what `kill` names; a killed store comes back as a replica.
     async fn strike(
         &self,
@@ -214,8 +211,9 @@ impl Scene {
                 // A new pod takes the dead one's place under another name.
                 inventory.kill().await?;
                 *inventory = self.start("inventory-b")?;
-                if let Ok(mut api) = buyers.api.write() {
-                    api.clone_from(&inventory.api);
+                let client = self.client(inventory)?;
+                if let Ok(mut current) = buyers.client.write() {
+                    *current = client;
                 }
             }
             Kill::RedisPrimary => {
@@ -266,7 +264,7 @@ async fn no_acknowledged_order_is_lost(kill: Kill) -> anyhow::Result<()> {
     let _alone = ONE_AT_A_TIME.lock().await;
     let scene = Scene::new().await?;
     let mut inventory = scene.start("inventory-a")?;
-    let buyers = Buyers::start(&inventory.api, &scene.def.sale);
+    let buyers = Buyers::start(scene.client(&inventory)?);
     buyers
         .until(BEFORE, "orders before the kill", || inventory.log())
         .await?;
