@@ -207,6 +207,9 @@ impl ItemCache {
         if hedged {
             self.metrics.item_read_hedged();
         }
+        if result.is_err() {
+            self.metrics.item_refresh_failed();
+        }
         self.metrics.item_refresh(mode);
         let mut last = entry.last.write().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();

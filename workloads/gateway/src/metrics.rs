@@ -134,6 +134,7 @@ pub struct GatewayMetrics {
     sold_out_from_memory: Counter,
     item_refreshes: Family<RefreshLabels, Counter>,
     item_reads_hedged: Counter,
+    item_refreshes_failed: Counter,
     degradation_tier: Gauge,
     degradation_generation: Gauge,
     clock_skew: Gauge<f64, AtomicU64>,
@@ -157,6 +158,7 @@ impl Default for GatewayMetrics {
             sold_out_from_memory: Counter::default(),
             item_refreshes: Family::default(),
             item_reads_hedged: Counter::default(),
+            item_refreshes_failed: Counter::default(),
             degradation_tier: Gauge::default(),
             degradation_generation: Gauge::default(),
             clock_skew: Gauge::default(),
@@ -249,6 +251,11 @@ impl GatewayMetrics {
             "gateway_item_reads_hedged",
             "Stock reads of the item cache that sent a second request after the first was slow",
             self.item_reads_hedged.clone(),
+        );
+        registry.register(
+            "gateway_item_refreshes_failed",
+            "Stock reads of the item cache the inventory did not answer in time: the page is served from the last reading, marked stale",
+            self.item_refreshes_failed.clone(),
         );
         registry.register(
             "gateway_degradation_tier",
@@ -367,6 +374,11 @@ impl GatewayMetrics {
     /// A stock read that was hedged.
     pub fn item_read_hedged(&self) {
         self.item_reads_hedged.inc();
+    }
+
+    /// A stock read that got no answer.
+    pub fn item_refresh_failed(&self) {
+        self.item_refreshes_failed.inc();
     }
 
     /// This replica's clock minus Redis's, seconds.
