@@ -516,14 +516,7 @@ async fn slow_inventory() -> anyhow::Result<(Funnel, DelayProxy, Running)> {
     let funnel = Funnel::start(high_limits()).await?;
     let proxy = DelayProxy::start(&funnel.inventory.url).await?;
     proxy.set_delay(INVENTORY_DELAY);
-    let gateway = Running::start(
-        funnel.config.clone(),
-        &proxy.url,
-        &funnel.brokers,
-        &funnel.topic,
-        SwitchSource::None,
-    )
-    .await?;
+    let gateway = funnel.replica_via(&proxy.url, SwitchSource::None).await?;
     Ok((funnel, proxy, gateway))
 }
 

@@ -314,9 +314,19 @@ impl Funnel {
 
     /// A second replica of the same gateway.
     pub async fn replica(&self, switches: SwitchSource) -> anyhow::Result<Running> {
+        self.replica_via(&self.inventory.url, switches).await
+    }
+
+    /// A second replica of the same gateway, reaching the inventory at
+    /// `inventory_url` (a proxy in front of it, say).
+    pub async fn replica_via(
+        &self,
+        inventory_url: &str,
+        switches: SwitchSource,
+    ) -> anyhow::Result<Running> {
         Running::start(
             self.config.clone(),
-            &self.inventory.url,
+            inventory_url,
             &self.brokers,
             &self.topic,
             switches,

@@ -323,6 +323,16 @@ impl Http {
     }
 }
 
+/// A client of sale `s1` of a stand-in inventory serving `router` on
+/// loopback.
+#[cfg(test)]
+async fn client_of(router: axum::Router) -> anyhow::Result<InventoryClient> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    Ok(InventoryClient::new(&url, "s1", None)?)
+}
+
 /// How one attempt failed.
 #[derive(Debug, Clone)]
 enum Attempt {
@@ -368,10 +378,7 @@ mod tests {
                 }),
             )
             .with_state(reads.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let url = format!("http://{}", listener.local_addr()?);
-        tokio::spawn(async move { axum::serve(listener, router).await });
-        Ok((InventoryClient::new(&url, "s1", None)?, reads))
+        Ok((client_of(router).await?, reads))
     }
 
     #[tokio::test]
@@ -426,10 +433,7 @@ mod tests {
                 }),
             )
             .with_state(reads.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let url = format!("http://{}", listener.local_addr()?);
-        tokio::spawn(async move { axum::serve(listener, router).await });
-        Ok((InventoryClient::new(&url, "s1", None)?, reads))
+        Ok((client_of(router).await?, reads))
     }
 
     #[tokio::test]

@@ -7,9 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{
-    DRILL_KEY, Funnel, Options, Running, drill_order, http, now_s, order, provider_pays, token,
-};
+use common::{DRILL_KEY, Funnel, Options, drill_order, http, now_s, order, provider_pays, token};
 use flashsale_e2e::{delay::DelayProxy, stack, wait::poll_until};
 use gateway::{
     items::{FALLBACK, HEDGE_AFTER},
@@ -532,14 +530,7 @@ async fn item_reads_never_wait_on_a_slow_inventory_while_read_steadily() -> anyh
     })
     .await?;
     let proxy = DelayProxy::start(&funnel.inventory.url).await?;
-    let gateway = Running::start(
-        funnel.config.clone(),
-        &proxy.url,
-        &funnel.brokers,
-        &funnel.topic,
-        SwitchSource::None,
-    )
-    .await?;
+    let gateway = funnel.replica_via(&proxy.url, SwitchSource::None).await?;
     let url = format!("{}/api/v1/items/A", gateway.url);
     let read = || async {
         let answer = http().get(&url).bearer_auth(token("alice")).send().await?;

@@ -227,7 +227,7 @@ mod tests {
     use flashsale_inventory_api::{ReservationState, paths};
 
     use super::*;
-    use crate::inventory_client::InventoryClient;
+    use crate::inventory_client::{InventoryClient, client_of};
 
     /// The record a stub inventory makes of `body`.
     fn record(body: &ReserveBody) -> Reservation {
@@ -286,10 +286,7 @@ mod tests {
                 (axum::http::StatusCode::NOT_FOUND, Json(body))
             })
             .with_state(requests.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let url = format!("http://{}", listener.local_addr()?);
-        tokio::spawn(async move { axum::serve(listener, router).await });
-        Ok((InventoryClient::new(&url, "s1", None)?, requests))
+        Ok((client_of(router).await?, requests))
     }
 
     /// Reserves `n` at once; each answer must be its own request's.
