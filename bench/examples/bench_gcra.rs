@@ -53,7 +53,11 @@ async fn main() -> anyhow::Result<()> {
     let mut settings = Settings::new(policy);
     // Measure the Redis path itself: never fall back during the benchmark.
     settings.redis_timeout = Duration::from_secs(1);
-    let limiter = RateLimiter::new(Some(conn.clone().into()), settings);
+    // A connection of its own, as the baseline has: one multiplexed socket each.
+    let limiter = RateLimiter::new(
+        Some(flashsale_e2e::redis_connection::connect(&url).await?),
+        settings,
+    );
     let script = Arc::new(redis::Script::new(GCRA_LUA));
     let governor = Arc::new(governor::RateLimiter::keyed(
         Quota::per_second(policy.rate).allow_burst(policy.burst),

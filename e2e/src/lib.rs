@@ -33,6 +33,7 @@ pub mod private_redis;
 pub mod prometheus;
 pub mod reach;
 pub mod real_node;
+pub mod redis_connection;
 pub mod redis_keys;
 pub mod region;
 pub mod sales;

@@ -9,7 +9,7 @@ use std::{
 };
 
 use common::{Funnel, Options, order};
-use flashsale_e2e::{private_redis::PrivateRedis, stack};
+use flashsale_e2e::{private_redis::PrivateRedis, redis_connection::connect, stack};
 use gateway::ratelimit::{Policy, RateLimiter, Settings, Source};
 use serde_json::json;
 
@@ -21,12 +21,11 @@ fn policy(rate: u32, burst: u32) -> anyhow::Result<Policy> {
 }
 
 async fn redis_limiter(policy: Policy) -> anyhow::Result<RateLimiter> {
-    let client = redis::Client::open(stack::redis_url()?)?;
-    let conn = redis::aio::ConnectionManager::new(client).await?;
+    let conn = connect(&stack::redis_url()?).await?;
     let mut settings = Settings::new(policy);
     // Conformance is about the algorithm: never fall back in these tests.
     settings.redis_timeout = Duration::from_secs(2);
-    Ok(RateLimiter::new(Some(conn.into()), settings))
+    Ok(RateLimiter::new(Some(conn), settings))
 }
 
 #[tokio::test]
@@ -102,16 +101,11 @@ async fn no_span_gets_more_than_burst_plus_rate() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn without_redis_decisions_are_local_and_still_limit() -> anyhow::Result<()> {
-    // A port nothing listens on: every Redis call fails at once.
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    let port = listener.local_addr()?.port();
-    drop(listener);
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}"))?;
-    let conn = redis::aio::ConnectionManager::new_lazy_with_config(
-        client,
-        redis::aio::ConnectionManagerConfig::new(),
-    )?;
-    let limiter = RateLimiter::new(Some(conn.into()), Settings::new(policy(10, 3)?));
+    // A Redis that is gone once connected to: every call fails at once.
+    let mut redis = PrivateRedis::start(&[]).await?;
+    let conn = connect(&redis.url).await?;
+    redis.kill().await?;
+    let limiter = RateLimiter::new(Some(conn), Settings::new(policy(10, 3)?));
     let sale = stack::unique_name("rl-local");
     let mut outcomes = Vec::new();
     for _ in 0..5 {
@@ -128,14 +122,7 @@ async fn without_redis_decisions_are_local_and_still_limit() -> anyhow::Result<(
 async fn stallable(policy: Policy) -> anyhow::Result<(PrivateRedis, RateLimiter, redis::Client)> {
     let redis = PrivateRedis::start(&["--enable-debug-command", "yes"]).await?;
     let client = redis::Client::open(redis.url.as_str())?;
-    let limiter = RateLimiter::new(
-        Some(
-            redis::aio::ConnectionManager::new(client.clone())
-                .await?
-                .into(),
-        ),
-        Settings::new(policy),
-    );
+    let limiter = RateLimiter::new(Some(connect(&redis.url).await?), Settings::new(policy));
     Ok((redis, limiter, client))
 }
 
@@ -367,15 +354,13 @@ async fn load(
 #[ignore = "a measurement: run by hand"]
 async fn measure_the_fallback_under_steady_load() -> anyhow::Result<()> {
     let redis = PrivateRedis::start(&[]).await?;
-    let client = redis::Client::open(redis.url.as_str())?;
     let seconds = 20;
     let mut limiters = Vec::new();
     for (failures, failing_for) in [(1, Duration::ZERO), (3, Duration::from_millis(20))] {
         let mut settings = Settings::new(policy(1_000_000, 1_000)?);
         settings.fallback.failures = failures;
         settings.fallback.failing_for = failing_for;
-        let conn = redis::aio::ConnectionManager::new(client.clone()).await?;
-        limiters.push(RateLimiter::new(Some(conn.into()), settings));
+        limiters.push(RateLimiter::new(Some(connect(&redis.url).await?), settings));
     }
     let every = Duration::from_millis(2);
     let (old, new) = tokio::join!(

@@ -12,7 +12,8 @@ use std::{
 };
 
 use flashsale_e2e::{
-    private_redis::PrivateRedis, redis_keys::unlink_matching, stack, wait::poll_until,
+    private_redis::PrivateRedis, redis_connection::connect, redis_keys::unlink_matching, stack,
+    wait::poll_until,
 };
 use gateway::waiting_room::{
     Error, Joined, PassLease, Refusal, Settings, Signer, Status, WaitingRoom,
@@ -36,13 +37,12 @@ async fn replica_on(
     admit_per_second: u32,
     tweak: impl FnOnce(&mut Settings),
 ) -> anyhow::Result<WaitingRoom> {
-    let client = redis::Client::open(url)?;
-    let conn = redis::aio::ConnectionManager::new(client).await?;
+    let conn = connect(url).await?;
     let mut settings = Settings::new(sale, admit_per_second);
     // These tests are about the algorithm, not latency, on a busy machine.
     settings.redis_timeout = Duration::from_secs(2);
     tweak(&mut settings);
-    Ok(WaitingRoom::new(conn.into(), Signer::new(KEY)?, settings))
+    Ok(WaitingRoom::new(conn, Signer::new(KEY)?, settings))
 }
 
 /// Runs `body` with a fresh sale name, then removes the keys of that sale
@@ -369,9 +369,8 @@ async fn tickets_and_passes_of_someone_else_are_refused() -> anyhow::Result<()> 
         );
 
         let forger = Signer::new(b"not the gateway's key, but 32+ bytes")?;
-        let client = redis::Client::open(stack::redis_url()?)?;
         let forged_room = WaitingRoom::new(
-            redis::aio::ConnectionManager::new(client).await?.into(),
+            connect(&stack::redis_url()?).await?,
             forger,
             Settings::new(sale.clone(), 1_000),
         );

@@ -3,7 +3,7 @@
 //! instead of one call each. See "Coalescing reservations" in
 //! `docs/design/inventory.md`.
 //!
-//! Shape: one `Mutex<HashMap<(sale, SKU), queue>>`. A SKU has a queue only
+//! Shape: one queue per (sale, SKU) ([`Queues`]). A SKU has a queue only
 //! while a drain task runs for it; the request that finds none creates it
 //! and spawns the task, so at low load a request goes straight to Redis (no
 //! timer, no waiting). While a call is in flight, later requests join the
@@ -13,6 +13,10 @@
 //! channel: nothing idles per SKU, a SKU that goes quiet costs nothing, and
 //! the lock is held only to push or take (never across an await).
 //!
+//! Under the replicated policy a batch's reservations are answered once the
+//! [`Fence`] confirmed them; the drain does not wait for that and sends the
+//! next batch at once.
+//!
 //! Each request waits for its answer on a oneshot. The drain task owns the
 //! senders, so a waiter that goes away (a cancelled HTTP request) is skipped
 //! if its call has not started, and otherwise its answer is dropped; either
@@ -21,19 +25,19 @@
 //! which the script answers with the reservation if the failed call did run.
 
 use std::{
-    collections::{HashMap, VecDeque},
-    sync::{Arc, Mutex, MutexGuard, RwLock},
+    sync::{Arc, Mutex, PoisonError, RwLock},
     time::Duration,
 };
 
 use flashsale_runtime::RedisConnection;
 use redis::{ErrorKind, RedisError, Script, ScriptInvocation};
-use scopeguard::ScopeGuard;
 use tokio::sync::oneshot;
 
 use crate::{
+    fence::Fence,
     keys::SaleKeys,
     metrics::Metrics,
+    queues::{Queues, drain},
     store::{Durability, RESERVE_LOCAL_LUA, Store, StoreError},
 };
 
@@ -104,9 +108,9 @@ pub fn batch_invocation<'a>(
     call
 }
 
-/// Why a coalesced reservation got no answer from the script.
+/// Why a coalesced reservation got no answer, or its confirmation failed.
 #[derive(Debug, Clone, thiserror::Error)]
-pub(crate) enum BatchError {
+pub enum BatchError {
     /// Redis failed the batch's call.
     #[error("redis: {0}")]
     Redis(#[from] RedisError),
@@ -146,64 +150,6 @@ type Reply = Result<Vec<String>, BatchError>;
 /// A (sale, SKU).
 type SkuKey = (String, String);
 
-/// The queues of waiting requests per SKU. A SKU is present exactly while a
-/// drain task runs for it. Pure bookkeeping, so it is tested without Redis.
-#[derive(Debug)]
-pub(crate) struct Queues<T> {
-    pending: HashMap<SkuKey, VecDeque<T>>,
-}
-
-impl<T> Default for Queues<T> {
-    fn default() -> Self {
-        Self {
-            pending: HashMap::new(),
-        }
-    }
-}
-
-impl<T> Queues<T> {
-    /// Queues `item`; `true` if no drain runs for the SKU, so the caller
-    /// must start one.
-    pub(crate) fn push(&mut self, key: SkuKey, item: T) -> bool {
-        match self.pending.get_mut(&key) {
-            Some(queue) => {
-                queue.push_back(item);
-                false
-            }
-            None => {
-                self.pending.insert(key, VecDeque::from([item]));
-                true
-            }
-        }
-    }
-
-    /// The next batch of the SKU, oldest first, at most `max` (at least one);
-    /// empty when nothing waits, and then the SKU's drain is over: the next
-    /// push starts a new one.
-    pub(crate) fn take(&mut self, key: &SkuKey, max: usize) -> Vec<T> {
-        let Some(queue) = self.pending.get_mut(key) else {
-            return Vec::new();
-        };
-        if queue.is_empty() {
-            self.pending.remove(key);
-            return Vec::new();
-        }
-        let count = queue.len().min(max.max(1));
-        queue.drain(..count).collect()
-    }
-
-    /// Ends the SKU's drain, giving back what still waits.
-    pub(crate) fn abandon(&mut self, key: &SkuKey) -> Vec<T> {
-        self.pending.remove(key).map(Vec::from).unwrap_or_default()
-    }
-
-    /// Whether a drain runs for the SKU.
-    #[cfg(test)]
-    fn draining(&self, key: &SkuKey) -> bool {
-        self.pending.contains_key(key)
-    }
-}
-
 struct Waiter {
     item: BatchItem,
     answer: oneshot::Sender<Reply>,
@@ -214,8 +160,9 @@ pub(crate) struct Coalescer {
     conn: RedisConnection,
     script: Script,
     pub(crate) settings: CoalesceSettings,
-    durability: Durability,
-    queues: Mutex<Queues<Waiter>>,
+    /// Confirms reservations under the replicated policy; `None` for fast.
+    fence: Option<Arc<Fence>>,
+    queues: Mutex<Queues<SkuKey, Waiter>>,
     metrics: RwLock<Option<Metrics>>,
 }
 
@@ -225,11 +172,17 @@ impl Coalescer {
         settings: CoalesceSettings,
         durability: Durability,
     ) -> Self {
+        let fence = match durability {
+            Durability::Fast => None,
+            Durability::Replicated { replicas, timeout } => {
+                Some(Arc::new(Fence::new(conn.clone(), replicas, timeout)))
+            }
+        };
         Self {
             conn,
             script: Script::new(RESERVE_LOCAL_LUA),
             settings,
-            durability,
+            fence,
             queues: Mutex::default(),
             metrics: RwLock::new(None),
         }
@@ -241,21 +194,14 @@ impl Coalescer {
         let metrics = self
             .metrics
             .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .unwrap_or_else(PoisonError::into_inner)
             .clone();
         let coalescer = Self::new(self.conn.clone(), settings, durability);
         *coalescer
             .metrics
             .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = metrics;
+            .unwrap_or_else(PoisonError::into_inner) = metrics;
         coalescer
-    }
-
-    fn queues(&self) -> MutexGuard<'_, Queues<Waiter>> {
-        // The lock guards plain pushes and takes; a panic cannot leave it torn.
-        self.queues
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Decides `item` for one-shard SKU `sku` of `sale`, together with the
@@ -263,58 +209,49 @@ impl Coalescer {
     pub(crate) async fn reserve(self: &Arc<Self>, sale: &str, sku: &str, item: BatchItem) -> Reply {
         let (answer, reply) = oneshot::channel();
         let key = (sale.to_owned(), sku.to_owned());
-        let start = self.queues().push(key.clone(), Waiter { item, answer });
+        let start = self
+            .queues
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(key.clone(), Waiter { item, answer });
         if start {
-            tokio::spawn(self.clone().drain(key));
+            let coalescer = self.clone();
+            tokio::spawn(async move {
+                if !coalescer.settings.window.is_zero() {
+                    tokio::time::sleep(coalescer.settings.window).await;
+                }
+                let max = coalescer.settings.max_batch;
+                drain(&coalescer.queues, &key, max, |batch| {
+                    coalescer.call(&key, batch)
+                })
+                .await;
+            });
         }
         reply.await.unwrap_or(Err(BatchError::Abandoned))
     }
 
-    /// Sends the SKU's queue as calls of at most `max_batch` until it is empty.
-    async fn drain(self: Arc<Self>, key: SkuKey) {
-        // Ends the drain if this task is dropped or panics mid-way, so the
-        // SKU does not stay "in flight" forever: the queued waiters' senders
-        // drop (they see `Abandoned`) and the next request starts afresh.
-        let abandon = scopeguard::guard((), |()| drop(self.queues().abandon(&key)));
-        if !self.settings.window.is_zero() {
-            tokio::time::sleep(self.settings.window).await;
-        }
-        loop {
-            let batch = self.queues().take(&key, self.settings.max_batch);
-            if batch.is_empty() {
-                // The empty take ended the drain.
-                ScopeGuard::into_inner(abandon);
-                return;
-            }
-            // A waiter that went away before its call is not sent at all.
-            let batch: Vec<Waiter> = batch
-                .into_iter()
-                .filter(|w| !w.answer.is_closed())
-                .collect();
-            if batch.is_empty() {
-                continue;
-            }
-            self.call(&key, batch).await;
-        }
-    }
-
     async fn call(&self, (sale, sku): &SkuKey, batch: Vec<Waiter>) {
+        // A waiter that went away before its call is not sent at all.
+        let (items, answers): (Vec<BatchItem>, Vec<oneshot::Sender<Reply>>) = batch
+            .into_iter()
+            .filter(|w| !w.answer.is_closed())
+            .map(|w| (w.item, w.answer))
+            .unzip();
+        if items.is_empty() {
+            return;
+        }
         if let Some(metrics) = self
             .metrics
             .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .unwrap_or_else(PoisonError::into_inner)
             .as_ref()
         {
-            metrics.reserve_batch(batch.len());
+            metrics.reserve_batch(items.len());
         }
-        let (items, answers): (Vec<BatchItem>, Vec<oneshot::Sender<Reply>>) =
-            batch.into_iter().map(|w| (w.item, w.answer)).unzip();
-        let mut conn = self.conn.clone();
-        let since = conn.generation();
         let keys = SaleKeys::new(sale);
         let result: Result<Vec<Vec<String>>, BatchError> =
             batch_invocation(&self.script, &keys, sku, &items)
-                .invoke_async(&mut conn)
+                .invoke_async(&mut self.conn.clone())
                 .await
                 .map_err(BatchError::from)
                 .and_then(|replies: Vec<Vec<String>>| {
@@ -328,45 +265,47 @@ impl Coalescer {
                         )))
                     }
                 });
-        // A send fails only if its waiter went away; the others still get theirs.
-        match result {
-            Ok(replies) => {
-                // One WAIT for the whole batch: no member that holds a
-                // reservation is answered before it, and if it fails they
-                // all fail (their retries find their reservations).
-                let holds = |reply: &[String]| {
-                    matches!(
-                        reply.first().map(String::as_str),
-                        Some("reserved" | "duplicate")
-                    )
-                };
-                let confirmed = if replies.iter().any(|r| holds(r)) {
-                    self.durability
-                        .confirm(&mut conn, &keys.sku(sku), since)
-                        .await
-                        .map_err(|err| match err {
-                            StoreError::NotDurable { acked, wanted } => {
-                                BatchError::NotDurable { acked, wanted }
-                            }
-                            StoreError::Redis(err) => BatchError::Redis(err),
-                            other => BatchError::Corrupt(other.to_string()),
-                        })
-                } else {
-                    Ok(())
-                };
-                for (answer, reply) in answers.into_iter().zip(replies) {
-                    let reply = match &confirmed {
-                        Err(err) if holds(&reply) => Err(err.clone()),
-                        _ => Ok(reply),
-                    };
-                    let _ = answer.send(reply);
-                }
-            }
+        let replies = match result {
+            Ok(replies) => replies,
             Err(err) => {
+                // A send fails only if its waiter went away.
                 for answer in answers {
                     let _ = answer.send(Err(err.clone()));
                 }
+                return;
             }
+        };
+        let holds = |reply: &[String]| {
+            matches!(
+                reply.first().map(String::as_str),
+                Some("reserved" | "duplicate")
+            )
+        };
+        let mut holders = Vec::new();
+        let mut held_keys = Vec::new();
+        for ((answer, reply), item) in answers.into_iter().zip(replies).zip(&items) {
+            match &self.fence {
+                Some(_) if holds(&reply) => {
+                    held_keys.push(keys.request(&item.request_id));
+                    holders.push((answer, reply));
+                }
+                _ => {
+                    let _ = answer.send(Ok(reply));
+                }
+            }
+        }
+        // No member that holds a reservation is answered before the fence
+        // confirmed it; if the fence fails they all fail, and their retries
+        // find their reservations. The next batch does not wait for this.
+        if let (Some(fence), false) = (&self.fence, holders.is_empty()) {
+            let fence = fence.clone();
+            let sale = sale.clone();
+            tokio::spawn(async move {
+                let confirmed = fence.confirm(&sale, held_keys).await;
+                for (answer, reply) in holders {
+                    let _ = answer.send(confirmed.clone().map(|()| reply));
+                }
+            });
         }
     }
 }
@@ -375,8 +314,7 @@ impl Store {
     /// The same store with other coalescing settings. Call before the store
     /// is cloned and used: clones made earlier keep the old settings.
     pub fn with_coalescing(mut self, settings: CoalesceSettings) -> Self {
-        let durability = self.coalescer.durability;
-        self.coalescer = Arc::new(self.coalescer.rebuilt(settings, durability));
+        self.coalescer = Arc::new(self.coalescer.rebuilt(settings, self.durability));
         self
     }
 
@@ -387,7 +325,7 @@ impl Store {
             .coalescer
             .metrics
             .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(metrics.clone());
+            .unwrap_or_else(PoisonError::into_inner) = Some(metrics.clone());
     }
 }
 
@@ -395,76 +333,19 @@ impl Store {
 mod tests {
     use super::*;
 
-    fn key(sku: &str) -> SkuKey {
-        ("s".to_owned(), sku.to_owned())
-    }
-
-    #[test]
-    fn the_first_request_starts_a_drain_and_later_ones_join_it() {
-        let mut queues = Queues::default();
-        assert!(queues.push(key("A"), 1));
-        assert!(!queues.push(key("A"), 2));
-        // Another SKU has a drain of its own.
-        assert!(queues.push(key("B"), 10));
-        assert!(!queues.push(key("A"), 3));
-        assert_eq!(queues.take(&key("A"), 128), vec![1, 2, 3]);
-        assert_eq!(queues.take(&key("B"), 128), vec![10]);
-    }
-
-    #[test]
-    fn batches_are_bounded_and_keep_arrival_order() {
-        let mut queues = Queues::default();
-        for i in 0..300 {
-            queues.push(key("A"), i);
-        }
-        let first = queues.take(&key("A"), 128);
-        let second = queues.take(&key("A"), 128);
-        let third = queues.take(&key("A"), 128);
-        assert_eq!(first, (0..128).collect::<Vec<_>>());
-        assert_eq!(second, (128..256).collect::<Vec<_>>());
-        assert_eq!(third, (256..300).collect::<Vec<_>>());
-        // A zero bound still makes progress.
-        queues.push(key("A"), 7);
-        assert_eq!(queues.take(&key("A"), 0), vec![7]);
-    }
-
-    #[test]
-    fn an_empty_take_ends_the_drain_so_the_next_request_starts_one() {
-        let mut queues = Queues::default();
-        assert!(queues.push(key("A"), 1));
-        assert_eq!(queues.take(&key("A"), 128), vec![1]);
-        // Still draining: the call is in flight.
-        assert!(queues.draining(&key("A")));
-        assert!(!queues.push(key("A"), 2));
-        assert_eq!(queues.take(&key("A"), 128), vec![2]);
-        assert!(queues.take(&key("A"), 128).is_empty());
-        assert!(!queues.draining(&key("A")));
-        assert!(queues.push(key("A"), 3));
-    }
-
-    #[test]
-    fn an_abandoned_drain_hands_back_every_waiter_once() {
-        let mut queues = Queues::default();
-        queues.push(key("A"), 1);
-        queues.push(key("A"), 2);
-        assert_eq!(queues.abandon(&key("A")), vec![1, 2]);
-        assert!(queues.abandon(&key("A")).is_empty());
-        assert!(queues.take(&key("A"), 128).is_empty());
-        assert!(queues.push(key("A"), 3));
-    }
-
     #[tokio::test]
     async fn waiters_get_their_own_answers_and_a_gone_one_breaks_nothing() {
         let mut queues = Queues::default();
+        let key = ("s".to_owned(), "A".to_owned());
         let mut replies = Vec::new();
         for i in 0..3 {
             let (answer, reply) = oneshot::channel::<Reply>();
-            queues.push(key("A"), (i, answer));
+            queues.push(key.clone(), (i, answer));
             replies.push(reply);
         }
         // The second caller goes away.
         drop(replies.remove(1));
-        for (i, answer) in queues.take(&key("A"), 128) {
+        for (i, answer) in queues.take(&key, 128) {
             let _ = answer.send(Ok(vec![format!("answer {i}")]));
         }
         let mut got = Vec::new();

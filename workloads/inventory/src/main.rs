@@ -41,8 +41,10 @@ struct Args {
     /// Replicas that must confirm a write under `--durability replicated`.
     #[arg(long, env = "INVENTORY_DURABILITY_REPLICAS", default_value_t = 1)]
     durability_replicas: u32,
-    /// How long to wait for them before answering "retry".
-    #[arg(long, env = "INVENTORY_DURABILITY_TIMEOUT_MS", default_value_t = 50)]
+    /// How long to wait for them before answering "retry"; at most 1000,
+    /// well within the 2 s a Redis answer may take.
+    #[arg(long, env = "INVENTORY_DURABILITY_TIMEOUT_MS", default_value_t = 50,
+          value_parser = clap::value_parser!(u64).range(1..=1000))]
     durability_timeout_ms: u64,
     /// Most one-shard reservations of a SKU decided in one script call.
     #[arg(long, env = "INVENTORY_COALESCE_MAX_BATCH", default_value_t = 128,
@@ -284,7 +286,7 @@ async fn open_store(
 async fn durability(args: &Args, store: &Store) -> anyhow::Result<Durability> {
     let (replicas, timeout) = (
         args.durability_replicas.max(1),
-        Duration::from_millis(args.durability_timeout_ms.max(1)),
+        Duration::from_millis(args.durability_timeout_ms),
     );
     Ok(match args.durability {
         DurabilityArg::Fast => Durability::Fast,

@@ -317,7 +317,7 @@ pub struct Store {
     scripts: Arc<Scripts>,
     // Shared per sale so the hot path clones a pointer, not the SKU map.
     sales: Arc<RwLock<HashMap<String, Arc<SaleInfo>>>>,
-    durability: Durability,
+    pub(crate) durability: Durability,
     // One-shard reservations of a SKU share script calls (`coalesce`).
     pub(crate) coalescer: Arc<Coalescer>,
     // Set while Redis is a read-only replica (`standby`).

@@ -20,7 +20,7 @@ use std::{
 };
 
 use redis::{
-    Cmd, ErrorKind, RedisError, RedisFuture, RedisResult, Value,
+    Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, Value,
     aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig},
     cluster::{ClusterClient, ClusterClientBuilder},
     cluster_async::ClusterConnection,
@@ -112,7 +112,7 @@ impl Default for RedisTimeouts {
 #[derive(Clone)]
 pub enum RedisConnection {
     /// One server.
-    Single(ConnectionManager),
+    Single(SingleServer),
     /// A cluster: commands go to the primary of their keys' slot and follow
     /// MOVED/ASK redirections and failovers.
     Cluster(HealingCluster),
@@ -127,9 +127,7 @@ impl RedisConnection {
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(timeouts.connect))
                     .set_response_timeout(Some(timeouts.response));
-                Ok(Self::Single(
-                    ConnectionManager::new_with_config(client, config).await?,
-                ))
+                Ok(Self::Single(SingleServer::connect(client, config).await?))
             }
             RedisTarget::Cluster(seeds) => {
                 let client = ClusterClientBuilder::new(seeds.clone())
@@ -160,6 +158,46 @@ impl RedisConnection {
         }
     }
 
+    /// A new connection to the same Redis, with server-side clients of its
+    /// own: a command that blocks its client (`WAIT`) sent on it holds up
+    /// nothing sent on this one, and its writes are its own (a `WAIT` on it
+    /// covers only them).
+    pub async fn separate(&self) -> RedisResult<Self> {
+        match self {
+            Self::Single(conn) => {
+                let (client, config) = conn.origin.as_ref();
+                Ok(Self::Single(
+                    SingleServer::connect(client.clone(), config.clone()).await?,
+                ))
+            }
+            Self::Cluster(conn) => Ok(Self::Cluster(
+                HealingCluster::connect(conn.shared.client.clone(), conn.shared.timeouts).await?,
+            )),
+        }
+    }
+
+    /// Sends `pipeline`, in order on one server-side client, to the primary
+    /// that owns `key`'s slot (on a single server: to it), and returns every
+    /// answer. For a write and a `WAIT` that must meet on the same node.
+    pub async fn pipeline_on_primary_of(
+        &mut self,
+        key: &str,
+        pipeline: &Pipeline,
+    ) -> RedisResult<Vec<Value>> {
+        match self {
+            Self::Single(conn) => pipeline.query_async(&mut conn.manager).await,
+            Self::Cluster(conn) => {
+                let route =
+                    SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, SlotAddr::Master));
+                let count = pipeline.len();
+                conn.call(|mut c| async move {
+                    c.route_pipeline(pipeline.clone(), 0, count, route).await
+                })
+                .await
+            }
+        }
+    }
+
     /// Whether this is a cluster connection.
     pub fn is_cluster(&self) -> bool {
         matches!(self, Self::Cluster(_))
@@ -170,7 +208,7 @@ impl RedisConnection {
     /// is "on the node that holds these writes".
     pub async fn on_primary_of(&mut self, key: &str, cmd: &Cmd) -> RedisResult<Value> {
         match self {
-            Self::Single(conn) => cmd.query_async(conn).await,
+            Self::Single(conn) => cmd.query_async(&mut conn.manager).await,
             Self::Cluster(conn) => {
                 let route = Route::with_key(key, SlotAddr::Master);
                 let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
@@ -203,7 +241,7 @@ impl RedisConnection {
     /// answer), for settings that must hold on every node.
     pub async fn on_every_primary(&mut self, cmd: &Cmd) -> RedisResult<Vec<Value>> {
         match self {
-            Self::Single(conn) => Ok(vec![cmd.query_async(conn).await?]),
+            Self::Single(conn) => Ok(vec![cmd.query_async(&mut conn.manager).await?]),
             Self::Cluster(conn) => {
                 let routing = RoutingInfo::MultiNode((
                     redis::cluster_routing::MultipleNodeRoutingInfo::AllMasters,
@@ -277,6 +315,23 @@ fn is_connection_failure(error: &RedisError) -> bool {
         || error.kind() == ErrorKind::ClusterConnectionNotFound
 }
 
+/// A reconnecting connection to one server, which can open another like it.
+#[derive(Clone)]
+pub struct SingleServer {
+    manager: ConnectionManager,
+    // Shared, so the hot path's clones copy a pointer.
+    origin: Arc<(redis::Client, ConnectionManagerConfig)>,
+}
+
+impl SingleServer {
+    async fn connect(client: redis::Client, config: ConnectionManagerConfig) -> RedisResult<Self> {
+        Ok(Self {
+            manager: ConnectionManager::new_with_config(client.clone(), config.clone()).await?,
+            origin: Arc::new((client, config)),
+        })
+    }
+}
+
 /// A cluster connection that replaces itself with a fresh one when it
 /// stalls (see [`StallWatch`]). Cheap to clone; clones share one connection.
 #[derive(Clone)]
@@ -286,7 +341,7 @@ pub struct HealingCluster {
 
 struct HealingShared {
     client: ClusterClient,
-    connect_timeout: Duration,
+    timeouts: RedisTimeouts,
     current: RwLock<ClusterConnection>,
     watch: Mutex<StallWatch>,
     replacing: AtomicBool,
@@ -299,7 +354,7 @@ impl HealingCluster {
         Ok(Self {
             shared: Arc::new(HealingShared {
                 client,
-                connect_timeout: timeouts.connect,
+                timeouts,
                 current: RwLock::new(first),
                 watch: Mutex::new(StallWatch::new(timeouts.stall)),
                 replacing: AtomicBool::new(false),
@@ -346,7 +401,7 @@ impl HealingCluster {
 
     async fn replace(&self) {
         let fresh = tokio::time::timeout(
-            self.shared.connect_timeout.saturating_mul(4),
+            self.shared.timeouts.connect.saturating_mul(4),
             self.shared.client.get_async_connection(),
         )
         .await;
@@ -396,16 +451,10 @@ impl ConnectionLike for HealingCluster {
     }
 }
 
-impl From<ConnectionManager> for RedisConnection {
-    fn from(conn: ConnectionManager) -> Self {
-        Self::Single(conn)
-    }
-}
-
 impl ConnectionLike for RedisConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
-            Self::Single(conn) => conn.req_packed_command(cmd),
+            Self::Single(conn) => conn.manager.req_packed_command(cmd),
             Self::Cluster(conn) => conn.req_packed_command(cmd),
         }
     }
@@ -417,14 +466,14 @@ impl ConnectionLike for RedisConnection {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
-            Self::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Self::Single(conn) => conn.manager.req_packed_commands(pipeline, offset, count),
             Self::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
-            Self::Single(conn) => conn.get_db(),
+            Self::Single(conn) => conn.manager.get_db(),
             Self::Cluster(conn) => conn.get_db(),
         }
     }

@@ -1,0 +1,23 @@
+-- The durability fence, sent with a WAIT right behind it on a connection of
+-- its own: answers, per key, 1 if this node holds it and 0 if not, and
+-- rewrites one held key unchanged. That write moves the connection's
+-- replication offset past everything the node holds, so the WAIT behind it
+-- covers the writes that made these keys, whichever connection made them.
+-- A key this node lacks (a replica promoted before it got it, a Redis
+-- restarted empty) is reported, never vouched for.
+-- KEYS: request-id keys of the reservations to acknowledge, in one slot.
+local held = {}
+local written = false
+for i = 1, #KEYS do
+  local value = redis.call('GET', KEYS[i])
+  if value then
+    held[i] = 1
+    if not written then
+      redis.call('SET', KEYS[i], value, 'KEEPTTL')
+      written = true
+    end
+  else
+    held[i] = 0
+  end
+end
+return held
