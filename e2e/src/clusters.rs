@@ -685,6 +685,11 @@ pub struct Paused {
 }
 
 impl Paused {
+    /// The guard of process `pid`, already stopped.
+    pub(crate) fn of(pid: u32) -> Self {
+        Self { pid: Some(pid) }
+    }
+
     /// Lets the node run again (SIGCONT).
     pub fn resume(mut self) -> std::io::Result<()> {
         self.cont()

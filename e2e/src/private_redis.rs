@@ -9,15 +9,18 @@ use tokio::{
     process::{Child, Command},
 };
 
-use crate::wait::{Timeout, poll_until};
+use crate::{
+    clusters::Paused,
+    wait::{Timeout, poll_until},
+};
 
-/// Starting the server failed.
+/// Starting or pausing the server failed.
 #[derive(Debug, thiserror::Error)]
 pub enum PrivateRedisError {
-    /// No free port, or `redis-server` could not be run.
-    #[error("starting redis-server: {0}")]
+    /// No free port, or `redis-server` (or `kill`) could not be run.
+    #[error("running redis-server: {0}")]
     Spawn(#[from] std::io::Error),
-    /// It did not answer PING in time.
+    /// It did not answer PING (or stop) in time.
     #[error(transparent)]
     NotReady(#[from] Timeout),
 }
@@ -62,6 +65,38 @@ impl PrivateRedis {
             url: format!("redis://{address}"),
             child,
         })
+    }
+
+    /// Freezes the server (SIGSTOP) and returns once it is stopped: it holds
+    /// its connections but answers and replicates nothing until the guard
+    /// resumes it or is dropped (SIGCONT).
+    pub async fn pause(&self) -> Result<Paused, PrivateRedisError> {
+        let pid = self
+            .child
+            .id()
+            .ok_or_else(|| std::io::Error::other("the private Redis has exited"))?;
+        Command::new("kill")
+            .args(["-STOP", &pid.to_string()])
+            .status()
+            .await?;
+        let paused = Paused::of(pid);
+        poll_until(
+            "the private Redis to be stopped",
+            Duration::from_secs(10),
+            Duration::from_millis(10),
+            || async move {
+                let stat = tokio::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                // The state follows the command name's closing parenthesis.
+                match stat.rsplit_once(')').map(|(_, rest)| rest.trim_start()) {
+                    Some(rest) if rest.starts_with('T') => Ok(()),
+                    _ => Err("still running".to_owned()),
+                }
+            },
+        )
+        .await?;
+        Ok(paused)
     }
 
     /// Kills the server (SIGKILL) and waits for it to exit.

@@ -31,10 +31,10 @@ use std::{
 
 use flashsale_runtime::RedisConnection;
 use redis::{ErrorKind, RedisError, Script, ScriptInvocation};
-use tokio::sync::oneshot;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
 use crate::{
-    fence::Fence,
+    fence::{Fence, Held, MAX_ROUND},
     keys::SaleKeys,
     metrics::Metrics,
     queues::{Queues, drain},
@@ -120,7 +120,8 @@ pub enum BatchError {
     /// The drain task ended without answering (a panic or shutdown).
     #[error("the reservation batch was abandoned")]
     Abandoned,
-    /// The batch's `WAIT` found too few replicas in time.
+    /// Too few replicas confirmed the batch in time, or the node asked
+    /// did not hold it (then `acked` is 0).
     #[error("the batch reached {acked} of {wanted} replicas in time")]
     NotDurable {
         /// Replicas that confirmed.
@@ -155,13 +156,19 @@ struct Waiter {
     answer: oneshot::Sender<Reply>,
 }
 
+/// The fence of the replicated policy, and the batches it may have waiting.
+struct Confirming {
+    fence: Arc<Fence>,
+    unconfirmed: Arc<Semaphore>,
+}
+
 /// Gathers concurrent one-shard reservations per SKU into script calls.
 pub(crate) struct Coalescer {
     conn: RedisConnection,
     script: Script,
     pub(crate) settings: CoalesceSettings,
     /// Confirms reservations under the replicated policy; `None` for fast.
-    fence: Option<Arc<Fence>>,
+    fence: Option<Confirming>,
     queues: Mutex<Queues<SkuKey, Waiter>>,
     metrics: RwLock<Option<Metrics>>,
 }
@@ -174,9 +181,10 @@ impl Coalescer {
     ) -> Self {
         let fence = match durability {
             Durability::Fast => None,
-            Durability::Replicated { replicas, timeout } => {
-                Some(Arc::new(Fence::new(conn.clone(), replicas, timeout)))
-            }
+            Durability::Replicated { replicas, timeout } => Some(Confirming {
+                fence: Arc::new(Fence::new(conn.clone(), replicas, timeout)),
+                unconfirmed: Arc::new(Semaphore::new(MAX_ROUND)),
+            }),
         };
         Self {
             conn,
@@ -217,11 +225,8 @@ impl Coalescer {
         if start {
             let coalescer = self.clone();
             tokio::spawn(async move {
-                if !coalescer.settings.window.is_zero() {
-                    tokio::time::sleep(coalescer.settings.window).await;
-                }
-                let max = coalescer.settings.max_batch;
-                drain(&coalescer.queues, &key, max, |batch| {
+                let CoalesceSettings { max_batch, window } = coalescer.settings;
+                drain(&coalescer.queues, &key, max_batch, window, |batch| {
                     coalescer.call(&key, batch)
                 })
                 .await;
@@ -248,6 +253,13 @@ impl Coalescer {
         {
             metrics.reserve_batch(items.len());
         }
+        // Scripts run ahead of the fence by at most this many batches, so
+        // replicas that lag slow the reservations down instead of letting
+        // unconfirmed ones pile up.
+        let unconfirmed = match &self.fence {
+            Some(confirming) => confirming.unconfirmed.clone().acquire_owned().await.ok(),
+            None => None,
+        };
         let keys = SaleKeys::new(sale);
         let result: Result<Vec<Vec<String>>, BatchError> =
             batch_invocation(&self.script, &keys, sku, &items)
@@ -275,38 +287,67 @@ impl Coalescer {
                 return;
             }
         };
-        let holds = |reply: &[String]| {
-            matches!(
-                reply.first().map(String::as_str),
-                Some("reserved" | "duplicate")
-            )
+        self.answer(sale, sku, &items, answers, replies, unconfirmed);
+    }
+
+    /// Answers a batch's members from the script's replies: at once, or,
+    /// under the replicated policy, those holding a reservation once the
+    /// fence confirmed it (`unconfirmed` is held until then).
+    fn answer(
+        &self,
+        sale: &str,
+        sku: &str,
+        items: &[BatchItem],
+        answers: Vec<oneshot::Sender<Reply>>,
+        replies: Vec<Vec<String>>,
+        unconfirmed: Option<OwnedSemaphorePermit>,
+    ) {
+        let Some(confirming) = &self.fence else {
+            for (answer, reply) in answers.into_iter().zip(replies) {
+                let _ = answer.send(Ok(reply));
+            }
+            return;
         };
+        let keys = SaleKeys::new(sale);
         let mut holders = Vec::new();
-        let mut held_keys = Vec::new();
-        for ((answer, reply), item) in answers.into_iter().zip(replies).zip(&items) {
-            match &self.fence {
-                Some(_) if holds(&reply) => {
-                    held_keys.push(keys.request(&item.request_id));
+        let mut held = Vec::new();
+        for ((answer, reply), item) in answers.into_iter().zip(replies).zip(items) {
+            // The reservation a holder's request id names: the one just
+            // made, or the one a retry found (same SKU and quantity, or
+            // the script would have answered a mismatch).
+            let id = match reply.first().map(String::as_str) {
+                Some("reserved") => Some(item.reservation_id.as_str()),
+                Some("duplicate") => reply.get(1).map(String::as_str),
+                _ => None,
+            };
+            match id {
+                Some(id) => {
+                    held.push(Held {
+                        key: keys.request(&item.request_id),
+                        value: format!("{id} {sku} {}", item.quantity),
+                    });
                     holders.push((answer, reply));
                 }
-                _ => {
+                None => {
                     let _ = answer.send(Ok(reply));
                 }
             }
         }
+        if holders.is_empty() {
+            return;
+        }
         // No member that holds a reservation is answered before the fence
         // confirmed it; if the fence fails they all fail, and their retries
         // find their reservations. The next batch does not wait for this.
-        if let (Some(fence), false) = (&self.fence, holders.is_empty()) {
-            let fence = fence.clone();
-            let sale = sale.clone();
-            tokio::spawn(async move {
-                let confirmed = fence.confirm(&sale, held_keys).await;
-                for (answer, reply) in holders {
-                    let _ = answer.send(confirmed.clone().map(|()| reply));
-                }
-            });
-        }
+        let fence = confirming.fence.clone();
+        let sale = sale.to_owned();
+        tokio::spawn(async move {
+            let confirmed = fence.confirm(&sale, held).await;
+            drop(unconfirmed);
+            for (answer, reply) in holders {
+                let _ = answer.send(confirmed.clone().map(|()| reply));
+            }
+        });
     }
 }
 

@@ -10,6 +10,7 @@ use std::{
     future::Future,
     hash::Hash,
     sync::{Mutex, PoisonError},
+    time::Duration,
 };
 
 use scopeguard::ScopeGuard;
@@ -72,8 +73,9 @@ impl<K: Hash + Eq, T> Queues<K, T> {
     }
 }
 
-/// The drain task of `key`: hands `call` the key's queued items, at most
-/// `max` at a time and oldest first, until the queue is empty. If the task
+/// The drain task of `key`: waits `delay`, then hands `call` the key's
+/// queued items, at most `max` at a time and oldest first, until the queue
+/// is empty. If the task
 /// is dropped or panics mid-way the drain still ends, so the key does not
 /// stay "draining" forever: the items still queued are dropped (their
 /// waiters see their senders gone) and the next push starts afresh.
@@ -81,6 +83,7 @@ pub(crate) async fn drain<K, T, F, Fut>(
     queues: &Mutex<Queues<K, T>>,
     key: &K,
     max: usize,
+    delay: Duration,
     mut call: F,
 ) where
     K: Hash + Eq,
@@ -90,6 +93,9 @@ pub(crate) async fn drain<K, T, F, Fut>(
     // The lock guards plain pushes and takes; a panic cannot leave it torn.
     let lock = || queues.lock().unwrap_or_else(PoisonError::into_inner);
     let abandon = scopeguard::guard((), |()| drop(lock().abandon(key)));
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
     loop {
         let batch = lock().take(key, max);
         if batch.is_empty() {

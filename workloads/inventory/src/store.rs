@@ -625,7 +625,7 @@ impl Store {
     }
 
     /// The outcome, and whether it is already as durable as the policy
-    /// asks (a coalesced batch waits once for all its members).
+    /// asks (a coalesced batch is confirmed by the fence, `fence.rs`).
     async fn decide_reservation(
         &self,
         req: &ReserveRequest<'_>,

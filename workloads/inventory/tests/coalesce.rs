@@ -15,7 +15,7 @@ use flashsale_e2e::{private_redis::PrivateRedis, stack, wait::poll_until};
 use flashsale_runtime::{RedisConnection, RedisTarget, RedisTimeouts, metrics::render};
 use inventory::{
     coalesce::BatchError,
-    fence::Fence,
+    fence::{Fence, Held},
     keys::SaleKeys,
     metrics::Metrics,
     store::{
@@ -568,80 +568,159 @@ async fn replica_of(primary: &PrivateRedis) -> anyhow::Result<PrivateRedis> {
     Ok(replica)
 }
 
-/// The fence vouches only for reservations its node holds. Sixteen batches
-/// are confirmed at once against a primary with a replica: the eight whose
-/// request-id keys are all on the node are confirmed; the eight that also
-/// name a key the node lacks (as a promoted replica would lack a write it
-/// never got) fail as not durable with no replica counted, although they
-/// share rounds and `WAIT`s with confirmed ones. The rewrite that moves the
-/// fence's offset leaves every key as it was.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_fence_vouches_only_for_reservations_its_node_holds() -> anyhow::Result<()> {
-    let primary = PrivateRedis::start(&[]).await?;
-    let _replica = replica_of(&primary).await?;
-    let mut plain = redis::Client::open(primary.url.as_str())?
-        .get_multiplexed_async_connection()
-        .await?;
-    let keys = SaleKeys::new("fenced");
-    let held = |i: usize| keys.request(&format!("held-{i}"));
-    for i in 0..16 {
-        let () = redis::cmd("SET")
-            .arg(held(i))
-            .arg(format!("r{i} HOT 1"))
-            .arg("PX")
-            .arg(600_000)
-            .query_async(&mut plain)
+/// A primary with an in-sync replica, a plain connection to the primary,
+/// and a fence over a connection of its own that waits 500 ms for the one
+/// replica.
+struct Fenced {
+    primary: PrivateRedis,
+    replica: PrivateRedis,
+    plain: redis::aio::MultiplexedConnection,
+    fence: Arc<Fence>,
+}
+
+impl Fenced {
+    async fn start() -> anyhow::Result<Self> {
+        let primary = PrivateRedis::start(&[]).await?;
+        let replica = replica_of(&primary).await?;
+        let plain = redis::Client::open(primary.url.as_str())?
+            .get_multiplexed_async_connection()
             .await?;
+        let target: RedisTarget = primary.url.parse()?;
+        let conn = RedisConnection::connect(&target, RedisTimeouts::default()).await?;
+        let fence = Arc::new(Fence::new(conn, 1, Duration::from_millis(500)));
+        Ok(Self {
+            primary,
+            replica,
+            plain,
+            fence,
+        })
     }
 
-    let conn = RedisConnection::connect(
-        &primary.url.parse::<RedisTarget>()?,
-        RedisTimeouts::default(),
-    )
-    .await?;
-    let fence = Arc::new(Fence::new(conn, 1, Duration::from_millis(500)));
-    let waits_before = command_calls(&primary.url, "wait").await?;
-    let outcomes = futures::future::join_all((0..16).map(|i| {
-        let fence = fence.clone();
-        let mut batch = vec![held(i)];
-        if i % 2 == 1 {
-            batch.push(keys.request(&format!("never-written-{i}")));
+    /// Writes reservation `name`'s request-id key as the reserve script
+    /// would, and returns what the fence is asked to confirm for it.
+    async fn reservation(&self, name: &str) -> anyhow::Result<Held> {
+        let held = Held {
+            key: SaleKeys::new("fenced").request(name),
+            value: format!("{name}-id HOT 1"),
+        };
+        let () = redis::cmd("SET")
+            .arg(&held.key)
+            .arg(&held.value)
+            .arg("PX")
+            .arg(600_000)
+            .query_async(&mut self.plain.clone())
+            .await?;
+        Ok(held)
+    }
+}
+
+/// The fence vouches only for reservations its node holds. Sixteen batches
+/// are confirmed at once: the eight whose request-id keys the node holds,
+/// with the values that name their reservations, are confirmed. The eight
+/// that also name a key the node lacks, or one that names another
+/// reservation there (as a promoted replica would lack a write, or hold an
+/// older one of the same request id), fail as not durable with no replica
+/// counted, although they share rounds and `WAIT`s with confirmed ones.
+/// The rewrite that moves the fence's offset leaves every key as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fence_vouches_only_for_reservations_its_node_holds() -> anyhow::Result<()> {
+    let fenced = Fenced::start().await?;
+    let mut held = Vec::new();
+    for i in 0..16 {
+        held.push(fenced.reservation(&format!("held-{i}")).await?);
+    }
+    let waits_before = command_calls(&fenced.primary.url, "wait").await?;
+    let outcomes = futures::future::join_all(held.iter().enumerate().map(|(i, h)| {
+        let mut batch = vec![h.clone()];
+        match i % 4 {
+            1 => batch.push(Held {
+                key: SaleKeys::new("fenced").request(&format!("never-written-{i}")),
+                value: format!("never-written-{i}-id HOT 1"),
+            }),
+            3 => batch.push(Held {
+                key: held[i - 1].key.clone(),
+                value: format!("other-{i}-id HOT 1"),
+            }),
+            _ => {}
         }
+        let fence = fenced.fence.clone();
         async move { fence.confirm("fenced", batch).await }
     }))
     .await;
-    let waits = command_calls(&primary.url, "wait").await? - waits_before;
+    let waits = command_calls(&fenced.primary.url, "wait").await? - waits_before;
 
     for (i, outcome) in outcomes.iter().enumerate() {
-        if i % 2 == 0 {
-            anyhow::ensure!(outcome.is_ok(), "batch {i} was refused: {outcome:?}");
-        } else {
-            anyhow::ensure!(
-                matches!(
-                    outcome,
-                    Err(BatchError::NotDurable {
-                        acked: 0,
-                        wanted: 1
-                    })
-                ),
-                "batch {i} names a key the node lacks, yet answered {outcome:?}"
-            );
-        }
+        let refused = matches!(
+            outcome,
+            Err(BatchError::NotDurable {
+                acked: 0,
+                wanted: 1
+            })
+        );
+        anyhow::ensure!(
+            refused == (i % 2 == 1) && (refused || outcome.is_ok()),
+            "batch {i} answered {outcome:?}"
+        );
     }
     anyhow::ensure!(
         (1..16).contains(&waits),
         "{waits} WAITs for 16 batches confirmed at once"
     );
-    for i in 0..16 {
+    for h in &held {
         let (value, ttl): (String, i64) = redis::pipe()
-            .get(held(i))
-            .pttl(held(i))
-            .query_async(&mut plain)
+            .get(&h.key)
+            .pttl(&h.key)
+            .query_async(&mut fenced.plain.clone())
             .await?;
         anyhow::ensure!(
-            value == format!("r{i} HOT 1") && ttl > 0,
-            "key {i} is now {value:?} with ttl {ttl}"
+            value == h.value && ttl > 0,
+            "{} is now {value:?} with ttl {ttl}",
+            h.key
         );
     }
+    Ok(())
+}
+
+/// The fence's `WAIT` waits for what its node holds, not only for what its
+/// own connection wrote before: with the replica frozen, a reservation
+/// written since on another connection is not confirmed (a `WAIT` sent
+/// alone on a connection with no write since counts a frozen replica at
+/// once); once the replica runs again, it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fence_waits_until_the_replica_has_what_its_node_holds() -> anyhow::Result<()> {
+    let fenced = Fenced::start().await?;
+    let before = fenced.reservation("before").await?;
+    fenced.fence.confirm("fenced", vec![before]).await?;
+
+    let frozen = fenced.replica.pause().await?;
+    let since = fenced.reservation("since").await?;
+    let outcome = fenced.fence.confirm("fenced", vec![since.clone()]).await;
+    anyhow::ensure!(
+        matches!(
+            outcome,
+            Err(BatchError::NotDurable {
+                acked: 0,
+                wanted: 1
+            })
+        ),
+        "confirmed while the replica was frozen: {outcome:?}"
+    );
+    frozen.resume()?;
+    let fence = &fenced.fence;
+    poll_until(
+        "the thawed replica to confirm the reservation",
+        Duration::from_secs(15),
+        Duration::from_millis(100),
+        || {
+            let since = since.clone();
+            async move {
+                fence
+                    .confirm("fenced", vec![since])
+                    .await
+                    .map_err(|e| e.to_string())
+            }
+        },
+    )
+    .await?;
     Ok(())
 }

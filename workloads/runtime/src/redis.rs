@@ -160,8 +160,8 @@ impl RedisConnection {
 
     /// A new connection to the same Redis, with server-side clients of its
     /// own: a command that blocks its client (`WAIT`) sent on it holds up
-    /// nothing sent on this one, and its writes are its own (a `WAIT` on it
-    /// covers only them).
+    /// nothing sent on this one, and a `WAIT` on it waits for the writes
+    /// made on it, not for this one's.
     pub async fn separate(&self) -> RedisResult<Self> {
         match self {
             Self::Single(conn) => {
@@ -170,22 +170,37 @@ impl RedisConnection {
                     SingleServer::connect(client.clone(), config.clone()).await?,
                 ))
             }
-            Self::Cluster(conn) => Ok(Self::Cluster(
-                HealingCluster::connect(conn.shared.client.clone(), conn.shared.timeouts).await?,
-            )),
+            Self::Cluster(conn) => {
+                let timeouts = conn.shared.timeouts;
+                // Bounded as a replacement is: the cluster client's own
+                // connect waits on every seed in turn.
+                let fresh = tokio::time::timeout(
+                    timeouts.connect.saturating_mul(4),
+                    HealingCluster::connect(conn.shared.client.clone(), timeouts),
+                )
+                .await
+                .map_err(|_| {
+                    RedisError::from(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "connecting to the Redis Cluster timed out",
+                    ))
+                })??;
+                Ok(Self::Cluster(fresh))
+            }
         }
     }
 
     /// Sends `pipeline`, in order on one server-side client, to the primary
     /// that owns `key`'s slot (on a single server: to it), and returns every
-    /// answer. For a write and a `WAIT` that must meet on the same node.
+    /// answer; the first error reply is the call's error, on either kind of
+    /// Redis. For a write and a `WAIT` that must meet on the same node.
     pub async fn pipeline_on_primary_of(
         &mut self,
         key: &str,
         pipeline: &Pipeline,
     ) -> RedisResult<Vec<Value>> {
-        match self {
-            Self::Single(conn) => pipeline.query_async(&mut conn.manager).await,
+        let answers: Vec<Value> = match self {
+            Self::Single(conn) => pipeline.query_async(&mut conn.manager).await?,
             Self::Cluster(conn) => {
                 let route =
                     SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, SlotAddr::Master));
@@ -193,9 +208,10 @@ impl RedisConnection {
                 conn.call(|mut c| async move {
                     c.route_pipeline(pipeline.clone(), 0, count, route).await
                 })
-                .await
+                .await?
             }
-        }
+        };
+        answers.into_iter().map(Value::extract_error).collect()
     }
 
     /// Whether this is a cluster connection.

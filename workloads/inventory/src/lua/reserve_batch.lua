@@ -5,7 +5,8 @@
 -- request's `created` order event goes into the sale's outbox in the same
 -- step: a reserved unit and its order's event exist together or not at all,
 -- so the order is acknowledged once this script (and, under the replicated
--- policy, its WAIT) returned, and the outbox relay publishes it.
+-- policy, the fence round that confirms it) returned, and the outbox relay
+-- publishes it.
 -- KEYS: 1 sku hash, 2 expiry zset, 3 shard avail, 4 shard held, 5 outbox
 --       stream, then per request: user counter, request-id key, reservation
 --       hash, taken marker
