@@ -37,7 +37,7 @@ use crate::{
     fence::{Fence, Held, MAX_ROUND},
     keys::SaleKeys,
     metrics::Metrics,
-    queues::{Queues, drain},
+    queues::{Queues, drain, enqueue},
     store::{Durability, RESERVE_LOCAL_LUA, Store, StoreError},
 };
 
@@ -217,12 +217,7 @@ impl Coalescer {
     pub(crate) async fn reserve(self: &Arc<Self>, sale: &str, sku: &str, item: BatchItem) -> Reply {
         let (answer, reply) = oneshot::channel();
         let key = (sale.to_owned(), sku.to_owned());
-        let start = self
-            .queues
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(key.clone(), Waiter { item, answer });
-        if start {
+        if enqueue(&self.queues, key.clone(), Waiter { item, answer }) {
             let coalescer = self.clone();
             tokio::spawn(async move {
                 let CoalesceSettings { max_batch, window } = coalescer.settings;

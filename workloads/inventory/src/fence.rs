@@ -33,7 +33,7 @@ use tokio::sync::{OnceCell, oneshot};
 
 use crate::{
     coalesce::BatchError,
-    queues::{Queues, drain},
+    queues::{Queues, drain, enqueue},
 };
 
 /// Source of the fence script.
@@ -86,12 +86,7 @@ impl Fence {
     /// the node did not have them, or with the Redis error of the round.
     pub async fn confirm(self: &Arc<Self>, sale: &str, held: Vec<Held>) -> Result<(), BatchError> {
         let (answer, reply) = oneshot::channel();
-        let start = self
-            .queues
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(sale.to_owned(), Pending { held, answer });
-        if start {
+        if enqueue(&self.queues, sale.to_owned(), Pending { held, answer }) {
             let fence = self.clone();
             let sale = sale.to_owned();
             tokio::spawn(async move {

@@ -73,6 +73,16 @@ impl<K: Hash + Eq, T> Queues<K, T> {
     }
 }
 
+/// Queues `item` under `key` in the locked `queues`; `true` if no drain
+/// runs for the key, so the caller must start one ([`drain`]).
+pub(crate) fn enqueue<K: Hash + Eq, T>(queues: &Mutex<Queues<K, T>>, key: K, item: T) -> bool {
+    // The lock guards plain pushes and takes; a panic cannot leave it torn.
+    queues
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(key, item)
+}
+
 /// The drain task of `key`: waits `delay`, then hands `call` the key's
 /// queued items, at most `max` at a time and oldest first, until the queue
 /// is empty. If the task
