@@ -261,16 +261,35 @@ async fn create_sale_as(
 
 /// The flags of an operator running sales on the real node: the test
 /// images are its defaults, anything else under the project's image prefix
-/// is allowed (for the failure cases), and its guards read the stack's
-/// Prometheus.
+/// is allowed (for the failure cases), its guards read the stack's
+/// Prometheus, and its lease tolerates the stalls of a machine running
+/// faults on the real node.
 pub fn operator_flags() -> anyhow::Result<Vec<String>> {
-    Ok(vec![
-        "--allowed-image".to_owned(),
-        "ghcr.io/flashsale-dev/".to_owned(),
-        "--prometheus-url".to_owned(),
-        stack::prometheus_url()?,
-    ])
+    let mut flags: Vec<String> = [
+        "--allowed-image",
+        "ghcr.io/flashsale-dev/",
+        "--prometheus-url",
+        &stack::prometheus_url()?,
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    flags.extend(REAL_NODE_LEASE.map(str::to_owned));
+    Ok(flags)
 }
+
+/// Lease timings for the real node's operators. The tests' fast lease
+/// (renewals due within 3 s) lost the lease, and with it a drill's run,
+/// when a loaded apiserver answered a renewal late; no real-node test races
+/// two operators, and a killed one's lease still expires well within the
+/// time a test gives its successor to lead.
+const REAL_NODE_LEASE: [&str; 6] = [
+    "--lease-duration",
+    "10s",
+    "--lease-renew-deadline",
+    "8s",
+    "--lease-retry-period",
+    "1s",
+];
 
 /// Waits until the sale's `type_` condition is `status` with a reason
 /// `reason` accepts.
