@@ -98,11 +98,11 @@ impl AppState {
     }
 
     /// The per-user rate limit: the fields to add to the answer, or a 429.
-    pub async fn rate_limit(&self, user: &User, scope: RateScope) -> Result<RateHeaders, ApiError> {
+    pub fn rate_limit(&self, user: &User, scope: RateScope) -> Result<RateHeaders, ApiError> {
         let policy = self.rate.policy();
         let decision = match scope {
             RateScope::Shared => {
-                let decision = self.rate.check(&self.config.sale, &user.0).await;
+                let decision = self.rate.check(&self.config.sale, &user.0);
                 self.metrics.rate_limit_decision(decision.source);
                 decision
             }
@@ -146,14 +146,14 @@ impl AppState {
     }
 
     /// The common guards of an authenticated route: user, rate limit, slot.
-    pub async fn admit(
+    pub fn admit(
         &self,
         headers: &HeaderMap,
         partition: Partition,
         scope: RateScope,
     ) -> Result<Admitted, ApiError> {
         let user = self.user(headers)?;
-        let rate = self.rate_limit(&user, scope).await?;
+        let rate = self.rate_limit(&user, scope)?;
         let permit = self.permit(partition)?;
         Ok(Admitted { user, rate, permit })
     }

@@ -81,9 +81,7 @@ pub async fn item_status(
 ) -> Result<Response, ApiError> {
     let Path(sku) = path?;
     // Served from this replica's cache: limited by this replica alone.
-    let admitted = state
-        .admit(&headers, Partition::NonCore, RateScope::Replica)
-        .await?;
+    let admitted = state.admit(&headers, Partition::NonCore, RateScope::Replica)?;
     let result = state.items.get(&sku).await;
     admitted.permit.success();
     let status = result.map_err(|err| match err {
@@ -131,9 +129,7 @@ pub async fn recommendations(
             json!({"mode": "static", "items": picks}),
         ));
     }
-    let admitted = state
-        .admit(&headers, Partition::NonCore, RateScope::Shared)
-        .await?;
+    let admitted = state.admit(&headers, Partition::NonCore, RateScope::Shared)?;
     // Stands in for a per-user model: a stable per-user order of the SKUs.
     let mut ranked: Vec<(Vec<u8>, &str)> = skus
         .iter()
@@ -174,9 +170,7 @@ pub async fn order_history(
             "days must be 1-{MAX_HISTORY_DAYS}"
         )));
     }
-    let admitted = state
-        .admit(&headers, Partition::NonCore, RateScope::Shared)
-        .await?;
+    let admitted = state.admit(&headers, Partition::NonCore, RateScope::Shared)?;
     let limited = state.switches.current().switches.order_history == OrderHistoryMode::Last7Days;
     let days = if limited {
         asked.min(DEGRADED_HISTORY_DAYS)
@@ -205,9 +199,7 @@ pub async fn voucher_push(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let admitted = state
-        .admit(&headers, Partition::NonCore, RateScope::Shared)
-        .await?;
+    let admitted = state.admit(&headers, Partition::NonCore, RateScope::Shared)?;
     admitted.permit.success();
     let response = if state.switches.current().switches.voucher_push == VoucherPushMode::Deferred {
         degraded(
@@ -252,7 +244,7 @@ pub async fn review(
             format!("no SKU {:?}", review.sku),
         ));
     }
-    let rate = state.rate_limit(&user, RateScope::Shared).await?;
+    let rate = state.rate_limit(&user, RateScope::Shared)?;
     let queued = state.switches.current().switches.reviews == ReviewsMode::Queued;
     let response = if queued {
         degraded(
@@ -278,9 +270,7 @@ pub async fn chat_message(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let admitted = state
-        .admit(&headers, Partition::NonCore, RateScope::Shared)
-        .await?;
+    let admitted = state.admit(&headers, Partition::NonCore, RateScope::Shared)?;
     admitted.permit.success();
     if state.switches.current().switches.shop_chat == ShopChatMode::Throttled {
         if let Err(not_until) = state.chat.0.check_key(&admitted.user.0) {
@@ -322,9 +312,7 @@ pub async fn mini_games(
             json!({"mode": "closed", "open": false, "notice": "Mini-games are paused during the sale. They will be back soon."}),
         ));
     }
-    let admitted = state
-        .admit(&headers, Partition::NonCore, RateScope::Shared)
-        .await?;
+    let admitted = state.admit(&headers, Partition::NonCore, RateScope::Shared)?;
     admitted.permit.success();
     Ok(admitted
         .rate

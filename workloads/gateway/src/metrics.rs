@@ -9,7 +9,7 @@ use prometheus_client::{
     registry::{Registry, Unit},
 };
 
-use crate::ratelimit::Source;
+use crate::ratelimit::{Charges, Source};
 
 /// Latency buckets: 0.1 ms × 1.5^k up to about 2 minutes.
 const LATENCY: Buckets = Buckets::exponential(0.0001, 1.5, 35);
@@ -118,6 +118,13 @@ impl DecisionLabels {
     }
 }
 
+/// Labels of `gateway_rate_limit_charges_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ChargeLabels {
+    /// `within`, `over` or `failed`.
+    outcome: &'static str,
+}
+
 /// Handles to the gateway's metrics; cheap to clone.
 #[derive(Clone)]
 pub struct GatewayMetrics {
@@ -129,6 +136,7 @@ pub struct GatewayMetrics {
     concurrency_rejected: Family<PartitionLabels, Counter>,
     rate_limited: Counter,
     rate_limit_decisions: Family<DecisionLabels, Counter>,
+    rate_limit_charges: Family<ChargeLabels, Counter>,
     waiting_room_depth: Gauge,
     admitted: Counter,
     sold_out_from_memory: Counter,
@@ -153,6 +161,7 @@ impl Default for GatewayMetrics {
             concurrency_rejected: Family::default(),
             rate_limited: Counter::default(),
             rate_limit_decisions: Family::default(),
+            rate_limit_charges: Family::default(),
             waiting_room_depth: Gauge::default(),
             admitted: Counter::default(),
             sold_out_from_memory: Counter::default(),
@@ -220,8 +229,28 @@ impl GatewayMetrics {
                     .get_or_create(&DecisionLabels::of(source)),
             );
         }
+        registry.register(
+            "gateway_rate_limit_charges",
+            "Requests charged to the shared rate-limit quota in Redis after their answer, by outcome: within the quota, over it (let through before this replica learnt the user had used it up elsewhere; paid back by the user's next requests), or failed",
+            m.rate_limit_charges.clone(),
+        );
         m.register_state(registry);
         m
+    }
+
+    /// The counters the rate limiter counts its charges in (every outcome
+    /// present from the start).
+    pub fn rate_limit_charges(&self) -> Charges {
+        let counter = |outcome| {
+            self.rate_limit_charges
+                .get_or_create(&ChargeLabels { outcome })
+                .clone()
+        };
+        Charges {
+            within: counter("within"),
+            over: counter("over"),
+            failed: counter("failed"),
+        }
     }
 
     /// The waiting room's, the switches', the clock's and the payments'

@@ -91,12 +91,13 @@ pub async fn place(
     })?;
     // The sale window, after the token (anonymous callers learn nothing of
     // the sale) and the local checks of the request, but before the rate
-    // limit (a Redis call), the waiting room, a concurrency slot, the
-    // inventory and Kafka: an order outside the window can never succeed,
-    // so it costs nothing downstream, holds no stock and burns no pass.
+    // limit (a charge to the shared quota), the waiting room, a concurrency
+    // slot and the inventory: an order outside the window can never
+    // succeed, so it costs nothing downstream, holds no stock and burns no
+    // pass.
     state.config.window_state(jiff::Timestamp::now()).check()?;
     // A SKU known sold out is answered from memory, before the rate limit
-    // (a Redis call) and everything after it.
+    // (a charge to the shared quota) and everything after it.
     if state
         .items
         .sold_out()
@@ -105,7 +106,7 @@ pub async fn place(
         state.metrics.sold_out_from_memory();
         return Err(sold_out(&order.sku));
     }
-    let rate = state.rate_limit(&user, RateScope::Shared).await?;
+    let rate = state.rate_limit(&user, RateScope::Shared)?;
     // The pass is held on a lease: only an order that went through uses it
     // up. Any failure (sold out, a 503, a gateway crash, a client that went
     // away) leaves it to the buyer for another try.

@@ -193,9 +193,7 @@ pub async fn start(
     path: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let Path(order) = path?;
-    let admitted = state
-        .admit(&headers, Partition::Core, RateScope::Shared)
-        .await?;
+    let admitted = state.admit(&headers, Partition::Core, RateScope::Shared)?;
     let deadline = Instant::now() + state.config.request_timeout();
     let result = reservation_of(&state, &order, deadline)
         .await

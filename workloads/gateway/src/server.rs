@@ -191,7 +191,11 @@ impl Gateway {
         let state = AppState::new(Inner {
             verifier: settings.verifier.with_clock(clock.clone()),
             clock,
-            rate: RateLimiter::new(redis.clone(), config.rate_settings()),
+            rate: RateLimiter::new(
+                redis.clone(),
+                config.rate_settings(),
+                metrics.rate_limit_charges(),
+            ),
             limiter: ConcurrencyLimiter::new(config.concurrency_settings()),
             switches: Switchboard::new(),
             waiting_room,

@@ -97,6 +97,11 @@ impl Fallback {
         }
     }
 
+    /// Whether Redis is in use, without handing out a probe.
+    pub fn on_redis(&self) -> bool {
+        matches!(self.state, State::Redis { .. })
+    }
+
     /// The outcome (`ok`) at `now` of a Redis call made on `route`.
     pub fn record(&mut self, now: Duration, route: Route, ok: bool) -> Option<Switch> {
         match (self.state, route) {

@@ -1,17 +1,32 @@
-//! Per-user rate limit: GCRA in Redis (one integer per user, one script call
-//! per decision, the Redis server's clock for every gateway replica), falling
-//! back to an in-process GCRA when Redis is slow or down.
+//! Per-user rate limit: GCRA, decided at once by this replica, with the
+//! quota shared by every replica through Redis.
 //!
-//! Each Redis call is bounded ([`Settings::redis_timeout`], 5 ms); a call
-//! that fails or times out is decided locally. Whether the following
-//! requests skip Redis is [`fallback`]'s decision: only after
-//! [`Thresholds::failures`] failures in a row lasting
-//! [`Thresholds::failing_for`] (3 and 20 ms by default), so one slow call
-//! or a short blip leaves the replica on Redis; then one probe per
-//! [`Thresholds::hold_off`] (1 s) until Redis answers again. Each switch is
-//! logged (warn to local, info back), and every decision reports its
-//! [`Source`], which the gateway counts
-//! (`gateway_rate_limit_decisions_total{source}`).
+//! A request is decided by the replica's in-process GCRA (the `governor`
+//! crate, same policy), so no request waits for Redis. A request it lets
+//! through is then charged to the user's GCRA in Redis ([`shared`]: one
+//! integer per user, one script call, the Redis server's clock for every
+//! replica). The charge answers how long the user must wait before the
+//! shared quota admits another request, and until then this replica refuses
+//! the user. A charge over the quota is made all the same (the request was
+//! served): that debt delays the user's next requests, so over any long span
+//! a user gets the policy's rate however many replicas their requests reach.
+//!
+//! Overshoot bound: a user whose requests reach N replicas at once gets more
+//! than the quota only while the charges that used it up are still on their
+//! way back (one Redis round trip, at most the Redis timeout): at most N ×
+//! the burst in that span, plus one request on each replica whose own
+//! charges were answered before the others' (that request's charge tells
+//! it of the debt). Their next requests then pay it back. Every charge is
+//! counted, within or over the quota (`gateway_rate_limit_charges_total`).
+//!
+//! Each charge is bounded ([`Settings::redis_timeout`], 5 ms). Whether the
+//! following requests are charged at all is [`fallback`]'s decision: only
+//! after [`Thresholds::failures`] failed charges in a row lasting
+//! [`Thresholds::failing_for`] (3 and 20 ms by default) does the replica
+//! stop charging and decide alone; then one charge per
+//! [`Thresholds::hold_off`] (1 s) probes Redis until it answers again. Each
+//! switch is logged (warn to local, info back), and every decision reports
+//! its [`Source`] (`gateway_rate_limit_decisions_total{source}`).
 //!
 //! Fail-open bound: while decisions are local each replica enforces the
 //! policy on its own, so a user whose requests are spread over N replicas
@@ -19,12 +34,9 @@
 
 mod fallback;
 mod headers;
+mod shared;
 
-use std::{
-    num::NonZeroU32,
-    sync::{Arc, Mutex},
-    time::{Duration, Instant},
-};
+use std::{num::NonZeroU32, sync::Arc, time::Duration};
 
 use flashsale_runtime::RedisConnection;
 use governor::{
@@ -33,13 +45,15 @@ use governor::{
     middleware::StateInformationMiddleware,
     state::keyed::DefaultKeyedStateStore,
 };
-use redis::Script;
 
-use fallback::{Fallback, Route};
+use fallback::Route;
 pub use fallback::{Switch, Thresholds};
 pub use headers::rate_limit_headers;
+pub use shared::Charges;
+use shared::Shared;
 
-/// The GCRA script; `KEYS[1]` the user's key, `ARGV` interval (µs) and burst.
+/// The GCRA charge script; `KEYS[1]` the user's key, `ARGV` interval (µs)
+/// and burst.
 pub const GCRA_LUA: &str = include_str!("gcra.lua");
 
 /// How many requests a user may make: `rate` per second on average, up to
@@ -64,12 +78,13 @@ impl Policy {
     }
 }
 
-/// Who decided.
+/// Under which quota a decision was taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
-    /// The shared limiter in Redis.
+    /// The quota shared through Redis is in force: the request is charged
+    /// to it, or it was refused because the quota holds the user back.
     Redis,
-    /// This replica's own limiter (Redis slow or down).
+    /// This replica's own limiter alone (no Redis, or Redis failing).
     Local,
 }
 
@@ -84,7 +99,7 @@ pub struct Decision {
     pub retry_after: Duration,
     /// Until the burst is whole again.
     pub reset: Duration,
-    /// Who decided.
+    /// Under which quota.
     pub source: Source,
 }
 
@@ -93,15 +108,15 @@ pub struct Decision {
 pub struct Settings {
     /// The per-user policy.
     pub policy: Policy,
-    /// Longest wait for Redis before deciding locally.
+    /// Longest wait for a charge's answer before counting it failed.
     pub redis_timeout: Duration,
-    /// When to stop asking Redis, and how often to ask again meanwhile.
+    /// When to stop charging Redis, and how often to try again meanwhile.
     pub fallback: Thresholds,
 }
 
 impl Settings {
     /// Defaults for `policy`: 5 ms Redis bound; local decisions after 3
-    /// failures in a row over at least 20 ms; then one probe per second.
+    /// failed charges in a row over at least 20 ms; then one probe per second.
     pub fn new(policy: Policy) -> Self {
         Self {
             policy,
@@ -126,40 +141,28 @@ type LocalLimiter = governor::RateLimiter<
 /// The per-user limiter; cheap to clone.
 #[derive(Clone)]
 pub struct RateLimiter {
-    redis: Option<RedisConnection>,
-    script: Arc<Script>,
-    settings: Settings,
+    policy: Policy,
     local: Arc<LocalLimiter>,
-    /// Whether to ask Redis; shared by the clones, held only to route a
-    /// request or record an outcome.
-    fallback: Arc<Mutex<Fallback>>,
-    /// The origin of the fallback's times.
-    started: Instant,
-}
-
-/// Why a Redis call gave no decision.
-enum Failure {
-    Redis(redis::RedisError),
-    Timeout,
+    /// The quota shared through Redis; `None`: this replica alone.
+    shared: Option<Arc<Shared>>,
 }
 
 impl RateLimiter {
-    /// A limiter over Redis (`None`: local only, for a single replica).
-    pub fn new(redis: Option<RedisConnection>, settings: Settings) -> Self {
-        let quota = Quota::per_second(settings.policy.rate).allow_burst(settings.policy.burst);
+    /// A limiter over Redis (`None`: local only, for a single replica),
+    /// counting its charges in `charges`.
+    pub fn new(redis: Option<RedisConnection>, settings: Settings, charges: Charges) -> Self {
+        let policy = settings.policy;
+        let quota = Quota::per_second(policy.rate).allow_burst(policy.burst);
         Self {
-            redis,
-            script: Arc::new(Script::new(GCRA_LUA)),
+            policy,
             local: Arc::new(governor::RateLimiter::keyed(quota).with_middleware()),
-            fallback: Arc::new(Mutex::new(Fallback::new(settings.fallback))),
-            settings,
-            started: Instant::now(),
+            shared: redis.map(|redis| Arc::new(Shared::new(redis, settings, charges))),
         }
     }
 
     /// The policy in force.
     pub fn policy(&self) -> Policy {
-        self.settings.policy
+        self.policy
     }
 
     /// The Redis key of `user` in `sale` (the sale's slot, per the key contract).
@@ -167,129 +170,83 @@ impl RateLimiter {
         format!("fs:{{{sale}}}:rl:{user}")
     }
 
-    /// Decides for one request of `user` in `sale`: in Redis, or locally
-    /// when Redis is not configured, is not in use, or fails this call.
-    pub async fn check(&self, sale: &str, user: &str) -> Decision {
-        let Some(redis) = &self.redis else {
-            return self.check_locally(sale, user);
+    /// Decides for one request of `user` in `sale` under the shared quota:
+    /// at once, by this replica's limiter unless the quota holds the user
+    /// back; a request let through is charged to the quota afterwards.
+    pub fn check(&self, sale: &str, user: &str) -> Decision {
+        let key = Self::key(sale, user);
+        let Some(shared) = &self.shared else {
+            return self.decide(&key, Source::Local);
         };
-        let route = self.lock_fallback().route(self.started.elapsed());
-        if route == Route::Local {
-            return self.check_locally(sale, user);
+        if let Some(wait) = shared.held_for(&key) {
+            return self.refusal(wait, Source::Redis);
         }
-        let outcome = self.ask_redis(redis, sale, user).await;
-        let switch = self
-            .lock_fallback()
-            .record(self.started.elapsed(), route, outcome.is_ok());
-        let failure = match outcome {
-            Ok(decision) => {
-                report(switch, None);
-                return decision;
+        let mut decision = self.decide(&key, Source::Local);
+        if !decision.allowed {
+            if shared.in_force() {
+                decision.source = Source::Redis;
             }
-            Err(failure) => failure,
-        };
-        let reason = match &failure {
-            Failure::Redis(err) => err.to_string(),
-            Failure::Timeout => format!(
-                "no answer within {} ms",
-                self.settings.redis_timeout.as_millis()
-            ),
-        };
-        tracing::debug!(
-            reason,
-            ?route,
-            "rate limit: Redis gave no decision; this one is local"
-        );
-        report(switch, Some(&reason));
-        self.check_locally(sale, user)
-    }
-
-    /// One GCRA call, bounded by the Redis timeout.
-    async fn ask_redis(
-        &self,
-        redis: &RedisConnection,
-        sale: &str,
-        user: &str,
-    ) -> Result<Decision, Failure> {
-        let mut conn = redis.clone();
-        let mut invocation = self.script.key(Self::key(sale, user));
-        invocation
-            .arg(self.settings.policy.interval_micros())
-            .arg(self.settings.policy.burst.get());
-        let call = invocation.invoke_async::<(i64, i64, i64, i64)>(&mut conn);
-        let (allowed, remaining, retry_after, reset) =
-            match tokio::time::timeout(self.settings.redis_timeout, call).await {
-                Ok(Ok(reply)) => reply,
-                Ok(Err(err)) => return Err(Failure::Redis(err)),
-                Err(_) => return Err(Failure::Timeout),
-            };
-        Ok(Decision {
-            allowed: allowed == 1,
-            remaining: u32::try_from(remaining).unwrap_or(0),
-            retry_after: micros(retry_after),
-            reset: micros(reset),
-            source: Source::Redis,
-        })
-    }
-
-    fn lock_fallback(&self) -> std::sync::MutexGuard<'_, Fallback> {
-        self.fallback.lock().unwrap_or_else(|p| p.into_inner())
+            return decision;
+        }
+        let route = shared.route();
+        match route {
+            Route::Redis => decision.source = Source::Redis,
+            Route::Probe | Route::Local => {}
+        }
+        if route != Route::Local {
+            shared.charge(key, route);
+        }
+        decision
     }
 
     /// Decides with this replica's limiter only, for requests that cost no
-    /// shared resource (reads served from the gateway's own cache): a Redis
-    /// round trip would cost more than such a request, and the bound is the
-    /// same as during a Redis outage (N replicas → N × rate).
+    /// shared resource (reads served from the gateway's own cache): even a
+    /// charge after the answer would cost more than such a request, and the
+    /// bound is the same as during a Redis outage (N replicas → N × rate).
     pub fn check_locally(&self, sale: &str, user: &str) -> Decision {
-        let key = Self::key(sale, user);
-        let window = self.settings.policy.window();
-        match self.local.check_key(&key) {
+        self.decide(&Self::key(sale, user), Source::Local)
+    }
+
+    /// This replica's limiter's decision for `key`.
+    #[allow(
+        clippy::ptr_arg,
+        reason = "the keyed limiter takes its key type, a String"
+    )]
+    fn decide(&self, key: &String, source: Source) -> Decision {
+        match self.local.check_key(key) {
             Ok(snapshot) => Decision {
                 allowed: true,
                 remaining: snapshot.remaining_burst_capacity(),
                 retry_after: Duration::ZERO,
-                reset: window,
-                source: Source::Local,
+                reset: self.policy.window(),
+                source,
             },
-            Err(not_until) => Decision {
-                allowed: false,
-                remaining: 0,
-                // The limiter's own clock: making one calibrates it anew,
-                // which cost more than the whole decision.
-                retry_after: not_until.wait_time_from(self.local.clock().now()),
-                reset: window,
-                source: Source::Local,
-            },
+            // The limiter's own clock: making one calibrates it anew, which
+            // cost more than the whole decision.
+            Err(not_until) => {
+                self.refusal(not_until.wait_time_from(self.local.clock().now()), source)
+            }
         }
     }
 
-    /// Forgets local state of users idle for a whole window (call now and
-    /// then, so the fallback's memory stays bounded).
+    fn refusal(&self, retry_after: Duration, source: Source) -> Decision {
+        Decision {
+            allowed: false,
+            remaining: 0,
+            retry_after,
+            reset: self.policy.window(),
+            source,
+        }
+    }
+
+    /// Forgets local state of users idle for a whole window and holds that
+    /// ended (call now and then, so the limiter's memory stays bounded).
     pub fn prune_local(&self) {
         self.local.retain_recent();
+        if let Some(shared) = &self.shared {
+            shared.prune();
+        }
     }
-}
-
-/// Logs a switch between Redis and local decisions; `reason` is the failure
-/// of the call that caused a switch to local ones.
-fn report(switch: Option<Switch>, reason: Option<&str>) {
-    match switch {
-        Some(Switch::ToLocal { failures, over }) => tracing::warn!(
-            failures,
-            over_ms = over.as_millis() as u64,
-            reason = reason.unwrap_or_default(),
-            "rate limit: Redis keeps failing; deciding locally (each replica alone) until it answers a probe"
-        ),
-        Some(Switch::ToRedis { after }) => tracing::info!(
-            local_for_ms = after.as_millis() as u64,
-            "rate limit: Redis answers again; deciding in Redis"
-        ),
-        None => {}
-    }
-}
-
-fn micros(value: i64) -> Duration {
-    Duration::from_micros(u64::try_from(value).unwrap_or(0))
 }
 
 #[cfg(test)]

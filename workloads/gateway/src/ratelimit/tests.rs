@@ -136,6 +136,8 @@ fn while_local_one_probe_per_hold_off_and_the_first_success_switches_back() {
     }
     assert_eq!(fallback.route(21 * MS), Route::Local);
     assert_eq!(fallback.route(1_019 * MS), Route::Local);
+    // Asking whether Redis is in use hands out no probe.
+    assert!(!fallback.on_redis());
     assert_eq!(fallback.route(1_020 * MS), Route::Probe);
     // Only one probe at a time; a failed one waits a hold-off again.
     assert_eq!(fallback.route(1_021 * MS), Route::Local);
@@ -152,6 +154,7 @@ fn while_local_one_probe_per_hold_off_and_the_first_success_switches_back() {
         Some(Switch::ToRedis { after: 3_010 * MS })
     );
     assert_eq!(fallback.route(3_031 * MS), Route::Redis);
+    assert!(fallback.on_redis());
     // Back on Redis the count starts over.
     assert_eq!(fallback.record(3_040 * MS, Route::Redis, false), None);
     assert_eq!(fallback.record(3_070 * MS, Route::Redis, false), None);
