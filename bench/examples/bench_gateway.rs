@@ -2,7 +2,7 @@
 //! same concurrency, over loopback:
 //!
 //! - `get`: a tier-1 `GET /api/v1/items/A` through the gateway (token check,
-//!   Redis GCRA decision, concurrency slot, cached stock) vs a bare axum
+//!   the replica's GCRA, concurrency slot, cached stock) vs a bare axum
 //!   handler answering the same JSON;
 //! - `slow-get`: the same GET through a gateway whose inventory is 50 ms
 //!   away (a delay the benchmark owns, in front of the real inventory),
@@ -18,11 +18,13 @@
 //!   (`soldOutRecheckMs` 0);
 //! - `order`: the full order path (token, rate limit, reserve in the real
 //!   inventory, whose script also puts the order's event in the outbox,
-//!   answer), first at saturation, then open-loop at half that rate for its
+//!   answer), first at saturation, then open-loop at half that rate (or the
+//!   share `--load` gives) for its
 //!   p99; the inventory's relay publishes the events meanwhile, to the
 //!   stack's single broker and/or its three-broker cluster (`--kafka
 //!   single,cluster`: a topic with three replicas and `min.insync.replicas`
-//!   2), optionally at several producer lingers (`--linger-ms 5,0`).
+//!   2), optionally at several producer lingers (`--linger-ms 5,0`);
+//!   `--kafka none` runs no relay, to show what publishing costs the order;
 //!   `--breakdown` also times, alone at the same rate, the inventory's
 //!   reserve (HTTP) and the path's floor: one reserve-script call on Redis,
 //!   and prints the order's p99 over the floor's, a same-run ratio.
@@ -79,6 +81,9 @@ enum Path {
 /// The Kafka the order path publishes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Kafka {
+    /// No relay: the events stay in the outbox, and the order is measured
+    /// without the relay's and the brokers' work on the same cores.
+    None,
     /// The stack's single broker (`KAFKA_BROKERS`), a topic with one replica.
     Single,
     /// The stack's three brokers (`FLASHSALE_KAFKA_CLUSTER_BROKERS`), a
@@ -116,9 +121,29 @@ struct Options {
     #[arg(long, value_delimiter = ',')]
     linger_ms: Vec<u64>,
     /// Also time the inventory's reserve alone and one reserve-script call
-    /// alone (the path's floor), each at the order path's half-load rate.
+    /// alone (the path's floor), each at the order path's open-loop rate.
     #[arg(long)]
     breakdown: bool,
+    /// The order path's open-loop rate, as a share of its saturated rate.
+    #[arg(long, default_value_t = 0.5, value_parser = load_share)]
+    load: f64,
+}
+
+/// A share of the saturated rate: above 0, at most 1.
+fn load_share(given: &str) -> Result<f64, String> {
+    match given.parse::<f64>() {
+        Ok(share) if share > 0.0 && share <= 1.0 => Ok(share),
+        _ => Err(format!("{given:?} is not a share in (0, 1]")),
+    }
+}
+
+/// How a share of the saturated rate is named in the report.
+fn load_name(share: f64) -> String {
+    if share == 0.5 {
+        "half load".to_owned()
+    } else {
+        format!("{:.0} % load", share * 100.0)
+    }
 }
 
 fn client() -> reqwest::Client {
@@ -373,7 +398,7 @@ struct OrderSetup {
     kafka: Kafka,
     funnel: Funnel,
     saturated: Vec<Measured>,
-    half: Vec<Measured>,
+    loaded: Vec<Measured>,
     reserve_alone: Vec<Measured>,
     floor: Vec<Measured>,
     unavailable: u64,
@@ -382,7 +407,7 @@ struct OrderSetup {
 impl OrderSetup {
     async fn start(kafka: Kafka, linger: Option<Duration>) -> anyhow::Result<Self> {
         let topic = match kafka {
-            Kafka::Single => None,
+            Kafka::None | Kafka::Single => None,
             Kafka::Cluster => Some(TopicSpec {
                 brokers: KafkaCluster::from_env()?.brokers().to_owned(),
                 replication: 3,
@@ -392,10 +417,12 @@ impl OrderSetup {
         let funnel = Funnel::start(FunnelOptions {
             topic,
             linger,
+            relay: kafka != Kafka::None,
             ..high_limits()
         })
         .await?;
         let mut label = match kafka {
+            Kafka::None => "no relay".to_owned(),
             Kafka::Single => "1 broker".to_owned(),
             Kafka::Cluster => "3 brokers".to_owned(),
         };
@@ -407,30 +434,31 @@ impl OrderSetup {
             kafka,
             funnel,
             saturated: vec![],
-            half: vec![],
+            loaded: vec![],
             reserve_alone: vec![],
             floor: vec![],
             unavailable: 0,
         })
     }
 
-    /// One run: saturated, then half that rate (and the dependencies alone).
+    /// One run: saturated, then the `--load` share of that rate (and the
+    /// dependencies alone).
     async fn run(&mut self, opts: &Options) -> anyhow::Result<()> {
         let before = UNAVAILABLE.load(Ordering::Relaxed);
         let gateway = self.funnel.gateway.url.clone();
         let saturated = order_saturated(opts, &gateway).await?;
-        let rate = saturated.per_second() / 2.0;
-        let half = order_open_loop(opts, &gateway, rate).await?;
+        let rate = saturated.per_second() * opts.load;
+        let loaded = order_open_loop(opts, &gateway, rate).await?;
         eprintln!(
             "  order, {}: saturated {:.0}/s; at {rate:.0}/s p50 {:.2} ms, p99 {:.2} ms (late start p99 {:.2} ms)",
             self.label,
             saturated.per_second(),
-            half.p50_us() / 1000.0,
-            half.p99_us() / 1000.0,
-            half.late_p99_us() / 1000.0
+            loaded.p50_us() / 1000.0,
+            loaded.p99_us() / 1000.0,
+            loaded.late_p99_us() / 1000.0
         );
         self.saturated.push(saturated);
-        self.half.push(half);
+        self.loaded.push(loaded);
         if opts.breakdown {
             let reserve = reserve_open_loop(opts, &self.funnel, rate).await?;
             let floor = script_open_loop(opts, &self.funnel, rate).await?;
@@ -448,23 +476,23 @@ impl OrderSetup {
         Ok(())
     }
 
-    fn report(&self) {
+    fn report(&self, load: &str, share: f64) {
         let rps = row(
             &format!("order (saturated, {})", self.label),
             &self.saturated,
         );
-        let half_p99 = of(self.half.iter().map(Measured::p99_us));
-        let half_p50 = of(self.half.iter().map(Measured::p50_us));
-        let late = of(self.half.iter().map(Measured::late_p99_us));
+        let loaded_p99 = of(self.loaded.iter().map(Measured::p99_us));
+        let loaded_p50 = of(self.loaded.iter().map(Measured::p50_us));
+        let late = of(self.loaded.iter().map(Measured::late_p99_us));
         let runs: Vec<f64> = self
-            .half
+            .loaded
             .iter()
             .map(|s| (s.p99_us() / 100.0).round() / 10.0)
             .collect();
         println!(
-            "order at half load ({}) {:>8.0} req/s   p50 {half_p50:>8.0} µs   p99 {half_p99:>8.0} µs (runs, ms: {runs:?}; late start p99 {late:.0} µs)",
+            "order at {load} ({}) {:>8.0} req/s   p50 {loaded_p50:>8.0} µs   p99 {loaded_p99:>8.0} µs (runs, ms: {runs:?}; late start p99 {late:.0} µs)",
             self.label,
-            rps / 2.0
+            rps * share
         );
         if !self.reserve_alone.is_empty() {
             row(
@@ -476,12 +504,12 @@ impl OrderSetup {
                 &self.floor,
             );
             let over_floor = of(self
-                .half
+                .loaded
                 .iter()
                 .zip(&self.floor)
                 .map(|(order, floor)| order.p99_us() / floor.p99_us()));
             println!(
-                "  order p99 / floor p99 at half load ({}): {over_floor:.2} (median of same-run ratios)",
+                "  order p99 / floor p99 at {load} ({}): {over_floor:.2} (median of same-run ratios)",
                 self.label
             );
         }
@@ -877,8 +905,9 @@ fn report(opts: &Options, gets: &Gets, orders: &[OrderSetup]) {
         row("  asking the inventory", &gets.sold_out_asking);
         row("bare axum 409", &gets.bare_sold_out);
     }
+    let load = load_name(opts.load);
     for setup in orders {
-        setup.report();
+        setup.report(&load, opts.load);
     }
     if !gets.gateway.is_empty() {
         ratios("GET gateway / bare axum", &gets.gateway, &gets.bare_axum);
@@ -913,9 +942,9 @@ fn report(opts: &Options, gets: &Gets, orders: &[OrderSetup]) {
                 &first.saturated,
             );
             ratios(
-                &format!("order at half load, {} / {}", other.label, first.label),
-                &other.half,
-                &first.half,
+                &format!("order at {load}, {} / {}", other.label, first.label),
+                &other.loaded,
+                &first.loaded,
             );
         }
     }

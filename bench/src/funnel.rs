@@ -120,6 +120,8 @@ pub struct Options {
     pub topic: Option<TopicSpec>,
     /// The producer's linger, when not its default.
     pub linger: Option<Duration>,
+    /// Whether the inventory's relay publishes the outbox's events.
+    pub relay: bool,
     /// How long a reservation holds its units unpaid. The funnel's inventory
     /// runs no sweeper, so a lapsed reservation stays `reserved` until
     /// a caller sweeps it.
@@ -138,6 +140,7 @@ impl Default for Options {
             acl: false,
             topic: None,
             linger: None,
+            relay: true,
             reservation_ttl: Duration::from_secs(60),
         }
     }
@@ -290,8 +293,12 @@ impl Funnel {
             let stack = stack::redis_url()?;
             (stack.clone(), options.redis_url.unwrap_or(stack))
         };
-        let inventory =
-            Inventory::start_on(&inventory_redis, &definition, Some(&plan.producer)).await?;
+        let inventory = Inventory::start_on(
+            &inventory_redis,
+            &definition,
+            options.relay.then_some(&plan.producer),
+        )
+        .await?;
         let config: GatewayConfig = serde_json::from_value(plan.config)?;
         config.check()?;
         let gateway = Running::start_producing(
