@@ -296,7 +296,7 @@ async fn a_partition_towards_redis_by_its_service_name_cuts_one_gateway_off_the_
     let address = url.trim_start_matches("redis://").trim_end_matches('/');
     let redis = cluster_ip(&client, "flashsale-stack", "redis").await?;
     let inventory = pod_ip(&ready_pods(&client, &ns.name, &sale.name, "inventory").await?[0])?;
-    // Order histories take the shared rate limit's decision in Redis.
+    // Order histories are rate-limited under the quota shared in Redis.
     let views = page_views(&gateways, "/api/v1/orders/history")?;
     let query = local_decisions(&ns.name);
     await_below(
