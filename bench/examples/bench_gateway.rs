@@ -10,8 +10,10 @@
 //!   refresh-ahead cache and the hedged read keep every read off the
 //!   inventory's latency;
 //! - `limited`: a rate-limited GET (rate 50/s, burst 10 per user, most
-//!   requests refused) through the gateway vs Debian's nginx `limit_req` at
-//!   the same settings, keyed by the same user header;
+//!   requests refused) through the gateway, inside this process and as a
+//!   process of its own as nginx is (the release `gateway` binary), vs
+//!   Debian's nginx `limit_req` at the same settings, keyed by the same user
+//!   header;
 //! - `sold-out`: an order of a SKU the gateway knows is sold out, answered
 //!   `409 sold_out` from its memory, vs a bare axum handler answering the
 //!   same 409, and vs a gateway that asks the inventory every time
@@ -50,6 +52,7 @@ use axum::{
 use clap::{Parser, ValueEnum};
 use flashsale_bench::{
     funnel::{Funnel, Options as FunnelOptions, Running},
+    gateway_process::GatewayProcess,
     load::{Measured, closed_loop, open_loop},
     median,
     reserve_script::reserve_calls,
@@ -643,6 +646,11 @@ async fn main() -> anyhow::Result<()> {
     if let Some((_, _, slow)) = &peers.slow {
         get_as_users(&warm, format!("{}/api/v1/items/A", slow.url), 1_000).await?;
     }
+    if let Some((limited, process)) = &peers.limited {
+        for base in [&limited.gateway.url, &process.url] {
+            get_as_users(&warm, format!("{base}/api/v1/items/A"), 8).await?;
+        }
+    }
     for setup in &orders {
         order_saturated(&warm, &setup.funnel.gateway.url).await?;
     }
@@ -702,8 +710,8 @@ struct Peers {
     own_funnel: Option<Funnel>,
     /// The gateway URL of the tier-1 GET.
     get_gateway: Option<String>,
-    /// The rate-limited gateway.
-    limited: Option<Funnel>,
+    /// The rate-limited gateway, and the same as a process of its own.
+    limited: Option<(Funnel, GatewayProcess)>,
     /// The bare axum server's base URL.
     bare: Option<String>,
     /// A gateway reaching its funnel's inventory through a delay, with
@@ -732,13 +740,15 @@ impl Peers {
             .or(own_funnel.as_ref())
             .map(|f| format!("{}/api/v1/items/A", f.gateway.url));
         let limited = match wants(Path::Limited) {
-            true => Some(
-                Funnel::start(FunnelOptions {
+            true => {
+                let funnel = Funnel::start(FunnelOptions {
                     config: json!({"rateLimit": {"perUserPerSecond": 50, "burst": 10}, "concurrency": {"minLimit": 1000, "maxLimit": 5000}}),
                     ..FunnelOptions::default()
                 })
-                .await?,
-            ),
+                .await?;
+                let process = GatewayProcess::start(&funnel).await?;
+                Some((funnel, process))
+            }
             false => None,
         };
         let slow = match wants(Path::SlowGet) {
@@ -783,7 +793,8 @@ impl Peers {
     /// Stops nginx and removes the funnels' sales.
     async fn cleanup(self) -> anyhow::Result<()> {
         drop(self.nginx);
-        if let Some(limited) = self.limited {
+        if let Some((limited, process)) = self.limited {
+            drop(process);
             limited.cleanup().await?;
         }
         if let Some(funnel) = self.own_funnel {
@@ -808,6 +819,7 @@ struct Gets {
     slow_inventory: Vec<Measured>,
     bare_axum: Vec<Measured>,
     limited: Vec<Measured>,
+    limited_process: Vec<Measured>,
     nginx: Vec<Measured>,
     sold_out: Vec<Measured>,
     sold_out_asking: Vec<Measured>,
@@ -842,9 +854,11 @@ impl Gets {
             self.bare_sold_out
                 .push(order_sold_out(opts, format!("{bare}/api/v1/orders"), 10_000).await?);
         }
-        if let (Some(limited), Some(nginx)) = (&peers.limited, &peers.nginx) {
+        if let (Some((limited, process)), Some(nginx)) = (&peers.limited, &peers.nginx) {
             let url = format!("{}/api/v1/items/A", limited.gateway.url);
             self.limited.push(get_as_users(opts, url, 8).await?);
+            let url = format!("{}/api/v1/items/A", process.url);
+            self.limited_process.push(get_as_users(opts, url, 8).await?);
             self.nginx
                 .push(get_as_users(opts, nginx.url.clone(), 8).await?);
         }
@@ -898,6 +912,7 @@ fn report(opts: &Options, gets: &Gets, orders: &[OrderSetup]) {
     }
     if !gets.limited.is_empty() {
         row("gateway limited GET", &gets.limited);
+        row("  as a process of its own", &gets.limited_process);
         row("nginx limit_req GET", &gets.nginx);
     }
     if !gets.sold_out.is_empty() {
@@ -921,6 +936,11 @@ fn report(opts: &Options, gets: &Gets, orders: &[OrderSetup]) {
     }
     if !gets.limited.is_empty() {
         ratios("limited GET gateway / nginx", &gets.limited, &gets.nginx);
+        ratios(
+            "limited GET gateway process / nginx",
+            &gets.limited_process,
+            &gets.nginx,
+        );
     }
     if !gets.sold_out.is_empty() {
         ratios(

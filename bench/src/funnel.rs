@@ -160,6 +160,8 @@ pub struct Funnel {
     pub gateway: Running,
     /// The gateway's configuration.
     pub config: GatewayConfig,
+    /// The same, as a gateway's `--config` file holds it.
+    pub config_file: Value,
 }
 
 /// A gateway serving on a free port, stopped when dropped.
@@ -299,7 +301,8 @@ impl Funnel {
             options.relay.then_some(&plan.producer),
         )
         .await?;
-        let config: GatewayConfig = serde_json::from_value(plan.config)?;
+        let config_file = plan.config;
+        let config: GatewayConfig = serde_json::from_value(config_file.clone())?;
         config.check()?;
         let gateway = Running::start_producing(
             &gateway_redis,
@@ -316,6 +319,7 @@ impl Funnel {
             inventory,
             gateway,
             config,
+            config_file,
         })
     }
 

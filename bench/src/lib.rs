@@ -29,6 +29,7 @@
 
 mod binary;
 pub mod funnel;
+pub mod gateway_process;
 pub mod load;
 mod median;
 mod recorder;
