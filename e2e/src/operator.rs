@@ -35,7 +35,8 @@ pub const FAST_LEASE: [&str; 8] = [
 ];
 
 /// How long an operator may take to lead: a lease left by a killed one
-/// expires after 4 s, and a loaded machine starts processes slowly.
+/// expires after 4 s ([`FAST_LEASE`]; 10 s for the real node's operators),
+/// and a loaded machine starts processes slowly.
 const LEAD_BOUND: Duration = Duration::from_secs(30);
 
 /// How long a fresh process may take to answer on its ops port.
