@@ -7,7 +7,7 @@
 use std::{
     collections::BTreeSet,
     sync::{
-        Arc,
+        Arc, Mutex, PoisonError,
         atomic::{AtomicBool, AtomicUsize, Ordering},
     },
     time::Duration,
@@ -246,6 +246,8 @@ pub async fn produce(
 pub struct Stream {
     stop: Arc<AtomicBool>,
     acked: Arc<AtomicUsize>,
+    /// Why the latest refused send was refused, for a wait that times out.
+    last_refusal: Arc<Mutex<Option<String>>>,
     tasks: Vec<JoinHandle<Sent>>,
 }
 
@@ -270,21 +272,25 @@ impl Stream {
     pub fn start(producer: &OrderProducer, sale: &str, senders: usize, at_most: Duration) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let acked = Arc::new(AtomicUsize::new(0));
+        let last_refusal = Arc::new(Mutex::new(None));
         let until = tokio::time::Instant::now() + at_most;
         let tasks = (0..senders)
             .map(|first| {
                 let (producer, sale) = (producer.clone(), sale.to_owned());
                 let (stop, acked) = (stop.clone(), acked.clone());
+                let last_refusal = last_refusal.clone();
                 tokio::spawn(async move {
                     let mut sent = Sent::default();
                     let mut n = first;
                     while !stop.load(Ordering::Relaxed) && tokio::time::Instant::now() < until {
-                        if producer.send(&event(&sale, n)).await.is_ok() {
-                            acked.fetch_add(1, Ordering::Relaxed);
-                            sent.acked.push(n);
-                        } else {
+                        if let Err(err) = producer.send(&event(&sale, n)).await {
+                            *last_refusal.lock().unwrap_or_else(PoisonError::into_inner) =
+                                Some(err.to_string());
                             sent.failed.push(n);
                             tokio::time::sleep(Duration::from_millis(20)).await;
+                        } else {
+                            acked.fetch_add(1, Ordering::Relaxed);
+                            sent.acked.push(n);
                         }
                         n += senders;
                     }
@@ -292,7 +298,12 @@ impl Stream {
                 })
             })
             .collect();
-        Self { stop, acked, tasks }
+        Self {
+            stop,
+            acked,
+            last_refusal,
+            tasks,
+        }
     }
 
     /// How many sends were acknowledged so far.
@@ -314,7 +325,16 @@ impl Stream {
             if acked >= since + more {
                 Ok(())
             } else {
-                Err(format!("{} of {more} acknowledged", acked - since))
+                let refusal = self
+                    .last_refusal
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clone();
+                Err(format!(
+                    "{} of {more} acknowledged; the latest refusal: {}",
+                    acked - since,
+                    refusal.as_deref().unwrap_or("none")
+                ))
             }
         })
         .await

@@ -54,6 +54,7 @@ pub struct Metrics {
     reserve_batch_size: BatchSizes,
     durability_replicas: Gauge,
     standby: Gauge,
+    producer_replacements: Gauge,
 }
 
 impl Metrics {
@@ -94,6 +95,11 @@ impl Metrics {
             "inventory_standby",
             "1 while Redis is a read-only replica (a standby region's) and sales are refused until it is promoted",
             metrics.standby.clone(),
+        );
+        registry.register(
+            "inventory_kafka_producer_replacements",
+            "Times the order-event producer was replaced since start, having turned fatal or failed every send for its stall bound",
+            metrics.producer_replacements.clone(),
         );
         registry.register(
             "flashsale_inventory_reserve_batch_size",
@@ -140,6 +146,12 @@ impl Metrics {
         self.standby.set(i64::from(standing_by));
     }
 
+    /// Records how many times the order-event producer was replaced.
+    pub fn producer_replacements(&self, replaced: u64) {
+        self.producer_replacements
+            .set(i64::try_from(replaced).unwrap_or(i64::MAX));
+    }
+
     /// Records one outbox round: events published, entries left.
     pub fn outbox(&self, round: &crate::outbox::Round) {
         for (kind, published) in [("created", round.created), ("expired", round.expired)] {
@@ -168,6 +180,7 @@ mod tests {
         metrics.stock("HOT-1", 7);
         metrics.reserve_batch(3);
         metrics.standby(true);
+        metrics.producer_replacements(2);
         let text = render(&registry)?;
         for line in [
             r#"inventory_reservations_total{result="sold_out"} 1"#,
@@ -176,6 +189,7 @@ mod tests {
             r#"flashsale_inventory_reserve_batch_size_bucket{le="4.0"} 1"#,
             "flashsale_inventory_reserve_batch_size_count 1",
             "inventory_standby 1",
+            "inventory_kafka_producer_replacements 2",
         ] {
             assert!(
                 text.lines().any(|l| l == line),

@@ -116,6 +116,7 @@ pub async fn run(
                 }
             }
         }
+        metrics.producer_replacements(producer.replacements());
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::{
     sync::{Arc, Mutex, PoisonError},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use rdkafka::{
@@ -64,26 +64,56 @@ pub struct Delivered {
     pub offset: i64,
 }
 
+/// The shortest time a producer may fail every send before it is replaced:
+/// longer than a healthy producer takes to find a broker back.
+const STALL_FLOOR: Duration = Duration::from_secs(10);
+
 /// Publishes order events keyed by user id.
 ///
-/// librdkafka's idempotent producer turns fatal when it finds its sequence
-/// numbers out of step with the broker's (after an outage longer than the
-/// send bound, for example) and then refuses every send at once. The send
-/// that meets such a producer replaces it with a new one (a new producer
-/// id), so orders are acknowledged again once the broker answers; the
-/// order-writer stores each order once whichever producer sent it.
+/// librdkafka's idempotent producer can stop acknowledging for good after a
+/// broker outage:
+/// - it turns fatal when it finds its sequence numbers out of step with the
+///   broker's (after an outage longer than the send bound, for example), and
+///   then refuses every send at once;
+/// - rarely, it stays in a state that is not fatal but times out every send,
+///   with the broker back and answering others (seen here after a restart
+///   of the broker, under load: nothing acknowledged for 60 s).
+///
+/// A failed send that finds the producer fatal, or failing every send for
+/// the stall bound, replaces it with a new one (a new producer id), so
+/// orders are acknowledged again once the broker answers; the order-writer
+/// stores each order once whichever producer sent it.
 #[derive(Clone)]
 pub struct OrderProducer {
     current: Arc<Mutex<Current>>,
     config: ClientConfig,
     topic: String,
     timeout: Duration,
+    stall_bound: Duration,
 }
 
-/// The producer in use, and how many it replaced.
+/// The producer in use, how many it replaced, and since when it has had
+/// only failed sends.
 struct Current {
     generation: u64,
     producer: FutureProducer,
+    failing_since: Option<Instant>,
+}
+
+/// Why the producer that failed a send must be replaced, if it must.
+fn replacement(
+    fatal: Option<(rdkafka::types::RDKafkaErrorCode, String)>,
+    failing_for: Duration,
+    stall_bound: Duration,
+) -> Option<String> {
+    match fatal {
+        Some((code, reason)) => Some(format!("it turned fatal ({code}: {reason})")),
+        None if failing_for >= stall_bound => Some(format!(
+            "it failed every send for {}s",
+            failing_for.as_secs()
+        )),
+        None => None,
+    }
 }
 
 impl OrderProducer {
@@ -102,16 +132,21 @@ impl OrderProducer {
             .set(
                 "message.timeout.ms",
                 settings.send_timeout.as_millis().to_string(),
-            );
+            )
+            // A broker back from an outage is found within a second, not
+            // after reconnection attempts backed off to 10 s.
+            .set("reconnect.backoff.max.ms", "1000");
         let producer = config.create().map_err(ProduceError::Config)?;
         Ok(Self {
             current: Arc::new(Mutex::new(Current {
                 generation: 0,
                 producer,
+                failing_since: None,
             })),
             config,
             topic: settings.topic.clone(),
             timeout: settings.send_timeout,
+            stall_bound: (settings.send_timeout * 3).max(STALL_FLOOR),
         })
     }
 
@@ -124,26 +159,40 @@ impl OrderProducer {
         (current.generation, current.producer.clone())
     }
 
-    /// Replaces the producer of `generation` if it turned fatal (once, when
-    /// several sends meet it together).
-    fn replace_if_fatal(&self, generation: u64, producer: &FutureProducer) {
-        let Some((code, reason)) = producer.client().fatal_error() else {
-            return;
-        };
+    /// Notes an acknowledged send of `generation`'s producer.
+    fn acknowledged(&self, generation: u64) {
+        let mut current = self.lock();
+        if current.generation == generation {
+            current.failing_since = None;
+        }
+    }
+
+    /// Notes a failed send of `generation`'s producer, and replaces that
+    /// producer if it turned fatal or stalled (once, when several sends meet
+    /// it together).
+    fn failed(&self, generation: u64, producer: &FutureProducer) {
+        let fatal = producer.client().fatal_error();
         let mut current = self.lock();
         if current.generation != generation {
             return;
         }
+        let failing_since = *current.failing_since.get_or_insert_with(Instant::now);
+        let Some(why) = replacement(fatal, failing_since.elapsed(), self.stall_bound) else {
+            return;
+        };
         match self.config.create::<FutureProducer>() {
             Ok(fresh) => {
                 current.producer = fresh;
                 current.generation += 1;
-                tracing::warn!(%code, %reason, generation = current.generation,
-                    "the kafka producer turned fatal; replaced it with a new one");
+                current.failing_since = None;
+                tracing::warn!(
+                    generation = current.generation,
+                    "replaced the kafka producer with a new one: {why}"
+                );
             }
             Err(err) => {
-                tracing::error!(%code, %reason, error = %err,
-                    "the kafka producer turned fatal and a new one could not be built");
+                tracing::error!(error = %err,
+                    "the kafka producer must be replaced ({why}), and a new one could not be built");
             }
         }
     }
@@ -158,15 +207,24 @@ impl OrderProducer {
             .payload(&payload);
         let (generation, producer) = self.producer();
         match producer.send(record, Timeout::After(self.timeout)).await {
-            Ok(delivery) => Ok(Delivered {
-                partition: delivery.partition,
-                offset: delivery.offset,
-            }),
+            Ok(delivery) => {
+                self.acknowledged(generation);
+                Ok(Delivered {
+                    partition: delivery.partition,
+                    offset: delivery.offset,
+                })
+            }
             Err((err, _)) => {
-                self.replace_if_fatal(generation, &producer);
+                self.failed(generation, &producer);
                 Err(ProduceError::NotAcknowledged(err))
             }
         }
+    }
+
+    /// How many times the producer was replaced, having turned fatal or
+    /// stalled.
+    pub fn replacements(&self) -> u64 {
+        self.lock().generation
     }
 
     /// Waits for every queued event to be acknowledged (at shutdown).
@@ -175,5 +233,43 @@ impl OrderProducer {
             .1
             .flush(Timeout::After(timeout))
             .map_err(ProduceError::NotAcknowledged)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rdkafka::types::RDKafkaErrorCode;
+
+    use super::*;
+
+    #[test]
+    fn a_fatal_or_stalled_producer_is_replaced_and_one_failing_for_less_is_kept() {
+        let bound = Duration::from_secs(10);
+        let fatal = Some((
+            RDKafkaErrorCode::OutOfOrderSequenceNumber,
+            "out of step".to_owned(),
+        ));
+        let why = replacement(fatal, Duration::ZERO, bound);
+        assert!(
+            why.as_deref().is_some_and(|w| w.contains("fatal")),
+            "{why:?}"
+        );
+        assert_eq!(replacement(None, Duration::from_millis(9_999), bound), None);
+        let why = replacement(None, bound, bound);
+        assert!(why.as_deref().is_some_and(|w| w.contains("10s")), "{why:?}");
+    }
+
+    #[test]
+    fn the_stall_bound_is_three_send_bounds_and_never_under_its_floor() {
+        let mut settings = ProducerSettings::new("127.0.0.1:9");
+        for (send, stall) in [(1, 10), (5, 15), (20, 60)] {
+            settings.send_timeout = Duration::from_secs(send);
+            let producer = OrderProducer::new(&settings).map(|p| p.stall_bound);
+            assert_eq!(
+                producer.ok(),
+                Some(Duration::from_secs(stall)),
+                "send bound {send}s"
+            );
+        }
     }
 }
