@@ -87,16 +87,15 @@ async fn an_order_is_reserved_published_once_and_paid() -> anyhow::Result<()> {
         .filter(|e| e.order_id == order_id)
         .map(|e| format!("{:?}", e.kind))
         .collect();
-    assert_eq!(kinds.first().map(String::as_str), Some("Created"));
+    // In any order: `paid` may overtake `created`, which waits in the
+    // inventory's outbox (docs/design/inventory.md).
     assert_eq!(
         kinds.iter().filter(|k| *k == "Created").count(),
         1,
         "the retry did not publish again: {kinds:?}"
     );
-    assert!(
-        kinds.iter().skip(1).all(|k| k == "Paid") && kinds.len() >= 2,
-        "{kinds:?}"
-    );
+    let paid = kinds.iter().filter(|k| *k == "Paid").count();
+    assert!(paid >= 1 && paid + 1 == kinds.len(), "{kinds:?}");
     funnel.cleanup().await
 }
 
@@ -781,12 +780,15 @@ async fn after_the_closing_new_orders_get_410_and_reserved_ones_can_still_be_pai
 
     let (status, paid) = provider_pays(&closed.url, &order_id, 1999, "CNY", now_s()).await?;
     assert_eq!((status, &paid["status"]), (200, &json!("paid")), "{paid}");
-    let kinds: Vec<String> = funnel
+    // Sorted: `paid` is published by the gateway and may overtake `created`,
+    // which waits in the inventory's outbox (docs/design/inventory.md).
+    let mut kinds: Vec<String> = funnel
         .events()
         .await?
         .iter()
         .map(|e| format!("{}:{:?}", e.user_id, e.kind))
         .collect();
+    kinds.sort();
     assert_eq!(kinds, ["alice:Created", "alice:Paid"]);
     assert_eq!(
         closed.metric(r#"gateway_requests_total{route="/api/v1/orders",code="410"}"#),
