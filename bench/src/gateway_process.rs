@@ -4,15 +4,16 @@
 //! process shares its runtime with the load generator; this one does not.
 
 use std::{
-    net::TcpListener,
+    net::{SocketAddr, TcpListener},
     path::PathBuf,
-    process::{Child, Command, Stdio},
+    process::Child,
     time::{Duration, Instant},
 };
 
 use anyhow::Context as _;
 use flashsale_e2e::{
     funnel::{INVENTORY_TOKEN, JWT_SECRET},
+    gateway_command::GatewayCommand,
     stack,
 };
 
@@ -44,28 +45,27 @@ impl GatewayProcess {
         let config = write("config.json", &serde_json::to_vec(&funnel.config_file)?)?;
         let jwt = write("jwt-secret", JWT_SECRET)?;
         let token = write("inventory-token", INVENTORY_TOKEN.as_bytes())?;
-        let (listen, ops) = (free_port()?, free_port()?);
-        let log = std::fs::File::create(dir.join("gateway.log"))?;
-        let child = Command::new(&bin)
-            // Only what is given here: the stack's variables would add
-            // connections the in-process gateway does not have.
-            .env_clear()
-            .arg(format!("--listen=127.0.0.1:{listen}"))
-            .arg(format!("--ops-addr=127.0.0.1:{ops}"))
-            .arg(format!("--config={}", config.display()))
-            .arg(format!("--jwt-hs256-secret-file={}", jwt.display()))
-            .arg(format!("--inventory-url={}", funnel.inventory.url))
+        let listen = free_port()?;
+        let command = GatewayCommand {
+            bin: &bin,
+            listen,
+            ops: free_port()?,
+            config: &config,
+            jwt_secret: &jwt,
+            inventory_url: &funnel.inventory.url,
+            kafka: &funnel.brokers,
+            log: &dir.join("gateway.log"),
+        };
+        let child = command
+            .command()?
+            // As the in-process gateway has them: its store and its topic.
             .arg(format!("--inventory-token-file={}", token.display()))
             .arg(format!("--redis-url={}", stack::redis_url()?))
-            .arg(format!("--kafka-brokers={}", funnel.brokers))
             .arg(format!("--orders-topic={}", funnel.topic))
-            .arg("--log-filter=warn")
-            .stdout(Stdio::from(log.try_clone()?))
-            .stderr(Stdio::from(log))
             .spawn()
             .with_context(|| format!("starting {}", bin.display()))?;
         let mut process = Self {
-            url: format!("http://127.0.0.1:{listen}"),
+            url: format!("http://{listen}"),
             child,
             dir,
         };
@@ -73,7 +73,7 @@ impl GatewayProcess {
         Ok(process)
     }
 
-    async fn until_listening(&mut self, port: u16) -> anyhow::Result<()> {
+    async fn until_listening(&mut self, addr: SocketAddr) -> anyhow::Result<()> {
         let started = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait()? {
@@ -82,10 +82,7 @@ impl GatewayProcess {
                     self.dir.join("gateway.log").display()
                 );
             }
-            if tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .is_ok()
-            {
+            if tokio::net::TcpStream::connect(addr).await.is_ok() {
                 return Ok(());
             }
             anyhow::ensure!(
@@ -105,7 +102,7 @@ impl Drop for GatewayProcess {
     }
 }
 
-/// A loopback port free now.
-fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+/// A loopback address free now.
+fn free_port() -> anyhow::Result<SocketAddr> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?)
 }

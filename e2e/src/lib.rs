@@ -21,6 +21,7 @@ pub mod exporter;
 pub mod faults;
 pub mod forward;
 pub mod funnel;
+pub mod gateway_command;
 pub mod inside;
 pub mod kafka;
 pub mod kube;

@@ -9,12 +9,13 @@
 use std::{
     net::{SocketAddr, TcpListener},
     path::PathBuf,
-    process::{Child, Command, Stdio},
+    process::Child,
     time::{Duration, Instant},
 };
 
 use anyhow::Context as _;
 use flashsale_controller_degradation::propagation::GENERATION_GAUGE;
+use flashsale_e2e::gateway_command::GatewayCommand;
 use flashsale_observe::probe::Probe;
 use futures::future::join_all;
 
@@ -117,29 +118,21 @@ impl Fleet {
             let (listen, ops) = (ports.take()?, ports.take()?);
             let name = format!("gateway-{index}");
             let log = std::env::temp_dir().join(format!("{}-{name}.log", setup.namespace));
-            let file = std::fs::File::create(&log)?;
-            let mut command = Command::new(&setup.bin);
-            command
-                // Only what is given here: the stack's variables (REDIS_URL
-                // and others) would add connections this benchmark does not
-                // measure.
-                .env_clear()
+            let command = GatewayCommand {
+                bin: &setup.bin,
+                listen,
+                ops,
+                config: &setup.config,
+                jwt_secret: &setup.secret,
+                inventory_url: "http://127.0.0.1:9",
+                kafka: &setup.kafka,
+                log: &log,
+            };
+            let child = command
+                .command()?
                 .env("KUBECONFIG", &kubeconfig)
-                .arg(format!("--listen={listen}"))
-                .arg(format!("--ops-addr={ops}"))
-                .arg(format!("--config={}", setup.config.display()))
-                .arg(format!(
-                    "--jwt-hs256-secret-file={}",
-                    setup.secret.display()
-                ))
-                .arg("--inventory-url=http://127.0.0.1:9")
-                .arg(format!("--kafka-brokers={}", setup.kafka))
                 .arg(format!("--degradation-config-map={}", setup.config_map))
                 .arg(format!("--namespace={}", setup.namespace))
-                .arg("--log-filter=warn")
-                .stdout(Stdio::from(file.try_clone()?))
-                .stderr(Stdio::from(file));
-            let child = command
                 .spawn()
                 .with_context(|| format!("starting {}", setup.bin.display()))?;
             fleet.children.push(child);
