@@ -3,11 +3,15 @@
 //! from `next_generation`), and times each change until every gateway
 //! reports it, against a bare watch of the same object in this process.
 
-use std::time::{Duration, Instant};
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
 
 use flashsale_controller_degradation::propagation::await_generation;
 use flashsale_degradation::{
-    Degradation, MiniGamesMode, ReviewsMode, ShopChatMode, Switches, next_generation,
+    Degradation, MANAGED_BY, MANAGED_BY_KEY, MiniGamesMode, ReviewsMode, ShopChatMode, Switches,
+    next_generation,
 };
 use flashsale_observe::probe::Probe;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -143,6 +147,12 @@ impl Switcher {
         let map = ConfigMap {
             metadata: ObjectMeta {
                 name: Some(self.name.clone()),
+                // Gateways take switches only from the operator's ConfigMap;
+                // the benchmark writes it in the operator's stead.
+                labels: Some(BTreeMap::from([(
+                    MANAGED_BY_KEY.to_owned(),
+                    MANAGED_BY.to_owned(),
+                )])),
                 ..ObjectMeta::default()
             },
             data: Some(state.to_data()),
