@@ -75,9 +75,9 @@ const STALL_FLOOR: Duration = Duration::from_secs(10);
 /// - it turns fatal when it finds its sequence numbers out of step with the
 ///   broker's (after an outage longer than the send bound, for example), and
 ///   then refuses every send at once;
-/// - rarely, it stays in a state that is not fatal but times out every send,
-///   with the broker back and answering others (seen here after a restart
-///   of the broker, under load: nothing acknowledged for 60 s).
+/// - it can also stay in a state that is not fatal but times out every send,
+///   with the broker back and answering others (seen here after broker
+///   pauses and restarts under load, for 10 to 60 s).
 ///
 /// A failed send that finds the producer fatal, or failing every send for
 /// the stall bound, replaces it with a new one (a new producer id), so
