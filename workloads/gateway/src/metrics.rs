@@ -148,6 +148,7 @@ pub struct GatewayMetrics {
     clock_skew: Gauge<f64, AtomicU64>,
     payment_callbacks: Family<CallbackLabels, Counter>,
     refunds_needed: Family<RefundLabels, Counter>,
+    producer_replacements: Counter,
 }
 
 impl Default for GatewayMetrics {
@@ -173,6 +174,7 @@ impl Default for GatewayMetrics {
             clock_skew: Gauge::default(),
             payment_callbacks: Family::default(),
             refunds_needed: Family::default(),
+            producer_replacements: Counter::default(),
         }
     }
 }
@@ -234,8 +236,18 @@ impl GatewayMetrics {
             "Requests charged to the shared rate-limit quota in Redis after their answer, by outcome: within the quota, over it (let through before this replica learnt the user had used it up elsewhere; paid back by the user's next requests), or failed",
             m.rate_limit_charges.clone(),
         );
+        registry.register(
+            "gateway_kafka_producer_replacements",
+            "Times the producer of paid events was replaced since start, having turned fatal or failed every send for its stall bound",
+            m.producer_replacements.clone(),
+        );
         m.register_state(registry);
         m
+    }
+
+    /// The counter the producer of paid events counts its replacements in.
+    pub fn producer_replacements(&self) -> Counter {
+        self.producer_replacements.clone()
     }
 
     /// The counters the rate limiter counts its charges in (every outcome

@@ -155,10 +155,6 @@ impl Gateway {
         let config = settings.config;
         let waiting_room =
             open_waiting_room(&config, redis.as_ref(), settings.ticket_key.as_deref())?;
-        // The client gives up on a message when the request would: a message
-        // it kept retrying after the order was answered 503 could still land.
-        let mut producer = settings.producer;
-        producer.send_timeout = config.request_timeout();
         let inventory = InventoryClient::new(
             &settings.inventory_url,
             &config.sale,
@@ -170,6 +166,13 @@ impl Gateway {
             .map(PaymentVerifier::new)
             .transpose()?;
         let metrics = GatewayMetrics::register(registry);
+        // The client gives up on a message when the request would: a message
+        // it kept retrying after the order was answered 503 could still land.
+        let producer = ProducerSettings {
+            send_timeout: config.request_timeout(),
+            replacements: metrics.producer_replacements(),
+            ..settings.producer
+        };
         let items = ItemCache::new(
             inventory.clone(),
             config.items.iter().map(|i| i.sku.clone()),

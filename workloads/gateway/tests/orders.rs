@@ -96,6 +96,13 @@ async fn an_order_is_reserved_published_once_and_paid() -> anyhow::Result<()> {
     );
     let paid = kinds.iter().filter(|k| *k == "Paid").count();
     assert!(paid >= 1 && paid + 1 == kinds.len(), "{kinds:?}");
+    // Its producer is exported, and a healthy broker never had it replaced.
+    assert_eq!(
+        funnel
+            .gateway
+            .metric("gateway_kafka_producer_replacements_total"),
+        Some(0.0)
+    );
     funnel.cleanup().await
 }
 

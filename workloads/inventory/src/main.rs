@@ -321,6 +321,7 @@ fn start_outbox(
         Some(brokers) => {
             let producer = OrderProducer::new(&ProducerSettings {
                 topic: args.orders_topic.clone(),
+                replacements: metrics.producer_replacements(),
                 ..ProducerSettings::new(brokers.clone())
             })
             .context("building the order-event producer")?;

@@ -54,7 +54,7 @@ pub struct Metrics {
     reserve_batch_size: BatchSizes,
     durability_replicas: Gauge,
     standby: Gauge,
-    producer_replacements: Gauge,
+    producer_replacements: Counter,
 }
 
 impl Metrics {
@@ -146,10 +146,9 @@ impl Metrics {
         self.standby.set(i64::from(standing_by));
     }
 
-    /// Records how many times the order-event producer was replaced.
-    pub fn producer_replacements(&self, replaced: u64) {
-        self.producer_replacements
-            .set(i64::try_from(replaced).unwrap_or(i64::MAX));
+    /// The counter the order-event producer counts its replacements in.
+    pub fn producer_replacements(&self) -> Counter {
+        self.producer_replacements.clone()
     }
 
     /// Records one outbox round: events published, entries left.
@@ -180,7 +179,7 @@ mod tests {
         metrics.stock("HOT-1", 7);
         metrics.reserve_batch(3);
         metrics.standby(true);
-        metrics.producer_replacements(2);
+        metrics.producer_replacements().inc_by(2);
         let text = render(&registry)?;
         for line in [
             r#"inventory_reservations_total{result="sold_out"} 1"#,
@@ -189,7 +188,7 @@ mod tests {
             r#"flashsale_inventory_reserve_batch_size_bucket{le="4.0"} 1"#,
             "flashsale_inventory_reserve_batch_size_count 1",
             "inventory_standby 1",
-            "inventory_kafka_producer_replacements 2",
+            "inventory_kafka_producer_replacements_total 2",
         ] {
             assert!(
                 text.lines().any(|l| l == line),

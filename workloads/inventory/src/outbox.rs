@@ -116,7 +116,6 @@ pub async fn run(
                 }
             }
         }
-        metrics.producer_replacements(producer.replacements());
     }
 }
 

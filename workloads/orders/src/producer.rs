@@ -6,6 +6,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use prometheus_client::metrics::counter::Counter;
 use rdkafka::{
     ClientConfig,
     error::KafkaError,
@@ -26,6 +27,9 @@ pub struct ProducerSettings {
     pub send_timeout: Duration,
     /// How long the client waits to fill a batch (latency for throughput).
     pub linger: Duration,
+    /// Counts the producer's replacements; a workload registers it in its
+    /// metrics under its own name.
+    pub replacements: Counter,
 }
 
 impl ProducerSettings {
@@ -37,6 +41,7 @@ impl ProducerSettings {
             topic: "flashsale.orders".to_owned(),
             send_timeout: Duration::from_secs(5),
             linger: Duration::from_millis(5),
+            replacements: Counter::default(),
         }
     }
 }
@@ -90,9 +95,10 @@ pub struct OrderProducer {
     topic: String,
     timeout: Duration,
     stall_bound: Duration,
+    replacements: Counter,
 }
 
-/// The producer in use, how many it replaced, and since when it has had
+/// The producer in use, how many came before it, and since when it has had
 /// only failed sends.
 struct Current {
     generation: u64,
@@ -147,6 +153,7 @@ impl OrderProducer {
             topic: settings.topic.clone(),
             timeout: settings.send_timeout,
             stall_bound: (settings.send_timeout * 3).max(STALL_FLOOR),
+            replacements: settings.replacements.clone(),
         })
     }
 
@@ -185,6 +192,7 @@ impl OrderProducer {
                 current.producer = fresh;
                 current.generation += 1;
                 current.failing_since = None;
+                self.replacements.inc();
                 tracing::warn!(
                     generation = current.generation,
                     "replaced the kafka producer with a new one: {why}"
@@ -224,7 +232,7 @@ impl OrderProducer {
     /// How many times the producer was replaced, having turned fatal or
     /// stalled.
     pub fn replacements(&self) -> u64 {
-        self.lock().generation
+        self.replacements.get()
     }
 
     /// Waits for every queued event to be acknowledged (at shutdown).
