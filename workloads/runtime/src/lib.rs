@@ -6,6 +6,7 @@
 //! to be observed and stopped, so that an SRE sees the same surface on the
 //! gateway, the inventory, the order-writer and the operator.
 
+mod allocator;
 pub mod api_error;
 pub mod cli;
 pub mod metrics;
