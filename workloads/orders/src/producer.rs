@@ -230,7 +230,8 @@ impl OrderProducer {
     }
 
     /// How many times the producer was replaced, having turned fatal or
-    /// stalled.
+    /// stalled: the settings' counter, so every producer built from one
+    /// settings value adds to the same count.
     pub fn replacements(&self) -> u64 {
         self.replacements.get()
     }
