@@ -28,7 +28,7 @@ use tokio::{
     time::Instant,
 };
 
-use super::{Attempt, Http, InventoryError};
+use super::{Attempt, DEADLINE_REACHED, Http, InventoryError};
 
 /// Batches out at a time: enough to keep the inventory busy while one is
 /// on the wire, few enough that a burst forms large batches.
@@ -109,7 +109,7 @@ impl Batcher {
         match tokio::time::timeout_at(deadline, answered).await {
             Ok(Ok(outcome)) => outcome,
             Ok(Err(_)) => Err(Attempt::Retry("the batch was dropped".to_owned())),
-            Err(_) => Err(Attempt::Retry("deadline reached".to_owned())),
+            Err(_) => Err(Attempt::Retry(DEADLINE_REACHED.to_owned())),
         }
     }
 }
