@@ -168,6 +168,21 @@ impl Topics {
         Ok(())
     }
 
+    /// How many members consumer group `group` has, as its coordinator
+    /// sees them.
+    pub async fn group_members(&self, group: &str) -> anyhow::Result<usize> {
+        let probe: StreamConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &self.brokers)
+            .set("group.id", stack::unique_name("members"))
+            .create()?;
+        let group = group.to_owned();
+        tokio::task::spawn_blocking(move || {
+            let groups = probe.fetch_group_list(Some(&group), Duration::from_secs(5))?;
+            Ok(groups.groups().iter().map(|g| g.members().len()).sum())
+        })
+        .await?
+    }
+
     /// Messages in `topic` (high minus low watermark over its partitions).
     pub async fn message_count(&self, topic: &str, partitions: i32) -> anyhow::Result<i64> {
         let probe: StreamConsumer = ClientConfig::new()

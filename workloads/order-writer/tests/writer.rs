@@ -5,7 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::Topics;
-use flashsale_e2e::stack;
+use flashsale_e2e::{stack, wait::poll_until};
 use flashsale_orders::{OrderProducer, ProducerSettings};
 use flashsale_runtime::{Shutdown, metrics::render};
 use order_writer::{metrics::WriterMetrics, sink::Sink, writer::Writer};
@@ -185,6 +185,54 @@ async fn healthy_events_are_stored_poison_goes_to_the_dlq_and_offsets_follow() -
         (stats.inserted as usize, stats.dead_lettered as usize),
         (GOOD, poison.len())
     );
+    topics.delete().await?;
+    database.remove().await
+}
+
+/// Closing the writer leaves its consumer group at once, even while its
+/// readiness checks, which `/readyz` serves until the process ends, are
+/// still held: the group is left by `close`, not later on whichever thread
+/// lets go of the consumer last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_leaves_the_group_while_the_readiness_checks_live() -> anyhow::Result<()> {
+    let topics = Topics::create(1).await?;
+    let database = common::PrivateDatabase::create(&stack::postgres_url()?).await?;
+    let sink = Sink::connect(&database.url, 2).await?;
+    let group = stack::unique_name("close-group");
+    let writer = Writer::new(
+        common::writer_settings(&topics.brokers, &topics.topic, &topics.dlq, &group),
+        sink,
+        WriterMetrics::register(&mut Registry::default()),
+    )?;
+    let readiness = writer.readiness();
+    let shutdown = Shutdown::new();
+    let running = common::spawn_writer(writer, &shutdown);
+    poll_until(
+        "the writer to join its group",
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        || async {
+            match topics.group_members(&group).await {
+                Ok(1) => Ok(()),
+                other => Err(format!("members: {other:?}")),
+            }
+        },
+    )
+    .await?;
+    let report = readiness.report().await;
+    assert!(report.ready, "{report:?}");
+
+    shutdown.trigger();
+    let (stats, closed) = running.await?;
+    stats?;
+    assert!(closed, "the writer did not close within 10 s");
+    assert_eq!(
+        topics.group_members(&group).await?,
+        0,
+        "the writer is still a member of its group after close"
+    );
+    let report = readiness.report().await;
+    assert_eq!(report.checks["kafka"], "the writer stopped", "{report:?}");
     topics.delete().await?;
     database.remove().await
 }

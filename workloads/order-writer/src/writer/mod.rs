@@ -15,7 +15,7 @@ mod store;
 
 use std::{
     collections::{BTreeMap, HashSet},
-    sync::Arc,
+    sync::{Arc, Weak},
     time::Duration,
 };
 
@@ -203,7 +203,21 @@ impl Writer {
         // A plain thread, not the runtime's blocking pool, so a stuck close
         // cannot hold up the runtime's own shutdown.
         std::thread::spawn(move || {
-            drop(self);
+            let Self { mut consumer, .. } = self;
+            // The group is left where the last reference drops. A lag
+            // reading or a readiness check may hold one for a broker call:
+            // wait for it here, so the close never runs on (and blocks) a
+            // runtime thread.
+            let consumer = loop {
+                match Arc::try_unwrap(consumer) {
+                    Ok(consumer) => break consumer,
+                    Err(shared) => {
+                        consumer = shared;
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                }
+            };
+            drop(consumer);
             let _ = done.send(());
         });
         tokio::time::timeout(within, closed).await.is_ok()
@@ -214,7 +228,7 @@ impl Writer {
     pub fn readiness(&self) -> Readiness {
         let sink = self.sink.clone();
         let kafka = KafkaProbe {
-            consumer: Arc::clone(&self.consumer),
+            consumer: Arc::downgrade(&self.consumer),
             topic: self.settings.topic.clone(),
         };
         Readiness::default()
@@ -494,16 +508,20 @@ fn with_retries(
 }
 
 /// Checks that the broker answers and the topic exists; cheap to clone.
+/// It holds the writer's consumer only for the length of a check, so it
+/// never keeps the consumer, and the close of its group, past
+/// [`Writer::close`].
 #[derive(Clone)]
 struct KafkaProbe {
-    consumer: Arc<StreamConsumer>,
+    consumer: Weak<StreamConsumer>,
     topic: String,
 }
 
 impl KafkaProbe {
     /// `Ok` when the broker returned the topic's metadata in time.
     async fn check(&self) -> Result<(), String> {
-        let (consumer, topic) = (Arc::clone(&self.consumer), self.topic.clone());
+        let consumer = self.consumer.upgrade().ok_or("the writer stopped")?;
+        let topic = self.topic.clone();
         tokio::task::spawn_blocking(move || {
             let metadata = consumer
                 .fetch_metadata(Some(&topic), BROKER_CALL_TIMEOUT)
