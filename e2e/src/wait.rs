@@ -16,7 +16,9 @@ pub struct Timeout {
 
 /// Calls `probe` every `interval` until it returns `Ok(value)` or `deadline`
 /// passes. `Err(observation)` means "not yet" and is kept for the timeout
-/// message, so a failing test says what it last saw.
+/// message, so a failing test says what it last saw. A probe that does not
+/// answer is cut off at the deadline (or after one `interval`, for the last
+/// look past it), so the wait ends whatever the probe does.
 pub async fn poll_until<T, F, Fut>(
     what: &str,
     deadline: Duration,
@@ -29,9 +31,11 @@ where
 {
     let start = tokio::time::Instant::now();
     loop {
-        let last = match probe().await {
-            Ok(value) => return Ok(value),
-            Err(observation) => observation,
+        let bound = deadline.saturating_sub(start.elapsed()).max(interval);
+        let last = match tokio::time::timeout(bound, probe()).await {
+            Ok(Ok(value)) => return Ok(value),
+            Ok(Err(observation)) => observation,
+            Err(_) => format!("the probe did not answer within {bound:?}"),
         };
         if start.elapsed() >= deadline {
             return Err(Timeout {
@@ -114,5 +118,21 @@ mod tests {
         let err = err.map(|e| e.to_string()).unwrap_or_default();
         assert!(err.contains("waiting for never"), "{err}");
         assert!(err.contains("still pending"), "{err}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_probe_that_never_answers_ends_at_the_deadline() {
+        let started = tokio::time::Instant::now();
+        let err = poll_until(
+            "a hung probe",
+            Duration::from_secs(2),
+            Duration::from_millis(10),
+            std::future::pending::<Result<(), String>>,
+        )
+        .await
+        .err();
+        assert_eq!(started.elapsed(), Duration::from_secs(2));
+        let err = err.map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("did not answer within 2s"), "{err}");
     }
 }
