@@ -1,6 +1,9 @@
 //! Headless Chromium for tests: load a page and read its DOM, or take a
-//! screenshot of it. Each run gets a throwaway profile and is bounded by a
+//! screenshot of it, or keep it open and ask it questions as it runs
+//! ([`live`]). Each run gets a throwaway profile and is bounded by a
 //! timeout, so a hung browser fails the test instead of stalling it.
+
+pub mod live;
 
 use std::{
     ffi::OsString,
@@ -57,6 +60,14 @@ pub enum BrowserError {
         status: ExitStatus,
         /// The tail of what it wrote to stderr.
         stderr: String,
+    },
+    /// The browser's DevTools endpoint did not answer as the protocol says.
+    #[error("{program}'s DevTools: {detail}")]
+    Devtools {
+        /// The program.
+        program: String,
+        /// What went wrong.
+        detail: String,
     },
     /// The browser exited cleanly but wrote no screenshot.
     #[error("{program} wrote no screenshot to {}", .path.display())]
@@ -153,13 +164,13 @@ impl Chromium {
         }
     }
 
-    /// Runs the browser headless with a fresh profile and `args`, and
-    /// returns its stdout.
-    async fn run(&self, args: impl IntoIterator<Item = OsString>) -> Result<Vec<u8>, BrowserError> {
-        let profile = tempfile::tempdir().map_err(BrowserError::Profile)?;
+    /// The browser, headless, on the fresh profile `profile`, with `args`
+    /// after the common ones.
+    fn command(&self, profile: &Path, args: impl IntoIterator<Item = OsString>) -> Command {
         let mut user_data_dir = OsString::from("--user-data-dir=");
-        user_data_dir.push(profile.path());
-        let output = Command::new(&self.program)
+        user_data_dir.push(profile);
+        let mut command = Command::new(&self.program);
+        command
             .args([
                 "--headless",
                 "--no-sandbox",
@@ -172,8 +183,15 @@ impl Chromium {
             .arg(user_data_dir)
             .args(args)
             .stdin(Stdio::null())
-            .kill_on_drop(true)
-            .output();
+            .kill_on_drop(true);
+        command
+    }
+
+    /// Runs the browser headless with a fresh profile and `args`, and
+    /// returns its stdout.
+    async fn run(&self, args: impl IntoIterator<Item = OsString>) -> Result<Vec<u8>, BrowserError> {
+        let profile = tempfile::tempdir().map_err(BrowserError::Profile)?;
+        let output = self.command(profile.path(), args).output();
         let output = tokio::time::timeout(self.timeout, output)
             .await
             .map_err(|_| BrowserError::Timeout {

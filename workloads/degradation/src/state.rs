@@ -14,8 +14,9 @@ const MAX_EXCERPT: usize = 256;
 /// The degradation state the operator published for a sale.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Degradation {
-    /// The tier, 0 = nothing degraded. Informational (metrics, logs): the
-    /// gateway acts on `switches`, which the operator derives from the tier.
+    /// The tier, 0 = nothing degraded. The gateway acts on `switches`,
+    /// which the operator derives from the tier; the tier itself sets the
+    /// bot shield's difficulty, and is in metrics and logs.
     pub tier: u32,
     /// Increases on every change; orders the states.
     pub generation: u64,

@@ -18,6 +18,7 @@ use flashsale_runtime::{ApiError, REGION_HEADER};
 
 use crate::{
     auth::{User, Verifier},
+    bot_shield::{Shield, source::SourceBudget},
     clock::SaleClock,
     concurrency::{ConcurrencyLimiter, Partition, Permit},
     config::GatewayConfig,
@@ -56,6 +57,11 @@ pub struct Inner {
     pub switches: Switchboard,
     /// The waiting room, when the sale has one.
     pub waiting_room: Option<WaitingRoom>,
+    /// The proof-of-work join in front of the waiting room, when the sale
+    /// has one.
+    pub bot_shield: Option<Shield>,
+    /// The per-source quota of joins, when the shield has one.
+    pub source_budget: Option<SourceBudget>,
     /// The inventory's API.
     pub inventory: InventoryClient,
     /// Order events to Kafka.
@@ -214,6 +220,8 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/chat/messages", post(features::chat_message))
         .route("/api/v1/games", get(features::mini_games))
         .route("/api/v1/queue/status", get(queue::status))
+        .route("/api/v1/queue/challenge", post(queue::challenge))
+        .route("/api/v1/queue/join", post(queue::join))
         .route("/queue", get(queue::page))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

@@ -4,6 +4,8 @@
 
 use std::{num::NonZeroU32, path::Path, time::Duration};
 
+use axum::http::HeaderName;
+use ipnet::IpNet;
 use jiff::Timestamp;
 use serde::{Deserialize, Deserializer, de::Visitor};
 
@@ -138,6 +140,9 @@ pub struct WaitingRoomConfig {
     /// plain HTTP; never behind TLS.
     #[serde(default)]
     pub insecure_cookies: bool,
+    /// The proof-of-work join; none when absent.
+    #[serde(default)]
+    pub bot_shield: Option<BotShieldConfig>,
 }
 
 impl Default for WaitingRoomConfig {
@@ -147,6 +152,107 @@ impl Default for WaitingRoomConfig {
             admit_per_second: default_admit_per_second(),
             pass_ttl_seconds: default_pass_ttl_seconds(),
             insecure_cookies: false,
+            bot_shield: None,
+        }
+    }
+}
+
+/// The bot shield of the waiting room ([`crate::bot_shield`]).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BotShieldConfig {
+    /// Leading zero bits a join's proof needs, by degradation tier; the
+    /// last entry serves every higher tier.
+    pub difficulty_bits: Vec<u8>,
+    /// How long a challenge may be solved and spent.
+    #[serde(default = "default_challenge_ttl_seconds")]
+    pub challenge_ttl_seconds: u64,
+    /// Joins per source, whatever the accounts; none when absent.
+    #[serde(default)]
+    pub per_source: Option<PerSourceConfig>,
+}
+
+/// The per-source budget of joins ([`crate::bot_shield::source`]).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PerSourceConfig {
+    /// Joins per second one source may make, sustained.
+    pub joins_per_second: u32,
+    /// Joins one source may make back to back.
+    pub burst: u32,
+    /// The header naming the source (a fingerprint such as JA4 set by the
+    /// edge), taken only from `trustedProxies`; the peer's address else.
+    #[serde(default)]
+    pub header: Option<String>,
+    /// The proxies (CIDRs) whose `header` is believed.
+    #[serde(default)]
+    pub trusted_proxies: Vec<String>,
+}
+
+impl PerSourceConfig {
+    /// The header's name and the trusted networks, or why they are not
+    /// valid.
+    pub fn parsed(&self) -> Result<(Option<HeaderName>, Vec<IpNet>), String> {
+        let header = self
+            .header
+            .as_deref()
+            .map(|name| {
+                HeaderName::from_bytes(name.as_bytes())
+                    .map_err(|_| format!("perSource.header {name:?} is no header name"))
+            })
+            .transpose()?;
+        let trusted = self
+            .trusted_proxies
+            .iter()
+            .map(|net| {
+                net.parse::<IpNet>()
+                    .or_else(|_| net.parse::<std::net::IpAddr>().map(IpNet::from))
+                    .map_err(|_| format!("perSource.trustedProxies: {net:?} is no address or CIDR"))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok((header, trusted))
+    }
+
+    /// The source quota's rate-limit settings.
+    pub fn rate_settings(&self) -> ratelimit::Settings {
+        ratelimit::Settings::new(ratelimit::Policy {
+            rate: NonZeroU32::new(self.joins_per_second).unwrap_or(NonZeroU32::MIN),
+            burst: NonZeroU32::new(self.burst).unwrap_or(NonZeroU32::MIN),
+        })
+    }
+}
+
+impl BotShieldConfig {
+    /// What is wrong with it, as the rest of the field's path and why;
+    /// `room_enabled` says whether the waiting room it guards is on.
+    fn check(&self, room_enabled: bool) -> Result<(), String> {
+        if !room_enabled {
+            return Err(" needs waitingRoom.enabled: it guards the queue's join".into());
+        }
+        let max = crate::bot_shield::work::MAX_DIFFICULTY;
+        if self.difficulty_bits.is_empty() || self.difficulty_bits.iter().any(|&bits| bits > max) {
+            return Err(format!(
+                ".difficultyBits needs 1 or more entries of 0-{max}, got {:?}",
+                self.difficulty_bits
+            ));
+        }
+        if self.challenge_ttl_seconds == 0 {
+            return Err(".challengeTtlSeconds must be at least 1".into());
+        }
+        if let Some(per_source) = &self.per_source {
+            if per_source.joins_per_second == 0 || per_source.burst == 0 {
+                return Err(".perSource.joinsPerSecond and burst must be at least 1".into());
+            }
+            per_source.parsed().map_err(|why| format!(".{why}"))?;
+        }
+        Ok(())
+    }
+
+    /// The shield's settings.
+    pub fn settings(&self) -> crate::bot_shield::Settings {
+        crate::bot_shield::Settings {
+            difficulty_bits: self.difficulty_bits.clone(),
+            challenge_ttl: Duration::from_secs(self.challenge_ttl_seconds),
         }
     }
 }
@@ -242,6 +348,10 @@ fn default_pass_ttl_seconds() -> u64 {
     300
 }
 
+fn default_challenge_ttl_seconds() -> u64 {
+    120
+}
+
 fn default_request_timeout_ms() -> u64 {
     2_000
 }
@@ -309,6 +419,11 @@ impl GatewayConfig {
             return invalid(
                 "waitingRoom.admitPerSecond and passTtlSeconds must be at least 1".into(),
             );
+        }
+        if let Some(shield) = &self.waiting_room.bot_shield {
+            shield
+                .check(self.waiting_room.enabled)
+                .map_err(|why| ConfigError::Invalid(format!("waitingRoom.botShield{why}")))?;
         }
         let c = &self.concurrency;
         if c.min_limit == 0 || c.max_limit < c.min_limit {

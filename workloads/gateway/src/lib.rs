@@ -3,6 +3,7 @@
 
 pub mod app;
 pub mod auth;
+pub mod bot_shield;
 pub mod clock;
 pub mod concurrency;
 pub mod config;

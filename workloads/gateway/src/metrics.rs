@@ -77,6 +77,14 @@ impl RefundReason {
     }
 }
 
+/// Labels of `gateway_bot_refusals_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BotRefusalLabels {
+    /// `missing`, or the refused proof's code
+    /// ([`crate::waiting_room::Refusal::code`]).
+    reason: &'static str,
+}
+
 /// Labels of `gateway_refunds_needed_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RefundLabels {
@@ -149,6 +157,7 @@ pub struct GatewayMetrics {
     payment_callbacks: Family<CallbackLabels, Counter>,
     refunds_needed: Family<RefundLabels, Counter>,
     producer_replacements: Counter,
+    bot_refusals: Family<BotRefusalLabels, Counter>,
 }
 
 impl Default for GatewayMetrics {
@@ -175,6 +184,7 @@ impl Default for GatewayMetrics {
             payment_callbacks: Family::default(),
             refunds_needed: Family::default(),
             producer_replacements: Counter::default(),
+            bot_refusals: Family::default(),
         }
     }
 }
@@ -240,6 +250,11 @@ impl GatewayMetrics {
             "gateway_kafka_producer_replacements",
             "Times the producer of paid events was replaced since start, having turned fatal or failed every send for its stall bound",
             m.producer_replacements.clone(),
+        );
+        registry.register(
+            "gateway_bot_refusals",
+            "Joins of the waiting room refused by the bot shield, by reason: missing (no proof), malformed, forged, wrong_kind, other_user, other_sale, unsolved, expired or replayed",
+            m.bot_refusals.clone(),
         );
         m.register_state(registry);
         m
@@ -338,6 +353,13 @@ impl GatewayMetrics {
             .get_or_create(&RefundLabels {
                 reason: reason.as_str(),
             })
+            .inc();
+    }
+
+    /// One join refused by the bot shield, for `reason`.
+    pub fn bot_refusal(&self, reason: &'static str) {
+        self.bot_refusals
+            .get_or_create(&BotRefusalLabels { reason })
             .inc();
     }
 
@@ -459,6 +481,7 @@ mod tests {
         metrics.payment_callback("paid");
         metrics.concurrency_rejected("non_core");
         metrics.rate_limit_decision(Source::Local);
+        metrics.bot_refusal("unsolved");
         let text = render(&registry)?;
         for line in [
             r#"gateway_requests_total{route="/v1/sales/{sale}/orders",code="202"} 1"#,
@@ -470,6 +493,7 @@ mod tests {
             r#"gateway_concurrency_rejected_total{partition="non_core"} 1"#,
             r#"gateway_rate_limit_decisions_total{source="redis"} 0"#,
             r#"gateway_rate_limit_decisions_total{source="local"} 1"#,
+            r#"gateway_bot_refusals_total{reason="unsolved"} 1"#,
         ] {
             assert!(
                 text.lines().any(|l| l == line),

@@ -21,11 +21,11 @@
 //! Redis under its request id: a retry that comes with the pass its order
 //! used up is answered from the note, without a pass.
 
-use std::time::Duration;
+use std::{net::SocketAddr, time::Duration};
 
 use axum::{
-    Json,
-    extract::{State, rejection::JsonRejection},
+    Extension, Json,
+    extract::{ConnectInfo, State, rejection::JsonRejection},
     http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
@@ -38,7 +38,7 @@ use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
 use crate::{
-    app::{AppState, MAX_BODY_BYTES, RateScope},
+    app::{AppState, MAX_BODY_BYTES},
     auth::User,
     concurrency::Partition,
     inventory_client::InventoryError,
@@ -66,6 +66,7 @@ pub struct OrderRequest {
 /// `POST /api/v1/orders`.
 pub async fn place(
     State(state): State<AppState>,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
     body: Result<Json<OrderRequest>, JsonRejection>,
 ) -> Result<Response, ApiError> {
@@ -106,18 +107,27 @@ pub async fn place(
         state.metrics.sold_out_from_memory();
         return Err(sold_out(&order.sku));
     }
-    let rate = state.rate_limit(&user, RateScope::Shared)?;
+    // A join (the waiting room on, no pass) has its proof of work checked
+    // first: a refused one costs one HMAC and one hash and no Redis call.
+    let joining = state.waiting_room.is_some() && queue::pass_of(&headers).is_none();
+    let spend = if joining {
+        let peer = peer.map(|Extension(ConnectInfo(peer))| peer.ip());
+        queue::proof(&state, &headers, peer, &user)?
+    } else {
+        None
+    };
+    let rate = state.rate_limit(&user, queue::rate_scope(spend))?;
     // The pass is held on a lease: only an order that went through uses it
     // up. Any failure (sold out, a 503, a gateway crash, a client that went
     // away) leaves it to the buyer for another try.
     let lease = match &state.waiting_room {
-        Some(room) => match queue::lease_pass(&state, room, &headers, &user).await {
+        Some(room) => match queue::lease_pass(&state, room, &headers, &user, spend).await {
             Ok(queue::Entry::Admitted(lease)) => Some(lease),
             Ok(queue::Entry::Queued(answer)) => return Ok(rate.on(answer)),
             // A retry of an order that went through comes with the pass it
             // used up: it gets the order again, as without a waiting room.
             // Only replays pay for the lookup.
-            Err(refusal) if refusal.code() == "replayed" => {
+            Err(refusal) if refusal.code() == "replayed" && !joining => {
                 return match replayed(&state, &order.request_id).await {
                     Some(Ok(answer)) => Ok(rate.on(answer)),
                     Some(Err(refused)) => Err(refused),

@@ -9,10 +9,16 @@
 //! request with a query string is refused. The gateway's cookies are
 //! `HttpOnly; SameSite=Lax; Secure`; `waitingRoom.insecureCookies: true`
 //! drops `Secure` for local runs over plain HTTP.
+//!
+//! With the bot shield on, joining takes a solved challenge from
+//! `POST /api/v1/queue/challenge`, carried in `X-Queue-Proof`
+//! ([`crate::bot_shield`]).
+
+use std::net::{IpAddr, SocketAddr};
 
 use axum::{
-    Json,
-    extract::State,
+    Extension, Json,
+    extract::{ConnectInfo, State},
     http::{HeaderMap, HeaderValue, StatusCode, Uri, header},
     response::{Html, IntoResponse, Response},
 };
@@ -20,9 +26,10 @@ use flashsale_runtime::ApiError;
 use serde_json::json;
 
 use crate::{
-    app::AppState,
+    app::{AppState, RateScope},
     auth::User,
-    waiting_room::{Error as RoomError, PassLease, WaitingRoom},
+    bot_shield::{ALGORITHM, PROOF_HEADER},
+    waiting_room::{Error as RoomError, PassLease, Spend, WaitingRoom},
 };
 
 /// Cookie holding the queue ticket.
@@ -45,7 +52,8 @@ pub enum Entry<A> {
 }
 
 /// Redeems the request's pass on lease, or queues the user when there is
-/// none. Call [`PassLease::commit`] once the order succeeded and
+/// none, spending `spend`, the join challenge [`proof`] checked. Call
+/// [`PassLease::commit`] once the order succeeded and
 /// [`PassLease::give_back`] when it failed for a reason that is not the
 /// buyer's; a lease dropped undecided (the client went away) gives the pass
 /// back by itself.
@@ -54,8 +62,9 @@ pub async fn lease_pass(
     room: &WaitingRoom,
     headers: &HeaderMap,
     user: &User,
+    spend: Option<Spend>,
 ) -> Result<Entry<PassLease>, ApiError> {
-    match pass_or_queue(state, room, headers, user).await? {
+    match pass_or_queue(state, room, headers, user, spend).await? {
         Ok(pass) => room
             .lease(&pass, &user.0)
             .await
@@ -72,11 +81,27 @@ async fn pass_or_queue(
     room: &WaitingRoom,
     headers: &HeaderMap,
     user: &User,
+    spend: Option<Spend>,
 ) -> Result<Result<String, Response>, ApiError> {
-    if let Some(pass) = presented(headers, PASS_HEADER, PASS_COOKIE) {
+    if let Some(pass) = pass_of(headers) {
         return Ok(Ok(pass));
     }
-    let joined = room.join(&user.0).await.map_err(room_error)?;
+    queued(state, room, user, spend).await.map(Err)
+}
+
+/// Queues `user`, spending `spend`: the 202 answer with the ticket.
+async fn queued(
+    state: &AppState,
+    room: &WaitingRoom,
+    user: &User,
+    spend: Option<Spend>,
+) -> Result<Response, ApiError> {
+    let joined = room.join_spending(&user.0, spend).await.map_err(|err| {
+        if let RoomError::Refused(refusal) = &err {
+            state.metrics.bot_refusal(refusal.code());
+        }
+        room_error(err)
+    })?;
     let body = json!({
         "status": "queued",
         "ticket": joined.ticket,
@@ -95,7 +120,131 @@ async fn pass_or_queue(
         &joined.ticket,
         state.config.waiting_room.pass_ttl_seconds.max(3600),
     );
-    Ok(Err(response))
+    Ok(response)
+}
+
+/// `POST /api/v1/queue/join`: queues the caller without an order, as the
+/// `/queue` page does once it has solved its challenge; the same 202 as an
+/// order without a pass. Only inside the sale window, and with a proof
+/// when the sale has a bot shield.
+pub async fn join(
+    State(state): State<AppState>,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let Some(room) = &state.waiting_room else {
+        return Err(no_waiting_room());
+    };
+    let user = state.user(&headers)?;
+    state.config.window_state(jiff::Timestamp::now()).check()?;
+    let peer = peer.map(|Extension(ConnectInfo(peer))| peer.ip());
+    let spend = proof(&state, &headers, peer, &user)?;
+    let rate = state.rate_limit(&user, rate_scope(spend))?;
+    Ok(rate.on(queued(&state, room, &user, spend).await?))
+}
+
+/// Where the rate limit of a request that spends `spend` is decided: a
+/// proven join by this replica alone, since a charge to the shared quota
+/// would write to Redis before the proof is spent, and the proof is the
+/// dearer limit; anything else under the shared quota.
+pub fn rate_scope(spend: Option<Spend>) -> RateScope {
+    if spend.is_some() {
+        RateScope::Replica
+    } else {
+        RateScope::Shared
+    }
+}
+
+fn no_waiting_room() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "no_waiting_room",
+        "this sale has no waiting room; order directly",
+    )
+}
+
+/// The request's order pass, from its header or its cookie: a request
+/// without one is a join.
+pub fn pass_of(headers: &HeaderMap) -> Option<String> {
+    presented(headers, PASS_HEADER, PASS_COOKIE)
+}
+
+/// The join challenge the request's proof spends, checked (one HMAC and one
+/// hash, no Redis call), then the join charged to the quota of its source
+/// (`peer`'s, or the one a trusted proxy names) when the shield has one;
+/// `None` when the sale has no bot shield.
+pub fn proof(
+    state: &AppState,
+    headers: &HeaderMap,
+    peer: Option<IpAddr>,
+    user: &User,
+) -> Result<Option<Spend>, ApiError> {
+    let Some(shield) = &state.bot_shield else {
+        return Ok(None);
+    };
+    let Some(proof) = headers.get(PROOF_HEADER) else {
+        state.metrics.bot_refusal("missing");
+        return Err(ApiError::new(
+            StatusCode::PRECONDITION_REQUIRED,
+            "challenge_required",
+            "joining the queue takes a solved challenge: POST /api/v1/queue/challenge, then send <challenge>:<solution> in the X-Queue-Proof header",
+        ));
+    };
+    let checked = proof
+        .to_str()
+        .map_err(|_| crate::waiting_room::Refusal::Malformed)
+        .and_then(|proof| shield.check(proof, &user.0));
+    let spend = checked.map_err(|refusal| {
+        state.metrics.bot_refusal(refusal.code());
+        room_error(refusal.into())
+    })?;
+    if let Some(budget) = &state.source_budget {
+        let decision = budget.check(&state.config.sale, &budget.source(peer, headers));
+        if !decision.allowed {
+            state.metrics.bot_refusal("source_budget");
+            let wait = decision.retry_after.as_secs_f64().ceil().max(1.0) as u64;
+            return Err(ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "source_budget",
+                "too many joins from this source, whatever the accounts; retry after the Retry-After delay",
+            )
+            .with_header(header::RETRY_AFTER, HeaderValue::from(wait)));
+        }
+    }
+    Ok(Some(spend))
+}
+
+/// `POST /api/v1/queue/challenge`: a join challenge for the caller, at the
+/// difficulty of the degradation tier in force. Needs the buyer's bearer
+/// token; costs one HMAC and at most one read of the Redis clock (none
+/// while this replica's reading of it is recent).
+pub async fn challenge(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let (Some(room), Some(shield)) = (&state.waiting_room, &state.bot_shield) else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "no_bot_shield",
+            "this sale asks no proof of work to join its queue",
+        ));
+    };
+    let user = state.user(&headers)?;
+    let rate = state.rate_limit(&user, RateScope::Replica)?;
+    let now_ms = room.clock_ms().await.map_err(room_error)?;
+    let issued = shield.issue(&user.0, state.switches.current().tier, now_ms);
+    let body = json!({
+        "challenge": issued.token,
+        "difficulty": issued.difficulty,
+        "algorithm": ALGORITHM,
+        "expiresAtMs": issued.expires_at_ms,
+        "proofHeader": "X-Queue-Proof",
+    });
+    let mut response = rate.on(Json(body));
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(response)
 }
 
 /// `GET /api/v1/queue/status`: position, estimated wait, next poll time;
@@ -107,11 +256,7 @@ pub async fn status(
     uri: Uri,
 ) -> Result<Response, ApiError> {
     let Some(room) = &state.waiting_room else {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "no_waiting_room",
-            "this sale has no waiting room; order directly",
-        ));
+        return Err(no_waiting_room());
     };
     let user = state.user(&headers)?;
     if uri.query().is_some() {

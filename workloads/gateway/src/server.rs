@@ -12,6 +12,7 @@ use tokio::net::TcpListener;
 use crate::{
     app::{self, AppState, Inner},
     auth::Verifier,
+    bot_shield::{Shield, source::SourceBudget},
     clock::SaleClock,
     concurrency::ConcurrencyLimiter,
     config::GatewayConfig,
@@ -138,6 +139,30 @@ fn open_waiting_room(
     Ok(Some(WaitingRoom::new(redis, signer, room)))
 }
 
+/// The bot shield's per-source budget when the sale's config has one,
+/// charged to `redis` and counted in `metrics`.
+fn open_source_budget(
+    config: &GatewayConfig,
+    redis: Option<&RedisConnection>,
+    metrics: &GatewayMetrics,
+) -> Result<Option<SourceBudget>, BuildError> {
+    let Some(per_source) = config
+        .waiting_room
+        .bot_shield
+        .as_ref()
+        .and_then(|shield| shield.per_source.as_ref())
+    else {
+        return Ok(None);
+    };
+    let (header, trusted) = per_source.parsed().map_err(BuildError::WaitingRoom)?;
+    let limiter = RateLimiter::new(
+        redis.cloned(),
+        per_source.rate_settings(),
+        metrics.rate_limit_charges(),
+    );
+    Ok(Some(SourceBudget::new(limiter, header, trusted)))
+}
+
 impl Gateway {
     /// Connects everything and binds `listen`.
     pub async fn build(
@@ -190,6 +215,7 @@ impl Gateway {
                 addr: listen,
                 source,
             })?;
+        let source_budget = open_source_budget(&config, redis.as_ref(), &metrics)?;
         let clock = Arc::new(SaleClock::default());
         let state = AppState::new(Inner {
             verifier: settings.verifier.with_clock(clock.clone()),
@@ -201,6 +227,11 @@ impl Gateway {
             ),
             limiter: ConcurrencyLimiter::new(config.concurrency_settings()),
             switches: Switchboard::new(),
+            bot_shield: waiting_room.as_ref().and_then(|room| {
+                let shield = config.waiting_room.bot_shield.as_ref()?;
+                Some(Shield::new(room, shield.settings()))
+            }),
+            source_budget,
             waiting_room,
             inventory,
             producer: Arc::new(OrderProducer::new(&producer)?),
@@ -245,8 +276,12 @@ impl Gateway {
         if let Ok(addr) = self.listener.local_addr() {
             tracing::info!(%addr, sale = state.config.sale, "public API listening");
         }
-        let serve = axum::serve(self.listener, app::router(state.clone()))
-            .with_graceful_shutdown(async move { shutdown.wait().await });
+        // The peer's address, for the bot shield's per-source budget.
+        let serve = axum::serve(
+            self.listener,
+            app::router(state.clone()).into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(async move { shutdown.wait().await });
         let (served, (), ()) = tokio::join!(serve, watch, background);
         served
     }
@@ -304,6 +339,9 @@ async fn background(state: AppState, shutdown: Shutdown) {
                 }
                 if ticks.is_multiple_of(100) {
                     state.rate.prune_local();
+                    if let Some(budget) = &state.source_budget {
+                        budget.prune_local();
+                    }
                     state.chat.prune();
                 }
             }

@@ -182,7 +182,7 @@ async fn lease(funnel: &Funnel, pass: Option<&str>) -> anyhow::Result<Result<Pas
         headers.insert(PASS_HEADER, HeaderValue::try_from(pass)?);
     }
     Ok(
-        match lease_pass(state, room, &headers, &User("u1".into())).await {
+        match lease_pass(state, room, &headers, &User("u1".into()), None).await {
             Ok(Entry::Admitted(lease)) => Ok(lease),
             Ok(Entry::Queued(answer)) => Err(format!("queued: {}", answer.status())),
             Err(refusal) => Err(refusal.code().to_owned()),

@@ -110,7 +110,8 @@ impl SaleKeys {
 /// Which workload a Redis ACL user is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Workload {
-    /// The gateway: rate limit, waiting room and its published-order notes.
+    /// The gateway: rate limits (per user and per source), waiting room
+    /// and its published-order notes.
     Gateway,
     /// The inventory: stock, reservations, their queues and audit.
     Inventory,
@@ -132,7 +133,7 @@ impl SaleKeys {
             "-@dangerous".to_owned(),
         ];
         match workload {
-            Workload::Gateway => rules.extend(["rl:*", "wr:*", "ord:*"].map(own)),
+            Workload::Gateway => rules.extend(["rl:*", "src:*", "wr:*", "ord:*"].map(own)),
             Workload::Inventory => {
                 rules.extend(
                     [
@@ -221,7 +222,9 @@ mod tests {
         ];
         let gateway = [
             "fs:{ns.s11.0123abcd}:rl:u1",
+            "fs:{ns.s11.0123abcd}:src:ip:203.0.113.7",
             "fs:{ns.s11.0123abcd}:wr:seq",
+            "fs:{ns.s11.0123abcd}:wr:spent:42",
             "fs:{ns.s11.0123abcd}:wr:user:u1",
             "fs:{ns.s11.0123abcd}:ord:req:0a1b2c",
         ];

@@ -141,6 +141,8 @@ type LocalLimiter = governor::RateLimiter<
 /// The per-user limiter; cheap to clone.
 #[derive(Clone)]
 pub struct RateLimiter {
+    /// What its keys count (`rl`: users), the middle part of each key.
+    kind: &'static str,
     policy: Policy,
     local: Arc<LocalLimiter>,
     /// The quota shared through Redis; `None`: this replica alone.
@@ -154,6 +156,7 @@ impl RateLimiter {
         let policy = settings.policy;
         let quota = Quota::per_second(policy.rate).allow_burst(policy.burst);
         Self {
+            kind: "rl",
             policy,
             local: Arc::new(governor::RateLimiter::keyed(quota).with_middleware()),
             shared: redis.map(|redis| Arc::new(Shared::new(redis, settings, charges))),
@@ -165,16 +168,23 @@ impl RateLimiter {
         self.policy
     }
 
+    /// The same limiter counting other things than users, under keys
+    /// `fs:{sale}:<kind>:<id>`, so its ids never share a quota with users'.
+    pub fn counting(mut self, kind: &'static str) -> Self {
+        self.kind = kind;
+        self
+    }
+
     /// The Redis key of `user` in `sale` (the sale's slot, per the key contract).
     pub fn key(sale: &str, user: &str) -> String {
-        format!("fs:{{{sale}}}:rl:{user}")
+        key_of("rl", sale, user)
     }
 
     /// Decides for one request of `user` in `sale` under the shared quota:
     /// at once, by this replica's limiter unless the quota holds the user
     /// back; a request let through is charged to the quota afterwards.
     pub fn check(&self, sale: &str, user: &str) -> Decision {
-        let key = Self::key(sale, user);
+        let key = key_of(self.kind, sale, user);
         let Some(shared) = &self.shared else {
             return self.decide(&key, Source::Local);
         };
@@ -204,7 +214,7 @@ impl RateLimiter {
     /// charge after the answer would cost more than such a request, and the
     /// bound is the same as during a Redis outage (N replicas → N × rate).
     pub fn check_locally(&self, sale: &str, user: &str) -> Decision {
-        self.decide(&Self::key(sale, user), Source::Local)
+        self.decide(&key_of(self.kind, sale, user), Source::Local)
     }
 
     /// This replica's limiter's decision for `key`.
@@ -247,6 +257,11 @@ impl RateLimiter {
             shared.prune();
         }
     }
+}
+
+/// The Redis key of `id`, counted as `kind`, in `sale` (the sale's slot).
+fn key_of(kind: &str, sale: &str, id: &str) -> String {
+    format!("fs:{{{sale}}}:{kind}:{id}")
 }
 
 #[cfg(test)]

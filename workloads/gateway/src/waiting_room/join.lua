@@ -2,9 +2,13 @@
 -- KEYS[1]: the user's hash (`position`, `issued_ms`)
 -- KEYS[2]: the position counter
 -- KEYS[3]: the frontier hash (`admitted`, `last_us`)
+-- KEYS[4]: with a join challenge, its spent marker
 -- ARGV[1]: ticket lifetime (ms, >= 1): the user's hash lives as long as the
 --          ticket, so a rejoin returns the same ticket or a new place
--- Returns {position, issued_ms, admitted}.
+-- ARGV[2]: with KEYS[4], the challenge's expiry (Unix ms, Redis clock)
+-- Returns {position, issued_ms, admitted}; {-1, 0, 0} when the challenge
+-- was spent already and {-2, 0, 0} when it has expired, both before any
+-- write. A user who holds a place gets it back and spends no challenge.
 local admitted = tonumber(redis.call('HGET', KEYS[3], 'admitted')) or 0
 local mine = redis.call('HMGET', KEYS[1], 'position', 'issued_ms')
 if mine[1] then
@@ -12,6 +16,15 @@ if mine[1] then
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+if KEYS[4] then
+  if math.floor(now / 1000) >= tonumber(ARGV[2]) then
+    return {-2, 0, 0}
+  end
+  -- Spent until it expires: after that it is refused as expired anyway.
+  if not redis.call('SET', KEYS[4], '1', 'NX', 'PXAT', ARGV[2]) then
+    return {-1, 0, 0}
+  end
+end
 local issued = tonumber(redis.call('GET', KEYS[2])) or 0
 if admitted >= issued then
   -- The queue was empty: admission credit accrues from now on, not from

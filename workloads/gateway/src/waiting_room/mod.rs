@@ -44,6 +44,7 @@
 //! | `fs:{S}:wr:frontier` | hash | `admitted` (every position up to it is in), `last_us` (Redis clock of the admission credit) |
 //! | `fs:{S}:wr:user:<U>` | hash | user U's `position` and `issued_ms`; expires with the ticket |
 //! | `fs:{S}:wr:used:<P>` | string | set while position P's pass is redeemed (value: the redemption's claim); lives `lease_ttl`, then `ticket_ttl + pass_ttl` from the commit |
+//! | `fs:{S}:wr:spent:<N>` | string | set when the join challenge of nonce N is spent ([`crate::bot_shield`]); lives until the challenge expires |
 //!
 //! The counter and the frontier live as long as the sale's keys: positions
 //! must never be handed out twice while tickets or used markers remain.
@@ -139,7 +140,7 @@ use flashsale_runtime::RedisConnection;
 use known::Known;
 pub use lease::PassLease;
 use store::{Frontier, Redemption, Store};
-pub use token::{MAX_TOKEN_LEN, MIN_KEY_LEN, Pass, Refusal, Signer, Ticket};
+pub use token::{Challenge, MAC_LEN, MAX_TOKEN_LEN, MIN_KEY_LEN, Pass, Refusal, Signer, Ticket};
 
 /// Longest user id accepted, so every ticket stays under [`MAX_TOKEN_LEN`].
 pub const MAX_USER_LEN: usize = 256;
@@ -214,6 +215,16 @@ pub enum Error {
     /// A commit's task did not finish (the runtime is shutting down).
     #[error("waiting room: the commit was interrupted")]
     Interrupted,
+}
+
+/// A join challenge spent by the join it opened: its nonce, and its expiry
+/// on the Redis clock ([`crate::bot_shield`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Spend {
+    /// The challenge's nonce: its spent marker's name.
+    pub nonce: u64,
+    /// When the challenge expires (Unix ms, Redis clock).
+    pub expires_at_ms: u64,
 }
 
 /// A user's place after joining.
@@ -309,6 +320,18 @@ impl WaitingRoom {
         &self.settings
     }
 
+    /// The signer of the room's tokens, which also signs its join
+    /// challenges.
+    pub(crate) fn signer(&self) -> Arc<Signer> {
+        Arc::clone(&self.signer)
+    }
+
+    /// The Redis clock now (Unix ms), from this replica's recent reading of
+    /// the frontier when there is one, as status polls read it.
+    pub async fn clock_ms(&self) -> Result<u64, Error> {
+        Ok(self.frontier().await?.now_us / 1_000)
+    }
+
     fn rate(&self) -> u32 {
         self.settings.admit_per_second.max(1)
     }
@@ -316,10 +339,22 @@ impl WaitingRoom {
     /// Queues `user`, or returns their place and the same ticket if they
     /// already hold one.
     pub async fn join(&self, user: &str) -> Result<Joined, Error> {
+        self.join_spending(user, None).await
+    }
+
+    /// Queues `user` as [`WaitingRoom::join`] does, spending the join
+    /// challenge `spend` in the same script call: one already spent is
+    /// `replayed`, one past its expiry `expired`, both refused before the
+    /// script writes anything. A user who already holds a place gets it
+    /// back and spends nothing.
+    pub async fn join_spending(&self, user: &str, spend: Option<Spend>) -> Result<Joined, Error> {
         if user.is_empty() || user.len() > MAX_USER_LEN {
             return Err(Error::InvalidUser(user.len()));
         }
-        let place = self.store.join(user, self.settings.ticket_ttl).await?;
+        let place = self
+            .store
+            .join(user, self.settings.ticket_ttl, spend)
+            .await?;
         let ticket = self.signer.sign_ticket(&Ticket {
             user: user.to_owned(),
             sale: self.settings.sale.clone(),

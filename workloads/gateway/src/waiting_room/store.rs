@@ -6,11 +6,12 @@ use std::{future::Future, sync::Arc, time::Duration};
 use flashsale_runtime::RedisConnection;
 use redis::{RedisResult, Script};
 
-use super::{Error, millis};
+use super::{Error, Refusal, Spend, millis};
 
 /// The admission script; `KEYS` frontier and counter, `ARGV` the rate.
 const ADMISSION_LUA: &str = include_str!("admission.lua");
-/// The join script; `KEYS` user, counter and frontier, `ARGV` the ticket TTL.
+/// The join script; `KEYS` user, counter, frontier and (with a challenge)
+/// its spent marker, `ARGV` the ticket TTL and the challenge's expiry.
 const JOIN_LUA: &str = include_str!("join.lua");
 /// The redeem script; `KEYS` the used marker, `ARGV` expiry, lease, claim.
 const REDEEM_LUA: &str = include_str!("redeem.lua");
@@ -50,6 +51,11 @@ impl Keys {
     /// Set while a position's pass is redeemed (on lease, then for good).
     fn used(&self, position: u64) -> String {
         format!("{}used:{position}", self.prefix)
+    }
+
+    /// Set once a join challenge is spent, until it expires.
+    fn spent(&self, nonce: u64) -> String {
+        format!("{}spent:{nonce}", self.prefix)
     }
 }
 
@@ -129,21 +135,35 @@ impl Store {
         })
     }
 
-    /// The user's place, taken now if they hold none.
-    pub(super) async fn join(&self, user: &str, ticket_ttl: Duration) -> Result<Place, Error> {
+    /// The user's place, taken now if they hold none, spending `spend`
+    /// when it is given (and refused if it was spent or has expired).
+    pub(super) async fn join(
+        &self,
+        user: &str,
+        ticket_ttl: Duration,
+        spend: Option<Spend>,
+    ) -> Result<Place, Error> {
         let mut conn = self.redis.clone();
         let mut call = self.scripts.join.key(self.keys.user(user));
         call.key(self.keys.seq())
             .key(self.keys.frontier())
             .arg(expiry_ms(ticket_ttl));
+        if let Some(spend) = spend {
+            call.key(self.keys.spent(spend.nonce))
+                .arg(spend.expires_at_ms);
+        }
         let (position, issued_at_ms, admitted) = self
-            .bounded(call.invoke_async::<(u64, u64, u64)>(&mut conn))
+            .bounded(call.invoke_async::<(i64, u64, u64)>(&mut conn))
             .await?;
-        Ok(Place {
-            position,
-            issued_at_ms,
-            admitted,
-        })
+        match position {
+            -1 => Err(Refusal::Replayed.into()),
+            -2 => Err(Refusal::Expired.into()),
+            position => Ok(Place {
+                position: position.unsigned_abs(),
+                issued_at_ms,
+                admitted,
+            }),
+        }
     }
 
     /// Marks `position` used under `claim` for `lease`, unless it already

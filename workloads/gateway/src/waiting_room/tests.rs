@@ -26,6 +26,16 @@ fn ticket() -> Ticket {
     }
 }
 
+fn challenge() -> Challenge {
+    Challenge {
+        user: "alice".to_owned(),
+        sale: SALE.to_owned(),
+        nonce: 7,
+        difficulty: 12,
+        expires_at_ms: 1_700_000_120_000,
+    }
+}
+
 fn pass() -> Pass {
     Pass {
         user: "alice".to_owned(),
@@ -164,6 +174,48 @@ fn a_ticket_is_no_pass_and_a_pass_no_ticket() {
 }
 
 #[test]
+fn a_challenge_is_neither_ticket_nor_pass_nor_the_reverse() {
+    let s = signer();
+    let challenge = s.sign_challenge(&challenge());
+    assert_eq!(
+        s.open_ticket(&challenge, SALE, None),
+        Err(Refusal::WrongKind)
+    );
+    assert_eq!(
+        s.open_pass(&challenge, SALE, "alice"),
+        Err(Refusal::WrongKind)
+    );
+    for token in [s.sign_ticket(&ticket()), s.sign_pass(&pass())] {
+        assert_eq!(
+            s.open_challenge(&token, SALE, "alice"),
+            Err(Refusal::WrongKind)
+        );
+    }
+}
+
+#[test]
+fn challenges_round_trip_with_their_mac_and_are_bound_to_user_and_sale() {
+    let s = signer();
+    let token = s.sign_challenge(&challenge());
+    let (opened, mac) = match s.open_challenge(&token, SALE, "alice") {
+        Ok(opened) => opened,
+        Err(refusal) => panic!("a fresh challenge opens: {refusal}"),
+    };
+    assert_eq!(opened, challenge());
+    // The MAC handed back is the token's own, the one the work hashes over.
+    let (_, code) = token.split_once('.').unwrap_or_default();
+    assert_eq!(URL_SAFE_NO_PAD.encode(mac), code);
+    assert_eq!(
+        s.open_challenge(&token, "other-sale", "alice"),
+        Err(Refusal::OtherSale)
+    );
+    assert_eq!(
+        s.open_challenge(&token, SALE, "bob"),
+        Err(Refusal::OtherUser)
+    );
+}
+
+#[test]
 fn tickets_expire_after_their_ttl() {
     let t = ticket();
     let ttl = Duration::from_secs(3_600);
@@ -270,6 +322,7 @@ fn refusal_codes_are_distinct_snake_case() {
         Refusal::OtherUser,
         Refusal::OtherSale,
         Refusal::Replayed,
+        Refusal::Unsolved,
     ];
     let codes: std::collections::BTreeSet<_> = all.iter().map(Refusal::code).collect();
     assert_eq!(codes.len(), all.len());

@@ -1,4 +1,5 @@
-//! Queue tickets and order passes: `base64url(payload) "." base64url(mac)`,
+//! Queue tickets, order passes and join challenges:
+//! `base64url(payload) "." base64url(mac)`,
 //! the MAC being HMAC-SHA256 over a kind's domain tag followed by the payload,
 //! the payload compact JSON with a version field.
 
@@ -22,7 +23,7 @@ pub const MIN_KEY_LEN: usize = 32;
 pub const MAX_TOKEN_LEN: usize = 4_096;
 
 /// Bytes of an HMAC-SHA256 tag.
-const MAC_LEN: usize = 32;
+pub const MAC_LEN: usize = 32;
 
 /// The payload format; a token of another version is `malformed`.
 const VERSION: u8 = 1;
@@ -31,6 +32,7 @@ const VERSION: u8 = 1;
 /// They differ at a fixed offset, so no tag plus payload spells the other.
 const TICKET_TAG: &[u8] = b"flashsale.waiting-room.ticket.v1\0";
 const PASS_TAG: &[u8] = b"flashsale.waiting-room.pass.v1\0";
+const CHALLENGE_TAG: &[u8] = b"flashsale.waiting-room.challenge.v1\0";
 
 /// Why a ticket or pass was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -42,8 +44,9 @@ pub enum Refusal {
     /// The signature does not match: altered, or signed with another key.
     #[error("the token's signature does not match")]
     Forged,
-    /// A genuine ticket where a pass is needed, or a pass where a ticket is.
-    #[error("a queue ticket cannot be used as an order pass, nor a pass as a ticket")]
+    /// A genuine token of another kind: a ticket where a pass is needed, a
+    /// pass where a ticket is, either where a join challenge is.
+    #[error("a queue ticket, an order pass and a join challenge cannot stand in for each other")]
     WrongKind,
     /// The ticket or pass is past its lifetime.
     #[error("the token has expired")]
@@ -54,9 +57,13 @@ pub enum Refusal {
     /// Issued for another sale.
     #[error("the token was issued for another sale")]
     OtherSale,
-    /// The pass was already used for an order.
-    #[error("the pass was already used")]
+    /// The pass was already used for an order, or the challenge for a join.
+    #[error("the pass or challenge was already used")]
     Replayed,
+    /// The challenge's solution does not have the leading zero bits the
+    /// challenge asks for.
+    #[error("the solution does not do the challenge's work")]
+    Unsolved,
 }
 
 impl Refusal {
@@ -70,6 +77,7 @@ impl Refusal {
             Self::OtherUser => "other_user",
             Self::OtherSale => "other_sale",
             Self::Replayed => "replayed",
+            Self::Unsolved => "unsolved",
         }
     }
 }
@@ -113,6 +121,23 @@ pub struct Pass {
     pub expires_at_ms: u64,
 }
 
+/// What a join challenge says: `user` may join `sale`'s queue with a
+/// solution of `difficulty` bits until `expires_at_ms` (Unix ms, Redis
+/// clock). Its random `nonce` makes it one of a kind, spent by one join.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Challenge {
+    /// The user it was issued to.
+    pub user: String,
+    /// The sale whose queue it opens.
+    pub sale: String,
+    /// Random, so no two challenges are alike.
+    pub nonce: u64,
+    /// Leading zero bits a solution's hash must have.
+    pub difficulty: u8,
+    /// End of validity (Unix ms, Redis clock).
+    pub expires_at_ms: u64,
+}
+
 /// The wire payload of a ticket.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -135,8 +160,20 @@ struct PassWire {
     e: u64,
 }
 
-/// Signs and checks tickets and passes with one HMAC-SHA256 key, shared by
-/// all gateway replicas of a sale.
+/// The wire payload of a challenge.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ChallengeWire {
+    v: u8,
+    u: String,
+    s: String,
+    p: u64,
+    e: u64,
+    d: u8,
+}
+
+/// Signs and checks tickets, passes and challenges with one HMAC-SHA256
+/// key, shared by all gateway replicas of a sale.
 #[derive(Clone)]
 pub struct Signer {
     /// Keyed once; cloned per token, which skips re-hashing the key.
@@ -165,7 +202,7 @@ impl Signer {
             &ticket.user,
             &ticket.sale,
             ticket.position,
-            ("i", ticket.issued_at_ms),
+            &[("i", ticket.issued_at_ms)],
         );
         self.seal(TICKET_TAG, &payload)
     }
@@ -176,9 +213,23 @@ impl Signer {
             &pass.user,
             &pass.sale,
             pass.position,
-            ("e", pass.expires_at_ms),
+            &[("e", pass.expires_at_ms)],
         );
         self.seal(PASS_TAG, &payload)
+    }
+
+    /// The token of `challenge`.
+    pub fn sign_challenge(&self, challenge: &Challenge) -> String {
+        let payload = json(
+            &challenge.user,
+            &challenge.sale,
+            challenge.nonce,
+            &[
+                ("e", challenge.expires_at_ms),
+                ("d", u64::from(challenge.difficulty)),
+            ],
+        );
+        self.seal(CHALLENGE_TAG, &payload)
     }
 
     /// The ticket in `token` if it is genuine, of `sale`, and (when `user` is
@@ -189,7 +240,7 @@ impl Signer {
         sale: &str,
         user: Option<&str>,
     ) -> Result<Ticket, Refusal> {
-        let payload = self.unseal(token, TICKET_TAG, PASS_TAG)?;
+        let (payload, _) = self.unseal(token, TICKET_TAG)?;
         let wire: TicketWire = serde_json::from_slice(&payload).map_err(|_| Refusal::Malformed)?;
         check_claims(wire.v, &wire.s, &wire.u, sale, user)?;
         Ok(Ticket {
@@ -203,7 +254,7 @@ impl Signer {
     /// The pass in `token` if it is genuine, of `sale` and of `user`. Its
     /// expiry is checked where it is redeemed, against the Redis clock.
     pub fn open_pass(&self, token: &str, sale: &str, user: &str) -> Result<Pass, Refusal> {
-        let payload = self.unseal(token, PASS_TAG, TICKET_TAG)?;
+        let (payload, _) = self.unseal(token, PASS_TAG)?;
         let wire: PassWire = serde_json::from_slice(&payload).map_err(|_| Refusal::Malformed)?;
         check_claims(wire.v, &wire.s, &wire.u, sale, Some(user))?;
         Ok(Pass {
@@ -212,6 +263,29 @@ impl Signer {
             position: wire.p,
             expires_at_ms: wire.e,
         })
+    }
+
+    /// The challenge in `token` if it is genuine, of `sale` and of `user`,
+    /// with its MAC, which a solution's work is hashed over. Its expiry is
+    /// checked where it is spent, against the Redis clock.
+    pub fn open_challenge(
+        &self,
+        token: &str,
+        sale: &str,
+        user: &str,
+    ) -> Result<(Challenge, [u8; MAC_LEN]), Refusal> {
+        let (payload, mac) = self.unseal(token, CHALLENGE_TAG)?;
+        let wire: ChallengeWire =
+            serde_json::from_slice(&payload).map_err(|_| Refusal::Malformed)?;
+        check_claims(wire.v, &wire.s, &wire.u, sale, Some(user))?;
+        let challenge = Challenge {
+            user: wire.u,
+            sale: wire.s,
+            nonce: wire.p,
+            difficulty: wire.d,
+            expires_at_ms: wire.e,
+        };
+        Ok((challenge, mac))
     }
 
     fn mac(&self, tag: &[u8], payload: &[u8]) -> Hmac<Sha256> {
@@ -230,10 +304,11 @@ impl Signer {
         )
     }
 
-    /// The authenticated payload of `token`, signed under `tag`. The MAC is
-    /// checked before the payload is parsed, so forgeries cost no JSON work;
-    /// only when it fails is `other` tried, to name a kind mix-up.
-    fn unseal(&self, token: &str, tag: &[u8], other: &[u8]) -> Result<Vec<u8>, Refusal> {
+    /// The authenticated payload of `token`, signed under `tag`, and its
+    /// MAC. The MAC is checked before the payload is parsed, so forgeries
+    /// cost no JSON work; only when it fails are the other kinds' tags
+    /// tried, to name a kind mix-up.
+    fn unseal(&self, token: &str, tag: &[u8]) -> Result<(Vec<u8>, [u8; MAC_LEN]), Refusal> {
         if token.is_empty() || token.len() > MAX_TOKEN_LEN {
             return Err(Refusal::Malformed);
         }
@@ -244,27 +319,32 @@ impl Signer {
         let code = URL_SAFE_NO_PAD
             .decode(code)
             .map_err(|_| Refusal::Malformed)?;
-        if code.len() != MAC_LEN {
-            return Err(Refusal::Malformed);
-        }
+        let code: [u8; MAC_LEN] = code.try_into().map_err(|_| Refusal::Malformed)?;
         if self.mac(tag, &payload).verify_slice(&code).is_ok() {
-            return Ok(payload);
+            return Ok((payload, code));
         }
-        if self.mac(other, &payload).verify_slice(&code).is_ok() {
-            return Err(Refusal::WrongKind);
-        }
-        Err(Refusal::Forged)
+        let other_kind = [TICKET_TAG, PASS_TAG, CHALLENGE_TAG]
+            .into_iter()
+            .filter(|other| *other != tag)
+            .any(|other| self.mac(other, &payload).verify_slice(&code).is_ok());
+        Err(if other_kind {
+            Refusal::WrongKind
+        } else {
+            Refusal::Forged
+        })
     }
 }
 
 /// Compact JSON payload; built from values, so it cannot fail.
-fn json(user: &str, sale: &str, position: u64, (name, time): (&str, u64)) -> Vec<u8> {
+fn json(user: &str, sale: &str, position: u64, fields: &[(&str, u64)]) -> Vec<u8> {
     let mut map = Map::new();
     map.insert("v".into(), VERSION.into());
     map.insert("u".into(), user.into());
     map.insert("s".into(), sale.into());
     map.insert("p".into(), position.into());
-    map.insert(name.into(), time.into());
+    for &(name, value) in fields {
+        map.insert(name.into(), value.into());
+    }
     Value::Object(map).to_string().into_bytes()
 }
 
