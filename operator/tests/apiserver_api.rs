@@ -192,6 +192,7 @@ async fn invalid_objects_are_rejected_naming_the_field() -> anyhow::Result<()> {
     let cases = [
         invalid_schedules_and_items(),
         invalid_gateways_and_names(),
+        invalid_bot_shields(),
         invalid_stores(),
         invalid_policies(),
         invalid_drills(),
@@ -267,6 +268,50 @@ fn invalid_schedules_and_items() -> Vec<Invalid> {
             "TTL in words",
             with(sale(), "/spec/reservationTTL", json!("15 minutes")),
             "spec.reservationTTL",
+        ),
+    ]
+}
+
+/// Cases of a sale's bot shield.
+fn invalid_bot_shields() -> Vec<Invalid> {
+    let sale = || valid_sale("bad");
+    vec![
+        (
+            "a bot shield without a waiting room",
+            with(
+                with(sale(), "/spec/gateway/waitingRoom/enabled", json!(false)),
+                "/spec/gateway/waitingRoom/botShield",
+                json!({"difficultyBits": [16]}),
+            ),
+            "waitingRoom.botShield needs the waiting room enabled",
+        ),
+        (
+            "a bot shield asking 33 bits",
+            with(
+                sale(),
+                "/spec/gateway/waitingRoom/botShield",
+                json!({"difficultyBits": [16, 33]}),
+            ),
+            "botShield.difficultyBits entries must be 0-32",
+        ),
+        (
+            "a bot shield without difficulties",
+            with(
+                sale(),
+                "/spec/gateway/waitingRoom/botShield",
+                json!({"difficultyBits": []}),
+            ),
+            "spec.gateway.waitingRoom.botShield.difficultyBits",
+        ),
+        (
+            "a trusted proxy that is a host name",
+            with(
+                sale(),
+                "/spec/gateway/waitingRoom/botShield",
+                json!({"difficultyBits": [16],
+                       "perSource": {"joinsPerSecond": 1, "burst": 5, "trustedProxies": ["edge.example.com"]}}),
+            ),
+            "perSource.trustedProxies entries must be IP addresses or CIDRs",
         ),
     ]
 }

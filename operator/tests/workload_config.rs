@@ -50,6 +50,12 @@ fn the_gateway_and_the_inventory_accept_what_the_operator_renders() -> anyhow::R
         assert_eq!(gateway.price("PHONE-X-256"), Some(399_900));
         assert_eq!(gateway.rate_limit.per_user_per_second, 2);
         assert!(gateway.waiting_room.enabled);
+        let shield = gateway.waiting_room.bot_shield.as_ref();
+        assert_eq!(
+            shield.map(|s| s.settings().difficulty(2)),
+            Some(21),
+            "the example's tier-2 difficulty"
+        );
         assert_eq!(gateway.concurrency.tier0_reserved_percent, 40);
         // The gateway opens and closes at the sale's own instants.
         let (start, end) = (sale.spec.schedule.start.0, sale.spec.schedule.end.0);

@@ -306,6 +306,7 @@ impl Default for RateLimit {
 #[derive(KubeSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("!self.enabled || has(self.ticketSecretRef)").message("waitingRoom.ticketSecretRef is required when the waiting room is enabled"))]
+#[x_kube(validation = Rule::new("self.enabled || !has(self.botShield)").message("waitingRoom.botShield needs the waiting room enabled: it guards the queue's join"))]
 pub struct WaitingRoom {
     /// Whether buyers queue before checkout.
     #[serde(default)]
@@ -321,6 +322,57 @@ pub struct WaitingRoom {
     #[serde(default = "default_pass_ttl", rename = "passTTL")]
     #[x_kube(validation = duration::positive().message("waitingRoom.passTTL must be positive"))]
     pub pass_ttl: Duration,
+    /// A proof-of-work join in front of the queue, whose cost follows the
+    /// degradation tier.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bot_shield: Option<BotShield>,
+}
+
+/// The bot shield: joining the queue takes a solved proof-of-work
+/// challenge, and each source a share of a per-source budget.
+#[derive(KubeSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BotShield {
+    /// Leading zero bits a join's proof needs, by degradation tier (the
+    /// first entry for tier 0); the last entry serves every higher tier.
+    /// Each bit doubles the work: 16 bits is about 65,000 SHA-256 hashes.
+    #[schemars(length(min = 1, max = 9))]
+    #[x_kube(validation = Rule::new("self.all(b, b >= 0 && b <= 32)").message("botShield.difficultyBits entries must be 0-32"))]
+    pub difficulty_bits: Vec<i32>,
+    /// How long a challenge may be solved and spent.
+    #[serde(default = "default_challenge_ttl", rename = "challengeTTL")]
+    #[x_kube(validation = duration::positive().message("botShield.challengeTTL must be positive"))]
+    pub challenge_ttl: Duration,
+    /// Joins per source, whatever the accounts behind it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_source: Option<PerSourceBudget>,
+}
+
+fn default_challenge_ttl() -> Duration {
+    Duration::from_secs(120)
+}
+
+/// How many joins one source may make: the client's address, or the
+/// fingerprint a trusted proxy names it by.
+#[derive(KubeSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PerSourceBudget {
+    /// Joins per second one source may make, sustained.
+    #[schemars(range(min = 1, max = 1000000))]
+    pub joins_per_second: i32,
+    /// Joins one source may make back to back.
+    #[schemars(range(min = 1, max = 1000000))]
+    pub burst: i32,
+    /// The header naming the client, a TLS fingerprint such as JA4 that
+    /// the edge sets; believed only from `trustedProxies`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[A-Za-z0-9][A-Za-z0-9-]{0,127}$"))]
+    pub header: Option<String>,
+    /// The proxies, as addresses or CIDRs, whose `header` is believed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(max = 43)))]
+    #[x_kube(validation = Rule::new("self.all(p, p.matches('^[0-9a-fA-F.:]+(/[0-9]{1,3})?$'))").message("perSource.trustedProxies entries must be IP addresses or CIDRs"))]
+    pub trusted_proxies: Vec<String>,
 }
 
 fn default_admit_per_second() -> i32 {
@@ -338,6 +390,7 @@ impl Default for WaitingRoom {
             admit_per_second: default_admit_per_second(),
             ticket_secret_ref: None,
             pass_ttl: default_pass_ttl(),
+            bot_shield: None,
         }
     }
 }

@@ -28,7 +28,7 @@ use kube::CustomResourceExt;
 pub use chaosdrill::{ChaosDrill, ChaosDrillSpec, ChaosDrillStatus};
 pub use degradation::{DegradationPolicy, DegradationPolicySpec, DegradationPolicyStatus};
 pub use duration::Duration;
-pub use flashsale::{FlashSale, FlashSaleSpec, FlashSaleStatus};
+pub use flashsale::{BotShield, FlashSale, FlashSaleSpec, FlashSaleStatus, PerSourceBudget};
 
 /// The API group of every kind here.
 pub const GROUP: &str = "flashsale.dev";

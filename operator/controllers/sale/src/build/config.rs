@@ -10,7 +10,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::{BuildError, Owner, names, names::Component};
-use flashsale_api::FlashSale;
+use flashsale_api::{BotShield, FlashSale};
 use flashsale_inventory_api::{ItemDefinition, SaleDefinition};
 
 /// Key of the gateway's configuration in its ConfigMap.
@@ -62,6 +62,68 @@ struct WaitingRoomConfig {
     enabled: bool,
     admit_per_second: u32,
     pass_ttl_seconds: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bot_shield: Option<BotShieldConfig>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct BotShieldConfig {
+    difficulty_bits: Vec<u8>,
+    challenge_ttl_seconds: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    per_source: Option<PerSourceConfig>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PerSourceConfig {
+    joins_per_second: u32,
+    burst: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    header: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    trusted_proxies: Vec<String>,
+}
+
+/// The gateway's bot shield, from the spec's.
+fn bot_shield(shield: &BotShield) -> Result<BotShieldConfig, BuildError> {
+    let difficulty_bits = shield
+        .difficulty_bits
+        .iter()
+        .map(|&bits| fit("spec.gateway.waitingRoom.botShield.difficultyBits", bits))
+        .collect::<Result<_, _>>()?;
+    let per_source = shield
+        .per_source
+        .as_ref()
+        .map(|budget| {
+            if let Some(bad) = budget.trusted_proxies.iter().find(|net| {
+                net.parse::<ipnet::IpNet>().is_err() && net.parse::<std::net::IpAddr>().is_err()
+            }) {
+                return Err(BuildError::OutOfRange {
+                    field: "spec.gateway.waitingRoom.botShield.perSource.trustedProxies",
+                    value: bad.clone(),
+                });
+            }
+            Ok(PerSourceConfig {
+                joins_per_second: fit(
+                    "spec.gateway.waitingRoom.botShield.perSource.joinsPerSecond",
+                    budget.joins_per_second,
+                )?,
+                burst: fit(
+                    "spec.gateway.waitingRoom.botShield.perSource.burst",
+                    budget.burst,
+                )?,
+                header: budget.header.clone(),
+                trusted_proxies: budget.trusted_proxies.clone(),
+            })
+        })
+        .transpose()?;
+    Ok(BotShieldConfig {
+        difficulty_bits,
+        challenge_ttl_seconds: ceil_secs(shield.challenge_ttl.0),
+        per_source,
+    })
 }
 
 #[derive(Debug, Serialize)]
@@ -149,6 +211,12 @@ pub(super) fn gateway_json(sale: &FlashSale, sale_id: &str) -> Result<Rendered, 
                 gateway.waiting_room.admit_per_second,
             )?,
             pass_ttl_seconds: ceil_secs(gateway.waiting_room.pass_ttl.0),
+            bot_shield: gateway
+                .waiting_room
+                .bot_shield
+                .as_ref()
+                .map(bot_shield)
+                .transpose()?,
         },
         concurrency: ConcurrencyConfig {
             min_limit: fit(

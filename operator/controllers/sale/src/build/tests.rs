@@ -350,6 +350,28 @@ struct WaitingRoom {
     enabled: bool,
     admit_per_second: u32,
     pass_ttl_seconds: u64,
+    #[serde(default)]
+    bot_shield: Option<BotShield>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct BotShield {
+    difficulty_bits: Vec<u8>,
+    challenge_ttl_seconds: u64,
+    #[serde(default)]
+    per_source: Option<PerSource>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PerSource {
+    joins_per_second: u32,
+    burst: u32,
+    #[serde(default)]
+    header: Option<String>,
+    #[serde(default)]
+    trusted_proxies: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -389,6 +411,59 @@ fn gateway_json_parses_as_the_gateway_expects() -> anyhow::Result<()> {
     assert_eq!(config.opens_at, "2026-11-10T16:00:00Z");
     assert_eq!(config.closes_at, "2026-11-10T18:00:00Z");
     assert_eq!(config.region, "cn-east-1", "stamped on every answer");
+    Ok(())
+}
+
+#[test]
+fn the_bot_shield_reaches_the_gateway_as_it_reads_it() -> anyhow::Result<()> {
+    let mut sale = fixtures::big_sale()?;
+    let gateway_config = |sale: &FlashSale| -> anyhow::Result<GatewayConfig> {
+        let desired = build_at(sale, Stage::Active)?;
+        let text = config_data(&desired, "singles-day-gateway", GATEWAY_CONFIG_KEY)?;
+        Ok(serde_json::from_str(text)?)
+    };
+    assert!(gateway_config(&sale)?.waiting_room.bot_shield.is_none());
+    sale.spec.gateway.waiting_room.bot_shield = Some(flashsale_api::BotShield {
+        difficulty_bits: vec![16, 18, 22],
+        // 90.5 s becomes 91: a challenge never expires before the spec says.
+        challenge_ttl: Duration::from_millis(90_500),
+        per_source: Some(flashsale_api::PerSourceBudget {
+            joins_per_second: 2,
+            burst: 20,
+            header: Some("x-ja4".to_owned()),
+            trusted_proxies: vec!["10.0.0.0/8".to_owned(), "192.0.2.1".to_owned()],
+        }),
+    });
+    let config = gateway_config(&sale)?;
+    let shield = config.waiting_room.bot_shield.context("no botShield")?;
+    assert_eq!(shield.difficulty_bits, [16, 18, 22]);
+    assert_eq!(shield.challenge_ttl_seconds, 91);
+    let budget = shield.per_source.context("no perSource")?;
+    assert_eq!((budget.joins_per_second, budget.burst), (2, 20));
+    assert_eq!(budget.header.as_deref(), Some("x-ja4"));
+    assert_eq!(budget.trusted_proxies, ["10.0.0.0/8", "192.0.2.1"]);
+
+    // A proxy that passes the schema's character check but is no address.
+    if let Some(budget) = sale
+        .spec
+        .gateway
+        .waiting_room
+        .bot_shield
+        .as_mut()
+        .and_then(|shield| shield.per_source.as_mut())
+    {
+        budget.trusted_proxies = vec!["10.0.0.0/99".to_owned()];
+    }
+    match gateway_config(&sale) {
+        Err(err) => match err.downcast_ref::<BuildError>() {
+            Some(BuildError::OutOfRange { field, value }) => {
+                assert!(field.ends_with("trustedProxies"), "{field}");
+                assert_eq!(value, "10.0.0.0/99");
+            }
+            other => bail!("{other:?}"),
+        },
+        Ok(config) => bail!("rendered: {config:?}"),
+    }
     Ok(())
 }
 
