@@ -28,6 +28,8 @@ pub(crate) struct Attempt {
     pub(crate) retries: u32,
     /// The request carried a waiting-room pass.
     pub(crate) with_pass: bool,
+    /// The request carried a solved bot-shield challenge.
+    pub(crate) with_proof: bool,
     /// The buyer is winding down (stopped or no longer active).
     pub(crate) winding_down: bool,
 }
@@ -75,6 +77,10 @@ pub(crate) enum OrderNext {
     },
     /// The pass was refused: order again without it (joining the queue).
     Rejoin,
+    /// The sale's bot shield asks a proof of work to join: solve a
+    /// challenge and order again with it; `budgeted` when the last proof
+    /// was refused, which counts against the retry budget.
+    Solve { budgeted: bool },
     /// The purchase is over; `unresolved` when a request with its key may
     /// still have gone through.
     End { why: Ending, unresolved: bool },
@@ -152,6 +158,18 @@ pub(crate) fn order(reply: Option<&Answer>, at: Attempt, policy: &RetryPolicy) -
         // rejoining returns the same place until its ticket expires.
         (403, Some("replayed")) if at.with_pass => end(Ending::GivenUp, false),
         (403, _) if at.with_pass => OrderNext::Rejoin,
+        // A join without a proof, with the shield on: solve one, as a
+        // browser does.
+        (428, Some("challenge_required")) if at.winding_down => end(Ending::GivenUp, at.uncertain),
+        (428, Some("challenge_required")) => OrderNext::Solve { budgeted: false },
+        // A proof refused (expired while queued for a slot, say): a new one.
+        (403, _) if at.with_proof => {
+            if at.retries >= policy.max_retries || at.winding_down {
+                end(Ending::GivenUp, at.uncertain)
+            } else {
+                OrderNext::Solve { budgeted: true }
+            }
+        }
         _ => end(Ending::Unexpected, at.uncertain),
     }
 }

@@ -4,6 +4,7 @@
 //! payment, and the payment provider confirms it with a signed callback.
 
 use gateway::{
+    bot_shield::{PROOF_HEADER, work},
     payments::{SIGNATURE_HEADER, sign},
     queue::{PASS_HEADER, TICKET_HEADER},
 };
@@ -37,10 +38,15 @@ impl Buyer {
         let key = uuid::Uuid::new_v4().simple().to_string();
         let mut at = Attempt::default();
         let mut pass: Option<String> = None;
+        // A solved challenge of the sale's bot shield, until a join spends it.
+        let mut proof: Option<String> = None;
         loop {
             at.with_pass = pass.is_some();
+            at.with_proof = pass.is_none() && proof.is_some();
             at.winding_down = self.winding_down();
-            let reply = self.order(sku, &key, pass.as_deref()).await?;
+            let reply = self
+                .order(sku, &key, pass.as_deref(), proof.as_deref())
+                .await?;
             let last = reply
                 .as_ref()
                 .map_or("no answer".to_owned(), Answer::describe);
@@ -48,6 +54,7 @@ impl Buyer {
             match next {
                 OrderNext::Acknowledged(ack) => return self.acknowledged(key, ack).await,
                 OrderNext::Queue { ticket, poll_in } => {
+                    proof = None;
                     if !self.was_queued {
                         self.was_queued = true;
                         counters.add(Count::Queued);
@@ -85,6 +92,22 @@ impl Buyer {
                     }
                 }
                 OrderNext::Rejoin => at = self.rejoin(at, &mut pass),
+                OrderNext::Solve { budgeted } => {
+                    at.retries += u32::from(budgeted);
+                    proof = self.solve().await?;
+                    if proof.is_none() {
+                        // No challenge to be had: as any unanswered request.
+                        at.retries += 1;
+                        let policy = &self.shared.config.retry;
+                        let (spent, wait) =
+                            (at.retries > policy.max_retries, policy.backoff(at.retries));
+                        let wait = self.jitter(wait);
+                        if spent || self.pause(wait).await {
+                            self.ended(Ending::GivenUp, at.uncertain, key, sku, last);
+                            return Ok(());
+                        }
+                    }
+                }
                 OrderNext::End { why, unresolved } => {
                     self.ended(why, unresolved, key, sku, last);
                     return Ok(());
@@ -108,6 +131,7 @@ impl Buyer {
         sku: &str,
         key: &str,
         pass: Option<&str>,
+        proof: Option<&str>,
     ) -> Result<Option<Answer>, Error> {
         let token = self.token()?;
         let mut request = self
@@ -118,8 +142,39 @@ impl Buyer {
             .json(&json!({"sku": sku, "quantity": QUANTITY, "idempotencyKey": key}));
         if let Some(pass) = pass {
             request = request.header(PASS_HEADER, pass);
+        } else if let Some(proof) = proof {
+            request = request.header(PROOF_HEADER, proof);
         }
         Ok(self.shared.gateway.send(request).await)
+    }
+
+    /// A challenge of the sale's bot shield, solved as a browser solves it
+    /// (on the blocking pool: it is CPU work): the `X-Queue-Proof` value, or
+    /// `None` when no challenge was answered.
+    async fn solve(&mut self) -> Result<Option<String>, Error> {
+        let token = self.token()?;
+        let request = self
+            .shared
+            .gateway
+            .post("/api/v1/queue/challenge")
+            .bearer_auth(token);
+        let Some(answer) = self.shared.gateway.send(request).await else {
+            return Ok(None);
+        };
+        let (Some(challenge), Some(difficulty)) =
+            (answer.text("challenge"), answer.number("difficulty"))
+        else {
+            return Ok(None);
+        };
+        let (Some(mac), Ok(difficulty)) = (work::mac_of(challenge), u8::try_from(difficulty))
+        else {
+            return Ok(None);
+        };
+        let challenge = challenge.to_owned();
+        let solved = tokio::task::spawn_blocking(move || work::solve(&mac, difficulty)).await;
+        Ok(solved
+            .ok()
+            .map(|(solution, _)| format!("{challenge}:{solution}")))
     }
 
     /// Polls the queue status with the server's hinted waits until a pass

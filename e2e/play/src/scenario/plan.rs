@@ -61,6 +61,9 @@ pub struct Plan {
     pub items: Vec<Item>,
     /// Whether buyers queue in the waiting room before they order.
     pub waiting_room: bool,
+    /// The waiting room's bot shield, leading zero bits by tier: each buyer
+    /// solves a challenge to join, as a browser does; empty for none.
+    pub shield_bits: Vec<u8>,
 }
 
 /// Share of the planned peak load above which tier 1 (tier 2) is entered,
@@ -120,6 +123,9 @@ impl Plan {
                 },
             ],
             waiting_room: true,
+            // Cheap enough for hundreds of buyers on two cores, dear enough
+            // to show: tier 2 costs 16 times tier 0's work.
+            shield_bits: vec![8, 10, 12],
         }
     }
 
@@ -137,6 +143,7 @@ impl Plan {
                 shards: 1,
             }],
             waiting_room: false,
+            shield_bits: Vec::new(),
             ..Self::scaled(sale, 10, Duration::from_secs(60))
         }
     }
@@ -207,7 +214,9 @@ impl Plan {
                     "waitingRoom": {
                         "enabled": self.waiting_room,
                         "admitPerSecond": self.admit_per_second,
-                        "ticketSecretRef": {"name": self.secret("queue"), "key": "key"}
+                        "ticketSecretRef": {"name": self.secret("queue"), "key": "key"},
+                        "botShield": (self.waiting_room && !self.shield_bits.is_empty())
+                            .then(|| json!({"difficultyBits": self.shield_bits}))
                     }
                 },
                 "inventory": {"replicas": 2, "resources": small, "redis": {"url": wiring.redis_url}},
@@ -319,6 +328,11 @@ mod tests {
         let now: Timestamp = "2026-11-11T10:15:30Z".parse()?;
         let sale: FlashSale = serde_json::from_value(plan.sale(now, &wiring()))?;
         assert!(sale.spec.gateway.waiting_room.enabled);
+        let shield = sale.spec.gateway.waiting_room.bot_shield.as_ref();
+        assert_eq!(
+            shield.map(|s| s.difficulty_bits.clone()),
+            Some(vec![8, 10, 12])
+        );
         assert_eq!(sale.spec.items.len(), 2);
         let policy: DegradationPolicy = serde_json::from_value(plan.policy("shop"))?;
         assert_eq!(policy.spec.tiers.len(), 2);
@@ -341,6 +355,7 @@ mod tests {
         let now: Timestamp = "2026-11-11T10:15:30Z".parse()?;
         let sale: FlashSale = serde_json::from_value(plan.sale(now, &wiring()))?;
         assert!(!sale.spec.gateway.waiting_room.enabled);
+        assert!(sale.spec.gateway.waiting_room.bot_shield.is_none());
         assert_eq!(sale.spec.items.len(), 1);
         assert_eq!(sale.spec.items[0].sku, LIBRARY_SKU);
         assert!(sale.spec.items[0].stock >= 10_000);

@@ -14,6 +14,7 @@ const FRESH: Attempt = Attempt {
     uncertain: false,
     retries: 0,
     with_pass: false,
+    with_proof: false,
     winding_down: false,
 };
 
@@ -78,6 +79,7 @@ fn order_answers_lead_to_their_next_step() {
         waits_and_retries(&policy),
         refusals_that_end_or_wait(),
         pass_and_token_refusals(),
+        bot_shield_answers(&policy),
     ]
     .concat();
     for (name, reply, at, want) in table {
@@ -275,6 +277,49 @@ fn refusals_that_end_or_wait() -> Vec<OrderCase> {
 }
 
 /// Refused passes and tokens, and answers the flow does not expect.
+/// Answers of a sale whose bot shield asks a proof of work to join.
+fn bot_shield_answers(policy: &RetryPolicy) -> Vec<OrderCase> {
+    let with_proof = Attempt {
+        with_proof: true,
+        ..FRESH
+    };
+    vec![
+        (
+            "a join without a proof solves a challenge",
+            Some(refusal(428, "challenge_required", None)),
+            FRESH,
+            OrderNext::Solve { budgeted: false },
+        ),
+        (
+            "no challenge is solved while winding down",
+            Some(refusal(428, "challenge_required", None)),
+            WINDING,
+            end(Ending::GivenUp, false),
+        ),
+        (
+            "a refused proof solves a new one, budgeted",
+            Some(refusal(403, "expired", None)),
+            with_proof,
+            OrderNext::Solve { budgeted: true },
+        ),
+        (
+            "a refused proof with the budget spent ends the purchase",
+            Some(refusal(403, "unsolved", None)),
+            Attempt {
+                retries: policy.max_retries,
+                ..with_proof
+            },
+            end(Ending::GivenUp, false),
+        ),
+        (
+            "the source's budget is waited out",
+            Some(refusal(429, "source_budget", Some("2"))),
+            with_proof,
+            again(Duration::from_secs(2), false, false),
+        ),
+    ]
+}
+
 fn pass_and_token_refusals() -> Vec<OrderCase> {
     vec![
         (
