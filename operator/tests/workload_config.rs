@@ -53,7 +53,7 @@ fn the_gateway_and_the_inventory_accept_what_the_operator_renders() -> anyhow::R
         let shield = gateway.waiting_room.bot_shield.as_ref();
         assert_eq!(
             shield.map(|s| s.settings().difficulty(2)),
-            Some(21),
+            Some(17),
             "the example's tier-2 difficulty"
         );
         assert_eq!(gateway.concurrency.tier0_reserved_percent, 40);
