@@ -202,6 +202,43 @@ async fn redis_now_ms(url: &str) -> anyhow::Result<u64> {
     Ok(secs * 1_000 + micros / 1_000)
 }
 
+/// `proof` spoiled two ways: a character of its MAC changed (forged), and
+/// its solution replaced by the next number that does not do the work.
+fn spoiled(proof: &str) -> anyhow::Result<(String, String)> {
+    let (token, solution) = proof
+        .rsplit_once(':')
+        .ok_or_else(|| anyhow::anyhow!("{proof}"))?;
+    let mut chars: Vec<char> = proof.chars().collect();
+    let at = token.len() - 3;
+    chars[at] = if chars[at] == 'A' { 'B' } else { 'A' };
+    let forged = chars.into_iter().collect::<String>();
+    let mac = work::mac_of(token).ok_or_else(|| anyhow::anyhow!("{token}"))?;
+    let difficulty = 8;
+    let unsolved = (solution.parse::<u64>()? + 1..)
+        .find(|&n| !work::solves(&mac, n, difficulty))
+        .unwrap_or_default();
+    Ok((forged, format!("{token}:{unsolved}")))
+}
+
+/// Waits until the Redis clock passes the expiry of the challenge `body`
+/// answered.
+async fn expired(url: &str, body: &Value) -> anyhow::Result<()> {
+    let expires_at_ms = body["expiresAtMs"].as_u64().unwrap_or_default();
+    poll_until(
+        "the challenge to expire",
+        Duration::from_secs(10),
+        Duration::from_millis(20),
+        || async {
+            match redis_now_ms(url).await {
+                Ok(now) if now >= expires_at_ms => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn refused_proofs_are_named_and_cost_redis_no_write() -> anyhow::Result<()> {
     let redis = PrivateRedis::start(&[]).await?;
@@ -213,21 +250,7 @@ async fn refused_proofs_are_named_and_cost_redis_no_write() -> anyhow::Result<()
     .await?;
     let gw = &funnel.gateway.url;
     let (proof, _) = solved(gw, "alice").await?;
-    let (token, solution) = proof
-        .rsplit_once(':')
-        .ok_or_else(|| anyhow::anyhow!("{proof}"))?;
-    let mac = work::mac_of(token).ok_or_else(|| anyhow::anyhow!("{token}"))?;
-    let unsolved = (solution.parse::<u64>()? + 1..)
-        .find(|&n| !work::solves(&mac, n, 8))
-        .unwrap_or_default();
-    let unsolved = format!("{token}:{unsolved}");
-    // A character of the MAC changed: the signature no longer matches.
-    let forged = {
-        let mut chars: Vec<char> = proof.chars().collect();
-        let at = token.len() - 3;
-        chars[at] = if chars[at] == 'A' { 'B' } else { 'A' };
-        chars.into_iter().collect::<String>()
-    };
+    let (forged, unsolved) = spoiled(&proof)?;
     // Solved, then left to expire (a 2 s challenge).
     let (late, late_body) = solved(gw, "alice").await?;
 
@@ -247,19 +270,7 @@ async fn refused_proofs_are_named_and_cost_redis_no_write() -> anyhow::Result<()
             "{body}"
         );
     }
-    let expires_at_ms = late_body["expiresAtMs"].as_u64().unwrap_or_default();
-    poll_until(
-        "the late challenge to expire",
-        Duration::from_secs(10),
-        Duration::from_millis(20),
-        || async {
-            match redis_now_ms(&redis.url).await {
-                Ok(now) if now >= expires_at_ms => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        },
-    )
-    .await?;
+    expired(&redis.url, &late_body).await?;
     let (code, body) = join(gw, "alice", Some(&late)).await?;
     assert_eq!(
         (code, body["error"].as_str()),
