@@ -277,13 +277,13 @@ fn invalid_bot_shields() -> Vec<Invalid> {
     let sale = || valid_sale("bad");
     vec![
         (
-            "a bot shield without a waiting room",
+            "a bot shield without a key",
             with(
-                with(sale(), "/spec/gateway/waitingRoom/enabled", json!(false)),
-                "/spec/gateway/waitingRoom/botShield",
-                json!({"difficultyBits": [16]}),
+                sale(),
+                "/spec/gateway/waitingRoom",
+                json!({"enabled": false, "botShield": {"difficultyBits": [16]}}),
             ),
-            "waitingRoom.botShield needs the waiting room enabled",
+            "waitingRoom.ticketSecretRef is required by botShield",
         ),
         (
             "a bot shield asking 33 bits",

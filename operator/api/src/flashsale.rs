@@ -306,7 +306,7 @@ impl Default for RateLimit {
 #[derive(KubeSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("!self.enabled || has(self.ticketSecretRef)").message("waitingRoom.ticketSecretRef is required when the waiting room is enabled"))]
-#[x_kube(validation = Rule::new("self.enabled || !has(self.botShield)").message("waitingRoom.botShield needs the waiting room enabled: it guards the queue's join"))]
+#[x_kube(validation = Rule::new("!has(self.botShield) || has(self.ticketSecretRef)").message("waitingRoom.ticketSecretRef is required by botShield: it signs the challenges"))]
 pub struct WaitingRoom {
     /// Whether buyers queue before checkout.
     #[serde(default)]
@@ -315,21 +315,31 @@ pub struct WaitingRoom {
     #[serde(default = "default_admit_per_second")]
     #[schemars(range(min = 1, max = 1000000))]
     pub admit_per_second: i32,
-    /// The HMAC key that signs queue tickets and passes.
+    /// The HMAC key that signs queue tickets and passes, and the bot
+    /// shield's challenges.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ticket_secret_ref: Option<SecretKeyRef>,
     /// How long an admitted user's checkout pass stays valid.
     #[serde(default = "default_pass_ttl", rename = "passTTL")]
     #[x_kube(validation = duration::positive().message("waitingRoom.passTTL must be positive"))]
     pub pass_ttl: Duration,
-    /// A proof-of-work join in front of the queue, whose cost follows the
-    /// degradation tier.
+    /// A proof of work in front of the queue's join (or, with the room
+    /// off, of every order), whose cost follows the degradation tier.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bot_shield: Option<BotShield>,
 }
 
-/// The bot shield: joining the queue takes a solved proof-of-work
-/// challenge, and each source a share of a per-source budget.
+impl WaitingRoom {
+    /// Whether the gateway signs with `ticketSecretRef`: for the room's
+    /// tickets and passes, or for the bot shield's challenges.
+    pub fn signs(&self) -> bool {
+        self.enabled || self.bot_shield.is_some()
+    }
+}
+
+/// The bot shield: joining the queue (or, with the room off, ordering)
+/// takes a solved proof-of-work challenge, and each source a share of a
+/// per-source budget.
 #[derive(KubeSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BotShield {

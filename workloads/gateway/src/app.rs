@@ -31,7 +31,7 @@ use crate::{
     payments::{self, PaymentVerifier},
     queue,
     ratelimit::{RateLimiter, rate_limit_headers},
-    waiting_room::WaitingRoom,
+    waiting_room::{OrderSpends, WaitingRoom},
 };
 
 /// Largest request body accepted: orders and feature posts are small.
@@ -57,9 +57,12 @@ pub struct Inner {
     pub switches: Switchboard,
     /// The waiting room, when the sale has one.
     pub waiting_room: Option<WaitingRoom>,
-    /// The proof-of-work join in front of the waiting room, when the sale
-    /// has one.
+    /// The proof of work in front of the waiting room's join, or of every
+    /// order when there is no room, when the sale has one.
     pub bot_shield: Option<Shield>,
+    /// Where an order spends its proof: with a bot shield and no waiting
+    /// room (a room's join spends it otherwise).
+    pub order_spends: Option<OrderSpends>,
     /// The per-source quota of joins, when the shield has one.
     pub source_budget: Option<SourceBudget>,
     /// The inventory's API.

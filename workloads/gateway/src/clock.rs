@@ -49,7 +49,12 @@ impl SaleClock {
 
     /// Now, Unix seconds, on the sale's clock.
     pub fn now_seconds(&self) -> i64 {
-        (local_ms() + self.offset()).div_euclid(1000)
+        self.now_ms().div_euclid(1000)
+    }
+
+    /// Now, Unix milliseconds, on the sale's clock.
+    pub fn now_ms(&self) -> i64 {
+        local_ms() + self.offset()
     }
 
     fn offset(&self) -> i64 {

@@ -140,7 +140,8 @@ pub struct WaitingRoomConfig {
     /// plain HTTP; never behind TLS.
     #[serde(default)]
     pub insecure_cookies: bool,
-    /// The proof-of-work join; none when absent.
+    /// The proof of work in front of the queue's join, or of every order
+    /// when the room is off; none when absent.
     #[serde(default)]
     pub bot_shield: Option<BotShieldConfig>,
 }
@@ -223,12 +224,8 @@ impl PerSourceConfig {
 }
 
 impl BotShieldConfig {
-    /// What is wrong with it, as the rest of the field's path and why;
-    /// `room_enabled` says whether the waiting room it guards is on.
-    fn check(&self, room_enabled: bool) -> Result<(), String> {
-        if !room_enabled {
-            return Err(" needs waitingRoom.enabled: it guards the queue's join".into());
-        }
+    /// What is wrong with it, as the rest of the field's path and why.
+    fn check(&self) -> Result<(), String> {
         let max = crate::bot_shield::work::MAX_DIFFICULTY;
         if self.difficulty_bits.is_empty() || self.difficulty_bits.iter().any(|&bits| bits > max) {
             return Err(format!(
@@ -422,7 +419,7 @@ impl GatewayConfig {
         }
         if let Some(shield) = &self.waiting_room.bot_shield {
             shield
-                .check(self.waiting_room.enabled)
+                .check()
                 .map_err(|why| ConfigError::Invalid(format!("waitingRoom.botShield{why}")))?;
         }
         let c = &self.concurrency;

@@ -129,6 +129,9 @@ impl DecisionLabels {
 /// Labels of `gateway_rate_limit_charges_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ChargeLabels {
+    /// The quota charged: `user` (the per-user rate limit) or `source` (the
+    /// bot shield's per-source budget).
+    quota: &'static str,
     /// `within`, `over` or `failed`.
     outcome: &'static str,
 }
@@ -243,7 +246,7 @@ impl GatewayMetrics {
         }
         registry.register(
             "gateway_rate_limit_charges",
-            "Requests charged to the shared rate-limit quota in Redis after their answer, by outcome: within the quota, over it (let through before this replica learnt the user had used it up elsewhere; paid back by the user's next requests), or failed",
+            "Requests charged to a shared quota in Redis after their answer (the per-user rate limit, or the bot shield's per-source budget), by quota and outcome: within the quota, over it (let through before this replica learnt the user had used it up elsewhere; paid back by the user's next requests), or failed",
             m.rate_limit_charges.clone(),
         );
         registry.register(
@@ -265,12 +268,12 @@ impl GatewayMetrics {
         self.producer_replacements.clone()
     }
 
-    /// The counters the rate limiter counts its charges in (every outcome
-    /// present from the start).
-    pub fn rate_limit_charges(&self) -> Charges {
+    /// The counters a rate limiter of `quota` (`user` or `source`) counts
+    /// its charges in (every outcome present from the start).
+    pub fn rate_limit_charges(&self, quota: &'static str) -> Charges {
         let counter = |outcome| {
             self.rate_limit_charges
-                .get_or_create(&ChargeLabels { outcome })
+                .get_or_create(&ChargeLabels { quota, outcome })
                 .clone()
         };
         Charges {

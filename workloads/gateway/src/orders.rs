@@ -107,16 +107,15 @@ pub async fn place(
         state.metrics.sold_out_from_memory();
         return Err(sold_out(&order.sku));
     }
-    // A join (the waiting room on, no pass) has its proof of work checked
-    // first: a refused one costs one HMAC and one hash and no Redis call.
-    let joining = state.waiting_room.is_some() && queue::pass_of(&headers).is_none();
-    let spend = if joining {
-        let peer = peer.map(|Extension(ConnectInfo(peer))| peer.ip());
-        queue::proof(&state, &headers, peer, &user)?
-    } else {
-        None
-    };
-    let rate = state.rate_limit(&user, queue::rate_scope(spend))?;
+    // With a bot shield, a join (no pass, behind a waiting room) or, with
+    // no room, every order has its proof of work checked first: a refused
+    // one costs one HMAC and one hash and no Redis call.
+    let joining = queue::pass_of(&headers).is_none();
+    let proving = joining || state.waiting_room.is_none();
+    let (spend, rate) = queue::proven_and_limited(&state, &headers, peer, &user, proving)?;
+    if let (Some(spends), Some(spend)) = (&state.order_spends, spend) {
+        queue::spend_for_order(&state, spends, spend, &order.request_id).await?;
+    }
     // The pass is held on a lease: only an order that went through uses it
     // up. Any failure (sold out, a 503, a gateway crash, a client that went
     // away) leaves it to the buyer for another try.

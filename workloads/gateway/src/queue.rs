@@ -26,10 +26,10 @@ use flashsale_runtime::ApiError;
 use serde_json::json;
 
 use crate::{
-    app::{AppState, RateScope},
+    app::{AppState, RateHeaders, RateScope},
     auth::User,
     bot_shield::{ALGORITHM, PROOF_HEADER},
-    waiting_room::{Error as RoomError, PassLease, Spend, WaitingRoom},
+    waiting_room::{Error as RoomError, OrderSpends, PassLease, Spend, WaitingRoom},
 };
 
 /// Cookie holding the queue ticket.
@@ -96,12 +96,10 @@ async fn queued(
     user: &User,
     spend: Option<Spend>,
 ) -> Result<Response, ApiError> {
-    let joined = room.join_spending(&user.0, spend).await.map_err(|err| {
-        if let RoomError::Refused(refusal) = &err {
-            state.metrics.bot_refusal(refusal.code());
-        }
-        room_error(err)
-    })?;
+    let joined = room
+        .join_spending(&user.0, spend)
+        .await
+        .map_err(|err| spend_error(state, err))?;
     let body = json!({
         "status": "queued",
         "ticket": joined.ticket,
@@ -137,22 +135,35 @@ pub async fn join(
     };
     let user = state.user(&headers)?;
     state.config.window_state(jiff::Timestamp::now()).check()?;
-    let peer = peer.map(|Extension(ConnectInfo(peer))| peer.ip());
-    let spend = proof(&state, &headers, peer, &user)?;
-    let rate = state.rate_limit(&user, rate_scope(spend))?;
+    let (spend, rate) = proven_and_limited(&state, &headers, peer, &user, true)?;
     Ok(rate.on(queued(&state, room, &user, spend).await?))
 }
 
-/// Where the rate limit of a request that spends `spend` is decided: a
-/// proven join by this replica alone, since a charge to the shared quota
-/// would write to Redis before the proof is spent, and the proof is the
-/// dearer limit; anything else under the shared quota.
-pub fn rate_scope(spend: Option<Spend>) -> RateScope {
-    if spend.is_some() {
+/// A request's proof, checked by [`proof`] when it needs one (`proving`:
+/// a join, or an order where the sale has no waiting room), then its rate
+/// limit: a request that spends a proof is limited by this replica alone,
+/// since a charge to the shared quota would write to Redis before the
+/// proof is spent, and the proof is the dearer limit; anything else under
+/// the shared quota.
+pub fn proven_and_limited(
+    state: &AppState,
+    headers: &HeaderMap,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
+    user: &User,
+    proving: bool,
+) -> Result<(Option<Spend>, RateHeaders), ApiError> {
+    let spend = if proving {
+        let peer = peer.map(|Extension(ConnectInfo(peer))| peer.ip());
+        proof(state, headers, peer, user)?
+    } else {
+        None
+    };
+    let scope = if spend.is_some() {
         RateScope::Replica
     } else {
         RateScope::Shared
-    }
+    };
+    Ok((spend, state.rate_limit(user, scope)?))
 }
 
 fn no_waiting_room() -> ApiError {
@@ -187,7 +198,7 @@ pub fn proof(
         return Err(ApiError::new(
             StatusCode::PRECONDITION_REQUIRED,
             "challenge_required",
-            "joining the queue takes a solved challenge: POST /api/v1/queue/challenge, then send <challenge>:<solution> in the X-Queue-Proof header",
+            "joining the queue (or ordering, where a sale has none) takes a solved challenge: POST /api/v1/queue/challenge, then send <challenge>:<solution> in the X-Queue-Proof header",
         ));
     };
     let checked = proof
@@ -214,24 +225,48 @@ pub fn proof(
     Ok(Some(spend))
 }
 
-/// `POST /api/v1/queue/challenge`: a join challenge for the caller, at the
-/// difficulty of the degradation tier in force. Needs the buyer's bearer
-/// token; costs one HMAC and at most one read of the Redis clock (none
-/// while this replica's reading of it is recent).
+/// Spends `spend`, the proof of an order placed without a waiting room,
+/// for the order of `request_id` (whose retry may spend it again).
+pub async fn spend_for_order(
+    state: &AppState,
+    spends: &OrderSpends,
+    spend: Spend,
+    request_id: &str,
+) -> Result<(), ApiError> {
+    spends
+        .spend(spend, request_id)
+        .await
+        .map_err(|err| spend_error(state, err))
+}
+
+/// The answer to a proof the spending script refused (counted by reason),
+/// or to a failed spend.
+fn spend_error(state: &AppState, err: RoomError) -> ApiError {
+    if let RoomError::Refused(refusal) = &err {
+        state.metrics.bot_refusal(refusal.code());
+    }
+    room_error(err)
+}
+
+/// `POST /api/v1/queue/challenge`: a join challenge for the caller (an
+/// order's, when the sale has no waiting room), at the difficulty of the
+/// degradation tier in force. Needs the buyer's bearer token; costs one
+/// HMAC and no Redis call: its expiry is on the sale's clock, this
+/// replica's reading of Redis's.
 pub async fn challenge(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let (Some(room), Some(shield)) = (&state.waiting_room, &state.bot_shield) else {
+    let Some(shield) = &state.bot_shield else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "no_bot_shield",
-            "this sale asks no proof of work to join its queue",
+            "this sale asks no proof of work",
         ));
     };
     let user = state.user(&headers)?;
     let rate = state.rate_limit(&user, RateScope::Replica)?;
-    let now_ms = room.clock_ms().await.map_err(room_error)?;
+    let now_ms = u64::try_from(state.clock.now_ms()).unwrap_or(0);
     let issued = shield.issue(&user.0, state.switches.current().tier, now_ms);
     let body = json!({
         "challenge": issued.token,

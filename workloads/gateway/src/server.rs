@@ -23,7 +23,7 @@ use crate::{
     metrics::GatewayMetrics,
     payments::PaymentVerifier,
     ratelimit::RateLimiter,
-    waiting_room::{self, Signer, WaitingRoom},
+    waiting_room::{self, OrderSpends, Signer, WaitingRoom},
 };
 
 /// How often each replica moves the waiting room's admission frontier and
@@ -122,13 +122,7 @@ fn open_waiting_room(
     if !config.waiting_room.enabled {
         return Ok(None);
     }
-    let redis = redis.cloned().ok_or_else(|| {
-        BuildError::WaitingRoom("it keeps its queue in Redis: give --redis-url".into())
-    })?;
-    let key = ticket_key.ok_or_else(|| {
-        BuildError::WaitingRoom("it signs tickets: give --waiting-room-key-file".into())
-    })?;
-    let signer = Signer::new(key).map_err(|e| BuildError::WaitingRoom(e.to_string()))?;
+    let (redis, signer) = redis_and_signer(redis, ticket_key, "it keeps its queue", "tickets")?;
     let mut room =
         waiting_room::Settings::new(config.sale.clone(), config.waiting_room.admit_per_second);
     room.pass_ttl = Duration::from_secs(config.waiting_room.pass_ttl_seconds);
@@ -137,6 +131,52 @@ fn open_waiting_room(
     // only a crashed gateway's pass comes back by expiry.
     room.lease_ttl = config.request_timeout() * 2 + Duration::from_secs(3);
     Ok(Some(WaitingRoom::new(redis, signer, room)))
+}
+
+/// The bot shield when the sale's config has one: in front of `room`'s
+/// joins, which spend its proofs; with no room, in front of every order,
+/// each spending its own in `redis` (the second value), signed with
+/// `ticket_key`.
+fn open_bot_shield(
+    config: &GatewayConfig,
+    room: Option<&WaitingRoom>,
+    redis: Option<&RedisConnection>,
+    ticket_key: Option<&[u8]>,
+) -> Result<(Option<Shield>, Option<OrderSpends>), BuildError> {
+    let Some(shield) = &config.waiting_room.bot_shield else {
+        return Ok((None, None));
+    };
+    if let Some(room) = room {
+        return Ok((Some(Shield::new(room, shield.settings())), None));
+    }
+    let (redis, signer) = redis_and_signer(
+        redis,
+        ticket_key,
+        "the bot shield spends proofs",
+        "challenges",
+    )?;
+    let spends = OrderSpends::new(redis, &config.sale, waiting_room::REDIS_TIMEOUT);
+    let shield = Shield::signing(Arc::new(signer), config.sale.clone(), shield.settings());
+    Ok((Some(shield), Some(spends)))
+}
+
+/// The Redis connection and the signer the waiting room and the bot shield
+/// need; `keeps` and `signs` say what for, in the error naming a missing
+/// one.
+fn redis_and_signer(
+    redis: Option<&RedisConnection>,
+    ticket_key: Option<&[u8]>,
+    keeps: &str,
+    signs: &str,
+) -> Result<(RedisConnection, Signer), BuildError> {
+    let redis = redis
+        .cloned()
+        .ok_or_else(|| BuildError::WaitingRoom(format!("{keeps} in Redis: give --redis-url")))?;
+    let key = ticket_key.ok_or_else(|| {
+        BuildError::WaitingRoom(format!("it signs {signs}: give --waiting-room-key-file"))
+    })?;
+    let signer = Signer::new(key).map_err(|e| BuildError::WaitingRoom(e.to_string()))?;
+    Ok((redis, signer))
 }
 
 /// The bot shield's per-source budget when the sale's config has one,
@@ -158,9 +198,18 @@ fn open_source_budget(
     let limiter = RateLimiter::new(
         redis.cloned(),
         per_source.rate_settings(),
-        metrics.rate_limit_charges(),
+        metrics.rate_limit_charges("source"),
     );
     Ok(Some(SourceBudget::new(limiter, header, trusted)))
+}
+
+/// The gateway's Redis, when it has one.
+async fn connect_redis(url: Option<&str>) -> Result<Option<RedisConnection>, BuildError> {
+    let Some(url) = url else { return Ok(None) };
+    let target: RedisTarget = url.parse()?;
+    Ok(Some(
+        RedisConnection::connect(&target, RedisTimeouts::default()).await?,
+    ))
 }
 
 impl Gateway {
@@ -170,13 +219,7 @@ impl Gateway {
         listen: SocketAddr,
         registry: &mut Registry,
     ) -> Result<Self, BuildError> {
-        let redis = match &settings.redis_url {
-            Some(url) => {
-                let target: RedisTarget = url.parse()?;
-                Some(RedisConnection::connect(&target, RedisTimeouts::default()).await?)
-            }
-            None => None,
-        };
+        let redis = connect_redis(settings.redis_url.as_deref()).await?;
         let config = settings.config;
         let waiting_room =
             open_waiting_room(&config, redis.as_ref(), settings.ticket_key.as_deref())?;
@@ -216,6 +259,12 @@ impl Gateway {
                 source,
             })?;
         let source_budget = open_source_budget(&config, redis.as_ref(), &metrics)?;
+        let (bot_shield, order_spends) = open_bot_shield(
+            &config,
+            waiting_room.as_ref(),
+            redis.as_ref(),
+            settings.ticket_key.as_deref(),
+        )?;
         let clock = Arc::new(SaleClock::default());
         let state = AppState::new(Inner {
             verifier: settings.verifier.with_clock(clock.clone()),
@@ -223,14 +272,12 @@ impl Gateway {
             rate: RateLimiter::new(
                 redis.clone(),
                 config.rate_settings(),
-                metrics.rate_limit_charges(),
+                metrics.rate_limit_charges("user"),
             ),
             limiter: ConcurrencyLimiter::new(config.concurrency_settings()),
             switches: Switchboard::new(),
-            bot_shield: waiting_room.as_ref().and_then(|room| {
-                let shield = config.waiting_room.bot_shield.as_ref()?;
-                Some(Shield::new(room, shield.settings()))
-            }),
+            bot_shield,
+            order_spends,
             source_budget,
             waiting_room,
             inventory,

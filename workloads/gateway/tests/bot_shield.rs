@@ -62,10 +62,22 @@ async fn join_as(
     proof: Option<&str>,
     fingerprint: Option<&str>,
 ) -> anyhow::Result<(u16, Value)> {
+    order(gateway, user, &format!("{user}-k"), proof, fingerprint).await
+}
+
+/// An order of `user` under idempotency key `key`, carrying `proof`, from
+/// the client a proxy names by `fingerprint`: status and body.
+async fn order(
+    gateway: &str,
+    user: &str,
+    key: &str,
+    proof: Option<&str>,
+    fingerprint: Option<&str>,
+) -> anyhow::Result<(u16, Value)> {
     let mut request = http()
         .post(format!("{gateway}/api/v1/orders"))
         .bearer_auth(token(user))
-        .json(&json!({"sku": "A", "quantity": 1, "idempotencyKey": format!("{user}-k")}));
+        .json(&json!({"sku": "A", "quantity": 1, "idempotencyKey": key}));
     if let Some(proof) = proof {
         request = request.header(PROOF_HEADER, proof);
     }
@@ -324,6 +336,54 @@ async fn refused_proofs_are_named_and_cost_redis_no_write() -> anyhow::Result<()
 }
 
 #[tokio::test]
+async fn without_a_waiting_room_each_order_spends_a_proof_its_retry_may_spend_again()
+-> anyhow::Result<()> {
+    let funnel = Funnel::start(Options {
+        config: json!({"waitingRoom": {
+            "enabled": false,
+            "botShield": {"difficultyBits": [8], "challengeTtlSeconds": 5},
+        }}),
+        ..Options::default()
+    })
+    .await?;
+    let gw = &funnel.gateway.url;
+    let (code, body) = order(gw, "ann", "first", None, None).await?;
+    assert_eq!(
+        (code, body["error"].as_str()),
+        (428, Some("challenge_required")),
+        "{body}"
+    );
+    let (proof, _) = solved(gw, "ann").await?;
+    let (late, late_body) = solved(gw, "ann").await?;
+    let (code, placed) = order(gw, "ann", "first", Some(&proof), None).await?;
+    assert_eq!(code, 201, "{placed}");
+    // A retry of the same order (its answer lost) spends the same proof
+    // again, and finds the same order.
+    let (code, again) = order(gw, "ann", "first", Some(&proof), None).await?;
+    assert!(code < 300, "{code} {again}");
+    assert_eq!(again["orderId"], placed["orderId"], "{again}");
+    // Another order cannot.
+    let (code, body) = order(gw, "ann", "second", Some(&proof), None).await?;
+    assert_eq!(
+        (code, body["error"].as_str()),
+        (403, Some("replayed")),
+        "{body}"
+    );
+    expired(&flashsale_e2e::stack::redis_url()?, &late_body).await?;
+    let (code, body) = order(gw, "ann", "third", Some(&late), None).await?;
+    assert_eq!(
+        (code, body["error"].as_str()),
+        (403, Some("expired")),
+        "{body}"
+    );
+    for reason in ["missing", "replayed", "expired"] {
+        let series = format!(r#"gateway_bot_refusals_total{{reason="{reason}"}}"#);
+        assert_eq!(funnel.gateway.metric(&series), Some(1.0), "{series}");
+    }
+    funnel.cleanup().await
+}
+
+#[tokio::test]
 async fn fifty_accounts_from_one_source_get_that_sources_budget() -> anyhow::Result<()> {
     let mut config = shielded(&[4], 60);
     config["waitingRoom"]["botShield"]["perSource"] = json!({
@@ -471,8 +531,11 @@ async fn the_shield_spends_and_charges_as_the_gateways_acl_user() -> anyhow::Res
         Duration::from_millis(20),
         || async {
             let text = funnel.gateway.metrics();
-            let within = sum_samples(&text, "gateway_rate_limit_charges_total", "within");
-            let failed = sum_samples(&text, "gateway_rate_limit_charges_total", "failed");
+            let charges = |outcome: &str| {
+                let label = format!(r#"quota="source",outcome="{outcome}""#);
+                sum_samples(&text, "gateway_rate_limit_charges_total", &label)
+            };
+            let (within, failed) = (charges("within"), charges("failed"));
             if failed > 0.0 {
                 Err(format!("{failed} charges failed (NOPERM?)"))
             } else if within >= 1.0 {

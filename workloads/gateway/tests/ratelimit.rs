@@ -447,7 +447,7 @@ async fn the_gateway_counts_decisions_by_where_they_were_taken() -> anyhow::Resu
     };
     let charges = |outcome: &str| {
         gw.metric(&format!(
-            "gateway_rate_limit_charges_total{{outcome=\"{outcome}\"}}"
+            "gateway_rate_limit_charges_total{{quota=\"user\",outcome=\"{outcome}\"}}"
         ))
         .unwrap_or(f64::NAN)
     };

@@ -1,6 +1,6 @@
-//! The bot shield in front of the waiting room: joining the queue takes a
-//! solved proof-of-work challenge, whose cost follows the sale's
-//! degradation tier.
+//! The bot shield in front of the waiting room: joining the queue (or,
+//! where the sale has no waiting room, ordering) takes a solved
+//! proof-of-work challenge, whose cost follows the sale's degradation tier.
 //!
 //! # Flow
 //!
@@ -10,7 +10,8 @@
 //!    MACed with the waiting-room key under a domain tag of its own
 //!    ([`crate::waiting_room`]'s token format), so it can stand in for no
 //!    ticket or pass, nor they for it. Issuing it costs one HMAC and no
-//!    Redis call.
+//!    Redis call: the expiry is on the sale's clock
+//!    ([`crate::clock::SaleClock`]).
 //! 2. The client searches a **solution** ([`work`]): about
 //!    `2^difficulty` SHA-256 hashes of one block each.
 //! 3. The join (`POST /api/v1/orders` without a pass) carries
@@ -22,6 +23,13 @@
 //!    ([`WaitingRoom::join_spending`]): its expiry is checked against the
 //!    Redis clock and its marker set with `SET NX`, before any write, so a
 //!    replay or a late solution is refused on any replica without a write.
+//!
+//! # Without a waiting room
+//!
+//! Every order carries a proof, checked as above, and spends it itself
+//! before it reaches the inventory ([`crate::waiting_room::OrderSpends`]):
+//! the marker holds the order's request id, so a retry of that order may
+//! spend the same proof again, and any other order is refused `replayed`.
 //!
 //! # Difficulty follows load
 //!

@@ -1,4 +1,5 @@
--- Gives a user a queue position, or the one they already hold.
+-- Gives a user a queue position, or the one they already hold (after
+-- challenge.lua's `spend`).
 -- KEYS[1]: the user's hash (`position`, `issued_ms`)
 -- KEYS[2]: the position counter
 -- KEYS[3]: the frontier hash (`admitted`, `last_us`)
@@ -17,12 +18,9 @@ end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 if KEYS[4] then
-  if math.floor(now / 1000) >= tonumber(ARGV[2]) then
-    return {-2, 0, 0}
-  end
-  -- Spent until it expires: after that it is refused as expired anyway.
-  if not redis.call('SET', KEYS[4], '1', 'NX', 'PXAT', ARGV[2]) then
-    return {-1, 0, 0}
+  local spent = spend(KEYS[4], ARGV[2], math.floor(now / 1000), '')
+  if spent < 0 then
+    return {spent, 0, 0}
   end
 end
 local issued = tonumber(redis.call('GET', KEYS[2])) or 0

@@ -44,7 +44,7 @@
 //! | `fs:{S}:wr:frontier` | hash | `admitted` (every position up to it is in), `last_us` (Redis clock of the admission credit) |
 //! | `fs:{S}:wr:user:<U>` | hash | user U's `position` and `issued_ms`; expires with the ticket |
 //! | `fs:{S}:wr:used:<P>` | string | set while position P's pass is redeemed (value: the redemption's claim); lives `lease_ttl`, then `ticket_ttl + pass_ttl` from the commit |
-//! | `fs:{S}:wr:spent:<N>` | string | set when the join challenge of nonce N is spent ([`crate::bot_shield`]); lives until the challenge expires |
+//! | `fs:{S}:wr:spent:<N>` | string | set when the join challenge of nonce N is spent ([`crate::bot_shield`]): empty by a join, the order's request id by an order without a queue ([`OrderSpends`]); lives until the challenge expires |
 //!
 //! The counter and the frontier live as long as the sale's keys: positions
 //! must never be handed out twice while tickets or used markers remain.
@@ -185,7 +185,7 @@ impl Settings {
             frontier_max_age: Duration::from_millis(250),
             poll_base: Duration::from_secs(2),
             poll_jitter: Duration::from_secs(1),
-            redis_timeout: Duration::from_millis(100),
+            redis_timeout: REDIS_TIMEOUT,
         }
     }
 }
@@ -225,6 +225,34 @@ pub struct Spend {
     pub nonce: u64,
     /// When the challenge expires (Unix ms, Redis clock).
     pub expires_at_ms: u64,
+}
+
+/// The default longest wait for one Redis call: a queue, a join or a spend
+/// is on a buyer's path.
+pub const REDIS_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// Spends the join challenges of orders placed where the sale has no
+/// waiting room ([`crate::bot_shield`]): each order spends one, under the
+/// sale's waiting-room keys but with no queue. Cheap to clone.
+#[derive(Clone)]
+pub struct OrderSpends {
+    store: Store,
+}
+
+impl OrderSpends {
+    /// Spends in `redis` for `sale`, each call bounded by `redis_timeout`.
+    pub fn new(redis: RedisConnection, sale: &str, redis_timeout: Duration) -> Self {
+        Self {
+            store: Store::new(redis, sale, redis_timeout),
+        }
+    }
+
+    /// Spends `spend` for the order of `request_id`, which a retry of that
+    /// order may do again: a challenge spent by another order is
+    /// `replayed`, one past its expiry `expired`, both without a write.
+    pub async fn spend(&self, spend: Spend, request_id: &str) -> Result<(), Error> {
+        self.store.spend(spend, request_id).await
+    }
 }
 
 /// A user's place after joining.
@@ -324,12 +352,6 @@ impl WaitingRoom {
     /// challenges.
     pub(crate) fn signer(&self) -> Arc<Signer> {
         Arc::clone(&self.signer)
-    }
-
-    /// The Redis clock now (Unix ms), from this replica's recent reading of
-    /// the frontier when there is one, as status polls read it.
-    pub async fn clock_ms(&self) -> Result<u64, Error> {
-        Ok(self.frontier().await?.now_us / 1_000)
     }
 
     fn rate(&self) -> u32 {

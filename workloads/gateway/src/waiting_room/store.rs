@@ -12,7 +12,10 @@ use super::{Error, Refusal, Spend, millis};
 const ADMISSION_LUA: &str = include_str!("admission.lua");
 /// The join script; `KEYS` user, counter, frontier and (with a challenge)
 /// its spent marker, `ARGV` the ticket TTL and the challenge's expiry.
-const JOIN_LUA: &str = include_str!("join.lua");
+const JOIN_LUA: &str = concat!(include_str!("challenge.lua"), include_str!("join.lua"));
+/// The spend script of an order without a queue; `KEYS` the spent marker,
+/// `ARGV` the challenge's expiry and the order's request id.
+const SPEND_LUA: &str = concat!(include_str!("challenge.lua"), include_str!("spend.lua"));
 /// The redeem script; `KEYS` the used marker, `ARGV` expiry, lease, claim.
 const REDEEM_LUA: &str = include_str!("redeem.lua");
 /// The commit script; `KEYS` the used marker, `ARGV` claim, final marker TTL.
@@ -99,6 +102,7 @@ pub(super) struct Store {
 struct Scripts {
     admission: Script,
     join: Script,
+    spend: Script,
     redeem: Script,
     commit: Script,
     release: Script,
@@ -113,6 +117,7 @@ impl Store {
             scripts: Arc::new(Scripts {
                 admission: Script::new(ADMISSION_LUA),
                 join: Script::new(JOIN_LUA),
+                spend: Script::new(SPEND_LUA),
                 redeem: Script::new(REDEEM_LUA),
                 commit: Script::new(COMMIT_LUA),
                 release: Script::new(RELEASE_LUA),
@@ -155,15 +160,21 @@ impl Store {
         let (position, issued_at_ms, admitted) = self
             .bounded(call.invoke_async::<(i64, u64, u64)>(&mut conn))
             .await?;
-        match position {
-            -1 => Err(Refusal::Replayed.into()),
-            -2 => Err(Refusal::Expired.into()),
-            position => Ok(Place {
-                position: position.unsigned_abs(),
-                issued_at_ms,
-                admitted,
-            }),
-        }
+        spent(position)?;
+        Ok(Place {
+            position: position.unsigned_abs(),
+            issued_at_ms,
+            admitted,
+        })
+    }
+
+    /// Spends `spend` for `holder`, an order's request id: a retry of the
+    /// same order may spend it again.
+    pub(super) async fn spend(&self, spend: Spend, holder: &str) -> Result<(), Error> {
+        let mut conn = self.redis.clone();
+        let mut call = self.scripts.spend.key(self.keys.spent(spend.nonce));
+        call.arg(spend.expires_at_ms).arg(holder);
+        spent(self.bounded(call.invoke_async::<i64>(&mut conn)).await?)
     }
 
     /// Marks `position` used under `claim` for `lease`, unless it already
@@ -215,6 +226,16 @@ impl Store {
             Ok(reply) => Ok(reply?),
             Err(_) => Err(Error::Timeout),
         }
+    }
+}
+
+/// The refusal a spending script's code names: -1 spent by another, -2
+/// expired (challenge.lua); any other value went through.
+fn spent(code: i64) -> Result<(), Error> {
+    match code {
+        -1 => Err(Refusal::Replayed.into()),
+        -2 => Err(Refusal::Expired.into()),
+        _ => Ok(()),
     }
 }
 

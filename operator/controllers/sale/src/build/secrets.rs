@@ -32,7 +32,7 @@ pub fn secret_refs(sale: &FlashSale) -> Vec<(&'static str, &SecretKeyRef)> {
             waiting_room
                 .ticket_secret_ref
                 .as_ref()
-                .filter(|_| waiting_room.enabled),
+                .filter(|_| waiting_room.signs()),
         ),
         (
             "spec.gateway.drillKeySecretRef",

@@ -468,6 +468,61 @@ fn the_bot_shield_reaches_the_gateway_as_it_reads_it() -> anyhow::Result<()> {
 }
 
 #[test]
+fn a_bot_shield_without_a_room_gets_the_key_that_signs_its_challenges() -> anyhow::Result<()> {
+    let mut sale = fixtures::small_sale()?;
+    let room = &mut sale.spec.gateway.waiting_room;
+    room.bot_shield = Some(flashsale_api::BotShield {
+        difficulty_bits: vec![12],
+        challenge_ttl: Duration::from_secs(60),
+        per_source: None,
+    });
+    assert!(!room.enabled);
+    match build_at(&sale, Stage::Active) {
+        Err(err) => match err.downcast_ref::<BuildError>() {
+            Some(BuildError::InvalidSpec { field, .. }) => {
+                assert_eq!(*field, "spec.gateway.waitingRoom.ticketSecretRef");
+            }
+            other => bail!("{other:?}"),
+        },
+        Ok(_) => bail!("built without a key"),
+    }
+    sale.spec.gateway.waiting_room.ticket_secret_ref = Some(flashsale_api::common::SecretKeyRef {
+        name: "weekend-deal-shield".into(),
+        key: "hmac".into(),
+    });
+    let desired = build_at(&sale, Stage::Active)?;
+    let config: GatewayConfig = serde_json::from_str(config_data(
+        &desired,
+        "weekend-deal-gateway",
+        GATEWAY_CONFIG_KEY,
+    )?)?;
+    assert!(!config.waiting_room.enabled);
+    assert_eq!(
+        config.waiting_room.bot_shield.map(|s| s.difficulty_bits),
+        Some(vec![12])
+    );
+    let mounts = secret_mounts(&desired, "weekend-deal-gateway")?;
+    assert!(
+        mounts
+            .iter()
+            .any(|(secret, items, _)| secret == "weekend-deal-shield"
+                && items == &[("hmac".to_owned(), "key".to_owned())]),
+        "{mounts:?}"
+    );
+    assert!(
+        env_of(&desired, "weekend-deal-gateway")?.contains_key("WAITING_ROOM_KEY_FILE"),
+        "the gateway is told where the key is"
+    );
+    assert!(
+        super::secret_refs(&sale).iter().any(|(path, r)| *path
+            == "spec.gateway.waitingRoom.ticketSecretRef"
+            && r.name == "weekend-deal-shield"),
+        "the sale waits for the key's Secret"
+    );
+    Ok(())
+}
+
+#[test]
 fn a_whole_rate_stays_and_a_tiny_one_becomes_one() -> anyhow::Result<()> {
     let mut sale = fixtures::small_sale()?;
     for (rate, expected) in [(2.0, 2), (0.01, 1), (5.000_1, 6)] {

@@ -169,16 +169,17 @@ fn optional_parts(
     if let Some(audience) = &gateway.auth.audience {
         env.push(pod::env("JWT_AUDIENCE", audience.as_str()));
     }
-    if gateway.waiting_room.enabled {
-        let secret =
-            gateway
-                .waiting_room
-                .ticket_secret_ref
-                .as_ref()
-                .ok_or(BuildError::InvalidSpec {
-                    field: "spec.gateway.waitingRoom.ticketSecretRef",
-                    reason: "is required when the waiting room is enabled",
-                })?;
+    // The key signs the room's tickets and passes, and the bot shield's
+    // challenges, which guard every order when the room is off.
+    let room = &gateway.waiting_room;
+    if room.signs() {
+        let secret = room
+            .ticket_secret_ref
+            .as_ref()
+            .ok_or(BuildError::InvalidSpec {
+                field: "spec.gateway.waitingRoom.ticketSecretRef",
+                reason: "is required when the waiting room or its bot shield is on",
+            })?;
         volumes.push(pod::secret_volume("waiting-room", WAITING_ROOM_DIR, secret));
         env.push(pod::env(
             "WAITING_ROOM_KEY_FILE",
