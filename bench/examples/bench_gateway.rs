@@ -37,10 +37,7 @@
 
 use std::{
     collections::BTreeSet,
-    sync::{
-        Arc,
-        atomic::{AtomicU64, Ordering},
-    },
+    sync::atomic::{AtomicU64, Ordering},
     time::{Duration, Instant},
 };
 
@@ -53,7 +50,7 @@ use clap::{Parser, ValueEnum};
 use flashsale_bench::{
     funnel::{Funnel, Options as FunnelOptions, Running},
     gateway_process::GatewayProcess,
-    load::{Measured, closed_loop, open_loop},
+    load::{Measured, closed_loop, http_client, http_closed_loop, open_loop},
     median,
     reserve_script::reserve_calls,
 };
@@ -149,14 +146,6 @@ fn load_name(share: f64) -> String {
     }
 }
 
-fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .pool_max_idle_per_host(1024)
-        .timeout(Duration::from_secs(10))
-        .build()
-        .unwrap_or_default()
-}
-
 /// Sends the request `build` makes for call `n` as user `u<index>` (each
 /// of `users` in turn, with a token of its own), closed-loop, counting only
 /// the statuses in `answers` as answers.
@@ -166,25 +155,14 @@ async fn as_users(
     answers: &'static [u16],
     build: impl Fn(&reqwest::Client, usize, u64) -> reqwest::RequestBuilder + Send + Sync + 'static,
 ) -> anyhow::Result<Measured> {
-    let http = client();
-    let tokens: Arc<Vec<String>> = Arc::new((0..users).map(|u| token(&format!("u{u}"))).collect());
-    let build = Arc::new(build);
-    closed_loop(opts.concurrency, seconds(opts), move |n| {
-        let (http, tokens, build) = (http.clone(), tokens.clone(), build.clone());
-        async move {
-            let index = usize::try_from(n)? % tokens.len();
-            let response = build(&http, index, n)
-                .bearer_auth(&tokens[index])
-                .send()
-                .await?;
-            let status = response.status().as_u16();
-            response.bytes().await?;
-            anyhow::ensure!(answers.contains(&status), "unexpected HTTP {status}");
-            Ok(())
-        }
+    let http = http_client();
+    let tokens: Vec<String> = (0..users).map(|u| token(&format!("u{u}"))).collect();
+    let count = u64::try_from(tokens.len())?;
+    http_closed_loop(opts.concurrency, seconds(opts), answers, move |n| {
+        let index = usize::try_from(n % count).unwrap_or(0);
+        build(&http, index, n).bearer_auth(&tokens[index])
     })
-    .await?
-    .check()
+    .await
 }
 
 /// GETs `url` as each user (token and `X-User` header), counting 200 and 429
@@ -306,7 +284,7 @@ static UNAVAILABLE: AtomicU64 = AtomicU64::new(0);
 
 /// Orders as fast as `concurrency` clients can, each a new user.
 async fn order_saturated(opts: &Options, gateway: &str) -> anyhow::Result<Measured> {
-    let (http, url) = (client(), format!("{gateway}/api/v1/orders"));
+    let (http, url) = (http_client(), format!("{gateway}/api/v1/orders"));
     closed_loop(opts.concurrency, seconds(opts), move |_| {
         let (http, url) = (http.clone(), url.clone());
         async move { place(&http, &url).await }
@@ -318,7 +296,7 @@ async fn order_saturated(opts: &Options, gateway: &str) -> anyhow::Result<Measur
 /// Orders arriving at `rate` per second regardless of answers (open loop),
 /// so queueing shows in the latency.
 async fn order_open_loop(opts: &Options, gateway: &str, rate: f64) -> anyhow::Result<Measured> {
-    let (http, url) = (client(), format!("{gateway}/api/v1/orders"));
+    let (http, url) = (http_client(), format!("{gateway}/api/v1/orders"));
     open_loop(opts.concurrency, rate, seconds(opts), move |_| {
         let (http, url) = (http.clone(), url.clone());
         async move { place(&http, &url).await }
@@ -358,7 +336,7 @@ async fn place(http: &reqwest::Client, url: &str) -> anyhow::Result<()> {
 /// The inventory's reserve alone (what the gateway asks it for an order),
 /// at `rate` per second.
 async fn reserve_open_loop(opts: &Options, funnel: &Funnel, rate: f64) -> anyhow::Result<Measured> {
-    let http = client();
+    let http = http_client();
     let url = format!(
         "{}/v1/sales/{}/reservations",
         funnel.inventory.url, funnel.sale

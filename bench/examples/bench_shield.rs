@@ -27,7 +27,7 @@ use axum::{
 };
 use clap::Parser;
 use flashsale_bench::{
-    load::{Measured, closed_loop},
+    load::{Measured, http_client, http_closed_loop},
     median,
 };
 use gateway::{
@@ -71,26 +71,13 @@ fn queued() -> (StatusCode, Json<serde_json::Value>) {
 
 /// POSTs joins with `proof` to `url`, closed-loop, counting only 202.
 async fn joins(opts: &Options, url: &str, proof: &str) -> anyhow::Result<Measured> {
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(1024)
-        .build()?;
+    let http = http_client();
     let (url, proof) = (format!("{url}/join"), proof.to_owned());
-    closed_loop(
-        opts.concurrency,
-        Duration::from_secs(opts.seconds),
-        move |_| {
-            let (http, url, proof) = (http.clone(), url.clone(), proof.clone());
-            async move {
-                let response = http.post(&url).header(PROOF_HEADER, proof).send().await?;
-                let status = response.status().as_u16();
-                response.bytes().await?;
-                anyhow::ensure!(status == 202, "unexpected HTTP {status}");
-                Ok(())
-            }
-        },
-    )
-    .await?
-    .check()
+    let seconds = Duration::from_secs(opts.seconds);
+    http_closed_loop(opts.concurrency, seconds, &[202], move |_| {
+        http.post(&url).header(PROOF_HEADER, &proof)
+    })
+    .await
 }
 
 /// The median of per-run figures.

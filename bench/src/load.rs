@@ -136,6 +136,44 @@ where
     collect(tasks, started).await
 }
 
+/// An HTTP client for a load: connections pooled for up to 1024 callers,
+/// each request bounded by 10 s.
+pub fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(1024)
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap_or_default()
+}
+
+/// `workers` callers send the request `build` makes for each call number,
+/// back to back for `duration` (a [`closed_loop`]); a call whose status is
+/// not in `answers` is an error, and any error fails the measurement
+/// ([`Measured::check`]).
+pub async fn http_closed_loop<B>(
+    workers: usize,
+    duration: Duration,
+    answers: &'static [u16],
+    build: B,
+) -> anyhow::Result<Measured>
+where
+    B: Fn(u64) -> reqwest::RequestBuilder + Send + Sync + 'static,
+{
+    let build = Arc::new(build);
+    closed_loop(workers, duration, move |n| {
+        let request = build(n);
+        async move {
+            let response = request.send().await?;
+            let status = response.status().as_u16();
+            response.bytes().await?;
+            anyhow::ensure!(answers.contains(&status), "unexpected HTTP {status}");
+            Ok(())
+        }
+    })
+    .await?
+    .check()
+}
+
 /// Calls `op` `rate` times a second for `duration` on a fixed schedule
 /// (`rate × duration` calls, rounded), whatever the answers. `workers`
 /// tasks take the scheduled slots in order, each waiting for its slot's
