@@ -9,7 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{Funnel, Options, http, token};
+use common::{Funnel, Options, Running, http, token};
 use flashsale_e2e::{
     browser::Chromium, metrics::sum_samples, private_redis::PrivateRedis, wait::poll_until,
 };
@@ -380,6 +380,46 @@ async fn without_a_waiting_room_each_order_spends_a_proof_its_retry_may_spend_ag
         let series = format!(r#"gateway_bot_refusals_total{{reason="{reason}"}}"#);
         assert_eq!(funnel.gateway.metric(&series), Some(1.0), "{series}");
     }
+    funnel.cleanup().await
+}
+
+/// Two replicas race one proof, spent by two orders at once, round after
+/// round: one order goes through, the other is refused as a replay, and
+/// the stock shows one reservation per round.
+#[tokio::test]
+async fn a_proof_raced_on_two_replicas_is_spent_by_one_order() -> anyhow::Result<()> {
+    let funnel = Funnel::start(Options {
+        config: json!({"waitingRoom": {"enabled": false, "botShield": {"difficultyBits": [4]}}}),
+        ..Options::default()
+    })
+    .await?;
+    let other = Running::start(
+        funnel.config.clone(),
+        &funnel.inventory.url,
+        &funnel.brokers,
+        &funnel.topic,
+        SwitchSource::None,
+    )
+    .await?;
+    let before = funnel.available("A").await?;
+    let rounds = 10;
+    for round in 0..rounds {
+        let user = format!("racer-{round}");
+        let (proof, _) = solved(&funnel.gateway.url, &user).await?;
+        let (one, two) = tokio::join!(
+            order(&funnel.gateway.url, &user, "one", Some(&proof), None),
+            order(&other.url, &user, "two", Some(&proof), None),
+        );
+        let mut outcomes = [one?, two?].map(|(code, body)| (code, body["error"].clone()));
+        outcomes.sort_by_key(|(code, _)| *code);
+        assert_eq!(
+            outcomes,
+            [(201, Value::Null), (403, json!("replayed"))],
+            "round {round}"
+        );
+    }
+    assert_eq!(before - funnel.available("A").await?, rounds);
+    drop(other);
     funnel.cleanup().await
 }
 
