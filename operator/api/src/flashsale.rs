@@ -343,7 +343,7 @@ impl WaitingRoom {
 #[derive(KubeSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BotShield {
-    /// Leading zero bits a join's proof needs, by degradation tier (the
+    /// Leading zero bits a proof needs, by degradation tier (the
     /// first entry for tier 0); the last entry serves every higher tier.
     /// Each bit doubles the work: 16 bits is about 65,000 SHA-256 hashes.
     #[schemars(length(min = 1, max = 9))]
@@ -353,7 +353,7 @@ pub struct BotShield {
     #[serde(default = "default_challenge_ttl", rename = "challengeTTL")]
     #[x_kube(validation = duration::positive().message("botShield.challengeTTL must be positive"))]
     pub challenge_ttl: Duration,
-    /// Joins per source, whatever the accounts behind it.
+    /// Joins (or orders) per source, whatever the accounts behind it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub per_source: Option<PerSourceBudget>,
 }
@@ -362,8 +362,9 @@ fn default_challenge_ttl() -> Duration {
     Duration::from_secs(120)
 }
 
-/// How many joins one source may make: the client's address, or the
-/// fingerprint a trusted proxy names it by.
+/// How many joins (or orders, with the waiting room off) one source may
+/// make: the client's address, or the fingerprint a trusted proxy names it
+/// by.
 #[derive(KubeSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PerSourceBudget {

@@ -2,10 +2,11 @@
 //!
 //! Rate limits, waiting-room passes and reservations are timed inside Redis
 //! scripts with `TIME`, so a replica whose own clock drifts cannot stretch
-//! them. What the gateway still times itself (a buyer's token expiry) reads
-//! this clock: the replica's wall clock corrected by the offset to Redis's,
-//! measured every second. The offset is also exported, so a drifting node
-//! shows up on a dashboard before anything depends on it.
+//! them. What the gateway still times itself (a buyer's token expiry, a bot
+//! shield challenge's) reads this clock: the replica's wall clock corrected
+//! by the offset to Redis's, measured before the gateway serves and every
+//! second after. The offset is also exported, so a drifting node shows up
+//! on a dashboard before anything depends on it.
 
 use std::{
     sync::atomic::{AtomicBool, AtomicI64, Ordering},

@@ -158,22 +158,26 @@ impl Default for WaitingRoomConfig {
     }
 }
 
-/// The bot shield of the waiting room ([`crate::bot_shield`]).
+/// The bot shield of the waiting room's join, or of every order when the
+/// room is off ([`crate::bot_shield`]).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BotShieldConfig {
-    /// Leading zero bits a join's proof needs, by degradation tier; the
-    /// last entry serves every higher tier.
+    /// Leading zero bits a proof needs, by degradation tier; the last entry
+    /// serves every higher tier.
     pub difficulty_bits: Vec<u8>,
     /// How long a challenge may be solved and spent.
     #[serde(default = "default_challenge_ttl_seconds")]
     pub challenge_ttl_seconds: u64,
-    /// Joins per source, whatever the accounts; none when absent.
+    /// Proven joins (or orders, without a room) per source, whatever the
+    /// accounts; none when absent.
     #[serde(default)]
     pub per_source: Option<PerSourceConfig>,
 }
 
-/// The per-source budget of joins ([`crate::bot_shield::source`]).
+/// The per-source budget of proven joins, or orders without a room
+/// ([`crate::bot_shield::source`]); the names say joins, what they are
+/// with a room.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PerSourceConfig {

@@ -256,7 +256,7 @@ impl GatewayMetrics {
         );
         registry.register(
             "gateway_bot_refusals",
-            "Joins of the waiting room refused by the bot shield, by reason: missing (no proof), malformed, forged, wrong_kind, other_user, other_sale, unsolved, expired or replayed",
+            "Joins of the waiting room (or orders, where a sale has none) refused by the bot shield, by reason: missing (no proof), malformed, forged, wrong_kind, other_user, other_sale, unsolved, expired, replayed or source_budget",
             m.bot_refusals.clone(),
         );
         m.register_state(registry);
@@ -359,7 +359,8 @@ impl GatewayMetrics {
             .inc();
     }
 
-    /// One join refused by the bot shield, for `reason`.
+    /// One join (or order, without a waiting room) refused by the bot
+    /// shield, for `reason`.
     pub fn bot_refusal(&self, reason: &'static str) {
         self.bot_refusals
             .get_or_create(&BotRefusalLabels { reason })

@@ -44,7 +44,7 @@ use crate::{
     inventory_client::InventoryError,
     metrics::DrillOrder,
     queue,
-    waiting_room::PassLease,
+    waiting_room::{PassLease, Spend},
 };
 
 /// Longest idempotency key accepted.
@@ -109,13 +109,12 @@ pub async fn place(
     }
     // With a bot shield, a join (no pass, behind a waiting room) or, with
     // no room, every order has its proof of work checked first: a refused
-    // one costs one HMAC and one hash and no Redis call.
+    // one costs one HMAC and one hash and no Redis call. A join spends it
+    // in the join script; an order without a room under its concurrency
+    // slot, so an order shed for overload keeps its proof.
     let joining = queue::pass_of(&headers).is_none();
     let proving = joining || state.waiting_room.is_none();
     let (spend, rate) = queue::proven_and_limited(&state, &headers, peer, &user, proving)?;
-    if let (Some(spends), Some(spend)) = (&state.order_spends, spend) {
-        queue::spend_for_order(&state, spends, spend, &order.request_id).await?;
-    }
     // The pass is held on a lease: only an order that went through uses it
     // up. Any failure (sold out, a 503, a gateway crash, a client that went
     // away) leaves it to the buyer for another try.
@@ -137,7 +136,7 @@ pub async fn place(
         },
         None => None,
     };
-    let outcome = under_limit(&state, &user, &order).await;
+    let outcome = under_limit(&state, &user, &order, spend).await;
     if outcome.is_ok() && lease.is_some() {
         state.metrics.admitted();
     }
@@ -147,9 +146,10 @@ pub async fn place(
 
 /// A drill buyer's order (see [`flashsale_drill_buyer`]): the drill SKU
 /// only, at no price, and taken before the opening too, since drills run
-/// before a sale goes Live. No rate limit or waiting room (the drill paces
-/// its buyer, and a queue would only delay what it measures), but the
-/// concurrency limit as for any order: it guards the inventory and Kafka.
+/// before a sale goes Live. No rate limit, waiting room or proof of work
+/// (the drill paces its buyer, and a queue or a challenge would only delay
+/// what it measures), but the concurrency limit as for any order: it
+/// guards the inventory and Kafka.
 async fn place_drill(
     state: &AppState,
     user: User,
@@ -168,14 +168,28 @@ async fn place_drill(
         ));
     }
     let order = validate(state, &user, &request, headers, || Ok(0))?;
-    under_limit(state, &user, &order).await
+    under_limit(state, &user, &order, None).await
 }
 
 /// Takes the order under a slot of the concurrency limit (a 503 at once
-/// without one), telling the limit how the downstream calls went.
-async fn under_limit(state: &AppState, user: &User, order: &Order) -> Result<Response, ApiError> {
+/// without one), telling the limit how the downstream calls went. With
+/// no waiting room, the order first spends `spend`, its bot shield proof.
+async fn under_limit(
+    state: &AppState,
+    user: &User,
+    order: &Order,
+    spend: Option<Spend>,
+) -> Result<Response, ApiError> {
     let permit = state.permit(Partition::Core)?;
-    let outcome = intake(state, user, order).await;
+    let outcome = match (&state.order_spends, spend) {
+        (Some(spends), Some(spend)) => {
+            match queue::spend_for_order(state, spends, spend, &order.request_id).await {
+                Ok(()) => intake(state, user, order).await,
+                Err(refused) => Err(refused),
+            }
+        }
+        _ => intake(state, user, order).await,
+    };
     match &outcome {
         Err(err) if !err.status().is_server_error() => permit.ignore(),
         _ => permit.success(),

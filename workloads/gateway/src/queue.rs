@@ -10,7 +10,8 @@
 //! `HttpOnly; SameSite=Lax; Secure`; `waitingRoom.insecureCookies: true`
 //! drops `Secure` for local runs over plain HTTP.
 //!
-//! With the bot shield on, joining takes a solved challenge from
+//! With the bot shield on, joining (or, where the sale has no waiting
+//! room, ordering) takes a solved challenge from
 //! `POST /api/v1/queue/challenge`, carried in `X-Queue-Proof`
 //! ([`crate::bot_shield`]).
 
@@ -29,7 +30,7 @@ use crate::{
     app::{AppState, RateHeaders, RateScope},
     auth::User,
     bot_shield::{ALGORITHM, PROOF_HEADER},
-    waiting_room::{Error as RoomError, OrderSpends, PassLease, Spend, WaitingRoom},
+    waiting_room::{Error as RoomError, OrderSpends, PassLease, Refusal, Spend, WaitingRoom},
 };
 
 /// Cookie holding the queue ticket.
@@ -99,7 +100,10 @@ async fn queued(
     let joined = room
         .join_spending(&user.0, spend)
         .await
-        .map_err(|err| spend_error(state, err))?;
+        .map_err(|err| match err {
+            RoomError::Refused(refusal) => refused_proof(state, refusal),
+            other => room_error(other),
+        })?;
     let body = json!({
         "status": "queued",
         "ticket": joined.ticket,
@@ -144,7 +148,8 @@ pub async fn join(
 /// limit: a request that spends a proof is limited by this replica alone,
 /// since a charge to the shared quota would write to Redis before the
 /// proof is spent, and the proof is the dearer limit; anything else under
-/// the shared quota.
+/// the shared quota. A proven request the user's limit lets through is
+/// then charged to its source's budget, when the shield has one.
 pub fn proven_and_limited(
     state: &AppState,
     headers: &HeaderMap,
@@ -153,8 +158,7 @@ pub fn proven_and_limited(
     proving: bool,
 ) -> Result<(Option<Spend>, RateHeaders), ApiError> {
     let spend = if proving {
-        let peer = peer.map(|Extension(ConnectInfo(peer))| peer.ip());
-        proof(state, headers, peer, user)?
+        proof(state, headers, user)?
     } else {
         None
     };
@@ -163,7 +167,12 @@ pub fn proven_and_limited(
     } else {
         RateScope::Shared
     };
-    Ok((spend, state.rate_limit(user, scope)?))
+    let rate = state.rate_limit(user, scope)?;
+    if spend.is_some() {
+        let peer = peer.map(|Extension(ConnectInfo(peer))| peer.ip());
+        charge_source(state, headers, peer)?;
+    }
+    Ok((spend, rate))
 }
 
 fn no_waiting_room() -> ApiError {
@@ -180,16 +189,9 @@ pub fn pass_of(headers: &HeaderMap) -> Option<String> {
     presented(headers, PASS_HEADER, PASS_COOKIE)
 }
 
-/// The join challenge the request's proof spends, checked (one HMAC and one
-/// hash, no Redis call), then the join charged to the quota of its source
-/// (`peer`'s, or the one a trusted proxy names) when the shield has one;
-/// `None` when the sale has no bot shield.
-pub fn proof(
-    state: &AppState,
-    headers: &HeaderMap,
-    peer: Option<IpAddr>,
-    user: &User,
-) -> Result<Option<Spend>, ApiError> {
+/// The challenge the request's proof spends, checked: one HMAC and one
+/// hash, no Redis call. `None` when the sale has no bot shield.
+fn proof(state: &AppState, headers: &HeaderMap, user: &User) -> Result<Option<Spend>, ApiError> {
     let Some(shield) = &state.bot_shield else {
         return Ok(None);
     };
@@ -201,51 +203,68 @@ pub fn proof(
             "joining the queue (or ordering, where a sale has none) takes a solved challenge: POST /api/v1/queue/challenge, then send <challenge>:<solution> in the X-Queue-Proof header",
         ));
     };
-    let checked = proof
+    proof
         .to_str()
-        .map_err(|_| crate::waiting_room::Refusal::Malformed)
-        .and_then(|proof| shield.check(proof, &user.0));
-    let spend = checked.map_err(|refusal| {
-        state.metrics.bot_refusal(refusal.code());
-        room_error(refusal.into())
-    })?;
-    if let Some(budget) = &state.source_budget {
-        let decision = budget.check(&state.config.sale, &budget.source(peer, headers));
-        if !decision.allowed {
-            state.metrics.bot_refusal("source_budget");
-            let wait = decision.retry_after.as_secs_f64().ceil().max(1.0) as u64;
-            return Err(ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                "source_budget",
-                "too many joins from this source, whatever the accounts; retry after the Retry-After delay",
-            )
-            .with_header(header::RETRY_AFTER, HeaderValue::from(wait)));
-        }
+        .map_err(|_| Refusal::Malformed)
+        .and_then(|proof| shield.check(proof, &user.0))
+        .map(Some)
+        .map_err(|refusal| refused_proof(state, refusal))
+}
+
+/// Charges a proven request to the budget of its source (`peer`'s, or the
+/// one a trusted proxy names), when the shield has one: 429 once it is
+/// used up, whatever the accounts.
+fn charge_source(
+    state: &AppState,
+    headers: &HeaderMap,
+    peer: Option<IpAddr>,
+) -> Result<(), ApiError> {
+    let Some(budget) = &state.source_budget else {
+        return Ok(());
+    };
+    let decision = budget.check(&state.config.sale, &budget.source(peer, headers));
+    if decision.allowed {
+        return Ok(());
     }
-    Ok(Some(spend))
+    state.metrics.bot_refusal("source_budget");
+    let wait = decision.retry_after.as_secs_f64().ceil().max(1.0) as u64;
+    Err(ApiError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "source_budget",
+        "too many proven requests from this source, whatever the accounts; retry after the Retry-After delay",
+    )
+    .with_header(header::RETRY_AFTER, HeaderValue::from(wait)))
 }
 
 /// Spends `spend`, the proof of an order placed without a waiting room,
-/// for the order of `request_id` (whose retry may spend it again).
+/// for the order of `request_id` (whose retry may spend it again). Without
+/// Redis's answer the order is refused (503): a proof that cannot be
+/// spent cannot be told from a replay.
 pub async fn spend_for_order(
     state: &AppState,
     spends: &OrderSpends,
     spend: Spend,
     request_id: &str,
 ) -> Result<(), ApiError> {
-    spends
-        .spend(spend, request_id)
-        .await
-        .map_err(|err| spend_error(state, err))
+    match spends.spend(spend, request_id).await {
+        Ok(()) => Ok(()),
+        Err(RoomError::Refused(refusal)) => Err(refused_proof(state, refusal)),
+        Err(err) => {
+            tracing::warn!(error = %err, "bot shield: an order's proof not spent");
+            Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "the bot shield cannot spend proofs right now; retry shortly with the same proof",
+            )
+            .with_header(header::RETRY_AFTER, HeaderValue::from_static("1")))
+        }
+    }
 }
 
-/// The answer to a proof the spending script refused (counted by reason),
-/// or to a failed spend.
-fn spend_error(state: &AppState, err: RoomError) -> ApiError {
-    if let RoomError::Refused(refusal) = &err {
-        state.metrics.bot_refusal(refusal.code());
-    }
-    room_error(err)
+/// The answer to a refused proof, counted by reason.
+fn refused_proof(state: &AppState, refusal: Refusal) -> ApiError {
+    state.metrics.bot_refusal(refusal.code());
+    room_error(refusal.into())
 }
 
 /// `POST /api/v1/queue/challenge`: a join challenge for the caller (an

@@ -39,7 +39,7 @@ pub enum BuildError {
     /// The Redis URL names no server.
     #[error(transparent)]
     RedisUrl(#[from] flashsale_runtime::redis::InvalidRedisUrl),
-    /// The waiting room is enabled but cannot run.
+    /// The waiting room, or its bot shield, is on but cannot run.
     #[error("waiting room: {0}")]
     WaitingRoom(String),
     /// The Kafka producer could not be created.
@@ -122,7 +122,7 @@ fn open_waiting_room(
     if !config.waiting_room.enabled {
         return Ok(None);
     }
-    let (redis, signer) = redis_and_signer(redis, ticket_key, "it keeps its queue", "tickets")?;
+    let (redis, signer) = redis_and_signer(redis, ticket_key, "it", "keeps its queue", "tickets")?;
     let mut room =
         waiting_room::Settings::new(config.sale.clone(), config.waiting_room.admit_per_second);
     room.pass_ttl = Duration::from_secs(config.waiting_room.pass_ttl_seconds);
@@ -152,7 +152,8 @@ fn open_bot_shield(
     let (redis, signer) = redis_and_signer(
         redis,
         ticket_key,
-        "the bot shield spends proofs",
+        "the bot shield",
+        "spends proofs",
         "challenges",
     )?;
     let spends = OrderSpends::new(redis, &config.sale, waiting_room::REDIS_TIMEOUT);
@@ -161,19 +162,20 @@ fn open_bot_shield(
 }
 
 /// The Redis connection and the signer the waiting room and the bot shield
-/// need; `keeps` and `signs` say what for, in the error naming a missing
-/// one.
+/// need; `who`, what it `keeps` in Redis and what it `signs` name them in
+/// the error about a missing one.
 fn redis_and_signer(
     redis: Option<&RedisConnection>,
     ticket_key: Option<&[u8]>,
+    who: &str,
     keeps: &str,
     signs: &str,
 ) -> Result<(RedisConnection, Signer), BuildError> {
-    let redis = redis
-        .cloned()
-        .ok_or_else(|| BuildError::WaitingRoom(format!("{keeps} in Redis: give --redis-url")))?;
+    let redis = redis.cloned().ok_or_else(|| {
+        BuildError::WaitingRoom(format!("{who} {keeps} in Redis: give --redis-url"))
+    })?;
     let key = ticket_key.ok_or_else(|| {
-        BuildError::WaitingRoom(format!("it signs {signs}: give --waiting-room-key-file"))
+        BuildError::WaitingRoom(format!("{who} signs {signs}: give --waiting-room-key-file"))
     })?;
     let signer = Signer::new(key).map_err(|e| BuildError::WaitingRoom(e.to_string()))?;
     Ok((redis, signer))
@@ -306,6 +308,9 @@ impl Gateway {
     /// loop running alongside.
     pub async fn serve(self, shutdown: Shutdown) -> Result<(), std::io::Error> {
         let state = self.state;
+        // Before the first answer: challenges issued at once take their
+        // expiry from Redis's clock, not from this replica's.
+        sync_clock(&state).await;
         let stop = shutdown.clone();
         let board = state.switches.clone();
         let watch = async move {

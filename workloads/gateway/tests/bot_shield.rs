@@ -335,24 +335,48 @@ async fn refused_proofs_are_named_and_cost_redis_no_write() -> anyhow::Result<()
     funnel.cleanup().await
 }
 
+/// Asserts that `answer` is the refusal `status` `error`.
+fn assert_refused(answer: &(u16, Value), status: u16, error: &str) {
+    let (code, body) = answer;
+    assert_eq!(
+        (*code, body["error"].as_str()),
+        (status, Some(error)),
+        "{body}"
+    );
+}
+
 #[tokio::test]
 async fn without_a_waiting_room_each_order_spends_a_proof_its_retry_may_spend_again()
 -> anyhow::Result<()> {
+    let redis = PrivateRedis::start(&[]).await?;
     let funnel = Funnel::start(Options {
         config: json!({"waitingRoom": {
             "enabled": false,
             "botShield": {"difficultyBits": [8], "challengeTtlSeconds": 5},
         }}),
+        redis_url: Some(redis.url.clone()),
+        // Nothing writes to Redis in the background.
+        relay: false,
         ..Options::default()
     })
     .await?;
     let gw = &funnel.gateway.url;
-    let (code, body) = order(gw, "ann", "first", None, None).await?;
-    assert_eq!(
-        (code, body["error"].as_str()),
-        (428, Some("challenge_required")),
-        "{body}"
+    assert_refused(
+        &order(gw, "ann", "first", None, None).await?,
+        428,
+        "challenge_required",
     );
+    // A pass, genuine or not, does not stand in for the proof.
+    let response = http()
+        .post(format!("{gw}/api/v1/orders"))
+        .bearer_auth(token("ann"))
+        .header("x-queue-pass", "junk")
+        .json(&json!({"sku": "A", "quantity": 1, "idempotencyKey": "first"}))
+        .send()
+        .await?;
+    let code = response.status().as_u16();
+    assert_refused(&(code, response.json().await?), 428, "challenge_required");
+
     let (proof, _) = solved(gw, "ann").await?;
     let (late, late_body) = solved(gw, "ann").await?;
     let (code, placed) = order(gw, "ann", "first", Some(&proof), None).await?;
@@ -362,23 +386,23 @@ async fn without_a_waiting_room_each_order_spends_a_proof_its_retry_may_spend_ag
     let (code, again) = order(gw, "ann", "first", Some(&proof), None).await?;
     assert!(code < 300, "{code} {again}");
     assert_eq!(again["orderId"], placed["orderId"], "{again}");
-    // Another order cannot.
-    let (code, body) = order(gw, "ann", "second", Some(&proof), None).await?;
-    assert_eq!(
-        (code, body["error"].as_str()),
-        (403, Some("replayed")),
-        "{body}"
+    // Another order cannot, nor a late proof, and neither writes.
+    let before = writes(&redis.url).await?;
+    assert_refused(
+        &order(gw, "ann", "second", Some(&proof), None).await?,
+        403,
+        "replayed",
     );
-    expired(&flashsale_e2e::stack::redis_url()?, &late_body).await?;
-    let (code, body) = order(gw, "ann", "third", Some(&late), None).await?;
-    assert_eq!(
-        (code, body["error"].as_str()),
-        (403, Some("expired")),
-        "{body}"
+    expired(&redis.url, &late_body).await?;
+    assert_refused(
+        &order(gw, "ann", "third", Some(&late), None).await?,
+        403,
+        "expired",
     );
-    for reason in ["missing", "replayed", "expired"] {
+    assert_eq!(writes(&redis.url).await?, before, "refusals wrote to Redis");
+    for (reason, count) in [("missing", 2.0), ("replayed", 1.0), ("expired", 1.0)] {
         let series = format!(r#"gateway_bot_refusals_total{{reason="{reason}"}}"#);
-        assert_eq!(funnel.gateway.metric(&series), Some(1.0), "{series}");
+        assert_eq!(funnel.gateway.metric(&series), Some(count), "{series}");
     }
     funnel.cleanup().await
 }

@@ -42,8 +42,8 @@
 //!
 //! # Refusals
 //!
-//! A join without a proof is answered 428 `challenge_required`, naming the
-//! challenge route. A refused proof is 400 (`malformed`) or 403 (`forged`,
+//! A join (or an order, without a waiting room) without a proof is
+//! answered 428 `challenge_required`, naming the challenge route. A refused proof is 400 (`malformed`) or 403 (`forged`,
 //! `wrong_kind`, `other_user`, `other_sale`, `unsolved`, `expired`,
 //! `replayed`), each counted in `gateway_bot_refusals_total{reason}`.
 
@@ -54,7 +54,8 @@ use std::{sync::Arc, time::Duration};
 
 use crate::waiting_room::{Challenge, Refusal, Signer, Spend, WaitingRoom};
 
-/// The header a join carries its proof in: `<challenge>:<solution>`.
+/// The header a join (or an order, without a waiting room) carries its
+/// proof in: `<challenge>:<solution>`.
 pub const PROOF_HEADER: &str = "x-queue-proof";
 
 /// The work's definition, named in every challenge answer so a client can
@@ -145,7 +146,8 @@ impl Shield {
     /// The challenge `proof` (`<challenge>:<solution>`) spends, if it is
     /// genuine, `user`'s, this sale's, and its solution does the
     /// challenge's work. One HMAC and one hash; no Redis call. Whether it
-    /// was spent already, or has expired, the join script decides.
+    /// was spent already, or has expired, the script that spends it decides
+    /// (the join's, or an order's without a waiting room).
     pub fn check(&self, proof: &str, user: &str) -> Result<Spend, Refusal> {
         let (token, solution) = proof.rsplit_once(':').ok_or(Refusal::Malformed)?;
         let solution: u64 = solution.parse().map_err(|_| Refusal::Malformed)?;

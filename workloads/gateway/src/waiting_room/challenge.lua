@@ -1,5 +1,13 @@
--- Spends a join challenge: the start of every script that spends one.
--- marker: its spent marker; expires_at_ms: its expiry (Unix ms, Redis
+-- The start of every script that spends a join challenge: the Redis
+-- clock, and the spend.
+
+-- The Redis clock, Unix microseconds.
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- Spends a join challenge. marker: its spent marker; expires_at_ms: its expiry (Unix ms, Redis
 -- clock); now_ms: the Redis clock; holder: what spends it (an order's
 -- request id, so that order's retry may spend it again), or '' for a
 -- spend that is never repeated.

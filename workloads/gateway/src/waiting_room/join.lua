@@ -15,8 +15,7 @@ local mine = redis.call('HMGET', KEYS[1], 'position', 'issued_ms')
 if mine[1] then
   return {tonumber(mine[1]), tonumber(mine[2]), admitted}
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = now_us()
 if KEYS[4] then
   local spent = spend(KEYS[4], ARGV[2], math.floor(now / 1000), '')
   if spent < 0 then

@@ -217,8 +217,9 @@ pub enum Error {
     Interrupted,
 }
 
-/// A join challenge spent by the join it opened: its nonce, and its expiry
-/// on the Redis clock ([`crate::bot_shield`]).
+/// A join challenge, spent by the join it opened (or, without a waiting
+/// room, by an order): its nonce, and its expiry on the Redis clock
+/// ([`crate::bot_shield`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Spend {
     /// The challenge's nonce: its spent marker's name.

@@ -5,6 +5,4 @@
 -- ARGV[2]: the order's request id
 -- Returns 1 when spent (now, or by this order before), -1 when spent by
 -- another order, -2 when expired.
-local t = redis.call('TIME')
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-return spend(KEYS[1], ARGV[1], now_ms, ARGV[2])
+return spend(KEYS[1], ARGV[1], math.floor(now_us() / 1000), ARGV[2])

@@ -123,7 +123,8 @@ pub struct Pass {
 
 /// What a join challenge says: `user` may join `sale`'s queue with a
 /// solution of `difficulty` bits until `expires_at_ms` (Unix ms, Redis
-/// clock). Its random `nonce` makes it one of a kind, spent by one join.
+/// clock). Its random `nonce` makes it one of a kind, spent by one join
+/// (or, without a waiting room, by one order and its retries).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Challenge {
     /// The user it was issued to.
