@@ -181,15 +181,13 @@ async fn under_limit(
     spend: Option<Spend>,
 ) -> Result<Response, ApiError> {
     let permit = state.permit(Partition::Core)?;
-    let outcome = match (&state.order_spends, spend) {
-        (Some(spends), Some(spend)) => {
-            match queue::spend_for_order(state, spends, spend, &order.request_id).await {
-                Ok(()) => intake(state, user, order).await,
-                Err(refused) => Err(refused),
-            }
+    let outcome = async {
+        if let (Some(spends), Some(spend)) = (&state.order_spends, spend) {
+            queue::spend_for_order(state, spends, spend, &order.request_id).await?;
         }
-        _ => intake(state, user, order).await,
-    };
+        intake(state, user, order).await
+    }
+    .await;
     match &outcome {
         Err(err) if !err.status().is_server_error() => permit.ignore(),
         _ => permit.success(),

@@ -156,7 +156,7 @@ fn open_bot_shield(
         "spends proofs",
         "challenges",
     )?;
-    let spends = OrderSpends::new(redis, &config.sale, waiting_room::REDIS_TIMEOUT);
+    let spends = OrderSpends::new(redis, &config.sale);
     let shield = Shield::signing(Arc::new(signer), config.sale.clone(), shield.settings());
     Ok((Some(shield), Some(spends)))
 }

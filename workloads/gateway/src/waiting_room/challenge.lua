@@ -7,10 +7,10 @@ local function now_us()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- Spends a join challenge. marker: its spent marker; expires_at_ms: its expiry (Unix ms, Redis
--- clock); now_ms: the Redis clock; holder: what spends it (an order's
--- request id, so that order's retry may spend it again), or '' for a
--- spend that is never repeated.
+-- Spends a join challenge. marker: its spent marker; expires_at_ms: its
+-- expiry (Unix ms, Redis clock); now_ms: the Redis clock; holder: what
+-- spends it (an order's request id, so that order's retry may spend it
+-- again), or '' for a spend that is never repeated.
 -- Returns 1 when spent, -1 when spent by another, -2 when expired; only a
 -- first spend writes.
 local function spend(marker, expires_at_ms, now_ms, holder)

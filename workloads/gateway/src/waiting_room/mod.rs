@@ -230,7 +230,7 @@ pub struct Spend {
 
 /// The default longest wait for one Redis call: a queue, a join or a spend
 /// is on a buyer's path.
-pub const REDIS_TIMEOUT: Duration = Duration::from_millis(100);
+const REDIS_TIMEOUT: Duration = Duration::from_millis(100);
 
 /// Spends the join challenges of orders placed where the sale has no
 /// waiting room ([`crate::bot_shield`]): each order spends one, under the
@@ -241,10 +241,11 @@ pub struct OrderSpends {
 }
 
 impl OrderSpends {
-    /// Spends in `redis` for `sale`, each call bounded by `redis_timeout`.
-    pub fn new(redis: RedisConnection, sale: &str, redis_timeout: Duration) -> Self {
+    /// Spends in `redis` for `sale`, each call bounded as the waiting
+    /// room's are by default.
+    pub fn new(redis: RedisConnection, sale: &str) -> Self {
         Self {
-            store: Store::new(redis, sale, redis_timeout),
+            store: Store::new(redis, sale, REDIS_TIMEOUT),
         }
     }
 

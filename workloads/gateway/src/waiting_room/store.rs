@@ -160,7 +160,7 @@ impl Store {
         let (position, issued_at_ms, admitted) = self
             .bounded(call.invoke_async::<(i64, u64, u64)>(&mut conn))
             .await?;
-        spent(position)?;
+        spend_outcome(position)?;
         Ok(Place {
             position: position.unsigned_abs(),
             issued_at_ms,
@@ -174,7 +174,7 @@ impl Store {
         let mut conn = self.redis.clone();
         let mut call = self.scripts.spend.key(self.keys.spent(spend.nonce));
         call.arg(spend.expires_at_ms).arg(holder);
-        spent(self.bounded(call.invoke_async::<i64>(&mut conn)).await?)
+        spend_outcome(self.bounded(call.invoke_async::<i64>(&mut conn)).await?)
     }
 
     /// Marks `position` used under `claim` for `lease`, unless it already
@@ -231,7 +231,7 @@ impl Store {
 
 /// The refusal a spending script's code names: -1 spent by another, -2
 /// expired (challenge.lua); any other value went through.
-fn spent(code: i64) -> Result<(), Error> {
+fn spend_outcome(code: i64) -> Result<(), Error> {
     match code {
         -1 => Err(Refusal::Replayed.into()),
         -2 => Err(Refusal::Expired.into()),
